@@ -1,0 +1,292 @@
+#!/usr/bin/python3
+"""Per-training-step time: gpipe-compile'd executable vs PyTorch (eager, CPU).
+
+Model: test/e2e/models.py mlp_deep -- DEPTH x (Linear(WIDTH, WIDTH) + ReLU) then
+Linear(WIDTH, CLASSES), cross-entropy loss; default 8 x 1024, 10 classes, batch 256,
+SGD (lr 0.01, no momentum).  Both sides start from the same weights (the torch side
+loads the exported initializers) and train on the same data (WORKDIR/data/*.npy) in the
+same order.
+
+For each thread count T (default 1 and 2) both run with OPENBLAS_NUM_THREADS=T and
+OMP_NUM_THREADS=T; torch additionally uses torch.set_num_threads(T) (in a fresh
+subprocess, so the BLAS picks the env up), gpipe-run gets --threads T.  Each runs
+WARMUP + STEPS steps; the first WARMUP steps are excluded and the median ms/step of the
+rest is reported (gpipe: the "ms" field of gpipe-run --log-json; torch: perf_counter
+around zero_grad + forward + backward + optimizer.step).
+
+torch is timed twice per T: with the inherited environment, and with
+OMP_WAIT_POLICY=PASSIVE.  Debian's torch runs its own elementwise kernels on libgomp
+threads, which by default spin after each parallel region and then compete with
+OpenBLAS's (pthread) worker threads for the same cores; on a 2-core machine that made
+torch at T=2 up to ~2x slower than at T=1.  The ratio column uses the faster of the two
+torch timings, so gpipe is compared against torch at its best.
+
+Usage:
+  /usr/bin/python3 bench/bench_step.py --bin BUILD/bin [--threads 1,2] [--steps 30]
+  /usr/bin/python3 bench/bench_step.py --skip-gpipe       # torch column only
+"""
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(REPO, "test", "e2e"))
+
+import numpy as np  # noqa: E402
+
+
+def sh(cmd):
+    try:
+        return subprocess.run(cmd, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              timeout=30).stdout.decode(errors="replace").strip()
+    except Exception as e:  # noqa: BLE001
+        return "(%s: %s)" % (cmd, e)
+
+
+def blas_choice():
+    q = sh("update-alternatives --query libblas.so.3-x86_64-linux-gnu")
+    val = [l.split(":", 1)[1].strip() for l in q.splitlines() if l.startswith("Value:")]
+    return (val[0] if val else "(unknown)"), q
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "(unknown)"
+
+
+def env_for(threads, omp_wait_policy=None):
+    env = dict(os.environ)
+    if omp_wait_policy:
+        env["OMP_WAIT_POLICY"] = omp_wait_policy
+    env["OPENBLAS_NUM_THREADS"] = str(threads)
+    env["OMP_NUM_THREADS"] = str(threads)
+    env["MKL_NUM_THREADS"] = str(threads)
+    return env
+
+
+# ---------------------------------------------------------------------------
+# torch worker (runs in a subprocess so OPENBLAS_NUM_THREADS takes effect)
+# ---------------------------------------------------------------------------
+
+def torch_worker(a):
+    import torch
+    import models
+    torch.set_num_threads(a.threads)
+    x = np.load(os.path.join(a.workdir, "data", "x.npy"))
+    y = np.load(os.path.join(a.workdir, "data", "y.npy"))
+    m = models.MlpDeep(width=a.width, depth=a.depth, classes=a.classes)
+    models.load_into_module(m, models.load_initializers(os.path.join(a.workdir, "model.onnx")))
+    m.train()
+    opt = torch.optim.SGD(m.parameters(), lr=a.lr, momentum=a.momentum)
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    S, B = len(x), a.batch_size
+    ms, losses = [], []
+    for s in range(1, a.warmup + a.steps + 1):
+        lo = ((s - 1) % (S // B)) * B
+        xb, yb = xt[lo:lo + B], yt[lo:lo + B]
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = m(xb, yb)
+        loss.backward()
+        opt.step()
+        lv = loss.item()  # forces completion (CPU is synchronous anyway)
+        ms.append((time.perf_counter() - t0) * 1e3)
+        losses.append(lv)
+    print(json.dumps({"ms": ms, "loss": losses, "torch_threads": torch.get_num_threads()}))
+    return 0
+
+
+def run_torch(a, threads, omp_wait_policy=None):
+    cmd = [sys.executable, os.path.abspath(__file__), "--torch-worker",
+           "--threads", str(threads), "--workdir", a.workdir,
+           "--width", str(a.width), "--depth", str(a.depth), "--classes", str(a.classes),
+           "--batch-size", str(a.batch_size), "--lr", repr(a.lr), "--momentum", repr(a.momentum),
+           "--warmup", str(a.warmup), "--steps", str(a.steps)]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       env=env_for(threads, omp_wait_policy))
+    if p.returncode != 0:
+        sys.exit("torch worker failed:\n" + p.stderr.decode(errors="replace"))
+    return json.loads(p.stdout.decode().strip().splitlines()[-1])
+
+
+def run_gpipe(a, threads, out_dir):
+    log = os.path.join(a.workdir, "gpipe_t%d.jsonl" % threads)
+    if os.path.exists(log):
+        os.remove(log)
+    cmd = [os.path.join(a.bin, "gpipe-run"), out_dir, "--data", os.path.join(a.workdir, "data"),
+           "--steps", str(a.warmup + a.steps), "--threads", str(threads), "--log-json", log]
+    print("$ OPENBLAS_NUM_THREADS=%d OMP_NUM_THREADS=%d %s"
+          % (threads, threads, " ".join(shlex.quote(c) for c in cmd)), flush=True)
+    t0 = time.time()
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env_for(threads))
+    wall = time.time() - t0
+    if p.returncode != 0:
+        sys.exit("gpipe-run failed (%d):\n%s" % (p.returncode, p.stdout.decode(errors="replace")))
+    recs = [json.loads(l) for l in open(log) if l.strip()]
+    return {"ms": [float(r["ms"]) for r in recs], "loss": [float(r["loss"]) for r in recs],
+            "wall_s": wall}
+
+
+def median_after_warmup(ms, warmup):
+    xs = ms[warmup:]
+    if not xs:
+        raise SystemExit("no measured steps (steps <= warmup?)")
+    return float(np.median(xs))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__)
+    ap.add_argument("--bin", default=os.environ.get("GPIPE_BIN"),
+                    help="directory with gpipe-compile and gpipe-run (default $GPIPE_BIN)")
+    ap.add_argument("--workdir", default="/tmp/gpipe_bench")
+    ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
+    ap.add_argument("--width", type=int, default=1024)
+    ap.add_argument("--depth", type=int, default=8)
+    ap.add_argument("--classes", type=int, default=10)
+    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--samples", type=int, default=None, help="default 4 * batch size")
+    ap.add_argument("--lr", type=float, default=0.01)
+    ap.add_argument("--momentum", type=float, default=0.0)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=30, help="measured steps (after warmup)")
+    ap.add_argument("--opset", type=int, default=17)
+    ap.add_argument("--skip-gpipe", action="store_true", help="only time torch")
+    ap.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+
+    if a.torch_worker:
+        a.threads = int(a.threads)
+        return torch_worker(a)
+
+    import torch
+    import models
+
+    threads = [int(t) for t in a.threads.split(",") if t]
+    S = a.samples or 4 * a.batch_size
+    os.makedirs(os.path.join(a.workdir, "data"), exist_ok=True)
+    if not a.skip_gpipe:
+        if not a.bin:
+            sys.exit("pass --bin DIR (directory with gpipe-compile and gpipe-run) or --skip-gpipe")
+        for t in ("gpipe-compile", "gpipe-run"):
+            if not os.access(os.path.join(a.bin, t), os.X_OK):
+                sys.exit("%s not found in %s" % (t, a.bin))
+
+    blas, blas_query = blas_choice()
+    print("## gpipe-compile step-time benchmark")
+    print()
+    print("- model: %d x (Linear %d + ReLU) + Linear %d->%d, cross-entropy; batch %d; "
+          "SGD lr %g momentum %g; %d samples"
+          % (a.depth, a.width, a.width, a.classes, a.batch_size, a.lr, a.momentum, S))
+    print("- steps: %d warmup (excluded) + %d measured; median ms/step" % (a.warmup, a.steps))
+    print("- CPU: %s, %s logical CPUs (os.sched_getaffinity: %d)"
+          % (cpu_model(), os.cpu_count(), len(os.sched_getaffinity(0))))
+    print("- torch %s (%s), numpy %s, python %s"
+          % (torch.__version__, torch.__file__, np.__version__, platform.python_version()))
+    print("- libblas.so.3 alternative (update-alternatives --query "
+          "libblas.so.3-x86_64-linux-gnu): Value: %s" % blas)
+    keys = ("OMP_WAIT_POLICY", "OMP_PROC_BIND", "GOMP_SPINCOUNT", "OPENBLAS_CORETYPE")
+    inherited = ["%s=%s" % (k, os.environ[k]) for k in keys if k in os.environ]
+    print("- inherited env: %s" % (", ".join(inherited) or "none of " + "/".join(keys) + " set"))
+    print("- date: %s, host kernel %s" % (time.strftime("%Y-%m-%d %H:%M:%S"), platform.release()))
+    print(flush=True)
+
+    # export + data (same as the e2e tests)
+    x, y = models.make_data("mlp_deep", S, seed=0) if (a.width, a.classes) == (1024, 10) else \
+        _make_data(S, a.width, a.classes)
+    np.save(os.path.join(a.workdir, "data", "x.npy"), x)
+    np.save(os.path.join(a.workdir, "data", "y.npy"), y)
+    model_path = os.path.join(a.workdir, "model.onnx")
+    torch.manual_seed(models.DEFAULT_SEED)
+    m = models.MlpDeep(width=a.width, depth=a.depth, classes=a.classes)
+    models.export(m, x[:a.batch_size], y[:a.batch_size], model_path, opset=a.opset)
+    print("exported %s (%s)" % (model_path, " ".join(sorted(set(models.op_types(model_path))))))
+
+    out_dir = os.path.join(a.workdir, "out")
+    if not a.skip_gpipe:
+        cmd = [os.path.join(a.bin, "gpipe-compile"), model_path, "-o", out_dir,
+               "--batch-size", str(a.batch_size), "--target", "cpu", "--optimizer", "sgd",
+               "--lr", repr(a.lr), "--momentum", repr(a.momentum)]
+        print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+        t0 = time.time()
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        if p.returncode != 0:
+            sys.exit("gpipe-compile failed (%d):\n%s"
+                     % (p.returncode, p.stdout.decode(errors="replace")))
+        print("  compiled in %.1fs" % (time.time() - t0))
+
+    rows = []
+    for t in threads:
+        tr = run_torch(a, t)
+        t_ms = median_after_warmup(tr["ms"], a.warmup)
+        print("torch   T=%d: median %.2f ms/step (min %.2f, max %.2f; torch threads %d)"
+              % (t, t_ms, min(tr["ms"][a.warmup:]), max(tr["ms"][a.warmup:]),
+                 tr["torch_threads"]), flush=True)
+        tp = run_torch(a, t, "PASSIVE")
+        tp_ms = median_after_warmup(tp["ms"], a.warmup)
+        print("torch   T=%d OMP_WAIT_POLICY=PASSIVE: median %.2f ms/step (min %.2f, max %.2f)"
+              % (t, tp_ms, min(tp["ms"][a.warmup:]), max(tp["ms"][a.warmup:])), flush=True)
+        g_ms = None
+        note = ""
+        if not a.skip_gpipe:
+            gr = run_gpipe(a, t, out_dir)
+            if len(gr["ms"]) != a.warmup + a.steps:
+                sys.exit("gpipe-run logged %d steps, expected %d"
+                         % (len(gr["ms"]), a.warmup + a.steps))
+            g_ms = median_after_warmup(gr["ms"], a.warmup)
+            print("gpipe   T=%d: median %.2f ms/step (min %.2f, max %.2f; wall %.1fs)"
+                  % (t, g_ms, min(gr["ms"][a.warmup:]), max(gr["ms"][a.warmup:]), gr["wall_s"]),
+                  flush=True)
+            # sanity: same training trajectory (loose: float32, different GEMM order)
+            d = max(abs(p - q) / max(1.0, abs(q)) for p, q in zip(gr["loss"], tr["loss"]))
+            d = max(d, max(abs(p - q) / max(1.0, abs(q)) for p, q in zip(gr["loss"], tp["loss"])))
+            note = "max loss diff %.1e" % d
+            if d > 1e-2:
+                note += " (MISMATCH: results not comparable)"
+        rows.append((t, t_ms, tp_ms, g_ms, note))
+
+    print()
+    print("BLAS: %s" % blas)
+    print()
+    print("| threads | torch ms/step | torch ms/step (OMP_WAIT_POLICY=PASSIVE) | gpipe ms/step "
+          "| torch/gpipe (faster torch) | notes |")
+    print("|--------:|--------------:|--------------:|--------------:|------------:|-------|")
+    for t, t_ms, tp_ms, g_ms, note in rows:
+        if g_ms is None:
+            print("| %d | %.2f | %.2f | - | - | %s |" % (t, t_ms, tp_ms, note))
+        else:
+            print("| %d | %.2f | %.2f | %.2f | %.2f | %s |"
+                  % (t, t_ms, tp_ms, g_ms, min(t_ms, tp_ms) / g_ms, note))
+    print()
+    print("<details><summary>update-alternatives --query libblas.so.3-x86_64-linux-gnu</summary>")
+    print()
+    print("```")
+    print(blas_query)
+    print("```")
+    print("</details>")
+    return 0
+
+
+def _make_data(S, d_in, classes):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((S, d_in)).astype(np.float32)
+    t = rng.standard_normal((d_in, classes)).astype(np.float32)
+    return x, np.argmax(x @ t, axis=1).astype(np.int64)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,606 @@
+// Lowers a training step (nn + pipe ops) to a C++ stage program on the runtime.
+//
+// Memory: one arena per stage, planned here. Graph inputs, parameters and
+// optimizer state live for the whole run; every other tensor gets a slot that
+// is reused once its last reader has run (first fit, 64-byte aligned).
+// Reshapes are views and allocate nothing.
+#include "compiler/CppEmitter.h"
+
+#include "dialects/nn/NNOps.h"
+#include "dialects/pipe/PipeOps.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+using namespace mlir;
+using namespace gpipe;
+
+std::string gpipe::weightFileName(const std::string &name,
+                                  std::vector<std::string> &taken) {
+  std::string base;
+  for (char c : name)
+    base += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' ||
+             c == '-' || c == '_')
+                ? c
+                : '_';
+  if (base.empty() || base[0] == '.')
+    base = "p" + base;
+  std::string file = base + ".npy";
+  for (int k = 1; llvm::is_contained(taken, file); ++k)
+    file = base + "." + std::to_string(k) + ".npy";
+  taken.push_back(file);
+  return file;
+}
+
+namespace {
+
+constexpr int64_t kAlign = 64;
+
+int64_t alignUp(int64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+RankedTensorType tensorType(Value v) {
+  return cast<RankedTensorType>(v.getType());
+}
+
+int64_t bytesOf(Value v) {
+  auto t = tensorType(v);
+  return t.getNumElements() * (t.getElementType().isF32() ? 4 : 8);
+}
+
+/// First-fit allocator over arena offsets.
+class SlotAllocator {
+public:
+  explicit SlotAllocator(int64_t base) : base(base), top(base) {}
+  int64_t allocate(int64_t size) {
+    size = alignUp(std::max<int64_t>(size, 1));
+    int64_t offset = base;
+    for (auto [start, len] : live) {
+      if (start - offset >= size)
+        break;
+      offset = std::max(offset, start + len);
+    }
+    live.emplace(offset, size);
+    top = std::max(top, offset + size);
+    return offset;
+  }
+  void release(int64_t offset) {
+    for (auto it = live.begin(); it != live.end(); ++it)
+      if (it->first == offset) {
+        live.erase(it);
+        return;
+      }
+  }
+  int64_t peak() const { return top; }
+
+private:
+  int64_t base, top;
+  std::set<std::pair<int64_t, int64_t>> live;
+};
+
+class Emitter {
+public:
+  Emitter(func::FuncOp func, std::string name)
+      : func(func), programName(std::move(name)), os(body), gs(globals) {}
+  FailureOr<EmittedStage> run();
+
+private:
+  LogicalResult plan();
+  LogicalResult emitOp(Operation *op);
+  std::string ptr(Value v, bool isConst = true);
+  void emitElementwise(Value out, ArrayRef<Value> ins,
+                       const std::function<std::string(ArrayRef<std::string>)>
+                           &expr);
+  std::string emitConstant(nn::ConstantOp op);
+  std::string shapeArray(ArrayRef<int64_t> shape);
+
+  func::FuncOp func;
+  std::string programName;
+  std::string body, globals;
+  llvm::raw_string_ostream os, gs;
+  // Value -> arena offset (or, for constants, a global array name).
+  llvm::DenseMap<Value, int64_t> offsets;
+  llvm::DenseMap<Value, std::string> constNames;
+  llvm::DenseMap<Operation *, llvm::SmallVector<int64_t>> optimizerState;
+  EmittedStage result;
+  int counter = 0;
+};
+
+} // namespace
+
+std::string Emitter::shapeArray(ArrayRef<int64_t> shape) {
+  std::string name = "shape" + std::to_string(counter++);
+  gs << "static const int64_t " << name << "[] = {";
+  for (size_t i = 0; i < shape.size(); ++i)
+    gs << (i ? ", " : "") << shape[i];
+  if (shape.empty())
+    gs << "1";
+  gs << "};\n";
+  return name;
+}
+
+std::string Emitter::emitConstant(nn::ConstantOp op) {
+  std::string name = "const" + std::to_string(counter++);
+  auto attr = cast<DenseElementsAttr>(op.getValue());
+  auto type = tensorType(op.getOutput());
+  bool isFloat = type.getElementType().isF32();
+  gs << "alignas(64) static const " << (isFloat ? "float " : "int64_t ")
+     << name << "[" << std::max<int64_t>(type.getNumElements(), 1) << "] = {";
+  int64_t i = 0;
+  if (isFloat) {
+    for (float f : attr.getValues<float>()) {
+      char buf[64];
+      // Hex floats: the exact bits of the ONNX constant, no decimal rounding.
+      std::snprintf(buf, sizeof buf, "%af", static_cast<double>(f));
+      gs << (i++ ? ", " : "") << (std::isfinite(f) ? buf : (f != f ? "NAN" : (f > 0 ? "INFINITY" : "-INFINITY")));
+    }
+  } else {
+    for (int64_t v : attr.getValues<int64_t>())
+      gs << (i++ ? ", " : "") << v << "LL";
+  }
+  gs << "};\n";
+  result.memory.constantBytes += bytesOf(op.getOutput());
+  return name;
+}
+
+std::string Emitter::ptr(Value v, bool isConst) {
+  auto t = tensorType(v);
+  const char *elem = t.getElementType().isF32() ? "float" : "int64_t";
+  if (auto it = constNames.find(v); it != constNames.end())
+    return it->second;
+  return std::string("((") + (isConst ? "const " : "") + elem + " *)(A + " +
+         std::to_string(offsets.lookup(v)) + "))";
+}
+
+LogicalResult Emitter::plan() {
+  Block &block = func.getBody().front();
+  // Aliases: a reshape's result is a view of its input's storage.
+  llvm::DenseMap<Value, Value> root;
+  auto rootOf = [&](Value v) {
+    while (root.count(v))
+      v = root.lookup(v);
+    return v;
+  };
+  std::vector<Operation *> order;
+  for (Operation &op : block)
+    order.push_back(&op);
+  llvm::DenseMap<Operation *, int64_t> index;
+  for (auto [i, op] : llvm::enumerate(order))
+    index[op] = i;
+  for (Operation *op : order)
+    if (auto r = dyn_cast<nn::ReshapeOp>(op))
+      root[r.getOutput()] = r.getInput();
+
+  // Permanent storage first: inputs, parameters, optimizer state.
+  int64_t cursor = 0;
+  auto permanent = [&](int64_t bytes) {
+    int64_t at = cursor;
+    cursor += alignUp(bytes);
+    return at;
+  };
+  for (BlockArgument arg : block.getArguments()) {
+    offsets[arg] = permanent(bytesOf(arg));
+    result.memory.inputBytes += bytesOf(arg);
+  }
+  for (Operation *op : order) {
+    if (auto p = dyn_cast<nn::ParamOp>(op)) {
+      offsets[p.getOutput()] = permanent(bytesOf(p.getOutput()));
+      result.memory.parameterBytes += bytesOf(p.getOutput());
+    } else if (auto c = dyn_cast<nn::ConstantOp>(op)) {
+      constNames[c.getOutput()] = emitConstant(c);
+    }
+  }
+  for (Operation *op : order) {
+    int buffers = 0;
+    Value param;
+    if (auto sgd = dyn_cast<pipeline::SGDUpdateOp>(op)) {
+      buffers = sgd.getMomentum().convertToDouble() > 0 ? 1 : 0;
+      param = sgd.getParam();
+    } else if (auto adam = dyn_cast<pipeline::AdamUpdateOp>(op)) {
+      buffers = 2;
+      param = adam.getParam();
+    }
+    for (int k = 0; k < buffers; ++k) {
+      optimizerState[op].push_back(permanent(bytesOf(param)));
+      result.memory.optimizerBytes += bytesOf(param);
+    }
+  }
+
+  // Temporaries: last use (through views) decides when a slot is free again.
+  llvm::DenseMap<Value, int64_t> lastUse;
+  for (Operation *op : order)
+    for (Value operand : op->getOperands()) {
+      Value r = rootOf(operand);
+      lastUse[r] = std::max<int64_t>(lastUse.lookup(r), index[op]);
+    }
+  SlotAllocator slots(cursor);
+  for (Operation *op : order) {
+    for (Value res : op->getResults()) {
+      if (offsets.count(res) || constNames.count(res))
+        continue;
+      if (root.count(res)) {
+        Value r = rootOf(res);
+        if (constNames.count(r))
+          constNames[res] = "((" +
+                            std::string(tensorType(res).getElementType().isF32()
+                                            ? "const float"
+                                            : "const int64_t") +
+                            " *)" + constNames.lookup(r) + ")";
+        else
+          offsets[res] = offsets.lookup(r);
+        continue;
+      }
+      offsets[res] = slots.allocate(bytesOf(res));
+      // A result nobody reads is still written: free it after this op.
+      if (!lastUse.count(res))
+        lastUse[res] = index[op];
+    }
+    // Free after allocating this op's results, so results never overlap the
+    // operands they are computed from.
+    for (Value operand : op->getOperands()) {
+      Value r = rootOf(operand);
+      if (lastUse.lookup(r) == index[op] && !isa<BlockArgument>(r) &&
+          !r.getDefiningOp<nn::ParamOp>() && !constNames.count(r))
+        slots.release(offsets.lookup(r));
+    }
+    for (Value res : op->getResults())
+      if (!root.count(res) && lastUse.lookup(res) == index[op] &&
+          !res.getDefiningOp<nn::ParamOp>() && !constNames.count(res) &&
+          res.use_empty())
+        slots.release(offsets.lookup(res));
+  }
+  result.memory.activationBytes = slots.peak() - cursor;
+  result.memory.arenaBytes = slots.peak();
+  return success();
+}
+
+void Emitter::emitElementwise(
+    Value out, ArrayRef<Value> ins,
+    const std::function<std::string(ArrayRef<std::string>)> &expr) {
+  auto outShape = tensorType(out).getShape();
+  int64_t rank = outShape.size();
+  int64_t n = tensorType(out).getNumElements();
+  bool same = llvm::all_of(
+      ins, [&](Value v) { return tensorType(v).getShape() == outShape; });
+  os << "  {\n    float *o = " << ptr(out, false) << ";\n";
+  for (auto [k, v] : llvm::enumerate(ins))
+    os << "    const float *x" << k << " = " << ptr(v) << ";\n";
+  if (same || rank == 0) {
+    llvm::SmallVector<std::string> args;
+    for (size_t k = 0; k < ins.size(); ++k)
+      args.push_back("x" + std::to_string(k) + "[i]");
+    os << "    for (int64_t i = 0; i < " << n << "; ++i)\n      o[i] = "
+       << expr(args) << ";\n  }\n";
+    return;
+  }
+  // Broadcast: nested loops; each operand indexed with stride 0 on the
+  // dimensions it broadcasts along.
+  llvm::SmallVector<std::string> args;
+  for (auto [k, v] : llvm::enumerate(ins)) {
+    auto shape = tensorType(v).getShape();
+    int64_t lead = rank - shape.size();
+    std::string idx;
+    int64_t stride = 1;
+    for (int64_t d = rank - 1; d >= lead; --d) {
+      int64_t size = shape[d - lead];
+      if (size != 1)
+        idx += (idx.empty() ? "" : " + ") + std::string("i") +
+               std::to_string(d) + " * " + std::to_string(stride);
+      stride *= size;
+    }
+    args.push_back("x" + std::to_string(k) + "[" + (idx.empty() ? "0" : idx) +
+                   "]");
+  }
+  std::string outIdx;
+  int64_t stride = 1;
+  for (int64_t d = rank - 1; d >= 0; --d) {
+    outIdx += (outIdx.empty() ? "" : " + ") + std::string("i") +
+              std::to_string(d) + " * " + std::to_string(stride);
+    stride *= outShape[d];
+  }
+  for (int64_t d = 0; d < rank; ++d)
+    os << std::string(4 + 2 * d, ' ') << "for (int64_t i" << d << " = 0; i"
+       << d << " < " << outShape[d] << "; ++i" << d << ")\n";
+  os << std::string(4 + 2 * rank, ' ') << "o[" << outIdx << "] = " << expr(args)
+     << ";\n  }\n";
+}
+
+static std::string floatLit(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  std::string s = buf;
+  if (s.find_first_of(".en") == std::string::npos)
+    s += ".0";
+  return s + "f";
+}
+
+LogicalResult Emitter::emitOp(Operation *op) {
+  // A comment naming the ONNX node keeps the generated code traceable.
+  std::string where;
+  llvm::raw_string_ostream ws(where);
+  op->getLoc().print(ws);
+  os << "  // " << op->getName() << "  " << where << "\n";
+  auto bin = [](const char *sym) {
+    return [sym](ArrayRef<std::string> a) {
+      return a[0] + " " + sym + " " + a[1];
+    };
+  };
+  auto un = [](std::string pre, std::string post) {
+    return [pre, post](ArrayRef<std::string> a) { return pre + a[0] + post; };
+  };
+  if (isa<nn::ParamOp, nn::ConstantOp, nn::ReshapeOp, func::ReturnOp>(op))
+    return success();
+  if (auto o = dyn_cast<nn::AddOp>(op))
+    return emitElementwise(o.getOutput(), {o.getLhs(), o.getRhs()}, bin("+")),
+           success();
+  if (auto o = dyn_cast<nn::SubOp>(op))
+    return emitElementwise(o.getOutput(), {o.getLhs(), o.getRhs()}, bin("-")),
+           success();
+  if (auto o = dyn_cast<nn::MulOp>(op))
+    return emitElementwise(o.getOutput(), {o.getLhs(), o.getRhs()}, bin("*")),
+           success();
+  if (auto o = dyn_cast<nn::DivOp>(op))
+    return emitElementwise(o.getOutput(), {o.getLhs(), o.getRhs()}, bin("/")),
+           success();
+  if (auto o = dyn_cast<nn::NegOp>(op))
+    return emitElementwise(o.getOutput(), {o.getInput()}, un("-", "")),
+           success();
+  if (auto o = dyn_cast<nn::ReluOp>(op))
+    return emitElementwise(o.getOutput(), {o.getInput()},
+                           [](ArrayRef<std::string> a) {
+                             return a[0] + " > 0.f ? " + a[0] + " : 0.f";
+                           }),
+           success();
+  if (auto o = dyn_cast<nn::TanhOp>(op))
+    return emitElementwise(o.getOutput(), {o.getInput()},
+                           un("std::tanh(", ")")),
+           success();
+  if (auto o = dyn_cast<nn::SigmoidOp>(op))
+    return emitElementwise(o.getOutput(), {o.getInput()},
+                           un("1.f / (1.f + std::exp(-", "))")),
+           success();
+  if (auto o = dyn_cast<nn::ErfOp>(op))
+    return emitElementwise(o.getOutput(), {o.getInput()},
+                           un("std::erf(", ")")),
+           success();
+  if (auto o = dyn_cast<nn::ReluGradOp>(op))
+    return emitElementwise(o.getOutput(), {o.getValue(), o.getGrad()},
+                           [](ArrayRef<std::string> a) {
+                             return a[0] + " > 0.f ? " + a[1] + " : 0.f";
+                           }),
+           success();
+  if (auto o = dyn_cast<nn::TanhGradOp>(op))
+    return emitElementwise(o.getOutput(), {o.getValue(), o.getGrad()},
+                           [](ArrayRef<std::string> a) {
+                             return a[1] + " * (1.f - " + a[0] + " * " + a[0] +
+                                    ")";
+                           }),
+           success();
+  if (auto o = dyn_cast<nn::SigmoidGradOp>(op))
+    return emitElementwise(o.getOutput(), {o.getValue(), o.getGrad()},
+                           [](ArrayRef<std::string> a) {
+                             return a[1] + " * (" + a[0] + " * (1.f - " + a[0] +
+                                    "))";
+                           }),
+           success();
+  if (auto o = dyn_cast<nn::ErfGradOp>(op))
+    return emitElementwise(o.getOutput(), {o.getValue(), o.getGrad()},
+                           [](ArrayRef<std::string> a) {
+                             // d/dx erf(x) = 2/sqrt(pi) * exp(-x^2)
+                             return a[1] + " * (1.12837916709551257f * std::exp(-" +
+                                    a[0] + " * " + a[0] + "))";
+                           }),
+           success();
+  if (auto o = dyn_cast<nn::GemmOp>(op)) {
+    auto at = tensorType(o.getA()), bt = tensorType(o.getB());
+    auto out = tensorType(o.getOutput());
+    int64_t m = out.getDimSize(0), n = out.getDimSize(1);
+    int64_t k = o.getTransA() ? at.getDimSize(0) : at.getDimSize(1);
+    float beta = 0.f;
+    if (o.getC()) {
+      // out = beta * broadcast(C), then the GEMM accumulates into it.
+      float cb = o.getBeta().convertToFloat();
+      Value c = o.getC();
+      emitElementwise(o.getOutput(), {c}, [cb](ArrayRef<std::string> a) {
+        return cb == 1.f ? a[0] : floatLit(cb) + " * " + a[0];
+      });
+      beta = 1.f;
+    }
+    os << "  gp_gemm(" << o.getTransA() << ", " << o.getTransB() << ", " << m
+       << ", " << n << ", " << k << ", "
+       << floatLit(o.getAlpha().convertToFloat()) << ", " << ptr(o.getA())
+       << ", " << at.getDimSize(1) << ", " << ptr(o.getB()) << ", "
+       << bt.getDimSize(1) << ", " << floatLit(beta) << ", "
+       << ptr(o.getOutput(), false) << ", " << n << ");\n";
+    return success();
+  }
+  if (auto o = dyn_cast<nn::ReduceToOp>(op)) {
+    auto in = tensorType(o.getInput()), out = tensorType(o.getOutput());
+    llvm::SmallVector<int64_t> padded(in.getRank() - out.getRank(), 1);
+    padded.append(out.getShape().begin(), out.getShape().end());
+    if (in.getRank() == 0) {
+      os << "  " << ptr(o.getOutput(), false) << "[0] = " << ptr(o.getInput())
+         << "[0];\n";
+      return success();
+    }
+    os << "  gp_reduce_to(" << ptr(o.getInput()) << ", "
+       << shapeArray(in.getShape()) << ", " << ptr(o.getOutput(), false)
+       << ", " << shapeArray(padded) << ", " << in.getRank() << ");\n";
+    return success();
+  }
+  auto blockCopy = [&](Value dst, int64_t dstStride, int64_t dstOffset,
+                       Value src, int64_t srcStride, int64_t srcOffset,
+                       int64_t outer, int64_t count, int64_t elemBytes) {
+    os << "  gp_copy_blocks(" << ptr(dst, false) << " + " << dstOffset << ", "
+       << dstStride << ", " << ptr(src) << " + " << srcOffset << ", "
+       << srcStride << ", " << outer << ", " << count << ", " << elemBytes
+       << ");\n";
+  };
+  auto outerInner = [](RankedTensorType t, int64_t axis) {
+    int64_t outer = 1, inner = 1;
+    for (int64_t d = 0; d < t.getRank(); ++d) {
+      if (d < axis)
+        outer *= t.getDimSize(d);
+      if (d > axis)
+        inner *= t.getDimSize(d);
+    }
+    return std::make_pair(outer, inner);
+  };
+  if (auto o = dyn_cast<nn::ConcatOp>(op)) {
+    auto out = tensorType(o.getOutput());
+    int64_t axis = o.getAxis();
+    auto [outer, inner] = outerInner(out, axis);
+    int64_t elem = out.getElementType().isF32() ? 4 : 8;
+    int64_t start = 0;
+    for (Value in : o.getInputs()) {
+      int64_t len = tensorType(in).getDimSize(axis);
+      blockCopy(o.getOutput(), out.getDimSize(axis) * inner, start * inner, in,
+                len * inner, 0, outer, len * inner, elem);
+      start += len;
+    }
+    return success();
+  }
+  if (auto o = dyn_cast<nn::SliceOp>(op)) {
+    auto in = tensorType(o.getInput()), out = tensorType(o.getOutput());
+    int64_t axis = o.getAxis();
+    auto [outer, inner] = outerInner(in, axis);
+    int64_t len = out.getDimSize(axis);
+    blockCopy(o.getOutput(), len * inner, 0, o.getInput(),
+              in.getDimSize(axis) * inner, o.getStart() * inner, outer,
+              len * inner, in.getElementType().isF32() ? 4 : 8);
+    return success();
+  }
+  auto ignoreArgs = [](std::optional<int64_t> ignore) {
+    return std::to_string(ignore ? 1 : 0) + ", " +
+           std::to_string(ignore ? *ignore : 0) + "LL";
+  };
+  if (auto o = dyn_cast<nn::SoftmaxCrossEntropyOp>(op)) {
+    auto lt = tensorType(o.getLogits());
+    os << "  gp_softmax_xent_fwd(" << ptr(o.getLogits()) << ", "
+       << ptr(o.getLabels()) << ", " << lt.getDimSize(0) << ", "
+       << lt.getDimSize(1) << ", " << ignoreArgs(o.getIgnoreIndex()) << ", "
+       << ptr(o.getLoss(), false) << ", nullptr);\n";
+    return success();
+  }
+  if (auto o = dyn_cast<nn::SoftmaxCrossEntropyGradOp>(op)) {
+    auto lt = tensorType(o.getLogits());
+    os << "  gp_softmax_xent_bwd(" << ptr(o.getLogits()) << ", "
+       << ptr(o.getLabels()) << ", " << lt.getDimSize(0) << ", "
+       << lt.getDimSize(1) << ", " << ignoreArgs(o.getIgnoreIndex()) << ", "
+       << ptr(o.getGrad()) << ", " << ptr(o.getOutput(), false) << ");\n";
+    return success();
+  }
+  auto statePtr = [&](Operation *op, int k) {
+    return "((float *)(A + " + std::to_string(optimizerState[op][k]) + "))";
+  };
+  if (auto o = dyn_cast<pipeline::SGDUpdateOp>(op)) {
+    bool momentum = o.getMomentum().convertToDouble() > 0;
+    os << "  gp_sgd_update(" << ptr(o.getParam(), false) << ", "
+       << ptr(o.getGrad()) << ", " << (momentum ? statePtr(op, 0) : "nullptr")
+       << ", " << tensorType(o.getParam()).getNumElements() << ", "
+       << floatLit(o.getLr().convertToDouble()) << ", "
+       << floatLit(o.getMomentum().convertToDouble()) << ", "
+       << floatLit(o.getWeightDecay().convertToDouble()) << ", "
+       << o.getNesterov() << ", ctx->step);\n";
+    return success();
+  }
+  if (auto o = dyn_cast<pipeline::AdamUpdateOp>(op)) {
+    os << "  gp_adam_update(" << ptr(o.getParam(), false) << ", "
+       << ptr(o.getGrad()) << ", " << statePtr(op, 0) << ", " << statePtr(op, 1)
+       << ", " << tensorType(o.getParam()).getNumElements() << ", "
+       << floatLit(o.getLr().convertToDouble()) << ", "
+       << floatLit(o.getBeta1().convertToDouble()) << ", "
+       << floatLit(o.getBeta2().convertToDouble()) << ", "
+       << floatLit(o.getEps().convertToDouble()) << ", "
+       << floatLit(o.getWeightDecay().convertToDouble()) << ", "
+       << o.getDecoupled() << ", ctx->step);\n";
+    return success();
+  }
+  return op->emitError("code generation does not support '")
+         << op->getName() << "' yet";
+}
+
+FailureOr<EmittedStage> Emitter::run() {
+  if (!func.getBody().hasOneBlock())
+    return func.emitError("code generation needs a single-block function");
+  Block &block = func.getBody().front();
+  for (Operation &op : block)
+    if (auto cost = dyn_cast<nn::CostOpInterface>(op))
+      result.flops += cost.getFlops();
+  if (failed(plan()))
+    return failure();
+
+  std::optional<unsigned> lossIndex;
+  for (unsigned i = 0; i < func.getNumResults(); ++i)
+    if (func.getResultAttr(i, "nn.loss"))
+      lossIndex = i;
+  for (Operation &op : block)
+    if (failed(emitOp(&op)))
+      return failure();
+
+  // Program description.
+  std::string desc;
+  llvm::raw_string_ostream ds(desc);
+  ds << "static const gp_tensor_desc kInputs[] = {\n";
+  for (BlockArgument arg : block.getArguments()) {
+    auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                  "nn.input");
+    auto t = tensorType(arg);
+    ds << "  {\"" << (name ? name.getValue() : "") << "\", nullptr, "
+       << (t.getElementType().isF32() ? "GP_F32" : "GP_I64") << ", "
+       << t.getRank() << ", " << shapeArray(t.getShape()) << ", "
+       << offsets.lookup(arg) << "},\n";
+  }
+  ds << "  {nullptr, nullptr, GP_F32, 0, nullptr, 0}\n};\n";
+  ds << "static const gp_tensor_desc kParams[] = {\n";
+  std::vector<std::string> taken;
+  for (Operation &op : block) {
+    auto p = dyn_cast<nn::ParamOp>(op);
+    if (!p)
+      continue;
+    auto t = tensorType(p.getOutput());
+    EmittedParam ep{p.getName().str(), weightFileName(p.getName().str(), taken),
+                    std::vector<int64_t>(t.getShape().begin(),
+                                         t.getShape().end())};
+    ds << "  {\"" << llvm::StringRef(ep.name) << "\", \"" << ep.file
+       << "\", GP_F32, " << t.getRank() << ", " << shapeArray(t.getShape())
+       << ", " << offsets.lookup(p.getOutput()) << "},\n";
+    result.params.push_back(std::move(ep));
+  }
+  ds << "  {nullptr, nullptr, GP_F32, 0, nullptr, 0}\n};\n";
+
+  auto &src = result.source;
+  llvm::raw_string_ostream ss(src);
+  ss << "// Generated by gpipe-compile: stage program '" << programName
+     << "'. Do not edit.\n"
+     << "#include \"gpipe/runtime.h\"\n\n#include <cmath>\n#include "
+        "<cstdint>\n\n";
+  ss << globals << "\n" << desc << "\n";
+  ss << "static float step(gp_step_ctx *ctx) {\n"
+     << "  unsigned char *A = ctx->arena;\n"
+     << body;
+  if (lossIndex)
+    ss << "  return " << ptr(block.getTerminator()->getOperand(*lossIndex))
+       << "[0];\n";
+  else
+    ss << "  return NAN;\n";
+  ss << "}\n\n";
+  ss << "static const gp_program kProgram = {\"" << programName << "\", "
+     << block.getNumArguments() << ", kInputs, " << result.params.size()
+     << ", kParams, " << result.memory.arenaBytes << "LL, step};\n\n"
+     << "int main(int argc, char **argv) { return gp_main(argc, argv, "
+        "&kProgram); }\n";
+  return std::move(result);
+}
+
+FailureOr<EmittedStage> gpipe::emitStageCpp(func::FuncOp func,
+                                            const std::string &programName) {
+  Emitter emitter(func, programName);
+  return emitter.run();
+}

@@ -1,0 +1,429 @@
+// The gpipe-compile pipeline: import, differentiate, optimize, emit, build.
+#include "compiler/Driver.h"
+
+#include "compiler/CppEmitter.h"
+#include "compiler/OnnxImporter.h"
+#include "dialects/nn/NNOps.h"
+#include "dialects/pipe/PipeOps.h"
+#include "passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/Passes.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Process.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include "npy.h" // the runtime's .npy writer
+
+#include <cmath>
+
+using namespace mlir;
+using namespace gpipe;
+
+#ifndef GPIPE_RUNTIME_INCLUDE_DIR
+#error "GPIPE_RUNTIME_INCLUDE_DIR must be defined by the build"
+#endif
+
+namespace {
+
+llvm::raw_ostream &errorLine() {
+  return llvm::errs() << "gpipe-compile: error: ";
+}
+
+/// "model.onnx: node 'Gemm_0': " for op locations, "model.onnx: " for files.
+std::string describe(Location loc) {
+  if (auto name = dyn_cast<NameLoc>(loc))
+    return describe(name.getChildLoc()) + "node '" +
+           name.getName().getValue().str() + "': ";
+  if (auto file = dyn_cast<FileLineColLoc>(loc)) {
+    std::string s = file.getFilename().getValue().str();
+    if (file.getLine())
+      s += ":" + std::to_string(file.getLine()) + ":" +
+           std::to_string(file.getColumn());
+    return s + ": ";
+  }
+  if (auto fused = dyn_cast<FusedLoc>(loc))
+    return fused.getLocations().empty() ? ""
+                                        : describe(fused.getLocations()[0]);
+  return "";
+}
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+LogicalResult fail(const llvm::Twine &msg) {
+  errorLine() << msg << "\n";
+  return failure();
+}
+
+LogicalResult validate(const CompileOptions &o) {
+  auto &opt = o.optimizer;
+  if (o.stages < 1)
+    return fail("--stages must be >= 1, got " + llvm::Twine(o.stages));
+  if (o.stages > 1)
+    return fail("--stages " + llvm::Twine(o.stages) +
+                ": pipelining over several stages is not implemented yet; "
+                "only --stages 1 is accepted");
+  if (o.microbatches < 1)
+    return fail("--microbatches must be >= 1, got " +
+                llvm::Twine(o.microbatches));
+  if (o.microbatches > 1)
+    return fail("--microbatches " + llvm::Twine(o.microbatches) +
+                ": micro-batching is not implemented yet; only "
+                "--microbatches 1 is accepted");
+  if (o.target == "cuda")
+    return fail("--target cuda is not implemented yet; use --target cpu");
+  if (o.target != "cpu")
+    return fail("--target must be cpu or cuda, got '" + o.target + "'");
+  if (o.emit != "exe" && o.emit != "cpp" && o.emit != "mlir")
+    return fail("--emit must be exe, cpp or mlir, got '" + o.emit + "'");
+  if (o.remat != "none" && o.remat != "stage" && o.remat != "auto")
+    return fail("--remat must be none, stage or auto, got '" + o.remat + "'");
+  if (o.schedule != "gpipe" && o.schedule != "1f1b")
+    return fail("--schedule must be gpipe or 1f1b, got '" + o.schedule + "'");
+  if (opt.kind != "sgd" && opt.kind != "adam" && opt.kind != "adamw")
+    return fail("--optimizer must be sgd, adam or adamw, got '" + opt.kind +
+                "'");
+  auto bad = [](double v) { return !std::isfinite(v) || v < 0; };
+  if (bad(opt.lr) || opt.lr == 0)
+    return fail("--lr must be a positive number, got " + num(opt.lr));
+  if (bad(opt.momentum))
+    return fail("--momentum must be >= 0, got " + num(opt.momentum));
+  if (opt.nesterov && (opt.kind != "sgd" || opt.momentum <= 0))
+    return fail("--nesterov needs --optimizer sgd and a --momentum > 0");
+  if (opt.momentum > 0 && opt.kind != "sgd")
+    return fail("--momentum applies to --optimizer sgd only");
+  if (bad(opt.weightDecay))
+    return fail("--weight-decay must be >= 0, got " +
+                num(opt.weightDecay));
+  if (bad(opt.beta1) || opt.beta1 >= 1 || bad(opt.beta2) || opt.beta2 >= 1)
+    return fail("--betas must be two numbers in [0, 1), got " +
+                num(opt.beta1) + "," + num(opt.beta2));
+  if (bad(opt.eps))
+    return fail("--eps must be >= 0, got " + num(opt.eps));
+  if (o.outDir.empty())
+    return fail("-o OUT is required");
+  return success();
+}
+
+gpipe::OptimizerOptions optimizerPassOptions(const OptimizerConfig &c) {
+  gpipe::OptimizerOptions o;
+  o.optimizer = c.kind;
+  o.lr = c.lr;
+  o.momentum = c.momentum;
+  o.nesterov = c.nesterov;
+  o.weightDecay = c.weightDecay;
+  o.beta1 = c.beta1;
+  o.beta2 = c.beta2;
+  o.eps = c.eps;
+  return o;
+}
+
+LogicalResult writeFile(const std::string &path, llvm::StringRef contents) {
+  std::error_code ec;
+  llvm::raw_fd_ostream os(path, ec);
+  if (ec)
+    return fail("cannot write " + path + ": " + ec.message());
+  os << contents;
+  os.close();
+  if (os.has_error())
+    return fail("cannot write " + path + ": " + os.error().message());
+  return success();
+}
+
+/// Writes pipeline.json: what gpipe-run and the stage programs need, plus the
+/// memory plan and cost estimate for people and tools.
+std::string pipelineJson(const CompileOptions &o, const ImportedModel &model,
+                         const EmittedStage &stage, const std::string &srcAbs) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  llvm::json::OStream j(os, 2);
+  j.object([&] {
+    j.attribute("format", "gpipe-pipeline");
+    j.attribute("version", 1);
+    j.attribute("model", "model.onnx");
+    j.attribute("source_model", srcAbs);
+    j.attribute("target", o.target);
+    j.attribute("batch_size", model.batchSize);
+    j.attribute("microbatches", o.microbatches);
+    j.attribute("loss", model.lossName);
+    j.attributeObject("optimizer", [&] {
+      j.attribute("kind", o.optimizer.kind);
+      j.attribute("lr", o.optimizer.lr);
+      if (o.optimizer.kind == "sgd") {
+        j.attribute("momentum", o.optimizer.momentum);
+        j.attribute("nesterov", o.optimizer.nesterov);
+      } else {
+        j.attributeArray("betas", [&] {
+          j.value(o.optimizer.beta1);
+          j.value(o.optimizer.beta2);
+        });
+        j.attribute("eps", o.optimizer.eps);
+      }
+      j.attribute("weight_decay", o.optimizer.weightDecay);
+    });
+    j.attributeArray("inputs", [&] {
+      for (const ImportedInput &in : model.inputs)
+        j.object([&] {
+          j.attribute("name", in.name);
+          j.attribute("dtype", in.isFloat ? "float32" : "int64");
+          j.attributeArray("shape", [&] {
+            for (int64_t d : in.shape)
+              j.value(d);
+          });
+          j.attribute("stage", 0);
+        });
+    });
+    j.attributeArray("stages", [&] {
+      j.object([&] {
+        j.attribute("index", 0);
+        j.attribute("rank", 0);
+        j.attribute("executable", "stage0");
+        j.attribute("weights", "weights");
+        j.attribute("flops_per_step", stage.flops);
+        j.attributeArray("params", [&] {
+          for (const EmittedParam &p : stage.params)
+            j.object([&] {
+              j.attribute("name", p.name);
+              j.attribute("file", p.file);
+              j.attributeArray("shape", [&] {
+                for (int64_t d : p.shape)
+                  j.value(d);
+              });
+            });
+        });
+        j.attributeObject("memory", [&] {
+          const MemoryPlan &m = stage.memory;
+          j.attribute("arena_bytes", m.arenaBytes);
+          j.attribute("parameter_bytes", m.parameterBytes);
+          j.attribute("optimizer_state_bytes", m.optimizerBytes);
+          j.attribute("input_bytes", m.inputBytes);
+          j.attribute("activation_peak_bytes", m.activationBytes);
+          j.attribute("constant_bytes", m.constantBytes);
+        });
+        j.attributeArray("boundaries", [&] {});
+      });
+    });
+  });
+  os << "\n";
+  return s;
+}
+
+std::string findCxx(const CompileOptions &o) {
+  if (!o.cxx.empty())
+    return o.cxx;
+  if (auto env = llvm::sys::Process::GetEnv("CXX"))
+    return *env;
+  return GPIPE_HOST_CXX;
+}
+
+/// Compiles and links a stage program with the host C++ compiler.
+LogicalResult buildExecutable(const CompileOptions &o, const std::string &dir,
+                              const std::string &name) {
+  std::string cxx = findCxx(o);
+  auto found = llvm::sys::findProgramByName(cxx);
+  if (!found)
+    return fail("cannot find the C++ compiler '" + cxx +
+                "' (set --cxx or CXX)");
+  std::vector<std::string> args = {*found,
+                                   "-std=c++17",
+                                   "-O3",
+                                   "-march=" + o.cpuArch,
+                                   "-I" GPIPE_RUNTIME_INCLUDE_DIR,
+                                   dir + "/" + name + ".cpp",
+                                   "-o",
+                                   dir + "/" + name,
+                                   GPIPE_RUNTIME_LIBRARY};
+  llvm::SmallVector<llvm::StringRef> linkFlags;
+  llvm::StringRef(GPIPE_RUNTIME_LINK_FLAGS).split(linkFlags, ';', -1, false);
+  for (llvm::StringRef f : linkFlags)
+    args.push_back(f.str());
+  std::vector<llvm::StringRef> argRefs(args.begin(), args.end());
+  std::string log = dir + "/" + name + ".build.log";
+  std::optional<llvm::StringRef> redirects[] = {std::nullopt,
+                                                llvm::StringRef(log),
+                                                llvm::StringRef(log)};
+  if (o.verbose) {
+    llvm::errs() << "gpipe-compile: building " << name << ":";
+    for (auto &a : args)
+      llvm::errs() << " " << a;
+    llvm::errs() << "\n";
+  }
+  std::string err;
+  int rc = llvm::sys::ExecuteAndWait(*found, argRefs, std::nullopt, redirects,
+                                     0, 0, &err);
+  if (rc != 0) {
+    errorLine() << "building " << name << " failed (exit " << rc << ")"
+                << (err.empty() ? "" : ": " + err) << "; compiler output:\n";
+    if (auto buf = llvm::MemoryBuffer::getFile(log))
+      llvm::errs() << (*buf)->getBuffer().take_back(4000);
+    return failure();
+  }
+  llvm::sys::fs::remove(log);
+  return success();
+}
+
+/// Moves every entry of `staging` into `out`, replacing same-named entries
+/// and leaving others (for instance trained weights) alone.
+LogicalResult publish(const std::string &staging, const std::string &out) {
+  if (std::error_code ec = llvm::sys::fs::create_directories(out))
+    return fail("cannot create the output directory " + out + ": " +
+                ec.message());
+  std::error_code ec;
+  for (llvm::sys::fs::directory_iterator it(staging, ec), end;
+       it != end && !ec; it.increment(ec)) {
+    std::string name = llvm::sys::path::filename(it->path()).str();
+    std::string dst = out + "/" + name;
+    if (llvm::sys::fs::is_directory(dst))
+      llvm::sys::fs::remove_directories(dst);
+    if (std::error_code rec = llvm::sys::fs::rename(it->path(), dst))
+      return fail("cannot move " + it->path() + " to " + dst + ": " +
+                  rec.message());
+  }
+  if (ec)
+    return fail("cannot list " + staging + ": " + ec.message());
+  llvm::sys::fs::remove_directories(staging);
+  return success();
+}
+
+} // namespace
+
+int gpipe::compile(const CompileOptions &o) {
+  if (failed(validate(o)))
+    return 1;
+  if (!llvm::sys::fs::exists(o.modelPath)) {
+    errorLine() << o.modelPath << ": no such file\n";
+    return 1;
+  }
+
+  MLIRContext ctx;
+  ctx.loadDialect<nn::NNDialect, pipeline::PipeDialect, func::FuncDialect>();
+  ScopedDiagnosticHandler handler(&ctx, [](Diagnostic &diag) {
+    const char *kind = diag.getSeverity() == DiagnosticSeverity::Error
+                           ? "error"
+                           : diag.getSeverity() == DiagnosticSeverity::Warning
+                                 ? "warning"
+                                 : "note";
+    llvm::errs() << "gpipe-compile: " << kind << ": "
+                 << describe(diag.getLocation()) << diag.str() << "\n";
+    for (const Diagnostic &note : diag.getNotes())
+      llvm::errs() << "  note: " << note.str() << "\n";
+    return success();
+  });
+
+  ImportOptions io;
+  io.batchSize = o.batchSize;
+  io.lossName = o.lossName;
+  FailureOr<ImportedModel> model = importOnnxModel(ctx, o.modelPath, io);
+  if (failed(model))
+    return 1;
+  for (const std::string &note : model->notes)
+    llvm::errs() << "gpipe-compile: note: " << o.modelPath << ": " << note
+                 << "\n";
+
+  ModuleOp module = *model->module;
+  PassManager pm(&ctx);
+  pm.addNestedPass<func::FuncOp>(createAutodiff());
+  pm.addNestedPass<func::FuncOp>(
+      createOptimizer(optimizerPassOptions(o.optimizer)));
+  pm.addPass(createCSEPass());
+  if (failed(pm.run(module)))
+    return 1;
+
+  // Everything goes to a staging directory next to OUT first.
+  std::string out = o.outDir;
+  while (out.size() > 1 && out.back() == '/')
+    out.pop_back();
+  std::string staging =
+      out + ".gpipe-staging-" + std::to_string(llvm::sys::Process::getProcessId());
+  llvm::sys::fs::remove_directories(staging);
+  if (std::error_code ec = llvm::sys::fs::create_directories(staging)) {
+    errorLine() << "cannot create " << staging << ": " << ec.message() << "\n";
+    return 1;
+  }
+  auto cleanupAndFail = [&]() {
+    llvm::sys::fs::remove_directories(staging);
+    return 1;
+  };
+
+  std::string mlirText;
+  {
+    llvm::raw_string_ostream os(mlirText);
+    module.print(os, OpPrintingFlags().enableDebugInfo(false));
+  }
+  if (o.emit == "mlir") {
+    if (failed(writeFile(staging + "/stage0.mlir", mlirText)) ||
+        failed(publish(staging, out)))
+      return cleanupAndFail();
+    llvm::outs() << "gpipe-compile: wrote " << out << "/stage0.mlir\n";
+    return 0;
+  }
+
+  auto func = *module.getOps<func::FuncOp>().begin();
+  FailureOr<EmittedStage> stage = emitStageCpp(func, "stage0");
+  if (failed(stage))
+    return cleanupAndFail();
+
+  // Initial weights, the model (for --save-onnx), the plan, the source.
+  std::string weights = staging + "/weights";
+  llvm::sys::fs::create_directories(weights);
+  for (const EmittedParam &p : stage->params) {
+    const ImportedParam *src = nullptr;
+    for (const ImportedParam &ip : model->params)
+      if (ip.name == p.name)
+        src = &ip;
+    std::string err;
+    if (!src || !npyWriteF32(weights + "/" + p.file, src->data.data(),
+                             p.shape.data(), p.shape.size(), err)) {
+      errorLine() << "cannot write the weights of '" << p.name << "': " << err
+                  << "\n";
+      return cleanupAndFail();
+    }
+  }
+  llvm::SmallString<256> srcAbs(o.modelPath);
+  llvm::sys::fs::make_absolute(srcAbs);
+  if (std::error_code ec =
+          llvm::sys::fs::copy_file(o.modelPath, staging + "/model.onnx")) {
+    errorLine() << "cannot copy " << o.modelPath << ": " << ec.message()
+                << "\n";
+    return cleanupAndFail();
+  }
+  if (failed(writeFile(staging + "/pipeline.json",
+                       pipelineJson(o, *model, *stage, srcAbs.str().str()))) ||
+      failed(writeFile(staging + "/stage0.cpp", stage->source)) ||
+      failed(writeFile(staging + "/stage0.mlir", mlirText)))
+    return cleanupAndFail();
+
+  if (o.explain) {
+    const MemoryPlan &m = stage->memory;
+    llvm::outs() << "stage 0 (rank 0): " << func.getBody().front().getOperations().size()
+                 << " ops, " << stage->params.size() << " parameters, "
+                 << llvm::format("%.6g", stage->flops / 1e6)
+                 << " MFLOP per step\n"
+                 << "  memory: arena " << m.arenaBytes << " B = parameters "
+                 << m.parameterBytes << " + optimizer state " << m.optimizerBytes
+                 << " + inputs " << m.inputBytes << " + activation peak "
+                 << m.activationBytes << " bytes\n";
+  }
+
+  if (o.emit == "exe" && failed(buildExecutable(o, staging, "stage0")))
+    return cleanupAndFail();
+  if (failed(publish(staging, out)))
+    return cleanupAndFail();
+  llvm::outs() << "gpipe-compile: " << out << ": 1 stage, batch "
+               << model->batchSize << ", " << stage->params.size()
+               << " parameters, arena " << stage->memory.arenaBytes
+               << " bytes\n";
+  return 0;
+}

@@ -1,0 +1,46 @@
+// The gpipe-compile pipeline: ONNX -> training step -> stage executables.
+#ifndef GPIPE_COMPILER_DRIVER_H
+#define GPIPE_COMPILER_DRIVER_H
+
+#include <optional>
+#include <string>
+
+namespace gpipe {
+
+struct OptimizerConfig {
+  std::string kind = "sgd"; // sgd | adam | adamw
+  double lr = 0.01;
+  double momentum = 0.0;
+  bool nesterov = false;
+  double weightDecay = 0.0;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
+};
+
+struct CompileOptions {
+  std::string modelPath;
+  std::string outDir;
+  std::optional<int64_t> batchSize;
+  int64_t stages = 1;
+  int64_t microbatches = 1;
+  std::string target = "cpu";
+  std::string emit = "exe"; // exe | cpp | mlir
+  std::string lossName;
+  std::string remat = "stage";
+  std::string schedule = "gpipe";
+  OptimizerConfig optimizer;
+  std::string cxx;        // host C++ compiler for the CPU target
+  std::string cpuArch = "native"; // -march= for the stage programs
+  bool explain = false;   // print the stage plan (ops, memory, cost)
+  bool verbose = false;   // print the build commands
+};
+
+/// Runs the whole compilation. Every error is printed as one
+/// "gpipe-compile: error: ..." line (plus context lines), and a non-zero code
+/// is returned; the output directory is only touched once everything
+/// succeeded, so a failed compile never corrupts an earlier result.
+int compile(const CompileOptions &options);
+
+} // namespace gpipe
+
+#endif

@@ -1,0 +1,59 @@
+// ONNX model -> nn dialect: one func.func computing the loss of a mini-batch.
+#ifndef GPIPE_COMPILER_ONNXIMPORTER_H
+#define GPIPE_COMPILER_ONNXIMPORTER_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gpipe {
+
+struct ImportOptions {
+  /// Mini-batch size: fixes a symbolic (or different static) batch dimension.
+  std::optional<int64_t> batchSize;
+  /// Name of the graph output to train; default: the only scalar float output.
+  std::string lossName;
+  /// Opset of the default domain the model is converted to.
+  int targetOpset = 17;
+};
+
+/// A trainable parameter: an ONNX floating-point initializer.
+struct ImportedParam {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+};
+
+/// A graph input the runtime feeds per mini-batch (first dimension = batch).
+struct ImportedInput {
+  std::string name;
+  bool isFloat; // float32, else int64
+  std::vector<int64_t> shape;
+};
+
+struct ImportedModel {
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  std::vector<ImportedParam> params;
+  std::vector<ImportedInput> inputs;
+  int64_t batchSize = 0;
+  std::string lossName;
+  /// Things the importer changed that a user should know (opset conversion,
+  /// rewritten Reshape targets), one line each.
+  std::vector<std::string> notes;
+};
+
+/// Imports `path`. Every problem is reported through the context's diagnostic
+/// engine, located at the ONNX node (NameLoc) or the file, and yields failure.
+mlir::FailureOr<ImportedModel> importOnnxModel(mlir::MLIRContext &ctx,
+                                               const std::string &path,
+                                               const ImportOptions &options);
+
+/// The ONNX op types the importer supports, for docs and messages.
+const std::vector<std::string> &supportedOnnxOps();
+
+} // namespace gpipe
+
+#endif

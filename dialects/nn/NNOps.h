@@ -1,0 +1,33 @@
+// The nn dialect's ops and interfaces.
+#ifndef GPIPE_DIALECTS_NN_NNOPS_H
+#define GPIPE_DIALECTS_NN_NNOPS_H
+
+#include "dialects/nn/NNDialect.h"
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+namespace gpipe::nn {
+/// Operand + result bytes: the default memory-traffic estimate of an op.
+int64_t defaultBytesAccessed(mlir::Operation *op);
+
+/// Numpy broadcast of two static shapes; failure if incompatible.
+mlir::FailureOr<llvm::SmallVector<int64_t>>
+broadcastShapes(llvm::ArrayRef<int64_t> a, llvm::ArrayRef<int64_t> b);
+
+/// Reduces `grad` (the gradient of a broadcast result) to `type` by summing
+/// the broadcast dimensions; returns `grad` itself when no reduction is needed.
+mlir::Value reduceToType(mlir::OpBuilder &b, mlir::Location loc,
+                         mlir::Value grad, mlir::RankedTensorType type);
+} // namespace gpipe::nn
+
+#include "dialects/nn/NNInterfaces.h.inc"
+
+#define GET_OP_CLASSES
+#include "dialects/nn/NNOps.h.inc"
+
+#endif

@@ -1,0 +1,149 @@
+// gpipe-autodiff: reverse-mode differentiation of the loss w.r.t. parameters.
+#include "passes/Passes.h"
+
+#include "mlir/Transforms/RegionUtils.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+
+namespace gpipe {
+#define GEN_PASS_DEF_AUTODIFF
+#include "passes/Passes.h.inc"
+} // namespace gpipe
+
+using namespace mlir;
+using namespace gpipe;
+
+namespace {
+struct AutodiffPass : gpipe::impl::AutodiffBase<AutodiffPass> {
+  void runOnOperation() override;
+};
+} // namespace
+
+/// Index of the result marked `nn.loss`, or failure with a diagnostic.
+static FailureOr<unsigned> findLoss(func::FuncOp func) {
+  std::optional<unsigned> loss;
+  for (unsigned i = 0, e = func.getNumResults(); i < e; ++i) {
+    if (!func.getResultAttr(i, "nn.loss"))
+      continue;
+    if (loss) {
+      func.emitError("more than one result is marked 'nn.loss'");
+      return failure();
+    }
+    loss = i;
+  }
+  if (!loss) {
+    func.emitError("no result is marked 'nn.loss'; nothing to differentiate");
+    return failure();
+  }
+  auto type = dyn_cast<RankedTensorType>(func.getResultTypes()[*loss]);
+  if (!type || type.getRank() != 0 || !type.getElementType().isF32()) {
+    func.emitError("the loss (result #")
+        << *loss << ") must be a tensor<f32> scalar, got "
+        << func.getResultTypes()[*loss];
+    return failure();
+  }
+  return *loss;
+}
+
+void AutodiffPass::runOnOperation() {
+  func::FuncOp func = getOperation();
+  if (func.isExternal())
+    return;
+  if (!func.getBody().hasOneBlock()) {
+    func.emitError("the training step must be a single block");
+    return signalPassFailure();
+  }
+  FailureOr<unsigned> lossIndex = findLoss(func);
+  if (failed(lossIndex))
+    return signalPassFailure();
+
+  Block &block = func.getBody().front();
+  Operation *ret = block.getTerminator();
+  Value loss = ret->getOperand(*lossIndex);
+  OpBuilder b(ret);
+
+  // Accumulated gradient of every value that influences the loss.
+  llvm::DenseMap<Value, Value> grads;
+  auto accumulate = [&](Value v, Value g, Location loc) {
+    auto [it, inserted] = grads.try_emplace(v, g);
+    if (!inserted)
+      it->second = nn::AddOp::create(b, loc, g.getType(), it->second, g);
+  };
+  auto lossType = cast<RankedTensorType>(loss.getType());
+  accumulate(loss,
+             nn::ConstantOp::create(b, ret->getLoc(),
+                                    DenseElementsAttr::get(lossType, 1.0f)),
+             ret->getLoc());
+
+  // Ops created below go before the return: iterate over the forward ops only.
+  // A value is active when it depends on a parameter: only those need
+  // gradients (not the data inputs, labels or constants).
+  SmallVector<Operation *> forward;
+  llvm::DenseSet<Value> active;
+  for (Operation &op : block.without_terminator()) {
+    forward.push_back(&op);
+    bool isActive = isa<nn::ParamOp>(op) ||
+                    llvm::any_of(op.getOperands(),
+                                 [&](Value v) { return active.contains(v); });
+    if (isActive)
+      active.insert(op.getResults().begin(), op.getResults().end());
+  }
+
+  for (Operation *op : llvm::reverse(forward)) {
+    SmallVector<Value> resultGrads;
+    bool any = false;
+    for (Value r : op->getResults()) {
+      Value g = grads.lookup(r);
+      resultGrads.push_back(g);
+      any |= bool(g);
+    }
+    // Leaves (parameters, constants) have nothing to propagate to.
+    if (!any || op->getNumOperands() == 0)
+      continue;
+    auto diff = dyn_cast<nn::DifferentiableOpInterface>(op);
+    if (!diff) {
+      op->emitError("cannot differentiate '")
+          << op->getName() << "': it has no gradient rule";
+      return signalPassFailure();
+    }
+    // A multi-result op whose other results don't reach the loss gets zeros.
+    for (unsigned i = 0, e = resultGrads.size(); i < e; ++i) {
+      if (resultGrads[i])
+        continue;
+      auto t = cast<RankedTensorType>(op->getResult(i).getType());
+      resultGrads[i] = nn::ConstantOp::create(
+          b, op->getLoc(), DenseElementsAttr::get(t, 0.0f));
+    }
+    SmallVector<Value> operandGrads;
+    if (failed(diff.buildGradients(b, resultGrads, operandGrads)))
+      return signalPassFailure();
+    if (operandGrads.size() != op->getNumOperands()) {
+      op->emitError("gradient rule returned ")
+          << operandGrads.size() << " gradients for " << op->getNumOperands()
+          << " operands";
+      return signalPassFailure();
+    }
+    for (auto [operand, g] : llvm::zip(op->getOperands(), operandGrads))
+      if (g && active.contains(operand))
+        accumulate(operand, g, op->getLoc());
+  }
+
+  for (Operation *op : forward) {
+    auto param = dyn_cast<nn::ParamOp>(op);
+    if (!param)
+      continue;
+    if (Value g = grads.lookup(param.getOutput()))
+      nn::ParamGradOp::create(b, param.getLoc(), param.getOutput(), g);
+  }
+
+  // Gradient rules also build the gradients of inactive operands: drop them.
+  Operation *firstNew = forward.empty() ? &block.front()
+                                        : forward.back()->getNextNode();
+  SmallVector<Operation *> created;
+  for (Operation *op = firstNew; op && op != ret; op = op->getNextNode())
+    created.push_back(op);
+  for (Operation *op : llvm::reverse(created))
+    if (isOpTriviallyDead(op))
+      op->erase();
+}

@@ -1,0 +1,113 @@
+// The C-like API that generated stage programs call; plain C++17, no MLIR.
+#ifndef GPIPE_RUNTIME_H
+#define GPIPE_RUNTIME_H
+
+#include <cstdint>
+
+extern "C" {
+
+//===----------------------------------------------------------------------===//
+// Program description, emitted by the code generator for each stage.
+//===----------------------------------------------------------------------===//
+
+enum gp_dtype : int32_t { GP_F32 = 0, GP_I64 = 1 };
+
+/// One tensor the runtime must fill (graph input) or load/store (parameter).
+/// `offset` is the byte offset of its storage inside the stage arena.
+struct gp_tensor_desc {
+  const char *name;     // ONNX name ("x", "fc1.weight")
+  const char *file;     // parameters: weight file name inside the weights dir
+  gp_dtype dtype;
+  int32_t rank;
+  const int64_t *shape; // inputs: shape[0] is the mini-batch size B
+  int64_t offset;       // byte offset in the arena
+};
+
+/// Per-step context handed to the generated step function.
+struct gp_step_ctx {
+  unsigned char *arena; // program->arena_bytes bytes, 64-byte aligned, zeroed once
+  int64_t step;         // 1-based optimizer step number
+};
+
+/// The stage program. The generated step function reads the inputs and
+/// parameters from the arena, runs forward, backward and the optimizer update
+/// in place, and returns the mini-batch loss (NaN if the stage has no loss).
+struct gp_program {
+  const char *name;
+  int32_t num_inputs;
+  const gp_tensor_desc *inputs;
+  int32_t num_params;
+  const gp_tensor_desc *params;
+  int64_t arena_bytes;
+  float (*step)(gp_step_ctx *ctx);
+};
+
+/// Entry point of every stage executable: parses the command line, loads
+/// weights and data, runs the steps, logs, writes the trained weights.
+///   --data DIR          one <input name>.npy per graph input (first axis = sample)
+///   --steps N           optimizer steps (mini-batches taken in order, wrapping)
+///   --weights-in DIR    initial parameters (<desc.file>, .npy float32)
+///   --weights-out DIR   trained parameters written there at the end
+///   --log-json FILE     one JSON object per step: {"step":1,"loss":..,"ms":..}
+///   --threads T         BLAS threads (default 1)
+///   --quiet             no per-step lines on stdout
+/// Returns the process exit code; every error prints one line
+/// "gpipe: error: ..." naming the file / input / flag, and returns non-zero.
+int gp_main(int argc, char **argv, const gp_program *program);
+
+//===----------------------------------------------------------------------===//
+// Kernels. All tensors are dense row-major float32 unless stated.
+//===----------------------------------------------------------------------===//
+
+/// C[M,N] = alpha * op(A) * op(B) + beta * C, row-major, op = transpose if set.
+/// lda/ldb/ldc are the row strides of A, B, C as stored.
+void gp_gemm(int transA, int transB, int64_t M, int64_t N, int64_t K,
+             float alpha, const float *A, int64_t lda, const float *B,
+             int64_t ldb, float beta, float *C, int64_t ldc);
+
+/// out[i] = sum of in over the broadcast dimensions, i.e. the reverse of
+/// numpy broadcasting `out_shape` -> `in_shape`. Both shapes have `rank`
+/// entries (out_shape left-padded with 1s); out_shape[d] is in_shape[d] or 1.
+void gp_reduce_to(const float *in, const int64_t *in_shape, float *out,
+                  const int64_t *out_shape, int32_t rank);
+
+/// Copies a block view: for o in [0,outer): copy `count` floats-or-elements
+/// (elem_bytes each) from src + o*src_stride to dst + o*dst_stride (strides in
+/// elements). Used for Concat (and its gradient, slicing).
+void gp_copy_blocks(void *dst, int64_t dst_stride, const void *src,
+                    int64_t src_stride, int64_t outer, int64_t count,
+                    int64_t elem_bytes);
+
+/// Softmax cross-entropy over logits[N, C] with int64 labels[N], mean over the
+/// non-ignored samples (ignore_index used only when has_ignore != 0).
+/// Writes the scalar loss to *loss and, if log_prob != nullptr, log-softmax.
+/// If every label is ignored the loss is NaN (as torch).
+void gp_softmax_xent_fwd(const float *logits, const int64_t *labels, int64_t N,
+                         int64_t C, int32_t has_ignore, int64_t ignore_index,
+                         float *loss, float *log_prob);
+
+/// dlogits = dloss * (softmax(logits) - onehot(labels)) / count, zero rows for
+/// ignored samples; `dloss` points at the scalar upstream gradient.
+void gp_softmax_xent_bwd(const float *logits, const int64_t *labels, int64_t N,
+                         int64_t C, int32_t has_ignore, int64_t ignore_index,
+                         const float *dloss, float *dlogits);
+
+/// torch.optim.SGD (1.13 semantics, dampening 0, maximize false):
+///   g += wd*p;  if momentum: buf = (step==1) ? g : momentum*buf + g;
+///   g = nesterov ? g + momentum*buf : buf;  p -= lr*g.
+/// `buf` may be null when momentum == 0.
+void gp_sgd_update(float *p, const float *g, float *buf, int64_t n, float lr,
+                   float momentum, float weight_decay, int32_t nesterov,
+                   int64_t step);
+
+/// torch.optim.Adam / AdamW (decoupled != 0), amsgrad false:
+///   AdamW: p *= 1 - lr*wd;  Adam: g += wd*p
+///   m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g
+///   p -= (lr / (1-b1^step)) * m / (sqrt(v) / sqrt(1-b2^step) + eps)
+void gp_adam_update(float *p, const float *g, float *m, float *v, int64_t n,
+                    float lr, float beta1, float beta2, float eps,
+                    float weight_decay, int32_t decoupled, int64_t step);
+
+} // extern "C"
+
+#endif // GPIPE_RUNTIME_H

@@ -1,0 +1,297 @@
+// Compute kernels called by generated step functions (GEMM, reductions, loss,
+// optimizers).
+#include "gpipe/runtime.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace {
+
+/// Python hands torch its hyper-parameters as doubles, but the generated code
+/// passes floats. Recover the shortest decimal that rounds to the float
+/// (0.9f -> 0.9) so the double scalar math below matches torch bit for bit.
+double pyDouble(float f) {
+  if (!std::isfinite(f))
+    return f;
+  char buf[32];
+  for (int prec = 1; prec <= 9; ++prec) {
+    std::snprintf(buf, sizeof(buf), "%.*g", prec, static_cast<double>(f));
+    if (std::strtof(buf, nullptr) == f)
+      return std::strtod(buf, nullptr);
+  }
+  return f;
+}
+
+/// C = beta * C with BLAS semantics (beta == 0 overwrites, even NaNs).
+void scaleMatrix(float *C, int64_t M, int64_t N, int64_t ldc, float beta) {
+  for (int64_t i = 0; i < M; ++i) {
+    float *row = C + i * ldc;
+    if (beta == 0.0f)
+      std::fill(row, row + N, 0.0f);
+    else
+      for (int64_t j = 0; j < N; ++j)
+        row[j] *= beta;
+  }
+}
+
+/// Row max and sum of exp(x - max), shared by the softmax forward and backward
+/// so that the gradient is that of exactly the computed loss.
+void rowStats(const float *x, int64_t C, float &mx, double &sumExp) {
+  mx = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < C; ++j)
+    mx = std::max(mx, x[j]);
+  sumExp = 0.0;
+  for (int64_t j = 0; j < C; ++j)
+    sumExp += std::exp(x[j] - mx);
+}
+
+bool isIgnored(int64_t label, int32_t hasIgnore, int64_t ignoreIndex) {
+  return hasIgnore != 0 && label == ignoreIndex;
+}
+
+} // namespace
+
+extern "C" {
+
+void gp_gemm(int transA, int transB, int64_t M, int64_t N, int64_t K,
+             float alpha, const float *A, int64_t lda, const float *B,
+             int64_t ldb, float beta, float *C, int64_t ldc) {
+  if (M <= 0 || N <= 0)
+    return;
+  // BLAS rejects ld < 1 (e.g. K == 0), so the degenerate product is done here.
+  if (K <= 0) {
+    scaleMatrix(C, M, N, ldc, beta);
+    return;
+  }
+  // BLAS checks ld >= stored columns even for a single stored row, where the
+  // stride is irrelevant and callers may pass anything.
+  int64_t rowsA = transA ? K : M, colsA = transA ? M : K;
+  int64_t rowsB = transB ? N : K, colsB = transB ? K : N;
+  if (rowsA == 1)
+    lda = std::max(lda, colsA);
+  if (rowsB == 1)
+    ldb = std::max(ldb, colsB);
+  if (M == 1)
+    ldc = std::max(ldc, N);
+  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+              transB ? CblasTrans : CblasNoTrans, static_cast<blasint>(M),
+              static_cast<blasint>(N), static_cast<blasint>(K), alpha, A,
+              static_cast<blasint>(lda), B, static_cast<blasint>(ldb), beta, C,
+              static_cast<blasint>(ldc));
+}
+
+void gp_reduce_to(const float *in, const int64_t *in_shape, float *out,
+                  const int64_t *out_shape, int32_t rank) {
+  int64_t inSize = 1, outSize = 1;
+  for (int32_t d = 0; d < rank; ++d) {
+    inSize *= in_shape[d];
+    outSize *= out_shape[d];
+  }
+  std::fill(out, out + outSize, 0.0f);
+  if (inSize == 0)
+    return;
+  if (inSize == outSize) {
+    std::memcpy(out, in, static_cast<size_t>(inSize) * sizeof(float));
+    return;
+  }
+
+  // Drop size-1 dims and merge neighbours of the same kind (kept or summed),
+  // leaving an alternating list of at most rank dims.
+  struct Dim {
+    int64_t size;
+    bool reduced;
+  };
+  std::vector<Dim> dims;
+  for (int32_t d = 0; d < rank; ++d) {
+    if (in_shape[d] == 1)
+      continue;
+    bool reduced = out_shape[d] == 1;
+    if (!dims.empty() && dims.back().reduced == reduced)
+      dims.back().size *= in_shape[d];
+    else
+      dims.push_back({in_shape[d], reduced});
+  }
+
+  // Input is contiguous; the output stride of a summed dim is 0.
+  size_t nd = dims.size();
+  std::vector<int64_t> inStride(nd), outStride(nd);
+  int64_t inAcc = 1, outAcc = 1;
+  for (size_t i = nd; i-- > 0;) {
+    inStride[i] = inAcc;
+    inAcc *= dims[i].size;
+    outStride[i] = dims[i].reduced ? 0 : outAcc;
+    if (!dims[i].reduced)
+      outAcc *= dims[i].size;
+  }
+
+  // Odometer over all but the innermost merged dim.
+  const Dim inner = dims.back();
+  std::vector<int64_t> idx(nd, 0);
+  int64_t inOff = 0, outOff = 0;
+  for (;;) {
+    const float *src = in + inOff;
+    float *dst = out + outOff;
+    if (inner.reduced) {
+      double s = 0.0;
+      for (int64_t j = 0; j < inner.size; ++j)
+        s += src[j];
+      *dst += static_cast<float>(s);
+    } else {
+      for (int64_t j = 0; j < inner.size; ++j)
+        dst[j] += src[j];
+    }
+    size_t d = nd - 1;
+    for (;;) {
+      if (d == 0)
+        return;
+      --d;
+      ++idx[d];
+      inOff += inStride[d];
+      outOff += outStride[d];
+      if (idx[d] < dims[d].size)
+        break;
+      inOff -= idx[d] * inStride[d];
+      outOff -= idx[d] * outStride[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+void gp_copy_blocks(void *dst, int64_t dst_stride, const void *src,
+                    int64_t src_stride, int64_t outer, int64_t count,
+                    int64_t elem_bytes) {
+  if (outer <= 0 || count <= 0)
+    return;
+  auto *d = static_cast<unsigned char *>(dst);
+  const auto *s = static_cast<const unsigned char *>(src);
+  size_t rowBytes = static_cast<size_t>(count * elem_bytes);
+  if (dst_stride == count && src_stride == count) {
+    std::memcpy(d, s, rowBytes * static_cast<size_t>(outer));
+    return;
+  }
+  for (int64_t o = 0; o < outer; ++o)
+    std::memcpy(d + o * dst_stride * elem_bytes,
+                s + o * src_stride * elem_bytes, rowBytes);
+}
+
+void gp_softmax_xent_fwd(const float *logits, const int64_t *labels, int64_t N,
+                         int64_t C, int32_t has_ignore, int64_t ignore_index,
+                         float *loss, float *log_prob) {
+  double total = 0.0;
+  int64_t count = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    const float *x = logits + i * C;
+    float mx;
+    double sumExp;
+    rowStats(x, C, mx, sumExp);
+    double logSum = std::log(sumExp);
+    if (log_prob) {
+      float lse = mx + static_cast<float>(logSum);
+      for (int64_t j = 0; j < C; ++j)
+        log_prob[i * C + j] = x[j] - lse;
+    }
+    int64_t y = labels[i];
+    if (isIgnored(y, has_ignore, ignore_index))
+      continue;
+    ++count;
+    // An out-of-range label has no defined loss (torch raises); poison it.
+    if (y < 0 || y >= C)
+      total = std::numeric_limits<double>::quiet_NaN();
+    else
+      total += (static_cast<double>(mx) - x[y]) + logSum;
+  }
+  *loss = count ? static_cast<float>(total / static_cast<double>(count))
+                : std::numeric_limits<float>::quiet_NaN();
+}
+
+void gp_softmax_xent_bwd(const float *logits, const int64_t *labels, int64_t N,
+                         int64_t C, int32_t has_ignore, int64_t ignore_index,
+                         const float *dloss, float *dlogits) {
+  int64_t count = 0;
+  for (int64_t i = 0; i < N; ++i)
+    count += !isIgnored(labels[i], has_ignore, ignore_index);
+  // All ignored: torch's loss is NaN but its gradient is all zeros.
+  if (count == 0) {
+    std::fill(dlogits, dlogits + N * C, 0.0f);
+    return;
+  }
+  float scale = static_cast<float>(static_cast<double>(*dloss) /
+                                   static_cast<double>(count));
+  for (int64_t i = 0; i < N; ++i) {
+    const float *x = logits + i * C;
+    float *dx = dlogits + i * C;
+    int64_t y = labels[i];
+    if (isIgnored(y, has_ignore, ignore_index)) {
+      std::fill(dx, dx + C, 0.0f);
+      continue;
+    }
+    if (y < 0 || y >= C) {
+      std::fill(dx, dx + C, std::numeric_limits<float>::quiet_NaN());
+      continue;
+    }
+    float mx;
+    double sumExp;
+    rowStats(x, C, mx, sumExp);
+    float inv = static_cast<float>(1.0 / sumExp);
+    for (int64_t j = 0; j < C; ++j)
+      dx[j] = std::exp(x[j] - mx) * inv * scale;
+    dx[y] = (std::exp(x[y] - mx) * inv - 1.0f) * scale;
+  }
+}
+
+void gp_sgd_update(float *p, const float *g, float *buf, int64_t n, float lr,
+                   float momentum, float weight_decay, int32_t nesterov,
+                   int64_t step) {
+  bool useMomentum = momentum != 0.0f && buf != nullptr;
+  for (int64_t i = 0; i < n; ++i) {
+    float d = g[i];
+    if (weight_decay != 0.0f)
+      d = d + weight_decay * p[i];
+    if (useMomentum) {
+      // torch starts the buffer as a clone of the first gradient.
+      float b = step <= 1 ? d : buf[i] * momentum + d;
+      buf[i] = b;
+      d = nesterov ? d + momentum * b : b;
+    }
+    p[i] = p[i] + -lr * d;
+  }
+}
+
+void gp_adam_update(float *p, const float *g, float *m, float *v, int64_t n,
+                    float lr, float beta1, float beta2, float eps,
+                    float weight_decay, int32_t decoupled, int64_t step) {
+  // Scalars follow torch 1.13 _single_tensor_adam(w): Python double math,
+  // rounded to float when applied to the float tensors.
+  double lrD = pyDouble(lr), b1 = pyDouble(beta1), b2 = pyDouble(beta2);
+  double wdD = pyDouble(weight_decay);
+  double stepD = static_cast<double>(step);
+  double biasCorrection1 = 1.0 - std::pow(b1, stepD);
+  double biasCorrection2Sqrt = std::sqrt(1.0 - std::pow(b2, stepD));
+  const float negStepSize = static_cast<float>(-(lrD / biasCorrection1));
+  const float bc2Sqrt = static_cast<float>(biasCorrection2Sqrt);
+  const float oneMinusB1 = static_cast<float>(1.0 - b1);
+  const float oneMinusB2 = static_cast<float>(1.0 - b2);
+  const float decay = static_cast<float>(1.0 - lrD * wdD);
+  const bool coupledDecay = !decoupled && weight_decay != 0.0f;
+
+  for (int64_t i = 0; i < n; ++i) {
+    float gi = g[i];
+    if (decoupled)
+      p[i] = p[i] * decay;
+    else if (coupledDecay)
+      gi = gi + weight_decay * p[i];
+    m[i] = m[i] * beta1 + oneMinusB1 * gi;
+    v[i] = v[i] * beta2 + oneMinusB2 * gi * gi;
+    float denom = std::sqrt(v[i]) / bc2Sqrt + eps;
+    p[i] = p[i] + negStepSize * m[i] / denom;
+  }
+}
+
+} // extern "C"

@@ -1,0 +1,470 @@
+#!/usr/bin/python3
+"""End-to-end training check: gpipe-compile/gpipe-run vs a torch.optim reference.
+
+Steps:
+  1. export model NAME (test/e2e/models.py) to WORKDIR/model.onnx with batch B;
+  2. write WORKDIR/data/x.npy (float32 [S, in]) and y.npy (int64 [S]);
+  3. train a fresh torch copy of the model, initialised from the exported
+     initializers (by name), with the matching torch.optim optimizer for N
+     steps, mini-batch s = samples [((s-1) mod (S//B))*B, +B);
+  4. run gpipe-compile and gpipe-run --save-onnx WORKDIR/trained.onnx
+     --log-json WORKDIR/log.jsonl;
+  5. compare every trained initializer with the torch parameter of the same
+     name (||a-b||_2 / max(||b||_2, 1e-12) <= tol), the per-step losses
+     (|l_gp - l_torch| <= tol * max(1, |l_torch|)), and check the weights
+     actually moved away from their initial values.
+
+Exit status: 0 = pass, 1 = any failure (tool error or mismatch), 2 = bad usage.
+
+Example:
+  /usr/bin/python3 test/e2e/check_training.py --model mlp_tanh --optimizer sgd \\
+      --lr 0.1 --momentum 0.9 --steps 20 --batch-size 16 --bin build/bin
+"""
+
+import argparse
+import decimal
+import json
+import math
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import models  # noqa: E402
+
+# Optimizer defaults, matching torch.optim's.
+DEFAULT_WD = {"sgd": 0.0, "adam": 0.0, "adamw": 0.01}
+DEFAULT_LR = {"sgd": 0.1, "adam": 0.01, "adamw": 0.01}
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def log(msg=""):
+    print(msg, flush=True)
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(
+        description="gpipe-compile end-to-end training check against torch.optim",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--model", required=True, choices=sorted(models.MODELS))
+    ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "adamw"])
+    ap.add_argument("--lr", type=float, default=None,
+                    help="learning rate (default: sgd 0.1, adam/adamw 0.01)")
+    ap.add_argument("--momentum", type=float, default=0.0, help="SGD momentum")
+    ap.add_argument("--nesterov", action="store_true", help="SGD Nesterov momentum")
+    ap.add_argument("--weight-decay", type=float, default=None,
+                    help="default: torch's (0 for sgd/adam, 0.01 for adamw); always "
+                         "passed explicitly to gpipe-compile")
+    ap.add_argument("--betas", default="0.9,0.999", help="Adam/AdamW betas B1,B2")
+    ap.add_argument("--eps", type=float, default=1e-8, help="Adam/AdamW eps")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--samples", type=int, default=None,
+                    help="number of samples S (default 4*batch-size); drop_last")
+    ap.add_argument("--opset", type=int, default=models.DEFAULT_OPSET)
+    ap.add_argument("--seed", type=int, default=models.DEFAULT_SEED,
+                    help="torch.manual_seed for the initial weights")
+    ap.add_argument("--data-seed", type=int, default=0, help="numpy seed for the data")
+    ap.add_argument("--bin", default=os.environ.get("GPIPE_BIN"),
+                    help="directory holding gpipe-compile and gpipe-run (default $GPIPE_BIN, "
+                         "else looked up on PATH)")
+    ap.add_argument("--workdir", default=None,
+                    help="work directory (default: a fresh temporary directory, kept)")
+    ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--min-change", type=float, default=None,
+                    help="require the largest relative change of a parameter in the torch "
+                         "reference to be >= this (default 10*tol), so that an untrained "
+                         "result cannot pass the tolerance check")
+    ap.add_argument("--threads", type=int, default=None, help="passed to gpipe-run --threads")
+    ap.add_argument("--timeout", type=float, default=900.0,
+                    help="seconds allowed for each of gpipe-compile / gpipe-run")
+    a = ap.parse_args(argv)
+
+    if a.lr is None:
+        a.lr = DEFAULT_LR[a.optimizer]
+    if a.weight_decay is None:
+        a.weight_decay = DEFAULT_WD[a.optimizer]
+    try:
+        b = [float(v) for v in a.betas.split(",")]
+        if len(b) != 2:
+            raise ValueError
+        a.betas_t = (b[0], b[1])
+    except ValueError:
+        ap.error("--betas must be two comma-separated floats, e.g. 0.9,0.999")
+    if a.samples is None:
+        a.samples = 4 * a.batch_size
+    if a.batch_size <= 0 or a.steps <= 0:
+        ap.error("--batch-size and --steps must be positive")
+    if a.samples < a.batch_size:
+        ap.error("--samples must be >= --batch-size")
+    if a.optimizer != "sgd" and (a.momentum != 0.0 or a.nesterov):
+        ap.error("--momentum/--nesterov only apply to --optimizer sgd")
+    if a.nesterov and a.momentum <= 0.0:
+        ap.error("--nesterov requires --momentum > 0 (as torch.optim.SGD)")
+    if a.min_change is None:
+        a.min_change = 10.0 * a.tol
+    return a
+
+
+def find_tool(bindir, name):
+    if bindir:
+        p = os.path.join(bindir, name)
+        if not (os.path.isfile(p) and os.access(p, os.X_OK)):
+            raise CheckFailed("%s not found or not executable in --bin %s" % (name, bindir))
+        return os.path.abspath(p)
+    p = shutil.which(name)
+    if not p:
+        raise CheckFailed("%s not found: pass --bin DIR or set GPIPE_BIN" % name)
+    return p
+
+
+def make_optimizer(a, params):
+    if a.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=a.lr, momentum=a.momentum, dampening=0.0,
+                               weight_decay=a.weight_decay, nesterov=a.nesterov)
+    kw = dict(lr=a.lr, betas=a.betas_t, eps=a.eps, weight_decay=a.weight_decay,
+              amsgrad=False, foreach=False)
+    if a.optimizer == "adam":
+        return torch.optim.Adam(params, **kw)
+    return torch.optim.AdamW(params, **kw)
+
+
+def optimizer_flags(a):
+    f = ["--optimizer", a.optimizer, "--lr", repr(a.lr)]
+    if a.optimizer == "sgd":
+        f += ["--momentum", repr(a.momentum)]
+        if a.nesterov:
+            f += ["--nesterov"]
+        f += ["--weight-decay", repr(a.weight_decay)]
+    else:
+        f += ["--weight-decay", repr(a.weight_decay),
+              "--betas", "%r,%r" % a.betas_t, "--eps", repr(a.eps)]
+    return f
+
+
+def torch_reference(a, init, x, y):
+    """Train a fresh module from the initializers `init`; return (losses, params, last_delta)."""
+    module = models.build(a.model, a.seed)
+    loaded, extra = models.load_into_module(module, init)
+    module.train()
+    opt = make_optimizer(a, list(module.parameters()))
+    xt = torch.from_numpy(x)
+    yt = torch.from_numpy(y)
+    losses = []
+    before_last = None
+    for s in range(1, a.steps + 1):
+        lo, hi = models.batch_indices(s, a.batch_size, a.samples)
+        if s == a.steps:
+            before_last = {n: p.detach().clone() for n, p in module.named_parameters()}
+        opt.zero_grad(set_to_none=True)
+        loss = module(xt[lo:hi], yt[lo:hi])
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.item()))
+    params = {n: p.detach().numpy().copy() for n, p in module.named_parameters()}
+    last_delta = {}
+    for n, p in params.items():
+        b = before_last[n].numpy()
+        last_delta[n] = float(np.linalg.norm((p - b).ravel())) / max(
+            float(np.linalg.norm(b.ravel())), 1e-12)
+    return losses, params, last_delta, extra
+
+
+def run_tool(cmd, logfile, timeout, env=None):
+    log("$ " + " ".join(shlex.quote(c) for c in cmd))
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           timeout=timeout, env=env)
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode(errors="replace")
+        with open(logfile, "w") as f:
+            f.write(out)
+        raise CheckFailed("%s timed out after %.0fs (output in %s)" % (cmd[0], timeout, logfile))
+    out = p.stdout.decode(errors="replace")
+    with open(logfile, "w") as f:
+        f.write(out)
+    dt = time.time() - t0
+    if p.returncode != 0:
+        tail = "\n".join(out.splitlines()[-30:])
+        raise CheckFailed("%s exited with status %d after %.1fs; output (last lines, full log "
+                          "in %s):\n%s" % (os.path.basename(cmd[0]), p.returncode, dt, logfile,
+                                           tail))
+    log("  (ok, %.1fs)" % dt)
+    return out
+
+
+def parse_log_json(path, steps):
+    if not os.path.isfile(path):
+        raise CheckFailed("gpipe-run did not write --log-json file %s" % path)
+    recs = []
+    with open(path) as f:
+        for i, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                r = json.loads(line)
+            except ValueError as e:
+                raise CheckFailed("%s:%d: not valid JSON (%s): %r" % (path, i, e, line[:200]))
+            for k in ("step", "loss", "ms"):
+                if k not in r:
+                    raise CheckFailed("%s:%d: missing key %r: %r" % (path, i, k, line[:200]))
+            recs.append(r)
+    got = [r["step"] for r in recs]
+    if got != list(range(1, steps + 1)):
+        raise CheckFailed("%s: expected steps 1..%d in order, got %s"
+                          % (path, steps, got if len(got) <= 20 else got[:10] + ["..."]
+                             + got[-5:]))
+    losses = []
+    for r in recs:
+        l = r["loss"]
+        if not isinstance(l, (int, float)) or isinstance(l, bool):
+            raise CheckFailed("%s: step %s: loss is not a number: %r" % (path, r["step"], l))
+        if not isinstance(r["ms"], (int, float)) or r["ms"] < 0:
+            raise CheckFailed("%s: step %s: bad ms %r" % (path, r["step"], r["ms"]))
+        losses.append(float(l))
+    return losses, [float(r["ms"]) for r in recs]
+
+
+STEP_RE = re.compile(r"^\s*step\s+(\d+)\s+loss\s+(\S+)\s*$")
+
+
+def check_stdout_steps(out, json_losses, tol):
+    """gpipe-run must print 'step <s> loss <l>' for s = 1..N, consistent with the JSON log
+    (up to the printed precision)."""
+    seen = []
+    for line in out.splitlines():
+        m = STEP_RE.match(line)
+        if m:
+            seen.append((int(m.group(1)), m.group(2)))
+    n = len(json_losses)
+    if [s for s, _ in seen] != list(range(1, n + 1)):
+        raise CheckFailed("gpipe-run stdout: expected lines 'step <s> loss <l>' for s=1..%d, "
+                          "found steps %s" % (n, [s for s, _ in seen][:20]))
+    for (s, txt), lj in zip(seen, json_losses):
+        try:
+            d = decimal.Decimal(txt)
+            v = float(d)
+        except (decimal.InvalidOperation, ValueError):
+            raise CheckFailed("gpipe-run stdout: step %d: unparsable loss %r" % (s, txt))
+        exp = d.as_tuple().exponent
+        half_ulp = 0.5 * 10.0 ** exp if isinstance(exp, int) else 0.0
+        allow = max(half_ulp * 1.0001, tol * max(1.0, abs(lj)))
+        if not (abs(v - lj) <= allow):
+            raise CheckFailed("gpipe-run stdout: step %d prints loss %s but --log-json has %r"
+                              % (s, txt, lj))
+
+
+def rel_err(a, b):
+    a = np.asarray(a, dtype=np.float64).ravel()
+    b = np.asarray(b, dtype=np.float64).ravel()
+    return float(np.linalg.norm(a - b)) / max(float(np.linalg.norm(b)), 1e-12)
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    torch.set_num_threads(1)
+    torch.set_default_dtype(torch.float32)
+    try:
+        return run_check(a)
+    except CheckFailed as e:
+        log("")
+        log("FAIL: %s" % e)
+        return 1
+
+
+def run_check(a):
+    """Run the whole check; return 0/1, or raise CheckFailed on a fatal error."""
+    import onnx
+    failures = []
+    compile_bin = find_tool(a.bin, "gpipe-compile")
+    run_bin = find_tool(a.bin, "gpipe-run")
+
+    wd = a.workdir or tempfile.mkdtemp(prefix="gpipe_e2e_%s_" % a.model)
+    wd = os.path.abspath(wd)
+    os.makedirs(wd, exist_ok=True)
+    data_dir = os.path.join(wd, "data")
+    out_dir = os.path.join(wd, "out")
+    model_path = os.path.join(wd, "model.onnx")
+    trained_path = os.path.join(wd, "trained.onnx")
+    log_path = os.path.join(wd, "log.jsonl")
+    for p in (trained_path, log_path):
+        if os.path.exists(p):
+            os.remove(p)
+    if os.path.isdir(out_dir):
+        shutil.rmtree(out_dir)
+    os.makedirs(data_dir, exist_ok=True)
+
+    cfg = ("model=%s optimizer=%s lr=%r momentum=%r nesterov=%s weight_decay=%r betas=%r "
+           "eps=%r steps=%d B=%d S=%d opset=%d tol=%g"
+           % (a.model, a.optimizer, a.lr, a.momentum, a.nesterov, a.weight_decay, a.betas_t,
+              a.eps, a.steps, a.batch_size, a.samples, a.opset, a.tol))
+    log("check_training: " + cfg)
+    log("workdir: " + wd)
+
+    # 1-2. export + data
+    x, y = models.make_data(a.model, a.samples, seed=a.data_seed)
+    np.save(os.path.join(data_dir, "x.npy"), x)
+    np.save(os.path.join(data_dir, "y.npy"), y)
+    module = models.build(a.model, a.seed)
+    try:
+        models.export(module, x[:a.batch_size], y[:a.batch_size], model_path, opset=a.opset)
+    except RuntimeError as e:
+        raise CheckFailed("export: %s" % e)
+    ops = sorted(set(models.op_types(model_path)))
+    log("exported %s (%s)" % (model_path, " ".join(ops)))
+    init = models.load_initializers(model_path)
+
+    # 3. torch reference
+    t0 = time.time()
+    ref_losses, ref_params, last_delta, extra = torch_reference(a, init, x, y)
+    log("torch reference: %d steps in %.2fs, loss %.6f -> %.6f"
+        % (a.steps, time.time() - t0, ref_losses[0], ref_losses[-1]))
+    if not all(math.isfinite(l) for l in ref_losses):
+        raise CheckFailed("torch reference produced non-finite losses: %s" % ref_losses)
+
+    # 4. gpipe-compile + gpipe-run
+    run_tool([compile_bin, model_path, "-o", out_dir, "--batch-size", str(a.batch_size),
+              "--target", "cpu"] + optimizer_flags(a),
+             os.path.join(wd, "compile.log"), a.timeout)
+    run_cmd = [run_bin, out_dir, "--data", data_dir, "--steps", str(a.steps),
+               "--log-json", log_path, "--save-onnx", trained_path]
+    if a.threads is not None:
+        run_cmd += ["--threads", str(a.threads)]
+    run_out = run_tool(run_cmd, os.path.join(wd, "run.log"), a.timeout)
+
+    # 5. compare
+    gp_losses, ms = parse_log_json(log_path, a.steps)
+    try:
+        check_stdout_steps(run_out, gp_losses, a.tol)
+    except CheckFailed as e:
+        failures.append(str(e))
+
+    if not os.path.isfile(trained_path):
+        raise CheckFailed("gpipe-run did not write --save-onnx file %s" % trained_path)
+    try:
+        trained_model = onnx.load(trained_path)
+    except Exception as e:  # noqa: BLE001
+        raise CheckFailed("cannot load %s: %s" % (trained_path, e))
+    src_model = onnx.load(model_path)
+    src_ops = [n.op_type for n in src_model.graph.node]
+    if [n.op_type for n in trained_model.graph.node] != src_ops:
+        failures.append("trained.onnx graph nodes differ from model.onnx (expected the input "
+                        "model with only initializers replaced)")
+    trained = models.load_initializers(trained_model)
+    missing = [n for n in init if n not in trained]
+    added = [n for n in trained if n not in init]
+    if missing:
+        failures.append("trained.onnx lacks initializers: %s" % missing)
+    if added:
+        failures.append("trained.onnx has unexpected initializers: %s" % added)
+
+    # per-initializer table
+    log("")
+    hdr = "%-24s %-14s %12s %12s %12s %12s  %s" % (
+        "initializer", "shape", "rel_err", "torch_chg", "gpipe_chg", "last_step", "")
+    log(hdr)
+    log("-" * len(hdr))
+    worst_param = (0.0, None)
+    max_torch_chg = 0.0
+    any_gp_changed = False
+    for name, w0 in init.items():
+        if name not in trained:
+            continue
+        g = trained[name]
+        shape = "x".join(str(d) for d in w0.shape) or "scalar"
+        status = ""
+        if g.shape != w0.shape or g.dtype != w0.dtype:
+            failures.append("%s: trained shape/dtype %s %s != initial %s %s"
+                            % (name, g.shape, g.dtype, w0.shape, w0.dtype))
+            log("%-24s %-14s %s" % (name, shape, "SHAPE/DTYPE MISMATCH"))
+            continue
+        if not np.all(np.isfinite(g)):
+            failures.append("%s: trained value has non-finite entries" % name)
+            status = "NONFINITE"
+        if name in ref_params:
+            t = ref_params[name]
+            err = rel_err(g, t)
+            tchg = rel_err(t, w0)
+            gchg = rel_err(g, w0)
+            max_torch_chg = max(max_torch_chg, tchg)
+            if np.any(g != w0):
+                any_gp_changed = True
+            if not (err <= a.tol):
+                failures.append("%s: relative error %.3e > tol %.1e" % (name, err, a.tol))
+                status = status or "FAIL"
+            if tchg > 0 and np.array_equal(g, w0):
+                failures.append("%s: unchanged by gpipe-run but changed by torch (rel %.3e)"
+                                % (name, tchg))
+                status = status or "UNCHANGED"
+            if err > worst_param[0] or worst_param[1] is None:
+                worst_param = (err, name)
+            log("%-24s %-14s %12.3e %12.3e %12.3e %12.3e  %s"
+                % (name, shape, err, tchg, gchg, last_delta[name], status or "ok"))
+        else:
+            # not a torch parameter (e.g. a constant folded into an initializer): must be kept
+            err = rel_err(g, w0)
+            if not (err <= a.tol):
+                failures.append("%s: non-parameter initializer changed (rel %.3e)" % (name, err))
+                status = status or "FAIL"
+            log("%-24s %-14s %12.3e %12s %12s %12s  %s"
+                % (name, shape, err, "-", "-", "-", (status or "ok") + " (not a parameter)"))
+
+    if not any_gp_changed:
+        failures.append("no trained initializer differs from its initial value: "
+                        "gpipe-run did not train")
+    if max_torch_chg < a.min_change:
+        failures.append("test too weak: the torch reference changes no parameter by more than "
+                        "%.3e (relative) < --min-change %.1e; raise --lr or --steps"
+                        % (max_torch_chg, a.min_change))
+
+    # losses
+    log("")
+    log("%6s %14s %14s %12s" % ("step", "torch", "gpipe", "abs_err"))
+    worst_loss = (0.0, 0)
+    bad_steps = []
+    for s, (lt, lg) in enumerate(zip(ref_losses, gp_losses), 1):
+        err = abs(lg - lt) if math.isfinite(lg) else float("inf")
+        lim = a.tol * max(1.0, abs(lt))
+        if not (err <= lim):
+            bad_steps.append(s)
+        if err >= worst_loss[0]:
+            worst_loss = (err, s)
+        if a.steps <= 30 or s <= 5 or s > a.steps - 5 or not (err <= lim):
+            log("%6d %14.7f %14.7f %12.3e%s" % (s, lt, lg, err, "" if err <= lim else "  FAIL"))
+    if bad_steps:
+        failures.append("loss mismatch at %d step(s) %s (tol %.1e * max(1,|l|))"
+                        % (len(bad_steps), bad_steps[:10], a.tol))
+
+    med_ms = float(np.median(ms[1:] if len(ms) > 1 else ms))
+    log("")
+    log("worst initializer rel_err: %.3e (%s)" % worst_param)
+    log("worst loss abs_err:        %.3e (step %d)" % worst_loss)
+    log("largest torch rel change:  %.3e" % max_torch_chg)
+    log("gpipe-run median ms/step:  %.3f" % med_ms)
+    if failures:
+        log("")
+        log("FAIL (%s):" % cfg)
+        for f in failures:
+            log("  - " + f)
+        return 1
+    log("PASS (%s)" % cfg)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,418 @@
+#!/usr/bin/python3
+"""PyTorch model zoo for gpipe-compile end-to-end tests.
+
+Every model is an ``nn.Module`` whose forward takes ``(x, y)`` and returns the
+scalar training loss ``F.cross_entropy(logits, y)``, so that exporting it with
+``torch.onnx.export(..., training=TrainingMode.TRAINING)`` yields one ONNX
+graph with inputs ``x`` (float32 [B, in]) and ``y`` (int64 [B]) and a single
+output ``loss`` (a ``SoftmaxCrossEntropyLoss`` node, reduction "mean").
+
+Parameters are exported as graph initializers named after their
+``state_dict()`` key (``l1.weight``, ``W1`` ...), which is how the test
+harness maps trained initializers back onto torch parameters.
+
+Only the ops listed in ``ALLOWED_OPS`` may appear in an exported graph;
+``export()`` enforces that (see ``check_ops``).
+
+Run as a script to export every model and print its op types::
+
+    /usr/bin/python3 test/e2e/models.py [--opset 17] [--outdir /tmp/gp_models]
+"""
+
+import argparse
+import collections
+import os
+import sys
+import warnings
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+ALLOWED_OPS = frozenset([
+    "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Relu", "Tanh", "Sigmoid",
+    "Erf", "Constant", "Identity", "Reshape", "Flatten", "Concat", "Unsqueeze",
+    "Squeeze", "SoftmaxCrossEntropyLoss",
+])
+
+DEFAULT_OPSET = 17
+DEFAULT_SEED = 1234
+
+
+# ---------------------------------------------------------------------------
+# Models
+# ---------------------------------------------------------------------------
+
+class _Loss(nn.Module):
+    """Base class: subclasses implement logits(x); forward adds the loss."""
+
+    ignore_index = -100
+
+    def logits(self, x):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def forward(self, x, y):
+        return F.cross_entropy(self.logits(x), y, ignore_index=self.ignore_index)
+
+
+class MlpTanh(_Loss):
+    """Linear-Tanh-Linear-Tanh-Linear (16 -> 32 -> 32 -> 10)."""
+
+    def __init__(self, d_in=16, hidden=32, classes=10, ignore_index=-100):
+        super().__init__()
+        self.l1 = nn.Linear(d_in, hidden)
+        self.l2 = nn.Linear(hidden, hidden)
+        self.l3 = nn.Linear(hidden, classes)
+        self.ignore_index = ignore_index
+
+    def logits(self, x):
+        return self.l3(torch.tanh(self.l2(torch.tanh(self.l1(x)))))
+
+
+class MlpGeluSigmoid(_Loss):
+    """Linear-GELU(exact)-Linear-Sigmoid-Linear (20 -> 32 -> 32 -> 10).
+
+    Exact GELU exports as x * 0.5 * (1 + Erf(x / sqrt(2))) built from
+    Div/Erf/Add/Mul with scalar Constant nodes.
+    """
+
+    def __init__(self, d_in=20, hidden=32, classes=10):
+        super().__init__()
+        self.l1 = nn.Linear(d_in, hidden)
+        self.act1 = nn.GELU()  # approximate="none" -> Erf
+        self.l2 = nn.Linear(hidden, hidden)
+        self.l3 = nn.Linear(hidden, classes)
+
+    def logits(self, x):
+        return self.l3(torch.sigmoid(self.l2(self.act1(self.l1(x)))))
+
+
+class MlpRelu(_Loss):
+    """(Linear-ReLU) x 3 then a Linear classifier head (16 -> 32 -> 32 -> 32 -> 10)."""
+
+    def __init__(self, d_in=16, hidden=32, classes=10, depth=3):
+        super().__init__()
+        layers = []
+        d = d_in
+        for _ in range(depth):
+            layers += [nn.Linear(d, hidden), nn.ReLU()]
+            d = hidden
+        self.body = nn.Sequential(*layers)
+        self.head = nn.Linear(d, classes)
+
+    def logits(self, x):
+        return self.head(self.body(x))
+
+
+class MlpMatmul(_Loss):
+    """Explicit parameters: x @ W + b (MatMul + Add) and a Concat of two branches.
+
+        h = tanh(x @ W1 + b1)                         [B, 24]
+        a = relu(h @ Wa + ba); c = sigmoid(h @ Wc + bc) [B, 12] each
+        logits = cat([a, c], 1) @ W2 + b2             [B, 10]
+
+    Weights are stored [in, out] (no transpose in the graph).
+    """
+
+    def __init__(self, d_in=16, hidden=24, branch=12, classes=10):
+        super().__init__()
+
+        def w(i, o):
+            return nn.Parameter(torch.empty(i, o).uniform_(-1.0, 1.0) / (i ** 0.5))
+
+        def b(o, fan_in):
+            return nn.Parameter(torch.empty(o).uniform_(-1.0, 1.0) / (fan_in ** 0.5))
+
+        self.W1 = w(d_in, hidden)
+        self.b1 = b(hidden, d_in)
+        self.Wa = w(hidden, branch)
+        self.ba = b(branch, hidden)
+        self.Wc = w(hidden, branch)
+        self.bc = b(branch, hidden)
+        self.W2 = w(2 * branch, classes)
+        self.b2 = b(classes, 2 * branch)
+
+    def logits(self, x):
+        h = torch.tanh(x @ self.W1 + self.b1)
+        a = torch.relu(h @ self.Wa + self.ba)
+        c = torch.sigmoid(h @ self.Wc + self.bc)
+        z = torch.cat([a, c], dim=1)
+        return z @ self.W2 + self.b2
+
+
+class MlpOps(_Loss):
+    """Extra coverage: Sub, Mul, Div, Reshape, Flatten, Unsqueeze, Squeeze.
+
+        h = tanh(l1(x)); g = sigmoid(l2(x))           [B, 24]
+        z = (h * g - 0.5 * h) / (1 + g * g)
+        z = flatten(unsqueeze(z, 1))   (Unsqueeze + Flatten)
+        z = reshape(z, (-1, 4, 6)); z = reshape(z, (-1, 24))
+        z = squeeze(unsqueeze(z, 2), 2)
+        logits = l3(z)
+    """
+
+    def __init__(self, d_in=16, hidden=24, classes=10):
+        super().__init__()
+        assert hidden == 24
+        self.l1 = nn.Linear(d_in, hidden)
+        self.l2 = nn.Linear(d_in, hidden)
+        self.l3 = nn.Linear(hidden, classes)
+
+    def logits(self, x):
+        h = torch.tanh(self.l1(x))
+        g = torch.sigmoid(self.l2(x))
+        z = (h * g - 0.5 * h) / (g * g + 1.0)
+        z = torch.flatten(z.unsqueeze(1), 1)
+        z = z.reshape(-1, 4, 6).reshape(-1, 24)
+        z = z.unsqueeze(2).squeeze(2)
+        return self.l3(z)
+
+
+class MlpDeep(_Loss):
+    """Benchmark model: depth x (Linear(width, width) + ReLU), then Linear(width, classes).
+
+    Input features = width."""
+
+    def __init__(self, width=1024, depth=8, classes=10, d_in=None):
+        super().__init__()
+        d = width if d_in is None else d_in
+        layers = []
+        for _ in range(depth):
+            layers += [nn.Linear(d, width), nn.ReLU()]
+            d = width
+        self.body = nn.Sequential(*layers)
+        self.head = nn.Linear(width, classes)
+
+    def logits(self, x):
+        return self.head(self.body(x))
+
+
+def mlp_deep(width=1024, depth=8, classes=10):
+    return MlpDeep(width=width, depth=depth, classes=classes)
+
+
+# name -> (constructor, input features, classes, ignore_index or None)
+Spec = collections.namedtuple("Spec", "ctor d_in classes ignore_index doc")
+
+MODELS = {
+    "mlp_tanh": Spec(lambda: MlpTanh(16, 32, 10), 16, 10, None,
+                     "Linear-Tanh-Linear-Tanh-Linear 16->32->32->10"),
+    "mlp_gelu_sigmoid": Spec(lambda: MlpGeluSigmoid(20, 32, 10), 20, 10, None,
+                             "Linear-GELU(erf)-Linear-Sigmoid-Linear 20->32->32->10"),
+    "mlp_relu": Spec(lambda: MlpRelu(16, 32, 10, 3), 16, 10, None,
+                     "(Linear-ReLU)x3 + Linear 16->32->32->32->10"),
+    "mlp_ignore": Spec(lambda: MlpTanh(16, 32, 10, ignore_index=3), 16, 10, 3,
+                       "mlp_tanh with cross_entropy(ignore_index=3)"),
+    "mlp_matmul": Spec(lambda: MlpMatmul(16, 24, 12, 10), 16, 10, None,
+                       "x@W+b (MatMul/Add), Concat of two branches"),
+    "mlp_ops": Spec(lambda: MlpOps(16, 24, 10), 16, 10, None,
+                    "Sub/Mul/Div/Reshape/Flatten/Unsqueeze/Squeeze coverage"),
+    "mlp_deep": Spec(lambda: mlp_deep(1024, 8, 10), 1024, 10, None,
+                     "benchmark: 8 x (Linear 1024 + ReLU) + Linear 1024->10"),
+    # small variant of mlp_deep, handy for quick correctness runs
+    "mlp_deep_small": Spec(lambda: mlp_deep(64, 4, 10), 64, 10, None,
+                           "4 x (Linear 64 + ReLU) + Linear 64->10"),
+}
+
+
+def build(name, seed=DEFAULT_SEED):
+    """Deterministically construct model `name` (weights depend only on seed)."""
+    if name not in MODELS:
+        raise KeyError("unknown model %r (known: %s)" % (name, ", ".join(sorted(MODELS))))
+    torch.manual_seed(seed)
+    m = MODELS[name].ctor()
+    return m.float()
+
+
+# ---------------------------------------------------------------------------
+# Data
+# ---------------------------------------------------------------------------
+
+def make_data(name, samples, seed=0, noise=0.1):
+    """Deterministic learnable classification data for model `name`.
+
+    x ~ N(0, 1) float32 [samples, d_in]; y = argmax(x @ T + noise) with a fixed
+    random teacher matrix T, int64 [samples].  For models with an
+    ignore_index, every 4th sample is forced to that label (so every
+    mini-batch has some ignored and some non-ignored samples).
+    """
+    spec = MODELS[name]
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((samples, spec.d_in)).astype(np.float32)
+    teacher = rng.standard_normal((spec.d_in, spec.classes)).astype(np.float32)
+    scores = x @ teacher + noise * rng.standard_normal((samples, spec.classes)).astype(np.float32)
+    y = np.argmax(scores, axis=1).astype(np.int64)
+    if spec.ignore_index is not None:
+        y[::4] = spec.ignore_index
+        # make sure ignore_index also occurs "naturally" mixed with others
+        assert 0 <= spec.ignore_index < spec.classes
+    return x, y
+
+
+def batch_indices(step, batch_size, samples):
+    """Sample range for 1-based `step` (gpipe-run contract, drop_last)."""
+    nb = samples // batch_size
+    if nb == 0:
+        raise ValueError("samples (%d) < batch size (%d)" % (samples, batch_size))
+    start = ((step - 1) % nb) * batch_size
+    return start, start + batch_size
+
+
+# ---------------------------------------------------------------------------
+# Export / checking
+# ---------------------------------------------------------------------------
+
+def op_types(onnx_path_or_model):
+    import onnx
+    m = onnx_path_or_model
+    if isinstance(m, (str, os.PathLike)):
+        m = onnx.load(str(m))
+    return [n.op_type for n in m.graph.node]
+
+
+def check_ops(onnx_path_or_model):
+    """Return the sorted list of op types not in ALLOWED_OPS (empty = OK)."""
+    return sorted(set(op_types(onnx_path_or_model)) - ALLOWED_OPS)
+
+
+def export(module, x, y, path, opset=DEFAULT_OPSET, check=True):
+    """Export `module` (forward(x, y) -> loss) to ONNX at `path`.
+
+    x, y: torch tensors (or numpy arrays) of one mini-batch; their shapes fix
+    the graph's input shapes.  Raises RuntimeError if the graph contains ops
+    outside ALLOWED_OPS (when check=True).
+    """
+    import onnx
+    if isinstance(x, np.ndarray):
+        x = torch.from_numpy(x)
+    if isinstance(y, np.ndarray):
+        y = torch.from_numpy(y)
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module, (x, y), path,
+            input_names=["x", "y"], output_names=["loss"],
+            training=torch.onnx.TrainingMode.TRAINING,
+            do_constant_folding=False,
+            opset_version=opset)
+    model = onnx.load(path)
+    onnx.checker.check_model(model)
+    if check:
+        bad = check_ops(model)
+        if bad:
+            raise RuntimeError("%s: exported graph contains unsupported ops: %s"
+                               % (path, ", ".join(bad)))
+    return model
+
+
+def export_named(name, path, batch_size, opset=DEFAULT_OPSET, seed=DEFAULT_SEED,
+                 data_seed=0):
+    """Build model `name` with `seed`, export it with a [batch_size] example batch."""
+    m = build(name, seed)
+    x, y = make_data(name, batch_size, seed=data_seed)
+    return export(m, x, y, path, opset=opset)
+
+
+def load_initializers(onnx_path_or_model):
+    """OrderedDict name -> numpy array of the graph initializers."""
+    import onnx
+    from onnx import numpy_helper
+    m = onnx_path_or_model
+    if isinstance(m, (str, os.PathLike)):
+        m = onnx.load(str(m))
+    out = collections.OrderedDict()
+    for t in m.graph.initializer:
+        out[t.name] = numpy_helper.to_array(t).copy()
+    return out
+
+
+def load_into_module(module, inits):
+    """Copy initializers into the module's parameters by name.
+
+    Returns (names loaded, initializer names that are not parameters).
+    Raises if a parameter has no initializer or shapes differ.
+    """
+    params = dict(module.named_parameters())
+    missing = [n for n in params if n not in inits]
+    if missing:
+        raise RuntimeError("torch parameters without an ONNX initializer of the same name: %s "
+                           "(initializers: %s)" % (missing, list(inits)))
+    loaded = []
+    with torch.no_grad():
+        for n, p in params.items():
+            a = inits[n]
+            if tuple(a.shape) != tuple(p.shape):
+                raise RuntimeError("shape mismatch for %s: onnx %s torch %s"
+                                   % (n, a.shape, tuple(p.shape)))
+            p.copy_(torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)))
+            loaded.append(n)
+    extra = [n for n in inits if n not in params]
+    return loaded, extra
+
+
+def describe(onnx_path_or_model):
+    """Human-readable summary: op counts, node attributes of interest, initializers."""
+    import onnx
+    from onnx import helper
+    m = onnx_path_or_model
+    if isinstance(m, (str, os.PathLike)):
+        m = onnx.load(str(m))
+    lines = []
+    counts = collections.Counter(n.op_type for n in m.graph.node)
+    lines.append("opset: %s" % ", ".join("%s=%d" % (o.domain or "ai.onnx", o.version)
+                                         for o in m.opset_import))
+    lines.append("ops: " + ", ".join("%s x%d" % (k, v) for k, v in sorted(counts.items())))
+    lines.append("inputs: " + ", ".join(
+        "%s:%s%s" % (i.name, onnx.TensorProto.DataType.Name(i.type.tensor_type.elem_type),
+                     [d.dim_value for d in i.type.tensor_type.shape.dim])
+        for i in m.graph.input))
+    lines.append("outputs: " + ", ".join(o.name for o in m.graph.output))
+    lines.append("initializers: " + ", ".join(
+        "%s%s" % (t.name, list(t.dims)) for t in m.graph.initializer))
+    for n in m.graph.node:
+        if n.op_type in ("Gemm", "SoftmaxCrossEntropyLoss", "Concat", "Flatten",
+                         "Constant", "Squeeze", "Unsqueeze", "Reshape"):
+            attrs = []
+            for a in n.attribute:
+                v = helper.get_attribute_value(a)
+                if isinstance(v, onnx.TensorProto):
+                    from onnx import numpy_helper
+                    arr = numpy_helper.to_array(v)
+                    v = arr.tolist() if arr.size <= 8 else "tensor%s" % list(arr.shape)
+                elif isinstance(v, bytes):
+                    v = v.decode()
+                attrs.append("%s=%s" % (a.name, v))
+            lines.append("  %s(%s) -> %s  %s" % (n.op_type, ", ".join(n.input),
+                                                 ", ".join(n.output), " ".join(attrs)))
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--opset", type=int, default=DEFAULT_OPSET)
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--outdir", default="/tmp/gpipe_models")
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("-v", "--verbose", action="store_true", help="print node attributes too")
+    a = ap.parse_args(argv)
+    ok = True
+    for name in a.models.split(","):
+        path = os.path.join(a.outdir, name + ".onnx")
+        try:
+            m = export_named(name, path, a.batch_size, opset=a.opset)
+        except RuntimeError as e:
+            print("FAIL %s: %s" % (name, e))
+            ok = False
+            continue
+        ops = sorted(set(op_types(m)))
+        print("%-18s %s" % (name, " ".join(ops)))
+        if a.verbose:
+            print("   " + describe(m).replace("\n", "\n   "))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

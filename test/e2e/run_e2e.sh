@@ -1,0 +1,73 @@
+#!/bin/sh
+# Run the end-to-end training checks (gpipe-compile/gpipe-run vs torch.optim).
+#
+# usage: test/e2e/run_e2e.sh BIN_DIR [WORK_DIR] [--quick]
+#   BIN_DIR   directory with gpipe-compile and gpipe-run
+#   WORK_DIR  scratch directory (default: /tmp/gpipe_e2e); one subdirectory per case
+#   --quick   only the first few cases
+# Extra environment: PY (default /usr/bin/python3), TOL (default 1e-4).
+# Exit status: number of failed cases (0 = all passed), capped at 125.
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+PY=${PY:-/usr/bin/python3}
+TOL=${TOL:-1e-4}
+[ $# -ge 1 ] || { echo "usage: $0 BIN_DIR [WORK_DIR] [--quick]" >&2; exit 2; }
+BIN=$1; shift
+WORK=/tmp/gpipe_e2e
+QUICK=0
+for a in "$@"; do
+  case "$a" in
+    --quick) QUICK=1 ;;
+    *) WORK=$a ;;
+  esac
+done
+mkdir -p "$WORK"
+export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+
+# name | arguments to check_training.py
+CASES='
+tanh_sgd|--model mlp_tanh --optimizer sgd --lr 0.1
+relu_sgd_mom|--model mlp_relu --optimizer sgd --lr 0.05 --momentum 0.9
+gelu_adam|--model mlp_gelu_sigmoid --optimizer adam --lr 0.01
+ignore_sgd|--model mlp_ignore --optimizer sgd --lr 0.1 --momentum 0.5
+matmul_adamw|--model mlp_matmul --optimizer adamw --lr 0.01 --weight-decay 0.05
+tanh_sgd_nesterov_wd|--model mlp_tanh --optimizer sgd --lr 0.05 --momentum 0.9 --nesterov --weight-decay 0.001
+relu_adam_wd|--model mlp_relu --optimizer adam --lr 0.005 --weight-decay 0.01 --betas 0.8,0.99 --eps 1e-6
+gelu_sgd_droplast|--model mlp_gelu_sigmoid --optimizer sgd --lr 0.2 --batch-size 32 --samples 100 --steps 12
+ignore_adamw|--model mlp_ignore --optimizer adamw --lr 0.01
+matmul_sgd_mom|--model mlp_matmul --optimizer sgd --lr 0.1 --momentum 0.9 --steps 30
+ops_sgd|--model mlp_ops --optimizer sgd --lr 0.1 --momentum 0.9
+ops_adam|--model mlp_ops --optimizer adam --lr 0.01
+deep_small_sgd|--model mlp_deep_small --optimizer sgd --lr 0.05 --momentum 0.9 --batch-size 32
+tanh_opset13|--model mlp_tanh --optimizer sgd --lr 0.1 --opset 13
+ops_opset12|--model mlp_ops --optimizer sgd --lr 0.1 --opset 12
+'
+
+pass=0; fail=0; failed=""
+n=0
+OLDIFS=$IFS
+IFS='
+'
+for line in $CASES; do
+  IFS=$OLDIFS
+  [ -n "$line" ] || continue
+  n=$((n + 1))
+  if [ "$QUICK" = 1 ] && [ $n -gt 5 ]; then break; fi
+  name=${line%%|*}; args=${line#*|}
+  # shellcheck disable=SC2086
+  if "$PY" "$HERE/check_training.py" $args --tol "$TOL" --bin "$BIN" \
+        --workdir "$WORK/$name" > "$WORK/$name.log" 2>&1; then
+    pass=$((pass + 1)); echo "PASS $name"
+  else
+    fail=$((fail + 1)); failed="$failed $name"
+    echo "FAIL $name  (log: $WORK/$name.log)"
+    grep -E '^(FAIL|  - )' "$WORK/$name.log" | head -8 | sed 's/^/    /'
+  fi
+  IFS='
+'
+done
+IFS=$OLDIFS
+echo "e2e: $pass passed, $fail failed${failed:+ ($failed )}"
+[ $fail -gt 125 ] && fail=125
+exit $fail

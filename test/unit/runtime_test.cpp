@@ -1,0 +1,902 @@
+// Unit tests of the CPU runtime: npy I/O, kernels, optimizers and gp_main.
+#include "gpipe/runtime.h"
+#include "npy.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+using gpipe::NpyFile;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+/// A fresh directory under the system temp dir, removed with its contents.
+class TempDir {
+public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "gpipe_rt_XXXXXX").string();
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    if (!mkdtemp(buf.data()))
+      std::abort();
+    path_ = buf.data();
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string operator/(const std::string &name) const {
+    return path_ + "/" + name;
+  }
+  const std::string &str() const { return path_; }
+
+private:
+  std::string path_;
+};
+
+void writeBytes(const std::string &path, const std::string &bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::string readText(const std::string &path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+/// A .npy file image with an arbitrary header dict and payload.
+std::string npyImage(const std::string &dict, const std::string &payload,
+                     int major = 1) {
+  std::string header = dict;
+  size_t lenBytes = major == 1 ? 2 : 4;
+  size_t unpadded = 8 + lenBytes + header.size() + 1;
+  header.append((64 - unpadded % 64) % 64, ' ');
+  header += '\n';
+  std::string img("\x93NUMPY", 6);
+  img += static_cast<char>(major);
+  img += '\0';
+  for (size_t i = 0; i < lenBytes; ++i)
+    img += static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  return img + header + payload;
+}
+
+std::string npyDict(const std::string &descr, const std::string &shape,
+                    bool fortran = false) {
+  return "{'descr': '" + descr +
+         "', 'fortran_order': " + (fortran ? "True" : "False") +
+         ", 'shape': " + shape + ", }";
+}
+
+template <typename T> std::string rawBytes(const std::vector<T> &v) {
+  return std::string(reinterpret_cast<const char *>(v.data()),
+                     v.size() * sizeof(T));
+}
+
+template <typename T> std::vector<T> contents(const NpyFile &f) {
+  std::vector<T> v(static_cast<size_t>(f.numElements()));
+  if (!v.empty())
+    std::memcpy(v.data(), f.data(), v.size() * sizeof(T));
+  return v;
+}
+
+void writeF32(const std::string &path, const std::vector<float> &data,
+              const std::vector<int64_t> &shape) {
+  std::string err;
+  ASSERT_TRUE(
+      gpipe::npyWriteF32(path, data.data(), shape.data(), shape.size(), err))
+      << err;
+}
+
+void writeI64(const std::string &path, const std::vector<int64_t> &data,
+              const std::string &shape) {
+  writeBytes(path, npyImage(npyDict("<i8", shape), rawBytes(data)));
+}
+
+/// Opens `path` expecting failure; returns the error message.
+std::string openError(const std::string &path, gp_dtype dtype = GP_F32) {
+  NpyFile f;
+  std::string err;
+  EXPECT_FALSE(f.open(path, dtype, err)) << path << " unexpectedly opened";
+  EXPECT_NE(err.find(path), std::string::npos) << "error lacks file: " << err;
+  return err;
+}
+
+std::vector<float> randomVec(size_t n, unsigned seed, float lo = -1.f,
+                             float hi = 1.f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float &x : v)
+    x = dist(gen);
+  return v;
+}
+
+//===----------------------------------------------------------------------===//
+// npy
+//===----------------------------------------------------------------------===//
+
+TEST(Npy, RoundTripF32) {
+  TempDir dir;
+  std::vector<std::vector<int64_t>> shapes = {
+      {2, 3}, {5}, {}, {0, 4}, {2, 1, 3}};
+  for (const auto &shape : shapes) {
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    std::vector<float> data = randomVec(static_cast<size_t>(n), 7);
+    std::string path = dir / "a.npy";
+    writeF32(path, data, shape);
+    EXPECT_FALSE(fs::exists(path + ".tmp"));
+
+    NpyFile f;
+    std::string err;
+    ASSERT_TRUE(f.open(path, GP_F32, err)) << err;
+    EXPECT_EQ(f.shape(), shape);
+    EXPECT_EQ(f.dtype(), GP_F32);
+    EXPECT_EQ(contents<float>(f), data);
+    // NumPy aligns the payload on 64 bytes.
+    EXPECT_EQ((fs::file_size(path) - f.dataBytes()) % 64, 0u);
+  }
+}
+
+TEST(Npy, HeaderMatchesNumpy) {
+  TempDir dir;
+  std::vector<float> data = {1, 2, 3, 4, 5, 6};
+  writeF32(dir / "a.npy", data, {2, 3});
+  std::string img = readText(dir / "a.npy");
+  EXPECT_EQ(img, npyImage(npyDict("<f4", "(2, 3)"), rawBytes(data)));
+  writeF32(dir / "b.npy", {1, 2}, {2});
+  EXPECT_NE(readText(dir / "b.npy").find("'shape': (2,), }"),
+            std::string::npos);
+}
+
+TEST(Npy, ReadsI64AndVersions2And3) {
+  TempDir dir;
+  std::vector<int64_t> labels = {3, -1, 7, 1LL << 40};
+  for (int major : {1, 2, 3}) {
+    std::string path = dir / ("l" + std::to_string(major) + ".npy");
+    writeBytes(path,
+               npyImage(npyDict("<i8", "(2, 2)"), rawBytes(labels), major));
+    NpyFile f;
+    std::string err;
+    ASSERT_TRUE(f.open(path, GP_I64, err)) << err;
+    EXPECT_EQ(f.shape(), (std::vector<int64_t>{2, 2}));
+    EXPECT_EQ(contents<int64_t>(f), labels);
+  }
+  // Double quotes, no trailing comma, other key order.
+  std::string path = dir / "q.npy";
+  writeBytes(path, npyImage("{\"shape\": (4,), \"fortran_order\": False, "
+                            "\"descr\": \"<i8\"}",
+                            rawBytes(labels)));
+  NpyFile f;
+  std::string err;
+  ASSERT_TRUE(f.open(path, GP_I64, err)) << err;
+  EXPECT_EQ(contents<int64_t>(f), labels);
+}
+
+TEST(Npy, OverwriteIsAtomicAndFailedWriteLeavesNothing) {
+  TempDir dir;
+  std::string path = dir / "w.npy";
+  writeF32(path, {1, 2, 3}, {3});
+  writeF32(path, {4, 5}, {2});
+  NpyFile f;
+  std::string err;
+  ASSERT_TRUE(f.open(path, GP_F32, err)) << err;
+  EXPECT_EQ(contents<float>(f), (std::vector<float>{4, 5}));
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+
+  float x = 1;
+  int64_t shape = 1;
+  EXPECT_FALSE(
+      gpipe::npyWriteF32(dir / "no/such/dir/x.npy", &x, &shape, 1, err));
+  EXPECT_NE(err.find("no/such/dir/x.npy.tmp"), std::string::npos) << err;
+}
+
+TEST(Npy, RejectsBadFiles) {
+  TempDir dir;
+  std::vector<float> six(6, 1.0f);
+  std::string good = npyImage(npyDict("<f4", "(2, 3)"), rawBytes(six));
+  auto check = [&](const std::string &name, const std::string &img,
+                   const std::string &needle, gp_dtype dtype = GP_F32) {
+    std::string path = dir / name;
+    writeBytes(path, img);
+    std::string err = openError(path, dtype);
+    EXPECT_NE(err.find(needle), std::string::npos)
+        << name << ": '" << err << "' lacks '" << needle << "'";
+  };
+
+  std::string badMagic = good;
+  badMagic[1] = 'X';
+  check("magic.npy", badMagic, "bad magic");
+  check("text.npy", "hello world, this is not numpy", "bad magic");
+  check("empty.npy", "", "empty");
+  check("short.npy", good.substr(0, 9), "truncated");
+  check("header.npy", good.substr(0, 40), "truncated");
+  check("data.npy", good.substr(0, good.size() - 4), "truncated data");
+  check("trailing.npy", good + "xxxx", "trailing");
+  check("f8.npy", npyImage(npyDict("<f8", "(2, 3)"), std::string(48, '\0')),
+        "dtype '<f8' does not match expected '<f4'");
+  check("i8asf4.npy", npyImage(npyDict("<i8", "(6,)"), std::string(48, '\0')),
+        "dtype '<i8' does not match expected '<f4'");
+  check("f4asi8.npy", good, "dtype '<f4' does not match expected '<i8'",
+        GP_I64);
+  check("bigendian.npy", npyImage(npyDict(">f4", "(2, 3)"), rawBytes(six)),
+        "big-endian dtype '>f4'");
+  check("fortran.npy", npyImage(npyDict("<f4", "(2, 3)", true), rawBytes(six)),
+        "fortran_order True");
+  check("structured.npy",
+        npyImage("{'descr': [('a', '<f4')], 'fortran_order': False, "
+                 "'shape': (6,), }",
+                 rawBytes(six)),
+        "malformed");
+  check("shape.npy", npyImage(npyDict("<f4", "(2, -3)"), rawBytes(six)),
+        "malformed");
+  check("nokey.npy",
+        npyImage("{'descr': '<f4', 'shape': (6,), }", rawBytes(six)),
+        "missing");
+  std::string v9 = good;
+  v9[6] = 9;
+  check("version.npy", v9, "version 9.0");
+
+  std::string err = openError(dir / "absent.npy");
+  EXPECT_NE(err.find("cannot open"), std::string::npos) << err;
+}
+
+//===----------------------------------------------------------------------===//
+// gemm, reduce_to, copy_blocks
+//===----------------------------------------------------------------------===//
+
+TEST(Kernels, GemmAllTransposes) {
+  const int64_t M = 3, N = 5, K = 4;
+  for (int ta = 0; ta < 2; ++ta) {
+    for (int tb = 0; tb < 2; ++tb) {
+      // Stored shapes: A is [M,K] or [K,M], B is [K,N] or [N,K]; pad rows.
+      int64_t aRows = ta ? K : M, aCols = ta ? M : K;
+      int64_t bRows = tb ? N : K, bCols = tb ? K : N;
+      int64_t lda = aCols + 3, ldb = bCols + 2, ldc = N + 4;
+      std::vector<float> A = randomVec(aRows * lda, 1 + ta);
+      std::vector<float> B = randomVec(bRows * ldb, 3 + tb);
+      std::vector<float> C = randomVec(M * ldc, 5);
+      std::vector<float> C0 = C;
+      const float alpha = 1.5f, beta = -0.5f;
+      gp_gemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta,
+              C.data(), ldc);
+      for (int64_t i = 0; i < M; ++i) {
+        for (int64_t j = 0; j < N; ++j) {
+          double s = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            double a = ta ? A[k * lda + i] : A[i * lda + k];
+            double b = tb ? B[j * ldb + k] : B[k * ldb + j];
+            s += a * b;
+          }
+          double want = alpha * s + beta * C0[i * ldc + j];
+          EXPECT_NEAR(C[i * ldc + j], want, 1e-5)
+              << "ta=" << ta << " tb=" << tb << " i=" << i << " j=" << j;
+        }
+        // Padding columns are untouched.
+        for (int64_t j = N; j < ldc; ++j)
+          EXPECT_EQ(C[i * ldc + j], C0[i * ldc + j]);
+      }
+    }
+  }
+}
+
+TEST(Kernels, GemmBetaZeroAndEmptyK) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> A = {1, 2, 3, 4}, B = {1, 0, 0, 1};
+  std::vector<float> C(4, nan);
+  gp_gemm(0, 0, 2, 2, 2, 1.0f, A.data(), 2, B.data(), 2, 0.0f, C.data(), 2);
+  EXPECT_EQ(C, A);
+  // K == 0: C = beta * C, with ld of the empty operands 0.
+  std::vector<float> D = {1, 2, 3, 4};
+  gp_gemm(0, 0, 2, 2, 0, 1.0f, nullptr, 0, nullptr, 2, 2.0f, D.data(), 2);
+  EXPECT_EQ(D, (std::vector<float>{2, 4, 6, 8}));
+  C.assign(4, nan);
+  gp_gemm(0, 0, 2, 2, 0, 1.0f, nullptr, 0, nullptr, 2, 0.0f, C.data(), 2);
+  EXPECT_EQ(C, (std::vector<float>(4, 0.0f)));
+  // A single row with an arbitrary stride.
+  std::vector<float> row = {1, 2}, out(3, 0.0f), mat = {1, 2, 3, 4, 5, 6};
+  gp_gemm(0, 0, 1, 3, 2, 1.0f, row.data(), 0, mat.data(), 3, 0.0f, out.data(),
+          0);
+  EXPECT_EQ(out, (std::vector<float>{9, 12, 15}));
+}
+
+void naiveReduceTo(const std::vector<float> &in,
+                   const std::vector<int64_t> &inShape,
+                   std::vector<double> &out,
+                   const std::vector<int64_t> &outShape) {
+  size_t rank = inShape.size();
+  int64_t outSize = 1;
+  for (int64_t d : outShape)
+    outSize *= d;
+  out.assign(static_cast<size_t>(outSize), 0.0);
+  std::vector<int64_t> idx(rank, 0);
+  for (size_t flat = 0; flat < in.size(); ++flat) {
+    int64_t rem = static_cast<int64_t>(flat), o = 0;
+    for (size_t d = rank; d-- > 0;) {
+      idx[d] = rem % inShape[d];
+      rem /= inShape[d];
+    }
+    for (size_t d = 0; d < rank; ++d)
+      o = o * outShape[d] + (outShape[d] == 1 ? 0 : idx[d]);
+    out[o] += in[flat];
+  }
+}
+
+TEST(Kernels, ReduceToMatchesNaive) {
+  struct Case {
+    std::vector<int64_t> in, out;
+  };
+  std::vector<Case> cases = {
+      {{4, 5}, {1, 5}},
+      {{4, 5}, {4, 1}},
+      {{4, 5}, {1, 1}},
+      {{2, 3, 4}, {1, 3, 1}},
+      {{2, 3, 4}, {2, 1, 4}},
+      {{2, 3, 4}, {1, 1, 1}},
+      {{2, 3, 4}, {2, 3, 1}},
+      {{2, 1, 3, 4}, {1, 1, 3, 1}},
+      {{3, 4, 5, 6}, {3, 1, 5, 1}},
+      {{3, 4, 5, 6}, {1, 4, 1, 6}},
+      {{2, 3, 2, 3, 2}, {2, 1, 1, 3, 1}},
+      {{2, 3}, {2, 3}},
+      {{7}, {1}},
+      {{1, 6}, {1, 1}},
+  };
+  for (const Case &c : cases) {
+    int64_t n = 1;
+    for (int64_t d : c.in)
+      n *= d;
+    std::vector<float> in = randomVec(static_cast<size_t>(n), 11);
+    std::vector<double> want;
+    naiveReduceTo(in, c.in, want, c.out);
+    std::vector<float> got(want.size(), 123.0f);
+    gp_reduce_to(in.data(), c.in.data(), got.data(), c.out.data(),
+                 static_cast<int32_t>(c.in.size()));
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_NEAR(got[i], want[i], 1e-5)
+          << "in " << gpipe::shapeToString(c.in) << " out "
+          << gpipe::shapeToString(c.out) << " at " << i;
+  }
+}
+
+TEST(Kernels, ReduceToEdgeCases) {
+  // Rank 0 is a copy.
+  float x = 3.5f, y = 0;
+  gp_reduce_to(&x, nullptr, &y, nullptr, 0);
+  EXPECT_EQ(y, 3.5f);
+  // Broadcasting 1 -> 0: the sum over an empty dim is zero.
+  std::vector<int64_t> in = {0, 3}, out = {1, 3};
+  std::vector<float> got(3, 9.0f);
+  gp_reduce_to(nullptr, in.data(), got.data(), out.data(), 2);
+  EXPECT_EQ(got, (std::vector<float>(3, 0.0f)));
+}
+
+TEST(Kernels, CopyBlocks) {
+  // Concat of [2,2] and [2,3] along axis 1 into [2,5], then slice back.
+  std::vector<float> a = {1, 2, 3, 4}, b = {5, 6, 7, 8, 9, 10}, cat(10, 0);
+  gp_copy_blocks(cat.data(), 5, a.data(), 2, 2, 2, sizeof(float));
+  gp_copy_blocks(cat.data() + 2, 5, b.data(), 3, 2, 3, sizeof(float));
+  EXPECT_EQ(cat, (std::vector<float>{1, 2, 5, 6, 7, 3, 4, 8, 9, 10}));
+  std::vector<float> back(6, 0);
+  gp_copy_blocks(back.data(), 3, cat.data() + 2, 5, 2, 3, sizeof(float));
+  EXPECT_EQ(back, b);
+  // Contiguous fast path with 8-byte elements.
+  std::vector<int64_t> src = {1, 2, 3, 4}, dst(4, 0);
+  gp_copy_blocks(dst.data(), 2, src.data(), 2, 2, 2, sizeof(int64_t));
+  EXPECT_EQ(dst, src);
+}
+
+//===----------------------------------------------------------------------===//
+// Softmax cross-entropy
+//===----------------------------------------------------------------------===//
+
+double refXent(const std::vector<float> &logits,
+               const std::vector<int64_t> &labels, int64_t C, bool hasIgnore,
+               int64_t ignoreIndex, std::vector<double> *logProb = nullptr) {
+  int64_t N = static_cast<int64_t>(labels.size());
+  double total = 0;
+  int64_t count = 0;
+  if (logProb)
+    logProb->resize(logits.size());
+  for (int64_t i = 0; i < N; ++i) {
+    double mx = -INFINITY, s = 0;
+    for (int64_t j = 0; j < C; ++j)
+      mx = std::max(mx, static_cast<double>(logits[i * C + j]));
+    for (int64_t j = 0; j < C; ++j)
+      s += std::exp(logits[i * C + j] - mx);
+    double lse = mx + std::log(s);
+    if (logProb)
+      for (int64_t j = 0; j < C; ++j)
+        (*logProb)[i * C + j] = logits[i * C + j] - lse;
+    if (hasIgnore && labels[i] == ignoreIndex)
+      continue;
+    total += lse - logits[i * C + labels[i]];
+    ++count;
+  }
+  return count ? total / static_cast<double>(count) : NAN;
+}
+
+TEST(SoftmaxXent, ForwardMatchesDoubleReference) {
+  const int64_t N = 6, C = 7;
+  std::vector<float> logits = randomVec(N * C, 21, -4.f, 4.f);
+  // Large logits must not overflow.
+  for (int64_t j = 0; j < C; ++j)
+    logits[2 * C + j] += 500.f;
+  std::vector<int64_t> labels = {0, 6, 3, 2, 5, 1};
+  float loss = 0;
+  std::vector<float> logProb(N * C);
+  gp_softmax_xent_fwd(logits.data(), labels.data(), N, C, 0, -100, &loss,
+                      logProb.data());
+  std::vector<double> refLogProb;
+  double want = refXent(logits, labels, C, false, -100, &refLogProb);
+  EXPECT_NEAR(loss, want, 1e-6 * std::max(1.0, std::abs(want)));
+  for (size_t i = 0; i < logProb.size(); ++i)
+    EXPECT_NEAR(logProb[i], refLogProb[i], 1e-4) << i;
+  // log_prob is optional.
+  float loss2 = 0;
+  gp_softmax_xent_fwd(logits.data(), labels.data(), N, C, 0, -100, &loss2,
+                      nullptr);
+  EXPECT_EQ(loss, loss2);
+}
+
+TEST(SoftmaxXent, BackwardMatchesFiniteDifferences) {
+  const int64_t N = 4, C = 5;
+  std::vector<float> logits = randomVec(N * C, 33, -2.f, 2.f);
+  for (int hasIgnore : {0, 1}) {
+    std::vector<int64_t> labels = {1, hasIgnore ? -100 : 2, 4, 0};
+    const float dloss = 1.7f;
+    std::vector<float> grad(N * C);
+    gp_softmax_xent_bwd(logits.data(), labels.data(), N, C, hasIgnore, -100,
+                        &dloss, grad.data());
+    const float h = 1e-2f;
+    for (int64_t k = 0; k < N * C; ++k) {
+      std::vector<float> lp = logits, lm = logits;
+      lp[k] += h;
+      lm[k] -= h;
+      float fp, fm;
+      gp_softmax_xent_fwd(lp.data(), labels.data(), N, C, hasIgnore, -100, &fp,
+                          nullptr);
+      gp_softmax_xent_fwd(lm.data(), labels.data(), N, C, hasIgnore, -100, &fm,
+                          nullptr);
+      double fd = dloss * (static_cast<double>(fp) - fm) / (2.0 * h);
+      EXPECT_NEAR(grad[k], fd, 2e-3) << "hasIgnore=" << hasIgnore << " k=" << k;
+    }
+  }
+}
+
+TEST(SoftmaxXent, IgnoreIndex) {
+  const int64_t N = 4, C = 3;
+  std::vector<float> logits = randomVec(N * C, 44);
+  std::vector<int64_t> labels = {2, -100, 0, -100};
+  float loss;
+  gp_softmax_xent_fwd(logits.data(), labels.data(), N, C, 1, -100, &loss,
+                      nullptr);
+  // The mean is over the two counted samples only.
+  EXPECT_NEAR(loss, refXent(logits, labels, C, true, -100), 1e-6);
+  std::vector<float> only = {logits[0], logits[1], logits[2],
+                             logits[6], logits[7], logits[8]};
+  EXPECT_NEAR(loss, refXent(only, {2, 0}, C, false, 0), 1e-6);
+
+  float one = 1.0f;
+  std::vector<float> grad(N * C, 5.0f);
+  gp_softmax_xent_bwd(logits.data(), labels.data(), N, C, 1, -100, &one,
+                      grad.data());
+  for (int64_t j = 0; j < C; ++j) {
+    EXPECT_EQ(grad[1 * C + j], 0.0f);
+    EXPECT_EQ(grad[3 * C + j], 0.0f);
+  }
+  // Counted rows are (softmax - onehot) / count, with count = 2.
+  for (int64_t i : {0, 2}) {
+    double mx = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < C; ++j)
+      mx = std::max(mx, static_cast<double>(logits[i * C + j]));
+    for (int64_t j = 0; j < C; ++j)
+      sum += std::exp(logits[i * C + j] - mx);
+    for (int64_t j = 0; j < C; ++j) {
+      double p = std::exp(logits[i * C + j] - mx) / sum;
+      EXPECT_NEAR(grad[i * C + j], (p - (j == labels[i])) / 2, 1e-6)
+          << "row " << i << " col " << j;
+    }
+  }
+
+  // A label equal to ignore_index counts when has_ignore is 0.
+  std::vector<int64_t> plain = {2, 1, 0, 1};
+  gp_softmax_xent_fwd(logits.data(), plain.data(), N, C, 0, 1, &loss, nullptr);
+  EXPECT_NEAR(loss, refXent(logits, plain, C, false, 0), 1e-6);
+
+  // Everything ignored: NaN loss (as torch), zero gradient.
+  std::vector<int64_t> none(N, 7);
+  gp_softmax_xent_fwd(logits.data(), none.data(), N, C, 1, 7, &loss, nullptr);
+  EXPECT_TRUE(std::isnan(loss));
+  gp_softmax_xent_bwd(logits.data(), none.data(), N, C, 1, 7, &one,
+                      grad.data());
+  EXPECT_EQ(grad, std::vector<float>(N * C, 0.0f));
+
+  // An out-of-range label poisons the loss instead of reading out of bounds.
+  std::vector<int64_t> bad = {0, 3, 1, 2};
+  gp_softmax_xent_fwd(logits.data(), bad.data(), N, C, 0, -100, &loss, nullptr);
+  EXPECT_TRUE(std::isnan(loss));
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizers
+//===----------------------------------------------------------------------===//
+
+const std::vector<std::vector<double>> kGrads = {
+    {0.5, -1.0, 0.25, 2.0}, {0.1, 0.3, -0.7, 1.5}, {-0.4, 0.2, 0.05, -1.0}};
+const std::vector<double> kP0 = {1.0, -0.5, 0.3, 2.0};
+
+std::vector<float> toF(const std::vector<double> &v) {
+  return std::vector<float>(v.begin(), v.end());
+}
+
+void expectNear(const std::vector<float> &got, const std::vector<double> &want,
+                double rel, const std::string &what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], rel * std::max(1.0, std::abs(want[i])))
+        << what << " [" << i << "]";
+}
+
+TEST(Optimizers, SgdPlainHandComputed) {
+  // p = 1, g = 0.5, 1.0, -2.0, lr 0.1: 0.95, 0.85, 1.05.
+  float p = 1.0f;
+  const float gs[] = {0.5f, 1.0f, -2.0f};
+  const double want[] = {0.95, 0.85, 1.05};
+  for (int s = 0; s < 3; ++s) {
+    gp_sgd_update(&p, &gs[s], nullptr, 1, 0.1f, 0.0f, 0.0f, 0, s + 1);
+    EXPECT_NEAR(p, want[s], 1e-6);
+  }
+}
+
+TEST(Optimizers, SgdVariants) {
+  struct Cfg {
+    double lr, momentum, wd;
+    int nesterov;
+  };
+  for (Cfg c : {Cfg{0.1, 0.0, 0.0, 0}, Cfg{0.1, 0.9, 0.0, 0},
+                Cfg{0.05, 0.9, 0.0, 1}, Cfg{0.1, 0.8, 0.01, 0},
+                Cfg{0.1, 0.0, 0.1, 0}, Cfg{0.2, 0.5, 0.05, 1}}) {
+    std::vector<double> p = kP0, buf(p.size(), 0.0);
+    // Step 1 must start the buffer from the gradient, whatever it held.
+    std::vector<float> pf = toF(kP0), buff(p.size(), 123.0f);
+    for (int s = 1; s <= 3; ++s) {
+      const std::vector<double> &g = kGrads[s - 1];
+      for (size_t i = 0; i < p.size(); ++i) {
+        double d = g[i] + c.wd * p[i];
+        if (c.momentum != 0) {
+          buf[i] = s == 1 ? d : c.momentum * buf[i] + d;
+          d = c.nesterov ? d + c.momentum * buf[i] : buf[i];
+        }
+        p[i] -= c.lr * d;
+      }
+      std::vector<float> gf = toF(g);
+      gp_sgd_update(pf.data(), gf.data(),
+                    c.momentum != 0 ? buff.data() : nullptr,
+                    static_cast<int64_t>(pf.size()), static_cast<float>(c.lr),
+                    static_cast<float>(c.momentum), static_cast<float>(c.wd),
+                    c.nesterov, s);
+      std::string what = "sgd lr=" + std::to_string(c.lr) +
+                         " m=" + std::to_string(c.momentum) +
+                         " wd=" + std::to_string(c.wd) +
+                         " nesterov=" + std::to_string(c.nesterov) +
+                         " step=" + std::to_string(s);
+      expectNear(pf, p, 1e-6, what);
+    }
+  }
+}
+
+TEST(Optimizers, AdamFirstStepHandComputed) {
+  // Step 1: m_hat = g and v_hat = g^2, so p moves by lr * g / (|g| + eps).
+  float p = 1.0f, g = 0.5f, m = 0, v = 0;
+  gp_adam_update(&p, &g, &m, &v, 1, 0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, 0, 1);
+  EXPECT_NEAR(p, 1.0 - 0.01 * 0.5 / (0.5 + 1e-8), 1e-7);
+  EXPECT_NEAR(m, 0.05, 1e-8);
+  EXPECT_NEAR(v, 0.00025, 1e-10);
+}
+
+TEST(Optimizers, AdamAndAdamW) {
+  struct Cfg {
+    double lr, b1, b2, eps, wd;
+    int decoupled;
+  };
+  for (Cfg c :
+       {Cfg{1e-3, 0.9, 0.999, 1e-8, 0.0, 0},
+        Cfg{1e-2, 0.9, 0.999, 1e-8, 0.1, 0}, Cfg{1e-2, 0.8, 0.99, 1e-6, 0.0, 1},
+        Cfg{1e-2, 0.9, 0.999, 1e-8, 0.01, 1},
+        Cfg{0.1, 0.5, 0.9, 1e-3, 0.2, 1}}) {
+    std::vector<double> p = kP0, m(p.size(), 0.0), v(p.size(), 0.0);
+    std::vector<float> pf = toF(kP0), mf(p.size(), 0.f), vf(p.size(), 0.f);
+    for (int s = 1; s <= 3; ++s) {
+      const std::vector<double> &gs = kGrads[s - 1];
+      double bc1 = 1 - std::pow(c.b1, s), bc2 = 1 - std::pow(c.b2, s);
+      for (size_t i = 0; i < p.size(); ++i) {
+        double g = gs[i];
+        if (c.decoupled)
+          p[i] *= 1 - c.lr * c.wd;
+        else
+          g += c.wd * p[i];
+        m[i] = c.b1 * m[i] + (1 - c.b1) * g;
+        v[i] = c.b2 * v[i] + (1 - c.b2) * g * g;
+        p[i] -=
+            (c.lr / bc1) * m[i] / (std::sqrt(v[i]) / std::sqrt(bc2) + c.eps);
+      }
+      std::vector<float> gf = toF(gs);
+      gp_adam_update(pf.data(), gf.data(), mf.data(), vf.data(),
+                     static_cast<int64_t>(pf.size()), static_cast<float>(c.lr),
+                     static_cast<float>(c.b1), static_cast<float>(c.b2),
+                     static_cast<float>(c.eps), static_cast<float>(c.wd),
+                     c.decoupled, s);
+      std::string what = std::string(c.decoupled ? "adamw" : "adam") +
+                         " lr=" + std::to_string(c.lr) +
+                         " wd=" + std::to_string(c.wd) +
+                         " step=" + std::to_string(s);
+      expectNear(pf, p, 2e-6, what + " p");
+      expectNear(mf, m, 1e-6, what + " m");
+      expectNear(vf, v, 1e-6, what + " v");
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// gp_main end to end
+//===----------------------------------------------------------------------===//
+
+// The toy program: param w[3], inputs x[2,3] (f32) and y[2] (i64). Each step
+// records the batch it saw, returns mean(x) and does w -= 0.1 * mean(x).
+const int64_t kWShape[] = {3};
+const int64_t kXShape[] = {2, 3};
+const int64_t kYShape[] = {2};
+const gp_tensor_desc kParams[] = {{"w", "w.npy", GP_F32, 1, kWShape, 0}};
+const gp_tensor_desc kInputs[] = {{"x", nullptr, GP_F32, 2, kXShape, 64},
+                                  {"y", nullptr, GP_I64, 1, kYShape, 128}};
+std::vector<int64_t> gSeenY;
+std::vector<int64_t> gSeenSteps;
+std::string gLogPath;           // when set, record the log's line count
+std::vector<int64_t> gLogLines; // ... as seen from inside each step
+
+float toyStep(gp_step_ctx *ctx) {
+  float *w = reinterpret_cast<float *>(ctx->arena);
+  const float *x = reinterpret_cast<const float *>(ctx->arena + 64);
+  const int64_t *y = reinterpret_cast<const int64_t *>(ctx->arena + 128);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(ctx->arena) % 64, 0u);
+  gSeenSteps.push_back(ctx->step);
+  gSeenY.push_back(y[0]);
+  gSeenY.push_back(y[1]);
+  if (!gLogPath.empty()) {
+    std::string log = readText(gLogPath);
+    gLogLines.push_back(std::count(log.begin(), log.end(), '\n'));
+  }
+  float mean = 0;
+  for (int i = 0; i < 6; ++i)
+    mean += x[i];
+  mean /= 6;
+  for (int i = 0; i < 3; ++i)
+    w[i] -= 0.1f * mean;
+  return mean;
+}
+
+const gp_program kToy = {"toy", 2, kInputs, 1, kParams, 144, toyStep};
+
+float nanStep(gp_step_ctx *) { return std::numeric_limits<float>::quiet_NaN(); }
+const gp_program kNoLoss = {"noloss", 0, nullptr, 0, nullptr, 0, nanStep};
+
+struct RunResult {
+  int rc;
+  std::string out, err;
+};
+
+RunResult runMain(const gp_program &program, std::vector<std::string> args) {
+  args.insert(args.begin(), "stage0");
+  std::vector<char *> argv;
+  for (std::string &a : args)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  int rc = gp_main(static_cast<int>(args.size()), argv.data(), &program);
+  RunResult r;
+  r.rc = rc;
+  r.err = testing::internal::GetCapturedStderr();
+  r.out = testing::internal::GetCapturedStdout();
+  return r;
+}
+
+/// Weights w = [1, 2, 3]; 5 samples: x row k = [k, k, k], y = 10 + k.
+void writeToyFiles(const TempDir &dir) {
+  fs::create_directories(dir / "weights");
+  fs::create_directories(dir / "data");
+  writeF32(dir / "weights/w.npy", {1, 2, 3}, {3});
+  std::vector<float> x;
+  for (int k = 0; k < 5; ++k)
+    x.insert(x.end(), 3, static_cast<float>(k));
+  writeF32(dir / "data/x.npy", x, {5, 3});
+  writeI64(dir / "data/y.npy", {10, 11, 12, 13, 14}, "(5,)");
+}
+
+TEST(GpMain, TrainsLogsAndWritesWeights) {
+  TempDir dir;
+  writeToyFiles(dir);
+  gSeenY.clear();
+  gSeenSteps.clear();
+  gLogPath = dir / "log.jsonl";
+  gLogLines.clear();
+  RunResult r =
+      runMain(kToy, {"--data", dir / "data", "--steps", "3", "--weights-in",
+                     dir / "weights", "--weights-out", dir / "out/nested",
+                     "--log-json", dir / "log.jsonl"});
+  gLogPath.clear();
+  ASSERT_EQ(r.rc, 0) << r.err;
+  // Each line is flushed before the next step runs.
+  EXPECT_EQ(gLogLines, (std::vector<int64_t>{0, 1, 2}));
+  // nb = 5 / 2 = 2 batches; sample 4 is dropped and step 3 wraps around.
+  EXPECT_EQ(gSeenSteps, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(gSeenY, (std::vector<int64_t>{10, 11, 12, 13, 10, 11}));
+  EXPECT_EQ(r.out, "step 1 loss 0.500000\nstep 2 loss 2.500000\n"
+                   "step 3 loss 0.500000\n");
+  EXPECT_NE(r.err.find("gpipe: 3 steps, mean "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(" ms/step\n"), std::string::npos) << r.err;
+
+  std::istringstream log(readText(dir / "log.jsonl"));
+  std::string line;
+  const double wantLoss[] = {0.5, 2.5, 0.5};
+  int n = 0;
+  while (std::getline(log, line)) {
+    long long step = 0;
+    double loss = 0, ms = -1;
+    ASSERT_EQ(std::sscanf(line.c_str(),
+                          "{\"step\":%lld,\"loss\":%lf,\"ms\":%lf}", &step,
+                          &loss, &ms),
+              3)
+        << line;
+    EXPECT_EQ(step, n + 1);
+    EXPECT_DOUBLE_EQ(loss, wantLoss[n]);
+    EXPECT_GE(ms, 0.0);
+    ++n;
+  }
+  EXPECT_EQ(n, 3);
+
+  NpyFile w;
+  std::string err;
+  ASSERT_TRUE(w.open(dir / "out/nested/w.npy", GP_F32, err)) << err;
+  EXPECT_EQ(w.shape(), (std::vector<int64_t>{3}));
+  std::vector<float> got = contents<float>(w);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_NEAR(got[i], i + 1 - 0.35, 1e-6);
+  // Inputs are untouched.
+  EXPECT_EQ(
+      readText(dir / "weights/w.npy"),
+      npyImage(npyDict("<f4", "(3,)"), rawBytes(std::vector<float>{1, 2, 3})));
+}
+
+TEST(GpMain, QuietDefaultsAndNanLoss) {
+  TempDir dir;
+  writeToyFiles(dir);
+  // Default weights-in is ./weights; run from the temp dir.
+  fs::path cwd = fs::current_path();
+  fs::current_path(dir.str());
+  RunResult r = runMain(kToy, {"--data=data", "--quiet"});
+  fs::current_path(cwd);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("gpipe: 1 steps"), std::string::npos) << r.err;
+
+  r = runMain(kNoLoss, {"--steps", "2", "--log-json", dir / "nan.jsonl",
+                        "--threads", "2", "--weights-out", dir / "empty"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "step 1 loss nan\nstep 2 loss nan\n");
+  std::string log = readText(dir / "nan.jsonl");
+  EXPECT_EQ(log.find("{\"step\":1,\"loss\":null,\"ms\":"), 0u) << log;
+  EXPECT_NE(log.find("{\"step\":2,\"loss\":null,\"ms\":"), std::string::npos);
+  EXPECT_TRUE(fs::is_directory(dir / "empty"));
+}
+
+TEST(GpMain, Help) {
+  RunResult r = runMain(kToy, {"--help"});
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_NE(r.out.find("--weights-out DIR"), std::string::npos) << r.out;
+}
+
+/// Runs and expects exit code 1 with exactly one "gpipe: error:" line.
+std::string expectError(const gp_program &program,
+                        const std::vector<std::string> &args) {
+  RunResult r = runMain(program, args);
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_EQ(r.err.rfind("gpipe: error: ", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  return r.err;
+}
+
+TEST(GpMain, FlagErrors) {
+  EXPECT_EQ(expectError(kToy, {"--bogus"}),
+            "gpipe: error: unknown flag '--bogus' (see --help)\n");
+  EXPECT_EQ(expectError(kToy, {"--data", "d", "--steps"}),
+            "gpipe: error: flag '--steps' requires a value\n");
+  EXPECT_NE(expectError(kToy, {"--data", "d", "--steps", "x"}).find("--steps"),
+            std::string::npos);
+  EXPECT_NE(
+      expectError(kToy, {"--data", "d", "--threads", "0"}).find("--threads"),
+      std::string::npos);
+  EXPECT_NE(expectError(kToy, {"stray"}).find("'stray'"), std::string::npos);
+  EXPECT_NE(expectError(kToy, {"--steps", "2"}).find("--data"),
+            std::string::npos);
+}
+
+TEST(GpMain, DataAndWeightErrors) {
+  TempDir dir;
+  writeToyFiles(dir);
+  std::vector<std::string> base = {"--data", dir / "data", "--weights-in",
+                                   dir / "weights"};
+
+  fs::remove(dir / "data/y.npy");
+  EXPECT_EQ(expectError(kToy, base), "gpipe: error: missing data file " +
+                                         (dir / "data") +
+                                         "/y.npy for graph input 'y'\n");
+
+  // y as float32: wrong dtype, naming the file.
+  writeF32(dir / "data/y.npy", {1, 2, 3, 4, 5}, {5});
+  std::string err = expectError(kToy, base);
+  EXPECT_NE(err.find(dir / "data/y.npy"), std::string::npos) << err;
+  EXPECT_NE(err.find("'<f4' does not match expected '<i8'"), std::string::npos)
+      << err;
+
+  // Different sample counts name both files.
+  writeI64(dir / "data/y.npy", {1, 2, 3, 4}, "(4,)");
+  err = expectError(kToy, base);
+  EXPECT_NE(err.find(dir / "data/y.npy"), std::string::npos) << err;
+  EXPECT_NE(err.find(dir / "data/x.npy"), std::string::npos) << err;
+
+  // Wrong trailing dims.
+  writeI64(dir / "data/y.npy", {1, 2, 3, 4, 5}, "(5,)");
+  writeF32(dir / "data/x.npy", std::vector<float>(10, 0.f), {5, 2});
+  err = expectError(kToy, base);
+  EXPECT_NE(err.find("expected shape (S, 3) for graph input 'x', found (5, 2)"),
+            std::string::npos)
+      << err;
+
+  // Fewer samples than one mini-batch.
+  writeF32(dir / "data/x.npy", {1, 2, 3}, {1, 3});
+  writeI64(dir / "data/y.npy", {1}, "(1,)");
+  err = expectError(kToy, base);
+  EXPECT_NE(err.find("fewer than the mini-batch size 2"), std::string::npos)
+      << err;
+
+  // Weight file with the wrong shape.
+  writeToyFiles(dir);
+  writeF32(dir / "weights/w.npy", {1, 2, 3, 4}, {4});
+  EXPECT_EQ(expectError(kToy, base),
+            "gpipe: error: " + (dir / "weights") +
+                "/w.npy: expected shape (3,) for parameter 'w', found (4,)\n");
+
+  // Missing weight file.
+  fs::remove(dir / "weights/w.npy");
+  EXPECT_EQ(expectError(kToy, base), "gpipe: error: missing weight file " +
+                                         (dir / "weights") +
+                                         "/w.npy for parameter 'w'\n");
+
+  // Corrupt weight file.
+  writeBytes(dir / "weights/w.npy", "garbage");
+  err = expectError(kToy, base);
+  EXPECT_NE(err.find("bad magic"), std::string::npos) << err;
+}
+
+} // namespace
