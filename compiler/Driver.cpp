@@ -86,8 +86,12 @@ LogicalResult validate(const CompileOptions &o) {
     return fail("--target cuda is not implemented yet; use --target cpu");
   if (o.target != "cpu")
     return fail("--target must be cpu or cuda, got '" + o.target + "'");
-  if (o.emit != "exe" && o.emit != "cpp" && o.emit != "mlir")
-    return fail("--emit must be exe, cpp or mlir, got '" + o.emit + "'");
+  if (o.emit != "exe" && o.emit != "cpp" && o.emit != "mlir" &&
+      o.emit != "import")
+    return fail("--emit must be exe, cpp, mlir or import, got '" + o.emit +
+                "'");
+  if (o.outDir == "-" && o.emit != "mlir" && o.emit != "import")
+    return fail("-o - (stdout) works with --emit mlir or --emit import only");
   if (o.remat != "none" && o.remat != "stage" && o.remat != "auto")
     return fail("--remat must be none, stage or auto, got '" + o.remat + "'");
   if (o.schedule != "gpipe" && o.schedule != "1f1b")
@@ -333,6 +337,20 @@ int gpipe::compile(const CompileOptions &o) {
                  << "\n";
 
   ModuleOp module = *model->module;
+  auto printModule = [&](llvm::raw_ostream &os) {
+    module.print(os, OpPrintingFlags().enableDebugInfo(false));
+  };
+  if (o.emit == "import" && o.outDir == "-") {
+    printModule(llvm::outs());
+    return 0;
+  }
+  if (o.emit == "import") {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    printModule(os);
+    llvm::sys::fs::create_directories(o.outDir);
+    return failed(writeFile(o.outDir + "/stage0.import.mlir", text)) ? 1 : 0;
+  }
   PassManager pm(&ctx);
   pm.addNestedPass<func::FuncOp>(createAutodiff());
   pm.addNestedPass<func::FuncOp>(
@@ -340,6 +358,10 @@ int gpipe::compile(const CompileOptions &o) {
   pm.addPass(createCSEPass());
   if (failed(pm.run(module)))
     return 1;
+  if (o.emit == "mlir" && o.outDir == "-") {
+    printModule(llvm::outs());
+    return 0;
+  }
 
   // Everything goes to a staging directory next to OUT first.
   std::string out = o.outDir;

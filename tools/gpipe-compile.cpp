@@ -40,7 +40,9 @@ int main(int argc, char **argv) {
       ("emit", po::value(&o.emit)->default_value("exe")->value_name("WHAT"),
        "exe: build the stage executables; cpp: stop after writing the C++ "
        "sources, weights and pipeline.json; mlir: write only the training "
-       "step as MLIR (OUT/stage0.mlir)")
+       "step as MLIR (OUT/stage0.mlir); import: write only the imported "
+       "forward graph (OUT/stage0.import.mlir). With mlir and import, "
+       "-o - prints to stdout")
       ("remat", po::value(&o.remat)->default_value("stage")->value_name("R"),
        "rematerialization: none, stage or auto (no effect with 1 stage)")
       ("schedule",

@@ -379,12 +379,17 @@ LogicalResult SliceOp::verify() {
   for (int64_t d = 0; d < in.getRank(); ++d)
     if (d != axis && in.getDimSize(d) != out.getDimSize(d))
       return emitOpError("result differs from the input in dimension ") << d;
-  int64_t start = getStart();
-  if (start < 0 || start + out.getDimSize(axis) > in.getDimSize(axis))
-    return emitOpError("range [")
-           << start << ", " << start + out.getDimSize(axis)
-           << ") is outside dimension " << axis << " of size "
-           << in.getDimSize(axis);
+  int64_t start = getStart(), size = out.getDimSize(axis);
+  int64_t dim = in.getDimSize(axis);
+  // Not `start + size > dim`: that overflows (and passes) for a huge start.
+  if (start < 0 || start > dim - size) {
+    InFlightDiagnostic diag = emitOpError("range [") << start << ", ";
+    if (start < 0)
+      diag << start + size;
+    else
+      diag << uint64_t(start) + uint64_t(size);
+    return diag << ") is outside dimension " << axis << " of size " << dim;
+  }
   return success();
 }
 

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Writes small ONNX models for the lit tests (named nodes, bad inputs).
+
+usage: make_models.py KIND OUT.onnx   (run with /usr/bin/python3: Debian onnx)
+"""
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def linear_graph(nodes_extra=(), x_type=TensorProto.FLOAT, w_dtype=np.float32):
+    w = numpy_helper.from_array(np.ones((3, 4), dtype=w_dtype), "fc.weight")
+    b = numpy_helper.from_array(np.zeros((3,), dtype=np.float32), "fc.bias")
+    nodes = [helper.make_node("Gemm", ["x", "fc.weight", "fc.bias"], ["h"],
+                              name="/fc/Gemm", transB=1)]
+    nodes += list(nodes_extra)
+    last = nodes[-1].output[0]
+    nodes.append(helper.make_node("SoftmaxCrossEntropyLoss", [last, "y"],
+                                  ["loss"], name="/loss/SCE"))
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info("x", x_type, [8, 4]),
+         helper.make_tensor_value_info("y", TensorProto.INT64, [8])],
+        [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+        [w, b])
+    return graph
+
+
+def model(graph, opsets=(("", 17),)):
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v)
+                                                for d, v in opsets])
+    m.ir_version = 8
+    return m
+
+
+def main():
+    kind, out = sys.argv[1], sys.argv[2]
+    if kind == "unsupported":
+        # Three unsupported nodes: all must be reported in one message.
+        extra = [helper.make_node("Softmax", ["h"], ["s"], name="/act/Softmax"),
+                 helper.make_node("Mystery", ["s"], ["m"], name="/custom/Mystery",
+                                  domain="com.example"),
+                 helper.make_node("Abs", ["m"], ["a"], name="/act/Abs")]
+        m = model(linear_graph(extra), (("", 17), ("com.example", 1)))
+    elif kind == "double-input":
+        m = model(linear_graph(x_type=TensorProto.DOUBLE))
+    elif kind == "double-weight":
+        m = model(linear_graph(w_dtype=np.float64))
+    elif kind == "named-mismatch":
+        # Gemm whose operands do not multiply: the error names the node.
+        g = linear_graph()
+        g.initializer[0].CopyFrom(
+            numpy_helper.from_array(np.ones((3, 5), np.float32), "fc.weight"))
+        m = model(g)
+        onnx.save(m, out)
+        return
+    elif kind == "external":
+        # The example model with every initializer in one external file.
+        m = onnx.load(sys.argv[3])
+        onnx.save_model(m, out, save_as_external_data=True,
+                        all_tensors_to_one_file=True, location="weights.bin",
+                        size_threshold=0)
+        return
+    else:
+        sys.exit("unknown kind " + kind)
+    onnx.save(m, out)
+
+
+if __name__ == "__main__":
+    main()
