@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency of gpipe-compile on Debian 12 (root).
+set -euo pipefail
+if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends \
+  build-essential cmake ninja-build lld git ca-certificates \
+  llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools \
+  libonnx-dev libprotobuf-dev protobuf-compiler \
+  libboost-program-options-dev libopenmpi-dev openmpi-bin \
+  libopenblas-dev libopenblas0-pthread libgtest-dev \
+  python3 python3-numpy python3-onnx python3-torch > /dev/null
