@@ -321,11 +321,14 @@ static std::string floatLit(double v) {
 }
 
 LogicalResult Emitter::emitOp(Operation *op) {
+  // Ops that only name storage (views, values) emit nothing.
+  if (isa<nn::ParamOp, nn::ConstantOp, nn::ReshapeOp, func::ReturnOp>(op))
+    return success();
   // A comment naming the ONNX node keeps the generated code traceable.
-  std::string where;
-  llvm::raw_string_ostream ws(where);
-  op->getLoc().print(ws);
-  os << "  // " << op->getName() << "  " << where << "\n";
+  os << "  // " << op->getName();
+  if (auto name = dyn_cast<NameLoc>(op->getLoc()))
+    os << " (node '" << name.getName().getValue() << "')";
+  os << "\n";
   auto bin = [](const char *sym) {
     return [sym](ArrayRef<std::string> a) {
       return a[0] + " " + sym + " " + a[1];
@@ -334,8 +337,6 @@ LogicalResult Emitter::emitOp(Operation *op) {
   auto un = [](std::string pre, std::string post) {
     return [pre, post](ArrayRef<std::string> a) { return pre + a[0] + post; };
   };
-  if (isa<nn::ParamOp, nn::ConstantOp, nn::ReshapeOp, func::ReturnOp>(op))
-    return success();
   if (auto o = dyn_cast<nn::AddOp>(op))
     return emitElementwise(o.getOutput(), {o.getLhs(), o.getRhs()}, bin("+")),
            success();
