@@ -94,9 +94,9 @@ private:
   LogicalResult plan();
   LogicalResult emitOp(Operation *op);
   std::string ptr(Value v, bool isConst = true);
-  void emitElementwise(Value out, ArrayRef<Value> ins,
-                       const std::function<std::string(ArrayRef<std::string>)>
-                           &expr);
+  void emitElementwise(
+      Value out, ArrayRef<Value> ins,
+      const std::function<std::string(ArrayRef<std::string>)> &expr);
   std::string emitConstant(nn::ConstantOp op);
   std::string shapeArray(ArrayRef<int64_t> shape);
 
@@ -130,15 +130,18 @@ std::string Emitter::emitConstant(nn::ConstantOp op) {
   auto attr = cast<DenseElementsAttr>(op.getValue());
   auto type = tensorType(op.getOutput());
   bool isFloat = type.getElementType().isF32();
-  gs << "alignas(64) static const " << (isFloat ? "float " : "int64_t ")
-     << name << "[" << std::max<int64_t>(type.getNumElements(), 1) << "] = {";
+  gs << "alignas(64) static const " << (isFloat ? "float " : "int64_t ") << name
+     << "[" << std::max<int64_t>(type.getNumElements(), 1) << "] = {";
   int64_t i = 0;
   if (isFloat) {
     for (float f : attr.getValues<float>()) {
       char buf[64];
       // Hex floats: the exact bits of the ONNX constant, no decimal rounding.
       std::snprintf(buf, sizeof buf, "%af", static_cast<double>(f));
-      gs << (i++ ? ", " : "") << (std::isfinite(f) ? buf : (f != f ? "NAN" : (f > 0 ? "INFINITY" : "-INFINITY")));
+      gs << (i++ ? ", " : "")
+         << (std::isfinite(f)
+                 ? buf
+                 : (f != f ? "NAN" : (f > 0 ? "INFINITY" : "-INFINITY")));
     }
   } else {
     for (int64_t v : attr.getValues<int64_t>())
@@ -275,8 +278,8 @@ void Emitter::emitElementwise(
     llvm::SmallVector<std::string> args;
     for (size_t k = 0; k < ins.size(); ++k)
       args.push_back("x" + std::to_string(k) + "[i]");
-    os << "    for (int64_t i = 0; i < " << n << "; ++i)\n      o[i] = "
-       << expr(args) << ";\n  }\n";
+    os << "    for (int64_t i = 0; i < " << n
+       << "; ++i)\n      o[i] = " << expr(args) << ";\n  }\n";
     return;
   }
   // Broadcast: nested loops; each operand indexed with stride 0 on the
@@ -305,8 +308,8 @@ void Emitter::emitElementwise(
     stride *= outShape[d];
   }
   for (int64_t d = 0; d < rank; ++d)
-    os << std::string(4 + 2 * d, ' ') << "for (int64_t i" << d << " = 0; i"
-       << d << " < " << outShape[d] << "; ++i" << d << ")\n";
+    os << std::string(4 + 2 * d, ' ') << "for (int64_t i" << d << " = 0; i" << d
+       << " < " << outShape[d] << "; ++i" << d << ")\n";
   os << std::string(4 + 2 * rank, ' ') << "o[" << outIdx << "] = " << expr(args)
      << ";\n  }\n";
 }
@@ -367,8 +370,7 @@ LogicalResult Emitter::emitOp(Operation *op) {
                            un("1.f / (1.f + std::exp(-", "))")),
            success();
   if (auto o = dyn_cast<nn::ErfOp>(op))
-    return emitElementwise(o.getOutput(), {o.getInput()},
-                           un("std::erf(", ")")),
+    return emitElementwise(o.getOutput(), {o.getInput()}, un("std::erf(", ")")),
            success();
   if (auto o = dyn_cast<nn::ReluGradOp>(op))
     return emitElementwise(o.getOutput(), {o.getValue(), o.getGrad()},
@@ -394,7 +396,8 @@ LogicalResult Emitter::emitOp(Operation *op) {
     return emitElementwise(o.getOutput(), {o.getValue(), o.getGrad()},
                            [](ArrayRef<std::string> a) {
                              // d/dx erf(x) = 2/sqrt(pi) * exp(-x^2)
-                             return a[1] + " * (1.12837916709551257f * std::exp(-" +
+                             return a[1] +
+                                    " * (1.12837916709551257f * std::exp(-" +
                                     a[0] + " * " + a[0] + "))";
                            }),
            success();
@@ -431,8 +434,8 @@ LogicalResult Emitter::emitOp(Operation *op) {
       return success();
     }
     os << "  gp_reduce_to(" << ptr(o.getInput()) << ", "
-       << shapeArray(in.getShape()) << ", " << ptr(o.getOutput(), false)
-       << ", " << shapeArray(padded) << ", " << in.getRank() << ");\n";
+       << shapeArray(in.getShape()) << ", " << ptr(o.getOutput(), false) << ", "
+       << shapeArray(padded) << ", " << in.getRank() << ");\n";
     return success();
   }
   auto blockCopy = [&](Value dst, int64_t dstStride, int64_t dstOffset,
@@ -550,8 +553,8 @@ FailureOr<EmittedStage> Emitter::run() {
   llvm::raw_string_ostream ds(desc);
   ds << "static const gp_tensor_desc kInputs[] = {\n";
   for (BlockArgument arg : block.getArguments()) {
-    auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
-                                                  "nn.input");
+    auto name =
+        func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "nn.input");
     auto t = tensorType(arg);
     ds << "  {\"" << (name ? name.getValue() : "") << "\", nullptr, "
        << (t.getElementType().isF32() ? "GP_F32" : "GP_I64") << ", "
@@ -566,9 +569,9 @@ FailureOr<EmittedStage> Emitter::run() {
     if (!p)
       continue;
     auto t = tensorType(p.getOutput());
-    EmittedParam ep{p.getName().str(), weightFileName(p.getName().str(), taken),
-                    std::vector<int64_t>(t.getShape().begin(),
-                                         t.getShape().end())};
+    EmittedParam ep{
+        p.getName().str(), weightFileName(p.getName().str(), taken),
+        std::vector<int64_t>(t.getShape().begin(), t.getShape().end())};
     ds << "  {\"" << llvm::StringRef(ep.name) << "\", \"" << ep.file
        << "\", GP_F32, " << t.getRank() << ", " << shapeArray(t.getShape())
        << ", " << offsets.lookup(p.getOutput()) << "},\n";

@@ -109,11 +109,10 @@ LogicalResult validate(const CompileOptions &o) {
   if (opt.momentum > 0 && opt.kind != "sgd")
     return fail("--momentum applies to --optimizer sgd only");
   if (bad(opt.weightDecay))
-    return fail("--weight-decay must be >= 0, got " +
-                num(opt.weightDecay));
+    return fail("--weight-decay must be >= 0, got " + num(opt.weightDecay));
   if (bad(opt.beta1) || opt.beta1 >= 1 || bad(opt.beta2) || opt.beta2 >= 1)
-    return fail("--betas must be two numbers in [0, 1), got " +
-                num(opt.beta1) + "," + num(opt.beta2));
+    return fail("--betas must be two numbers in [0, 1), got " + num(opt.beta1) +
+                "," + num(opt.beta2));
   if (bad(opt.eps))
     return fail("--eps must be >= 0, got " + num(opt.eps));
   if (o.outDir.empty())
@@ -255,9 +254,8 @@ LogicalResult buildExecutable(const CompileOptions &o, const std::string &dir,
     args.push_back(f.str());
   std::vector<llvm::StringRef> argRefs(args.begin(), args.end());
   std::string log = dir + "/" + name + ".build.log";
-  std::optional<llvm::StringRef> redirects[] = {std::nullopt,
-                                                llvm::StringRef(log),
-                                                llvm::StringRef(log)};
+  std::optional<llvm::StringRef> redirects[] = {
+      std::nullopt, llvm::StringRef(log), llvm::StringRef(log)};
   if (o.verbose) {
     llvm::errs() << "gpipe-compile: building " << name << ":";
     for (auto &a : args)
@@ -285,8 +283,8 @@ LogicalResult publish(const std::string &staging, const std::string &out) {
     return fail("cannot create the output directory " + out + ": " +
                 ec.message());
   std::error_code ec;
-  for (llvm::sys::fs::directory_iterator it(staging, ec), end;
-       it != end && !ec; it.increment(ec)) {
+  for (llvm::sys::fs::directory_iterator it(staging, ec), end; it != end && !ec;
+       it.increment(ec)) {
     std::string name = llvm::sys::path::filename(it->path()).str();
     std::string dst = out + "/" + name;
     if (llvm::sys::fs::is_directory(dst))
@@ -314,11 +312,10 @@ int gpipe::compile(const CompileOptions &o) {
   MLIRContext ctx;
   ctx.loadDialect<nn::NNDialect, pipeline::PipeDialect, func::FuncDialect>();
   ScopedDiagnosticHandler handler(&ctx, [](Diagnostic &diag) {
-    const char *kind = diag.getSeverity() == DiagnosticSeverity::Error
-                           ? "error"
-                           : diag.getSeverity() == DiagnosticSeverity::Warning
-                                 ? "warning"
-                                 : "note";
+    const char *kind = diag.getSeverity() == DiagnosticSeverity::Error ? "error"
+                       : diag.getSeverity() == DiagnosticSeverity::Warning
+                           ? "warning"
+                           : "note";
     llvm::errs() << "gpipe-compile: " << kind << ": "
                  << describe(diag.getLocation()) << diag.str() << "\n";
     for (const Diagnostic &note : diag.getNotes())
@@ -367,8 +364,8 @@ int gpipe::compile(const CompileOptions &o) {
   std::string out = o.outDir;
   while (out.size() > 1 && out.back() == '/')
     out.pop_back();
-  std::string staging =
-      out + ".gpipe-staging-" + std::to_string(llvm::sys::Process::getProcessId());
+  std::string staging = out + ".gpipe-staging-" +
+                        std::to_string(llvm::sys::Process::getProcessId());
   llvm::sys::fs::remove_directories(staging);
   if (std::error_code ec = llvm::sys::fs::create_directories(staging)) {
     errorLine() << "cannot create " << staging << ": " << ec.message() << "\n";
@@ -429,14 +426,15 @@ int gpipe::compile(const CompileOptions &o) {
 
   if (o.explain) {
     const MemoryPlan &m = stage->memory;
-    llvm::outs() << "stage 0 (rank 0): " << func.getBody().front().getOperations().size()
-                 << " ops, " << stage->params.size() << " parameters, "
+    llvm::outs() << "stage 0 (rank 0): "
+                 << func.getBody().front().getOperations().size() << " ops, "
+                 << stage->params.size() << " parameters, "
                  << llvm::format("%.6g", stage->flops / 1e6)
                  << " MFLOP per step\n"
                  << "  memory: arena " << m.arenaBytes << " B = parameters "
-                 << m.parameterBytes << " + optimizer state " << m.optimizerBytes
-                 << " + inputs " << m.inputBytes << " + activation peak "
-                 << m.activationBytes << " bytes\n";
+                 << m.parameterBytes << " + optimizer state "
+                 << m.optimizerBytes << " + inputs " << m.inputBytes
+                 << " + activation peak " << m.activationBytes << " bytes\n";
   }
 
   if (o.emit == "exe" && failed(buildExecutable(o, staging, "stage0")))

@@ -29,10 +29,10 @@ struct CompileOptions {
   std::string remat = "stage";
   std::string schedule = "gpipe";
   OptimizerConfig optimizer;
-  std::string cxx;        // host C++ compiler for the CPU target
+  std::string cxx;                // host C++ compiler for the CPU target
   std::string cpuArch = "native"; // -march= for the stage programs
-  bool explain = false;   // print the stage plan (ops, memory, cost)
-  bool verbose = false;   // print the build commands
+  bool explain = false;           // print the stage plan (ops, memory, cost)
+  bool verbose = false;           // print the build commands
 };
 
 /// Runs the whole compilation. Every error is printed as one

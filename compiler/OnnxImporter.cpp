@@ -1,4 +1,5 @@
-// ONNX model -> nn dialect (checker, opset conversion, shape inference, import).
+// ONNX model -> nn dialect (checker, opset conversion, shape inference,
+// import).
 //
 // Built with -fexceptions: libonnx's checker, converter and shape inference
 // report problems by throwing; every throw is caught here and turned into one
@@ -35,10 +36,15 @@ using namespace gpipe;
 
 const std::vector<std::string> &gpipe::supportedOnnxOps() {
   static const std::vector<std::string> ops = {
-      "Add",     "Concat",   "Constant", "Div",     "Erf",
-      "Flatten", "Gemm",     "Identity", "MatMul",  "Mul",
-      "Relu",    "Reshape",  "Sigmoid",  "SoftmaxCrossEntropyLoss",
-      "Squeeze", "Sub",      "Tanh",     "Unsqueeze"};
+      "Add",      "Concat",
+      "Constant", "Div",
+      "Erf",      "Flatten",
+      "Gemm",     "Identity",
+      "MatMul",   "Mul",
+      "Relu",     "Reshape",
+      "Sigmoid",  "SoftmaxCrossEntropyLoss",
+      "Squeeze",  "Sub",
+      "Tanh",     "Unsqueeze"};
   return ops;
 }
 
@@ -194,10 +200,10 @@ LogicalResult Importer::checkSupportedOps() {
   diag << bad.size() << " node" << (bad.size() == 1 ? "" : "s")
        << " use unsupported ONNX ops:";
   for (const onnx::NodeProto *node : bad) {
-    diag << "\n  " << (node->name().empty() ? "unnamed node producing '"
-                                             : "node '")
-         << nodeName(*node) << "': "
-         << (node->domain().empty() ? "" : node->domain() + ".")
+    diag << "\n  "
+         << (node->name().empty() ? "unnamed node producing '" : "node '")
+         << nodeName(*node)
+         << "': " << (node->domain().empty() ? "" : node->domain() + ".")
          << node->op_type();
   }
   diag << "\nsupported ops: " << llvm::join(supportedOnnxOps(), ", ");
@@ -229,8 +235,8 @@ LogicalResult Importer::checkAndConvert() {
   }
   if (opset != options.targetOpset) {
     try {
-      model = onnx::version_conversion::ConvertVersion(model,
-                                                       options.targetOpset);
+      model =
+          onnx::version_conversion::ConvertVersion(model, options.targetOpset);
     } catch (const std::exception &e) {
       return fileError() << "cannot convert opset " << opset << " to "
                          << options.targetOpset << ": " << e.what();
@@ -294,8 +300,10 @@ LogicalResult Importer::fixBatch() {
   for (auto &input : *model.mutable_graph()->mutable_input()) {
     if (initializerNames.contains(input.name()))
       continue;
-    auto *dim0 =
-        input.mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0);
+    auto *dim0 = input.mutable_type()
+                     ->mutable_tensor_type()
+                     ->mutable_shape()
+                     ->mutable_dim(0);
     dim0->clear_dim_param();
     dim0->set_dim_value(batch);
   }
@@ -362,8 +370,8 @@ LogicalResult Importer::inferShapes() {
     // against whatever ONNX did infer.
     onnx::ShapeInferenceOptions opts{/*check_type=*/true, /*error_mode=*/0,
                                      /*enable_data_propagation=*/false};
-    onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
-                                       opts);
+    onnx::shape_inference::InferShapes(
+        model, onnx::OpSchemaRegistry::Instance(), opts);
   } catch (const std::exception &e) {
     return fileError() << "ONNX shape inference failed: " << e.what();
   }
@@ -565,8 +573,8 @@ static llvm::ArrayRef<int64_t> shapeOf(Value v) {
   return cast<RankedTensorType>(v.getType()).getShape();
 }
 
-LogicalResult Importer::checkInferredShape(const onnx::NodeProto &node,
-                                           Value v, const std::string &name) {
+LogicalResult Importer::checkInferredShape(const onnx::NodeProto &node, Value v,
+                                           const std::string &name) {
   auto it = inferredShapes.find(name);
   if (it == inferredShapes.end())
     return success();
@@ -583,10 +591,10 @@ LogicalResult Importer::importNode(const onnx::NodeProto &node) {
   Location loc = nodeLoc(node);
   auto requireFloat = [&](Value v, int index) -> LogicalResult {
     if (!cast<RankedTensorType>(v.getType()).getElementType().isF32())
-      return nodeError(node) << "input #" << index << " ('" << node.input(index)
-                             << "') must be float32, got "
-                             << cast<RankedTensorType>(v.getType())
-                                    .getElementType();
+      return nodeError(node)
+             << "input #" << index << " ('" << node.input(index)
+             << "') must be float32, got "
+             << cast<RankedTensorType>(v.getType()).getElementType();
     return success();
   };
   auto operand = [&](int index, bool mustBeFloat) -> FailureOr<Value> {
@@ -648,23 +656,23 @@ LogicalResult Importer::importNode(const onnx::NodeProto &node) {
     auto as = shapeOf(*a), bs = shapeOf(*b);
     if (op == "MatMul") {
       if (as.size() < 2 || bs.size() != 2)
-        return nodeError(node) << "MatMul of shapes " << shapeStr(as) << " x "
-                               << shapeStr(bs)
-                               << " is not supported: the left operand must "
-                                  "have rank >= 2 and the right rank 2";
+        return nodeError(node)
+               << "MatMul of shapes " << shapeStr(as) << " x " << shapeStr(bs)
+               << " is not supported: the left operand must "
+                  "have rank >= 2 and the right rank 2";
       if (as.back() != bs[0])
-        return nodeError(node) << "MatMul inner dimensions differ: "
-                               << shapeStr(as) << " x " << shapeStr(bs);
+        return nodeError(node)
+               << "MatMul inner dimensions differ: " << shapeStr(as) << " x "
+               << shapeStr(bs);
       // [..., K] x [K, N]: flatten the leading dims into one GEMM.
       int64_t rows = 1;
       for (size_t d = 0; d + 1 < as.size(); ++d)
         rows *= as[d];
       Value a2 = as.size() == 2 ? *a : reshapeTo(*a, {rows, as.back()});
-      Value y = nn::GemmOp::create(builder, loc, f32({rows, bs[1]}), a2, *b,
-                                   Value(), builder.getBoolAttr(false),
-                                   builder.getBoolAttr(false),
-                                   builder.getF32FloatAttr(1.0f),
-                                   builder.getF32FloatAttr(1.0f));
+      Value y = nn::GemmOp::create(
+          builder, loc, f32({rows, bs[1]}), a2, *b, Value(),
+          builder.getBoolAttr(false), builder.getBoolAttr(false),
+          builder.getF32FloatAttr(1.0f), builder.getF32FloatAttr(1.0f));
       if (as.size() != 2) {
         llvm::SmallVector<int64_t> out(as.begin(), as.end());
         out.back() = bs[1];
@@ -680,8 +688,8 @@ LogicalResult Importer::importNode(const onnx::NodeProto &node) {
     int64_t m = ta ? as[1] : as[0], k = ta ? as[0] : as[1];
     int64_t kb = tb ? bs[1] : bs[0], n = tb ? bs[0] : bs[1];
     if (k != kb)
-      return nodeError(node) << "inner dimensions differ: op(A) is " << m
-                             << "x" << k << ", op(B) is " << kb << "x" << n;
+      return nodeError(node) << "inner dimensions differ: op(A) is " << m << "x"
+                             << k << ", op(B) is " << kb << "x" << n;
     Value c;
     if (node.input_size() > 2 && !node.input(2).empty()) {
       FailureOr<Value> cv = operand(2, true);
@@ -690,9 +698,9 @@ LogicalResult Importer::importNode(const onnx::NodeProto &node) {
       c = *cv;
       if (failed(nn::broadcastShapes(shapeOf(c), {m, n})) ||
           shapeOf(c).size() > 2)
-        return nodeError(node) << "C of shape " << shapeStr(shapeOf(c))
-                               << " does not broadcast to [" << m << ", " << n
-                               << "]";
+        return nodeError(node)
+               << "C of shape " << shapeStr(shapeOf(c))
+               << " does not broadcast to [" << m << ", " << n << "]";
     }
     Value y = nn::GemmOp::create(
         builder, loc, f32({m, n}), *a, *b, c, builder.getBoolAttr(ta),
@@ -765,15 +773,15 @@ LogicalResult Importer::importNode(const onnx::NodeProto &node) {
         int64_t t = (*target)[d];
         if (t == 0 && !allowZero) {
           if (static_cast<int64_t>(d) >= rank)
-            return nodeError(node) << "target " << shapeStr(*target)
-                                   << " copies dimension " << d
-                                   << " of a rank-" << rank << " input";
+            return nodeError(node)
+                   << "target " << shapeStr(*target) << " copies dimension "
+                   << d << " of a rank-" << rank << " input";
           t = in[d];
         }
         if (t == -1) {
           if (inferAt >= 0)
-            return nodeError(node) << "target " << shapeStr(*target)
-                                   << " has more than one -1";
+            return nodeError(node)
+                   << "target " << shapeStr(*target) << " has more than one -1";
           inferAt = d;
         } else if (t < 0) {
           return nodeError(node) << "target " << shapeStr(*target)
@@ -785,9 +793,9 @@ LogicalResult Importer::importNode(const onnx::NodeProto &node) {
       }
       if (inferAt >= 0) {
         if (known == 0 || count % known)
-          return nodeError(node) << "cannot infer the -1 in target "
-                                 << shapeStr(*target) << " for an input of "
-                                 << shapeStr(in);
+          return nodeError(node)
+                 << "cannot infer the -1 in target " << shapeStr(*target)
+                 << " for an input of " << shapeStr(in);
         out[inferAt] = count / known;
       }
       int64_t outCount = 1;
@@ -796,8 +804,7 @@ LogicalResult Importer::importNode(const onnx::NodeProto &node) {
       if (outCount != count) {
         InFlightDiagnostic diag = nodeError(node);
         diag << "target " << shapeStr(*target) << " has " << outCount
-             << " elements but the input " << shapeStr(in) << " has "
-             << count;
+             << " elements but the input " << shapeStr(in) << " has " << count;
         if (batch != exportedBatch && exportedBatch)
           diag << "; the target seems to encode the exported batch size "
                << exportedBatch << " (now " << batch
@@ -841,8 +848,8 @@ LogicalResult Importer::importNode(const onnx::NodeProto &node) {
         for (int64_t d = 0; d < rank; ++d) {
           bool drop = axes.empty() ? in[d] == 1 : marked[d];
           if (drop && in[d] != 1)
-            return nodeError(node) << "cannot squeeze dimension " << d
-                                   << " of size " << in[d];
+            return nodeError(node)
+                   << "cannot squeeze dimension " << d << " of size " << in[d];
           if (!drop)
             out.push_back(in[d]);
         }
@@ -872,16 +879,15 @@ LogicalResult Importer::importNode(const onnx::NodeProto &node) {
     out[axis] = 0;
     for (auto [k, v] : llvm::enumerate(inputs)) {
       auto t = cast<RankedTensorType>(v.getType());
-      bool same = t.getRank() == rank &&
-                  t.getElementType() == first.getElementType();
+      bool same =
+          t.getRank() == rank && t.getElementType() == first.getElementType();
       for (int64_t d = 0; same && d < rank; ++d)
         same = d == axis || t.getDimSize(d) == first.getDimSize(d);
       if (!same)
-        return nodeError(node) << "input #" << k << " of shape "
-                               << shapeStr(t.getShape())
-                               << " does not concatenate with "
-                               << shapeStr(first.getShape()) << " on axis "
-                               << axis;
+        return nodeError(node)
+               << "input #" << k << " of shape " << shapeStr(t.getShape())
+               << " does not concatenate with " << shapeStr(first.getShape())
+               << " on axis " << axis;
       out[axis] += t.getDimSize(axis);
     }
     auto type = RankedTensorType::get(out, first.getElementType());
@@ -909,11 +915,11 @@ LogicalResult Importer::importNode(const onnx::NodeProto &node) {
       return nodeError(node) << "scores must be [N, C], got " << shapeStr(st);
     auto labelType = cast<RankedTensorType>((*labels).getType());
     if (!labelType.getElementType().isInteger(64))
-      return nodeError(node) << "labels must be int64, got "
-                             << labelType.getElementType();
+      return nodeError(node)
+             << "labels must be int64, got " << labelType.getElementType();
     if (lt.size() != 1 || lt[0] != st[0])
-      return nodeError(node) << "labels must be [" << st[0] << "], got "
-                             << shapeStr(lt);
+      return nodeError(node)
+             << "labels must be [" << st[0] << "], got " << shapeStr(lt);
     IntegerAttr ignore;
     if (const auto *a = findAttr(node, "ignore_index"))
       ignore = builder.getI64IntegerAttr(a->i());
@@ -938,8 +944,9 @@ LogicalResult Importer::importGraph() {
     for (const auto &d : tt.shape().dim())
       shape.push_back(d.dim_value());
     bool isFloat = tt.elem_type() == onnx::TensorProto::FLOAT;
-    argTypes.push_back(RankedTensorType::get(
-        shape, isFloat ? Type(builder.getF32Type()) : Type(builder.getI64Type())));
+    argTypes.push_back(
+        RankedTensorType::get(shape, isFloat ? Type(builder.getF32Type())
+                                             : Type(builder.getI64Type())));
     inputs.push_back(&input);
     result.inputs.push_back({input.name(), isFloat, shape});
   }

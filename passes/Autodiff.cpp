@@ -1,8 +1,8 @@
 // gpipe-autodiff: reverse-mode differentiation of the loss w.r.t. parameters.
 #include "passes/Passes.h"
 
-#include "mlir/Transforms/RegionUtils.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "mlir/Transforms/RegionUtils.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 
@@ -112,8 +112,8 @@ void AutodiffPass::runOnOperation() {
       if (resultGrads[i])
         continue;
       auto t = cast<RankedTensorType>(op->getResult(i).getType());
-      resultGrads[i] = nn::ConstantOp::create(
-          b, op->getLoc(), DenseElementsAttr::get(t, 0.0f));
+      resultGrads[i] = nn::ConstantOp::create(b, op->getLoc(),
+                                              DenseElementsAttr::get(t, 0.0f));
     }
     SmallVector<Value> operandGrads;
     if (failed(diff.buildGradients(b, resultGrads, operandGrads)))
@@ -138,8 +138,8 @@ void AutodiffPass::runOnOperation() {
   }
 
   // Gradient rules also build the gradients of inactive operands: drop them.
-  Operation *firstNew = forward.empty() ? &block.front()
-                                        : forward.back()->getNextNode();
+  Operation *firstNew =
+      forward.empty() ? &block.front() : forward.back()->getNextNode();
   SmallVector<Operation *> created;
   for (Operation *op = firstNew; op && op != ret; op = op->getNextNode())
     created.push_back(op);

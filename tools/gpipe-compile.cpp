@@ -11,7 +11,8 @@ namespace po = boost::program_options;
 
 static const char *kUsage =
     "usage: gpipe-compile MODEL.onnx -o OUT [options]\n\n"
-    "Compiles an ONNX training graph (a model exported with its loss) into one\n"
+    "Compiles an ONNX training graph (a model exported with its loss) into "
+    "one\n"
     "native executable per pipeline stage, their initial weights and\n"
     "OUT/pipeline.json. Train with: gpipe-run OUT --data DIR --steps N\n";
 
@@ -20,60 +21,60 @@ int main(int argc, char **argv) {
   std::string betas = "0.9,0.999";
   int64_t batch = 0;
   po::options_description general("Options");
-  general.add_options()
-      ("help,h", "print this help and exit")
-      ("output,o", po::value(&o.outDir)->value_name("OUT"),
-       "output directory (created; existing files of the same name are "
-       "replaced only after a successful compile)")
-      ("batch-size,b", po::value(&batch)->value_name("B"),
-       "mini-batch size B: fixes a symbolic batch dimension of the graph "
-       "inputs (default: the model's static batch)")
-      ("stages,k", po::value(&o.stages)->default_value(1)->value_name("K"),
-       "pipeline stages (only 1 in this release)")
-      ("microbatches,m",
-       po::value(&o.microbatches)->default_value(1)->value_name("M"),
-       "micro-batches per mini-batch (only 1 in this release)")
-      ("target", po::value(&o.target)->default_value("cpu")->value_name("T"),
-       "cpu (cuda: not in this release)")
-      ("loss", po::value(&o.lossName)->value_name("NAME"),
-       "graph output to train (default: the only float32 scalar output)")
-      ("emit", po::value(&o.emit)->default_value("exe")->value_name("WHAT"),
-       "exe: build the stage executables; cpp: stop after writing the C++ "
-       "sources, weights and pipeline.json; mlir: write only the training "
-       "step as MLIR (OUT/stage0.mlir); import: write only the imported "
-       "forward graph (OUT/stage0.import.mlir). With mlir and import, "
-       "-o - prints to stdout")
-      ("remat", po::value(&o.remat)->default_value("stage")->value_name("R"),
-       "rematerialization: none, stage or auto (no effect with 1 stage)")
-      ("schedule",
-       po::value(&o.schedule)->default_value("gpipe")->value_name("S"),
-       "pipeline schedule: gpipe or 1f1b (no effect with 1 stage)")
-      ("explain", po::bool_switch(&o.explain),
-       "print each stage's ops, parameters, FLOPs and memory plan")
-      ("cxx", po::value(&o.cxx)->value_name("PATH"),
-       "host C++ compiler for the CPU target (default: $CXX, else the one "
-       "gpipe-compile was built with)")
-      ("march", po::value(&o.cpuArch)->default_value("native")->value_name("ARCH"),
-       "-march= of the CPU stage programs (e.g. x86-64-v3 for other machines)")
-      ("verbose,v", po::bool_switch(&o.verbose), "print the build commands");
+  general.add_options()("help,h", "print this help and exit")(
+      "output,o", po::value(&o.outDir)->value_name("OUT"),
+      "output directory (created; existing files of the same name are "
+      "replaced only after a successful compile)")(
+      "batch-size,b", po::value(&batch)->value_name("B"),
+      "mini-batch size B: fixes a symbolic batch dimension of the graph "
+      "inputs (default: the model's static batch)")(
+      "stages,k", po::value(&o.stages)->default_value(1)->value_name("K"),
+      "pipeline stages (only 1 in this release)")(
+      "microbatches,m",
+      po::value(&o.microbatches)->default_value(1)->value_name("M"),
+      "micro-batches per mini-batch (only 1 in this release)")(
+      "target", po::value(&o.target)->default_value("cpu")->value_name("T"),
+      "cpu (cuda: not in this release)")(
+      "loss", po::value(&o.lossName)->value_name("NAME"),
+      "graph output to train (default: the only float32 scalar output)")(
+      "emit", po::value(&o.emit)->default_value("exe")->value_name("WHAT"),
+      "exe: build the stage executables; cpp: stop after writing the C++ "
+      "sources, weights and pipeline.json; mlir: write only the training "
+      "step as MLIR (OUT/stage0.mlir); import: write only the imported "
+      "forward graph (OUT/stage0.import.mlir). With mlir and import, "
+      "-o - prints to stdout")(
+      "remat", po::value(&o.remat)->default_value("stage")->value_name("R"),
+      "rematerialization: none, stage or auto (no effect with 1 stage)")(
+      "schedule",
+      po::value(&o.schedule)->default_value("gpipe")->value_name("S"),
+      "pipeline schedule: gpipe or 1f1b (no effect with 1 stage)")(
+      "explain", po::bool_switch(&o.explain),
+      "print each stage's ops, parameters, FLOPs and memory plan")(
+      "cxx", po::value(&o.cxx)->value_name("PATH"),
+      "host C++ compiler for the CPU target (default: $CXX, else the one "
+      "gpipe-compile was built with)")(
+      "march",
+      po::value(&o.cpuArch)->default_value("native")->value_name("ARCH"),
+      "-march= of the CPU stage programs (e.g. x86-64-v3 for other machines)")(
+      "verbose,v", po::bool_switch(&o.verbose), "print the build commands");
   po::options_description optim("Optimizer (torch.optim semantics)");
-  optim.add_options()
-      ("optimizer", po::value(&o.optimizer.kind)->default_value("sgd"),
-       "sgd, adam or adamw")
-      ("lr", po::value(&o.optimizer.lr)->default_value(0.01, "0.01"),
-       "learning rate")
-      ("momentum", po::value(&o.optimizer.momentum)->default_value(0.0, "0"),
-       "SGD momentum (dampening 0)")
-      ("nesterov", po::bool_switch(&o.optimizer.nesterov),
-       "SGD Nesterov momentum (needs --momentum > 0)")
-      ("weight-decay",
-       po::value(&o.optimizer.weightDecay)->default_value(0.0, "0"),
-       "weight decay: added to the gradient (sgd, adam) or decoupled "
-       "(adamw). Note torch's AdamW defaults to 0.01; here it is 0")
-      ("betas", po::value(&betas)->default_value("0.9,0.999"),
-       "Adam/AdamW betas B1,B2")
-      ("eps", po::value(&o.optimizer.eps)->default_value(1e-8, "1e-8"),
-       "Adam/AdamW epsilon");
+  optim.add_options()("optimizer",
+                      po::value(&o.optimizer.kind)->default_value("sgd"),
+                      "sgd, adam or adamw")(
+      "lr", po::value(&o.optimizer.lr)->default_value(0.01, "0.01"),
+      "learning rate")(
+      "momentum", po::value(&o.optimizer.momentum)->default_value(0.0, "0"),
+      "SGD momentum (dampening 0)")(
+      "nesterov", po::bool_switch(&o.optimizer.nesterov),
+      "SGD Nesterov momentum (needs --momentum > 0)")(
+      "weight-decay",
+      po::value(&o.optimizer.weightDecay)->default_value(0.0, "0"),
+      "weight decay: added to the gradient (sgd, adam) or decoupled "
+      "(adamw). Note torch's AdamW defaults to 0.01; here it is 0")(
+      "betas", po::value(&betas)->default_value("0.9,0.999"),
+      "Adam/AdamW betas B1,B2")(
+      "eps", po::value(&o.optimizer.eps)->default_value(1e-8, "1e-8"),
+      "Adam/AdamW epsilon");
   po::options_description hidden;
   hidden.add_options()("model", po::value(&o.modelPath));
   po::options_description all;

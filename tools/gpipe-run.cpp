@@ -45,8 +45,8 @@ std::string readPipeline(const std::string &out, Pipeline &p) {
   std::string path = out + "/pipeline.json";
   auto buf = llvm::MemoryBuffer::getFile(path);
   if (!buf)
-    return path + ": cannot read (" + buf.getError().message() +
-           "); is " + out + " a gpipe-compile output directory?";
+    return path + ": cannot read (" + buf.getError().message() + "); is " +
+           out + " a gpipe-compile output directory?";
   llvm::Expected<llvm::json::Value> json =
       llvm::json::parse((*buf)->getBuffer());
   if (!json)
@@ -155,15 +155,13 @@ int saveOnnx(const std::string &out, const Pipeline &p,
     t.clear_float_data();
     t.clear_external_data();
     t.set_data_location(onnx::TensorProto::DEFAULT);
-    t.set_raw_data(reinterpret_cast<const char *>(npy.data()),
-                   npy.dataBytes());
+    t.set_raw_data(reinterpret_cast<const char *>(npy.data()), npy.dataBytes());
   }
   std::string tmp = dest + ".tmp";
   {
     std::ofstream os(tmp, std::ios::binary | std::ios::trunc);
     if (!os || !model.SerializeToOstream(&os) || !os.flush())
-      return llvm::sys::fs::remove(tmp),
-             fail("cannot write " + tmp);
+      return llvm::sys::fs::remove(tmp), fail("cannot write " + tmp);
   }
   if (std::error_code ec = llvm::sys::fs::rename(tmp, dest))
     return fail("cannot move " + tmp + " to " + dest + ": " + ec.message());
@@ -177,23 +175,22 @@ int main(int argc, char **argv) {
   int64_t steps = 1, threads = 1;
   bool quiet = false;
   po::options_description opts("Options");
-  opts.add_options()
-      ("help,h", "print this help and exit")
-      ("data", po::value(&data)->value_name("DIR"),
-       "one <input>.npy per graph input (first axis = sample; float32 or "
-       "int64 as the model declares)")
-      ("steps", po::value(&steps)->default_value(1)->value_name("N"),
-       "optimizer steps; mini-batch s takes samples [(s mod nb)*B, +B), "
-       "nb = samples / B (a last partial batch is dropped)")
-      ("log-json", po::value(&logJson)->value_name("FILE"),
-       "write one JSON object per step: {\"step\":s,\"loss\":l,\"ms\":t}")
-      ("save-onnx", po::value(&saveOnnxPath)->value_name("FILE"),
-       "write the model with every initializer replaced by its trained value")
-      ("weights-out", po::value(&weightsOut)->value_name("DIR"),
-       "where the trained weights go (default OUT/trained)")
-      ("threads", po::value(&threads)->default_value(1)->value_name("T"),
-       "CPU threads per stage (BLAS)")
-      ("quiet,q", po::bool_switch(&quiet), "no per-step loss lines");
+  opts.add_options()("help,h", "print this help and exit")(
+      "data", po::value(&data)->value_name("DIR"),
+      "one <input>.npy per graph input (first axis = sample; float32 or "
+      "int64 as the model declares)")(
+      "steps", po::value(&steps)->default_value(1)->value_name("N"),
+      "optimizer steps; mini-batch s takes samples [(s mod nb)*B, +B), "
+      "nb = samples / B (a last partial batch is dropped)")(
+      "log-json", po::value(&logJson)->value_name("FILE"),
+      "write one JSON object per step: {\"step\":s,\"loss\":l,\"ms\":t}")(
+      "save-onnx", po::value(&saveOnnxPath)->value_name("FILE"),
+      "write the model with every initializer replaced by its trained value")(
+      "weights-out", po::value(&weightsOut)->value_name("DIR"),
+      "where the trained weights go (default OUT/trained)")(
+      "threads", po::value(&threads)->default_value(1)->value_name("T"),
+      "CPU threads per stage (BLAS)")("quiet,q", po::bool_switch(&quiet),
+                                      "no per-step loss lines");
   po::options_description hidden;
   hidden.add_options()("out", po::value(&out));
   po::options_description all;
@@ -269,8 +266,7 @@ int main(int argc, char **argv) {
   if (rc == -2)
     return fail("stage 0 (" + exe + ") crashed: " + err);
   if (rc != 0)
-    return fail("stage 0 (" + exe + ") exited with code " +
-                std::to_string(rc));
+    return fail("stage 0 (" + exe + ") exited with code " + std::to_string(rc));
   if (!saveOnnxPath.empty())
     return saveOnnx(out, p, weightsOut, saveOnnxPath);
   return 0;

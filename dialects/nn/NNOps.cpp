@@ -119,8 +119,7 @@ LogicalResult GemmOp::verify() {
     return emitOpError("inner dimensions differ: op(A) is ")
            << m << "x" << ka << ", op(B) is " << kb << "x" << n;
   if (out.getDimSize(0) != m || out.getDimSize(1) != n)
-    return emitOpError("result must be ") << m << "x" << n << ", got "
-                                          << out;
+    return emitOpError("result must be ") << m << "x" << n << ", got " << out;
   if (getC() && !broadcastsTo(tensorType(getC()).getShape(), out.getShape()))
     return emitOpError("C of type ")
            << getC().getType() << " does not broadcast to " << out;
@@ -141,11 +140,11 @@ LogicalResult GemmOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
   bool ta = getTransA(), tb = getTransB();
   FloatAttr alpha = getAlphaAttr();
   auto gemm = [&](Type type, Value x, Value y, bool tx, bool ty) -> Value {
-    return GemmOp::create(b, loc, type, x, y, /*c=*/Value(),
-                          b.getBoolAttr(tx), b.getBoolAttr(ty), alpha,
-                          b.getF32FloatAttr(1.0f));
+    return GemmOp::create(b, loc, type, x, y, /*c=*/Value(), b.getBoolAttr(tx),
+                          b.getBoolAttr(ty), alpha, b.getF32FloatAttr(1.0f));
   };
-  // Y = alpha op(A) op(B): dop(A) = alpha dY op(B)^T, dop(B) = alpha op(A)^T dY.
+  // Y = alpha op(A) op(B): dop(A) = alpha dY op(B)^T, dop(B) = alpha op(A)^T
+  // dY.
   Value da = ta ? gemm(getA().getType(), getB(), dy, tb, true)
                 : gemm(getA().getType(), dy, getB(), false, !tb);
   Value db = tb ? gemm(getB().getType(), dy, getA(), true, ta)
@@ -268,9 +267,9 @@ LogicalResult TanhOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
   return success();
 }
 
-LogicalResult
-SigmoidOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
-                          SmallVectorImpl<Value> &operandGrads) {
+LogicalResult SigmoidOp::buildGradients(OpBuilder &b,
+                                        ArrayRef<Value> resultGrads,
+                                        SmallVectorImpl<Value> &operandGrads) {
   operandGrads.push_back(
       SigmoidGradOp::create(b, getLoc(), getOutput(), resultGrads[0]));
   return success();
@@ -308,9 +307,9 @@ OpFoldResult ReshapeOp::fold(FoldAdaptor) {
 int64_t ReshapeOp::getFlops() { return 0; }
 int64_t ReshapeOp::getBytesAccessed() { return 0; }
 
-LogicalResult
-ReshapeOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
-                          SmallVectorImpl<Value> &operandGrads) {
+LogicalResult ReshapeOp::buildGradients(OpBuilder &b,
+                                        ArrayRef<Value> resultGrads,
+                                        SmallVectorImpl<Value> &operandGrads) {
   if (!tensorType(getInput()).getElementType().isF32()) {
     operandGrads.push_back(Value());
     return success();
@@ -327,14 +326,13 @@ LogicalResult ConcatOp::verify() {
   int64_t rank = out.getRank();
   int64_t axis = getAxis();
   if (axis < 0 || axis >= rank)
-    return emitOpError("axis ") << axis << " is out of range for rank "
-                                << rank;
+    return emitOpError("axis ") << axis << " is out of range for rank " << rank;
   int64_t total = 0;
   for (auto [i, v] : llvm::enumerate(getInputs())) {
     auto t = tensorType(v);
     if (t.getRank() != rank || t.getElementType() != out.getElementType())
-      return emitOpError("input #") << i << " of type " << t
-                                    << " does not match the result " << out;
+      return emitOpError("input #")
+             << i << " of type " << t << " does not match the result " << out;
     for (int64_t d = 0; d < rank; ++d)
       if (d != axis && t.getDimSize(d) != out.getDimSize(d))
         return emitOpError("input #")
@@ -350,17 +348,17 @@ LogicalResult ConcatOp::verify() {
 
 int64_t ConcatOp::getFlops() { return 0; }
 
-LogicalResult
-ConcatOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
-                         SmallVectorImpl<Value> &operandGrads) {
+LogicalResult ConcatOp::buildGradients(OpBuilder &b,
+                                       ArrayRef<Value> resultGrads,
+                                       SmallVectorImpl<Value> &operandGrads) {
   int64_t start = 0;
   for (Value in : getInputs()) {
     auto t = tensorType(in);
     if (!t.getElementType().isF32())
       operandGrads.push_back(Value());
     else
-      operandGrads.push_back(SliceOp::create(b, getLoc(), t, resultGrads[0],
-                                             getAxis(), start));
+      operandGrads.push_back(
+          SliceOp::create(b, getLoc(), t, resultGrads[0], getAxis(), start));
     start += t.getDimSize(getAxis());
   }
   return success();
@@ -374,8 +372,8 @@ LogicalResult SliceOp::verify() {
     return emitOpError("result ") << out << " must have the rank and element "
                                   << "type of the input " << in;
   if (axis < 0 || axis >= in.getRank())
-    return emitOpError("axis ") << axis << " is out of range for rank "
-                                << in.getRank();
+    return emitOpError("axis ")
+           << axis << " is out of range for rank " << in.getRank();
   for (int64_t d = 0; d < in.getRank(); ++d)
     if (d != axis && in.getDimSize(d) != out.getDimSize(d))
       return emitOpError("result differs from the input in dimension ") << d;
@@ -398,8 +396,8 @@ int64_t SliceOp::getFlops() { return 0; }
 LogicalResult ReduceToOp::verify() {
   auto in = tensorType(getInput()), out = tensorType(getOutput());
   if (!broadcastsTo(out.getShape(), in.getShape()))
-    return emitOpError("result ") << out << " does not broadcast to the input "
-                                  << in;
+    return emitOpError("result ")
+           << out << " does not broadcast to the input " << in;
   return success();
 }
 
@@ -427,9 +425,9 @@ int64_t SoftmaxCrossEntropyOp::getFlops() {
   return 6 * numElements(getLogits());
 }
 
-LogicalResult SoftmaxCrossEntropyOp::buildGradients(
-    OpBuilder &b, ArrayRef<Value> resultGrads,
-    SmallVectorImpl<Value> &operandGrads) {
+LogicalResult
+SoftmaxCrossEntropyOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                      SmallVectorImpl<Value> &operandGrads) {
   operandGrads.push_back(SoftmaxCrossEntropyGradOp::create(
       b, getLoc(), getLogits().getType(), getLogits(), getLabels(),
       resultGrads[0], getIgnoreIndexAttr()));

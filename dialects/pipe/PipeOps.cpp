@@ -37,15 +37,16 @@ static LogicalResult verifyUpdate(Operation *op, Value param, Value grad) {
 static LogicalResult checkRange(Operation *op, StringRef name, double v,
                                 double lo, double hi, bool hiOpen) {
   if (v < lo || v > hi || (hiOpen && v == hi) || std::isnan(v))
-    return op->emitOpError() << name << " = " << v << " is out of range ["
-                             << lo << ", " << hi << (hiOpen ? ")" : "]");
+    return op->emitOpError() << name << " = " << v << " is out of range [" << lo
+                             << ", " << hi << (hiOpen ? ")" : "]");
   return success();
 }
 
 LogicalResult SGDUpdateOp::verify() {
   const double inf = std::numeric_limits<double>::infinity();
   if (failed(verifyUpdate(*this, getParam(), getGrad())) ||
-      failed(checkRange(*this, "lr", getLr().convertToDouble(), 0, inf, true)) ||
+      failed(
+          checkRange(*this, "lr", getLr().convertToDouble(), 0, inf, true)) ||
       failed(checkRange(*this, "momentum", getMomentum().convertToDouble(), 0,
                         inf, true)) ||
       failed(checkRange(*this, "weight_decay",
@@ -59,13 +60,14 @@ LogicalResult SGDUpdateOp::verify() {
 LogicalResult AdamUpdateOp::verify() {
   const double inf = std::numeric_limits<double>::infinity();
   if (failed(verifyUpdate(*this, getParam(), getGrad())) ||
-      failed(checkRange(*this, "lr", getLr().convertToDouble(), 0, inf, true)) ||
+      failed(
+          checkRange(*this, "lr", getLr().convertToDouble(), 0, inf, true)) ||
       failed(checkRange(*this, "beta1", getBeta1().convertToDouble(), 0, 1,
                         true)) ||
       failed(checkRange(*this, "beta2", getBeta2().convertToDouble(), 0, 1,
                         true)) ||
-      failed(checkRange(*this, "eps", getEps().convertToDouble(), 0, inf,
-                        true)) ||
+      failed(
+          checkRange(*this, "eps", getEps().convertToDouble(), 0, inf, true)) ||
       failed(checkRange(*this, "weight_decay",
                         getWeightDecay().convertToDouble(), 0, inf, true)))
     return failure();
