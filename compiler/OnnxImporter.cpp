@@ -6,6 +6,8 @@
 // located diagnostic.
 #include "compiler/OnnxImporter.h"
 
+#include "compiler/ExternalData.h"
+
 #include "dialects/nn/NNOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -27,7 +29,6 @@
 #include <onnx/version_converter/convert.h>
 
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <numeric>
 
@@ -405,34 +406,10 @@ FailureOr<ConstTensor> Importer::readTensor(const onnx::TensorProto &t) {
   std::string raw;
   bool haveRaw = false;
   if (t.data_location() == onnx::TensorProto::EXTERNAL) {
-    std::string location;
-    int64_t offset = 0, length = -1;
-    for (const auto &kv : t.external_data()) {
-      if (kv.key() == "location")
-        location = kv.value();
-      else if (kv.key() == "offset")
-        offset = std::stoll(kv.value());
-      else if (kv.key() == "length")
-        length = std::stoll(kv.value());
-    }
-    llvm::SmallString<256> file(llvm::sys::path::parent_path(path));
-    llvm::sys::path::append(file, location);
-    std::ifstream in(std::string(file), std::ios::binary);
-    if (location.empty() || !in)
-      return fileError() << "tensor '" << t.name()
-                         << "': cannot open its external data file '" << file
-                         << "'";
-    in.seekg(0, std::ios::end);
-    int64_t size = in.tellg();
-    if (length < 0)
-      length = size - offset;
-    if (offset < 0 || offset + length > size)
-      return fileError() << "tensor '" << t.name() << "': external data '"
-                         << file << "' is too short (" << size
-                         << " bytes, need " << offset + length << ")";
-    raw.resize(length);
-    in.seekg(offset);
-    in.read(raw.data(), length);
+    std::string err;
+    if (!readExternalData(t, llvm::sys::path::parent_path(path).str(), raw,
+                          err))
+      return fileError() << err;
     haveRaw = true;
   } else if (t.has_raw_data()) {
     raw = t.raw_data();

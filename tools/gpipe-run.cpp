@@ -1,4 +1,5 @@
 // gpipe-run: launches the stage executables of a compiled pipeline and trains.
+#include "compiler/ExternalData.h"
 #include "npy.h" // the runtime's .npy reader
 
 #include "llvm/Support/FileSystem.h"
@@ -81,39 +82,6 @@ std::string readPipeline(const std::string &out, Pipeline &p) {
   return "";
 }
 
-/// Bytes of a tensor's data held outside the model file, inlined.
-std::string readExternal(const onnx::TensorProto &t, const std::string &dir,
-                         std::string &err) {
-  std::string location;
-  int64_t offset = 0, length = -1;
-  for (const auto &kv : t.external_data()) {
-    if (kv.key() == "location")
-      location = kv.value();
-    else if (kv.key() == "offset")
-      offset = std::stoll(kv.value());
-    else if (kv.key() == "length")
-      length = std::stoll(kv.value());
-  }
-  std::string file = dir + "/" + location;
-  std::ifstream in(file, std::ios::binary);
-  if (!in) {
-    err = "cannot open external data " + file + " of '" + t.name() + "'";
-    return "";
-  }
-  in.seekg(0, std::ios::end);
-  int64_t size = in.tellg();
-  if (length < 0)
-    length = size - offset;
-  if (offset + length > size) {
-    err = "external data " + file + " of '" + t.name() + "' is too short";
-    return "";
-  }
-  std::string data(length, '\0');
-  in.seekg(offset);
-  in.read(data.data(), length);
-  return data;
-}
-
 /// Writes the compiled model with every trained parameter replaced, under the
 /// same initializer names; atomically (FILE.tmp, then rename).
 int saveOnnx(const std::string &out, const Pipeline &p,
@@ -133,9 +101,8 @@ int saveOnnx(const std::string &out, const Pipeline &p,
       // Untrained initializers keep their value; inline external data so the
       // saved model stands on its own.
       if (t.data_location() == onnx::TensorProto::EXTERNAL) {
-        std::string err;
-        std::string data = readExternal(t, srcDir, err);
-        if (!err.empty())
+        std::string data, err;
+        if (!gpipe::readExternalData(t, srcDir, data, err))
           return fail(err);
         t.clear_external_data();
         t.set_data_location(onnx::TensorProto::DEFAULT);
