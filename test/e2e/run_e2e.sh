@@ -25,24 +25,8 @@ mkdir -p "$WORK"
 export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 
-# name | arguments to check_training.py
-CASES='
-tanh_sgd|--model mlp_tanh --optimizer sgd --lr 0.1
-relu_sgd_mom|--model mlp_relu --optimizer sgd --lr 0.05 --momentum 0.9
-gelu_adam|--model mlp_gelu_sigmoid --optimizer adam --lr 0.01
-ignore_sgd|--model mlp_ignore --optimizer sgd --lr 0.1 --momentum 0.5
-matmul_adamw|--model mlp_matmul --optimizer adamw --lr 0.01 --weight-decay 0.05
-tanh_sgd_nesterov_wd|--model mlp_tanh --optimizer sgd --lr 0.05 --momentum 0.9 --nesterov --weight-decay 0.001
-relu_adam_wd|--model mlp_relu --optimizer adam --lr 0.005 --weight-decay 0.01 --betas 0.8,0.99 --eps 1e-6
-gelu_sgd_droplast|--model mlp_gelu_sigmoid --optimizer sgd --lr 0.2 --batch-size 32 --samples 100 --steps 12
-ignore_adamw|--model mlp_ignore --optimizer adamw --lr 0.01
-matmul_sgd_mom|--model mlp_matmul --optimizer sgd --lr 0.1 --momentum 0.9 --steps 30
-ops_sgd|--model mlp_ops --optimizer sgd --lr 0.1 --momentum 0.9
-ops_adam|--model mlp_ops --optimizer adam --lr 0.01
-deep_small_sgd|--model mlp_deep_small --optimizer sgd --lr 0.05 --momentum 0.9 --batch-size 32
-tanh_opset13|--model mlp_tanh --optimizer sgd --lr 0.1 --opset 13
-ops_opset12|--model mlp_ops --optimizer sgd --lr 0.1 --opset 12
-'
+# name | arguments to check_training.py (shared with CMakeLists.txt)
+CASES=$(grep -v '^#' "$HERE/cases.txt")
 
 pass=0; fail=0; failed=""
 n=0
