@@ -223,6 +223,7 @@ LogicalResult Emitter::plan() {
       lastUse[r] = std::max<int64_t>(lastUse.lookup(r), index[op]);
     }
   SlotAllocator slots(cursor);
+  std::vector<std::pair<Value, int64_t>> temporaries; // (value, defining op)
   for (Operation *op : order) {
     for (Value res : op->getResults()) {
       if (offsets.count(res) || constNames.count(res))
@@ -243,6 +244,7 @@ LogicalResult Emitter::plan() {
       // A result nobody reads is still written: free it after this op.
       if (!lastUse.count(res))
         lastUse[res] = index[op];
+      temporaries.push_back({res, index[op]});
     }
     // Free after allocating this op's results, so results never overlap the
     // operands they are computed from.
@@ -257,6 +259,24 @@ LogicalResult Emitter::plan() {
           !res.getDefiningOp<nn::ParamOp>() && !constNames.count(res) &&
           res.use_empty())
         slots.release(offsets.lookup(res));
+  }
+  // The plan is checked, not trusted: two tensors alive at the same time must
+  // not share a byte.
+  for (size_t i = 0; i < temporaries.size(); ++i) {
+    auto [a, aDef] = temporaries[i];
+    int64_t aEnd = lastUse.lookup(a), aOff = offsets.lookup(a);
+    for (size_t j = i + 1; j < temporaries.size(); ++j) {
+      auto [b, bDef] = temporaries[j];
+      int64_t bEnd = lastUse.lookup(b), bOff = offsets.lookup(b);
+      bool liveTogether = aDef <= bEnd && bDef <= aEnd;
+      bool shareBytes =
+          aOff < bOff + bytesOf(b) && bOff < aOff + bytesOf(a);
+      if (liveTogether && shareBytes)
+        return b.getDefiningOp()->emitError(
+                   "internal error: the memory plan overlaps this result "
+                   "with one that is still alive (")
+               << a.getDefiningOp()->getName() << ")";
+    }
   }
   result.memory.activationBytes = slots.peak() - cursor;
   result.memory.arenaBytes = slots.peak();
