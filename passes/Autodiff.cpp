@@ -5,6 +5,7 @@
 #include "mlir/Transforms/RegionUtils.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringMap.h"
 
 namespace gpipe {
 #define GEN_PASS_DEF_AUTODIFF
@@ -81,8 +82,18 @@ void AutodiffPass::runOnOperation() {
   // gradients (not the data inputs, labels or constants).
   SmallVector<Operation *> forward;
   llvm::DenseSet<Value> active;
+  llvm::StringMap<nn::ParamOp> paramNames;
   for (Operation &op : block.without_terminator()) {
     forward.push_back(&op);
+    if (auto param = dyn_cast<nn::ParamOp>(op)) {
+      auto [it, inserted] = paramNames.try_emplace(param.getName(), param);
+      if (!inserted) {
+        InFlightDiagnostic diag = param.emitError("parameter '")
+                                  << param.getName() << "' is declared twice";
+        diag.attachNote(it->second.getLoc()) << "first declared here";
+        return signalPassFailure();
+      }
+    }
     bool isActive = isa<nn::ParamOp>(op) ||
                     llvm::any_of(op.getOperands(),
                                  [&](Value v) { return active.contains(v); });
@@ -98,8 +109,11 @@ void AutodiffPass::runOnOperation() {
       resultGrads.push_back(g);
       any |= bool(g);
     }
-    // Leaves (parameters, constants) have nothing to propagate to.
-    if (!any || op->getNumOperands() == 0)
+    // Leaves (parameters, constants) have nothing to propagate to, and an op
+    // that depends on no parameter needs no gradient at all.
+    bool activeOp = llvm::any_of(op->getResults(),
+                                 [&](Value r) { return active.contains(r); });
+    if (!any || !activeOp || op->getNumOperands() == 0)
       continue;
     auto diff = dyn_cast<nn::DifferentiableOpInterface>(op);
     if (!diff) {

@@ -92,12 +92,9 @@ int64_t ConstantOp::getFlops() { return 0; }
 int64_t ConstantOp::getBytesAccessed() { return 0; }
 
 LogicalResult ParamGradOp::verify() {
+  // Equal types are checked by AllTypesMatch.
   if (!getParam().getDefiningOp<ParamOp>())
     return emitOpError("operand #0 must be the result of an 'nn.param'");
-  if (getParam().getType() != getGrad().getType())
-    return emitOpError("gradient type ")
-           << getGrad().getType() << " differs from parameter type "
-           << getParam().getType();
   return success();
 }
 
@@ -436,8 +433,6 @@ SoftmaxCrossEntropyOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
 }
 
 LogicalResult SoftmaxCrossEntropyGradOp::verify() {
-  if (getLogits().getType() != getOutput().getType())
-    return emitOpError("result type must equal the logits type");
   return verifyXent(*this, tensorType(getLogits()), tensorType(getLabels()));
 }
 

@@ -16,14 +16,11 @@ void PipeDialect::initialize() {
 }
 
 /// Checks what every in-place update needs: the updated value is a parameter
-/// of the gradient's type, and nothing reads it after the update.
+/// (equal types are checked by AllTypesMatch), and nothing reads it after the
+/// update.
 static LogicalResult verifyUpdate(Operation *op, Value param, Value grad) {
   if (!param.getDefiningOp<gpipe::nn::ParamOp>())
     return op->emitOpError("operand #0 must be the result of an 'nn.param'");
-  if (param.getType() != grad.getType())
-    return op->emitOpError("gradient type ")
-           << grad.getType() << " differs from parameter type "
-           << param.getType();
   for (Operation *user : param.getUsers()) {
     if (user == op || user->getBlock() != op->getBlock())
       continue;

@@ -1,0 +1,498 @@
+// Verifier and type-constraint errors of the nn ops: one case per message.
+// RUN: gpipe-opt %s --split-input-file --verify-diagnostics
+
+// A parameter needs a name.
+func.func @param_empty_name() {
+  // expected-error @+1 {{'nn.param' op parameter name must not be empty}}
+  %p = nn.param "" : tensor<4xf32>
+  return
+}
+
+// -----
+
+// Dynamic shapes are rejected (every nn tensor is statically shaped).
+func.func @param_dynamic_shape() {
+  // expected-error @+1 {{'nn.param' op result #0 must be statically shaped tensor of 32-bit float values, but got 'tensor<?xf32>'}}
+  %p = nn.param "w" : tensor<?xf32>
+  return
+}
+
+// -----
+
+// Parameters are f32.
+func.func @param_f16() {
+  // expected-error @+1 {{'nn.param' op result #0 must be statically shaped tensor of 32-bit float values, but got 'tensor<4xf16>'}}
+  %p = nn.param "w" : tensor<4xf16>
+  return
+}
+
+// -----
+
+// Unranked tensors are rejected too.
+func.func @add_unranked(%x: tensor<*xf32>) {
+  // expected-error @+1 {{'nn.add' op operand #0 must be statically shaped tensor of 32-bit float values, but got 'tensor<*xf32>'}}
+  %y = "nn.add"(%x, %x) : (tensor<*xf32>, tensor<*xf32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+// nn.param_grad applies to an nn.param result, not to any value.
+func.func @param_grad_not_param(%x: tensor<4xf32>) {
+  // expected-error @+1 {{'nn.param_grad' op operand #0 must be the result of an 'nn.param'}}
+  nn.param_grad %x, %x : tensor<4xf32>
+  return
+}
+
+// -----
+
+// The gradient has the parameter's type.
+func.func @param_grad_type_mismatch(%g: tensor<8xf32>) {
+  %p = nn.param "w" : tensor<4xf32>
+  // expected-error @+1 {{'nn.param_grad' op failed to verify that all of {param, grad} have same type}}
+  "nn.param_grad"(%p, %g) : (tensor<4xf32>, tensor<8xf32>) -> ()
+  return
+}
+
+// -----
+
+// A constant's value has the result type.
+func.func @constant_type_mismatch() {
+  // expected-error @+1 {{'nn.constant' op failed to verify that all of {value, output} have same type}}
+  %c = "nn.constant"() {value = dense<1.0> : tensor<f32>} : () -> tensor<2xf32>
+  return
+}
+
+// -----
+
+// Constants are f32 or i64.
+func.func @constant_i32() {
+  // expected-error @+1 {{'nn.constant' op result #0 must be statically shaped tensor of 32-bit float or 64-bit signless integer values, but got 'tensor<2xi32>'}}
+  %c = nn.constant dense<1> : tensor<2xi32>
+  return
+}
+
+// -----
+
+// gemm: B must be rank 2.
+func.func @gemm_rank(%a: tensor<4x8xf32>, %b: tensor<8xf32>) {
+  // expected-error @+1 {{'nn.gemm' op A, B and the result must be rank 2, got ranks 2, 1, 2}}
+  %y = nn.gemm %a, %b : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+// gemm: the result must be rank 2.
+func.func @gemm_result_rank(%a: tensor<4x8xf32>, %b: tensor<8x16xf32>) {
+  // expected-error @+1 {{'nn.gemm' op A, B and the result must be rank 2, got ranks 2, 2, 3}}
+  %y = nn.gemm %a, %b : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<1x4x16xf32>
+  return
+}
+
+// -----
+
+// gemm: the inner dimensions of A and B differ (B would need transB).
+func.func @gemm_inner_dim(%a: tensor<4x8xf32>, %b: tensor<16x8xf32>) {
+  // expected-error @+1 {{'nn.gemm' op inner dimensions differ: op(A) is 4x8, op(B) is 16x8}}
+  %y = nn.gemm %a, %b : (tensor<4x8xf32>, tensor<16x8xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+// gemm: transA is taken into account for the inner dimension.
+func.func @gemm_inner_dim_trans_a(%a: tensor<4x8xf32>, %b: tensor<8x16xf32>) {
+  // expected-error @+1 {{'nn.gemm' op inner dimensions differ: op(A) is 8x4, op(B) is 8x16}}
+  %y = nn.gemm %a, %b {transA = true} : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
+  return
+}
+
+// -----
+
+// gemm: transB is taken into account for the inner dimension.
+func.func @gemm_inner_dim_trans_b(%a: tensor<4x8xf32>, %b: tensor<8x16xf32>) {
+  // expected-error @+1 {{'nn.gemm' op inner dimensions differ: op(A) is 4x8, op(B) is 16x8}}
+  %y = nn.gemm %a, %b {transB = true} : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+// gemm: the result is [M, N], not [N, M].
+func.func @gemm_result_shape(%a: tensor<4x8xf32>, %b: tensor<8x16xf32>) {
+  // expected-error @+1 {{'nn.gemm' op result must be 4x16, got 'tensor<16x4xf32>'}}
+  %y = nn.gemm %a, %b : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<16x4xf32>
+  return
+}
+
+// -----
+
+// gemm: with both transposes the result is [A.dim1, B.dim0].
+func.func @gemm_result_shape_trans(%a: tensor<8x4xf32>, %b: tensor<16x8xf32>) {
+  // expected-error @+1 {{'nn.gemm' op result must be 4x16, got 'tensor<8x8xf32>'}}
+  %y = nn.gemm %a, %b {transA = true, transB = true} : (tensor<8x4xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+  return
+}
+
+// -----
+
+// gemm: C must broadcast to [M, N] (a [M] vector does not, trailing-aligned).
+func.func @gemm_c_broadcast(%a: tensor<4x8xf32>, %b: tensor<8x16xf32>, %c: tensor<4xf32>) {
+  // expected-error @+1 {{'nn.gemm' op C of type 'tensor<4xf32>' does not broadcast to 'tensor<4x16xf32>'}}
+  %y = nn.gemm %a, %b, %c : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<4xf32>) -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+// gemm: C may not have a higher rank than the result.
+func.func @gemm_c_rank(%a: tensor<4x8xf32>, %b: tensor<8x16xf32>, %c: tensor<1x4x16xf32>) {
+  // expected-error @+1 {{'nn.gemm' op C of type 'tensor<1x4x16xf32>' does not broadcast to 'tensor<4x16xf32>'}}
+  %y = nn.gemm %a, %b, %c : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<1x4x16xf32>) -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+// gemm: operands are f32.
+func.func @gemm_f16(%a: tensor<4x8xf16>, %b: tensor<8x16xf32>) {
+  // expected-error @+1 {{'nn.gemm' op operand #0 must be statically shaped tensor of 32-bit float values, but got 'tensor<4x8xf16>'}}
+  %y = nn.gemm %a, %b : (tensor<4x8xf16>, tensor<8x16xf32>) -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+// Binary ops: the operand shapes must broadcast.
+func.func @add_not_broadcastable(%a: tensor<4x8xf32>, %b: tensor<4x3xf32>) {
+  // expected-error @+1 {{'nn.add' op operand shapes 'tensor<4x8xf32>' and 'tensor<4x3xf32>' do not broadcast}}
+  %y = nn.add %a, %b : tensor<4x8xf32>, tensor<4x3xf32> -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+// Binary ops: broadcasting aligns trailing dimensions ([4] vs [4, 8] fails).
+func.func @sub_not_broadcastable(%a: tensor<4x8xf32>, %b: tensor<4xf32>) {
+  // expected-error @+1 {{'nn.sub' op operand shapes 'tensor<4x8xf32>' and 'tensor<4xf32>' do not broadcast}}
+  %y = nn.sub %a, %b : tensor<4x8xf32>, tensor<4xf32> -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+// Binary ops: the result has the broadcast shape, not an operand's.
+func.func @mul_result_shape(%a: tensor<4x8xf32>, %b: tensor<8xf32>) {
+  // expected-error @+1 {{'nn.mul' op result type 'tensor<8xf32>' must have the broadcast shape of 'tensor<4x8xf32>' and 'tensor<8xf32>'}}
+  %y = nn.mul %a, %b : tensor<4x8xf32>, tensor<8xf32> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+// Binary ops: both operands broadcast ([4, 1] and [8] give [4, 8], not [4, 1]).
+func.func @div_result_shape(%a: tensor<4x1xf32>, %b: tensor<8xf32>) {
+  // expected-error @+1 {{'nn.div' op result type 'tensor<4x1xf32>' must have the broadcast shape of 'tensor<4x1xf32>' and 'tensor<8xf32>'}}
+  %y = nn.div %a, %b : tensor<4x1xf32>, tensor<8xf32> -> tensor<4x1xf32>
+  return
+}
+
+// -----
+
+// Binary ops are f32 only.
+func.func @add_i64(%a: tensor<4xi64>) {
+  // expected-error @+1 {{'nn.add' op operand #0 must be statically shaped tensor of 32-bit float values, but got 'tensor<4xi64>'}}
+  %y = nn.add %a, %a : tensor<4xi64>, tensor<4xi64> -> tensor<4xi64>
+  return
+}
+
+// -----
+
+// Unary ops keep the type.
+func.func @tanh_type(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{'nn.tanh' op requires the same type for all operands and results}}
+  %y = "nn.tanh"(%a) : (tensor<4x8xf32>) -> tensor<8x4xf32>
+  return
+}
+
+// -----
+
+// Unary ops are f32 only.
+func.func @relu_i64(%a: tensor<4x8xi64>) {
+  // expected-error @+1 {{'nn.relu' op operand #0 must be statically shaped tensor of 32-bit float values, but got 'tensor<4x8xi64>'}}
+  %y = nn.relu %a : tensor<4x8xi64>
+  return
+}
+
+// -----
+
+// Activation gradients: value, gradient and result have one type.
+func.func @relu_grad_type(%a: tensor<4x8xf32>, %g: tensor<8x4xf32>) {
+  // expected-error @+1 {{'nn.relu_grad' op requires the same type for all operands and results}}
+  %y = "nn.relu_grad"(%a, %g) : (tensor<4x8xf32>, tensor<8x4xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+// reshape keeps the element count.
+func.func @reshape_count(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{'nn.reshape' op element count changes from 32 ('tensor<4x8xf32>') to 16 ('tensor<4x4xf32>')}}
+  %y = nn.reshape %a : tensor<4x8xf32> -> tensor<4x4xf32>
+  return
+}
+
+// -----
+
+// reshape keeps the element type.
+func.func @reshape_element_type(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{'nn.reshape' op element type changes from 'f32' to 'i64'}}
+  %y = nn.reshape %a : tensor<4x8xf32> -> tensor<32xi64>
+  return
+}
+
+// -----
+
+// reshape: no dynamic result.
+func.func @reshape_dynamic(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{'nn.reshape' op result #0 must be statically shaped tensor of 32-bit float or 64-bit signless integer values, but got 'tensor<?xf32>'}}
+  %y = nn.reshape %a : tensor<4x8xf32> -> tensor<?xf32>
+  return
+}
+
+// -----
+
+// concat needs an input.
+func.func @concat_empty() {
+  // expected-error @+1 {{'nn.concat' op needs at least one input}}
+  %y = nn.concat {axis = 0 : i64} : () -> tensor<4xf32>
+  return
+}
+
+// -----
+
+// concat: the axis is within the rank.
+func.func @concat_axis_too_big(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{'nn.concat' op axis 2 is out of range for rank 2}}
+  %y = nn.concat %a {axis = 2 : i64} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+// concat: negative axes are not accepted (the importer normalizes them).
+func.func @concat_axis_negative(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{'nn.concat' op axis -1 is out of range for rank 2}}
+  %y = nn.concat %a {axis = -1 : i64} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+// concat: every input has the result's element type.
+func.func @concat_element_type(%a: tensor<4x8xf32>, %b: tensor<4x8xi64>) {
+  // expected-error @+1 {{'nn.concat' op input #1 of type 'tensor<4x8xi64>' does not match the result 'tensor<4x16xf32>'}}
+  %y = nn.concat %a, %b {axis = 1 : i64} : (tensor<4x8xf32>, tensor<4x8xi64>) -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+// concat: every input has the result's rank.
+func.func @concat_rank(%a: tensor<4x8xf32>, %b: tensor<8xf32>) {
+  // expected-error @+1 {{'nn.concat' op input #1 of type 'tensor<8xf32>' does not match the result 'tensor<4x16xf32>'}}
+  %y = nn.concat %a, %b {axis = 1 : i64} : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+// concat: the dimensions other than the axis match the result's.
+func.func @concat_mismatched_dim(%a: tensor<4x8xf32>, %b: tensor<3x8xf32>) {
+  // expected-error @+1 {{'nn.concat' op input #1 differs from the result in dimension 0}}
+  %y = nn.concat %a, %b {axis = 1 : i64} : (tensor<4x8xf32>, tensor<3x8xf32>) -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+// concat: the sizes along the axis add up to the result's.
+func.func @concat_sum(%a: tensor<4x8xf32>, %b: tensor<4x8xf32>) {
+  // expected-error @+1 {{'nn.concat' op inputs add up to 16 along axis 1, the result has 17}}
+  %y = nn.concat %a, %b {axis = 1 : i64} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x17xf32>
+  return
+}
+
+// -----
+
+// slice: the range ends past the dimension.
+func.func @slice_past_end(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{'nn.slice' op range [6, 9) is outside dimension 1 of size 8}}
+  %y = nn.slice %a {axis = 1 : i64, start = 6 : i64} : tensor<4x8xf32> -> tensor<4x3xf32>
+  return
+}
+
+// -----
+
+// slice: the range starts before 0.
+func.func @slice_negative_start(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{'nn.slice' op range [-1, 2) is outside dimension 1 of size 8}}
+  %y = nn.slice %a {axis = 1 : i64, start = -1 : i64} : tensor<4x8xf32> -> tensor<4x3xf32>
+  return
+}
+
+// -----
+
+// slice: a start so large that start + size overflows int64 is still out of
+// range (it used to wrap around and pass).
+func.func @slice_start_overflow(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{'nn.slice' op range [9223372036854775807, 9223372036854775808) is outside dimension 1 of size 8}}
+  %y = nn.slice %a {axis = 1 : i64, start = 9223372036854775807 : i64} : tensor<4x8xf32> -> tensor<4x1xf32>
+  return
+}
+
+// -----
+
+// slice: the result is no larger than the input along the axis.
+func.func @slice_too_big(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{'nn.slice' op range [0, 9) is outside dimension 1 of size 8}}
+  %y = nn.slice %a {axis = 1 : i64, start = 0 : i64} : tensor<4x8xf32> -> tensor<4x9xf32>
+  return
+}
+
+// -----
+
+// slice: the axis is within the rank.
+func.func @slice_axis(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{'nn.slice' op axis 2 is out of range for rank 2}}
+  %y = nn.slice %a {axis = 2 : i64, start = 0 : i64} : tensor<4x8xf32> -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+// slice: the result has the input's rank.
+func.func @slice_rank(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{'nn.slice' op result 'tensor<32xf32>' must have the rank and element type of the input 'tensor<4x8xf32>'}}
+  %y = nn.slice %a {axis = 0 : i64, start = 0 : i64} : tensor<4x8xf32> -> tensor<32xf32>
+  return
+}
+
+// -----
+
+// slice: the result has the input's element type.
+func.func @slice_element_type(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{'nn.slice' op result 'tensor<2x8xi64>' must have the rank and element type of the input 'tensor<4x8xf32>'}}
+  %y = nn.slice %a {axis = 0 : i64, start = 0 : i64} : tensor<4x8xf32> -> tensor<2x8xi64>
+  return
+}
+
+// -----
+
+// slice: only the axis dimension may differ.
+func.func @slice_other_dim(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{'nn.slice' op result differs from the input in dimension 1}}
+  %y = nn.slice %a {axis = 0 : i64, start = 0 : i64} : tensor<4x8xf32> -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+// reduce_to: the result must broadcast to the input (trailing-aligned).
+func.func @reduce_to_not_broadcastable(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{'nn.reduce_to' op result 'tensor<4xf32>' does not broadcast to the input 'tensor<4x8xf32>'}}
+  %y = nn.reduce_to %a : tensor<4x8xf32> -> tensor<4xf32>
+  return
+}
+
+// -----
+
+// reduce_to cannot add dimensions.
+func.func @reduce_to_higher_rank(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{'nn.reduce_to' op result 'tensor<1x4x8xf32>' does not broadcast to the input 'tensor<4x8xf32>'}}
+  %y = nn.reduce_to %a : tensor<4x8xf32> -> tensor<1x4x8xf32>
+  return
+}
+
+// -----
+
+// softmax_cross_entropy: logits are [N, C].
+func.func @xent_logits_rank(%a: tensor<4x8x2xf32>, %l: tensor<4xi64>) {
+  // expected-error @+1 {{'nn.softmax_cross_entropy' op logits must be [N, C], got 'tensor<4x8x2xf32>'}}
+  %y = nn.softmax_cross_entropy %a, %l : tensor<4x8x2xf32>, tensor<4xi64>
+  return
+}
+
+// -----
+
+// softmax_cross_entropy: one label per sample.
+func.func @xent_labels_size(%a: tensor<4x8xf32>, %l: tensor<3xi64>) {
+  // expected-error @+1 {{'nn.softmax_cross_entropy' op labels must be [4], got 'tensor<3xi64>'}}
+  %y = nn.softmax_cross_entropy %a, %l : tensor<4x8xf32>, tensor<3xi64>
+  return
+}
+
+// -----
+
+// softmax_cross_entropy: labels are rank 1.
+func.func @xent_labels_rank(%a: tensor<4x8xf32>, %l: tensor<4x1xi64>) {
+  // expected-error @+1 {{'nn.softmax_cross_entropy' op labels must be [4], got 'tensor<4x1xi64>'}}
+  %y = nn.softmax_cross_entropy %a, %l : tensor<4x8xf32>, tensor<4x1xi64>
+  return
+}
+
+// -----
+
+// softmax_cross_entropy: labels are int64 class indices.
+func.func @xent_labels_f32(%a: tensor<4x8xf32>, %l: tensor<4xf32>) {
+  // expected-error @+1 {{'nn.softmax_cross_entropy' op operand #1 must be statically shaped tensor of 64-bit signless integer values, but got 'tensor<4xf32>'}}
+  %y = nn.softmax_cross_entropy %a, %l : tensor<4x8xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+// softmax_cross_entropy: the loss is a tensor<f32> scalar.
+func.func @xent_result_not_scalar(%a: tensor<4x8xf32>, %l: tensor<4xi64>) {
+  // expected-error @+1 {{'nn.softmax_cross_entropy' op result #0 must be 0D tensor of 32-bit float values, but got 'tensor<4xf32>'}}
+  %y = "nn.softmax_cross_entropy"(%a, %l) : (tensor<4x8xf32>, tensor<4xi64>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+// softmax_cross_entropy_grad: the result has the logits' type (the ODS
+// constraint fires before the verifier's own check).
+func.func @xent_grad_result_type(%a: tensor<4x8xf32>, %l: tensor<4xi64>, %g: tensor<f32>) {
+  // expected-error @+1 {{'nn.softmax_cross_entropy_grad' op failed to verify that all of {logits, output} have same type}}
+  %y = "nn.softmax_cross_entropy_grad"(%a, %l, %g) : (tensor<4x8xf32>, tensor<4xi64>, tensor<f32>) -> tensor<8x4xf32>
+  return
+}
+
+// -----
+
+// softmax_cross_entropy_grad: logits are [N, C].
+func.func @xent_grad_logits_rank(%a: tensor<32xf32>, %l: tensor<32xi64>, %g: tensor<f32>) {
+  // expected-error @+1 {{'nn.softmax_cross_entropy_grad' op logits must be [N, C], got 'tensor<32xf32>'}}
+  %y = nn.softmax_cross_entropy_grad %a, %l, %g : tensor<32xf32>, tensor<32xi64>
+  return
+}
+
+// -----
+
+// softmax_cross_entropy_grad: one label per sample.
+func.func @xent_grad_labels(%a: tensor<4x8xf32>, %l: tensor<8xi64>, %g: tensor<f32>) {
+  // expected-error @+1 {{'nn.softmax_cross_entropy_grad' op labels must be [4], got 'tensor<8xi64>'}}
+  %y = nn.softmax_cross_entropy_grad %a, %l, %g : tensor<4x8xf32>, tensor<8xi64>
+  return
+}
+
+// -----
+
+// softmax_cross_entropy_grad: the incoming gradient is the scalar loss's.
+func.func @xent_grad_not_scalar(%a: tensor<4x8xf32>, %l: tensor<4xi64>, %g: tensor<1xf32>) {
+  // expected-error @+1 {{'nn.softmax_cross_entropy_grad' op operand #2 must be 0D tensor of 32-bit float values, but got 'tensor<1xf32>'}}
+  %y = "nn.softmax_cross_entropy_grad"(%a, %l, %g) : (tensor<4x8xf32>, tensor<4xi64>, tensor<1xf32>) -> tensor<4x8xf32>
+  return
+}

@@ -1,0 +1,141 @@
+// Every nn op in its custom form: parsed, printed, re-parsed and printed again
+// (the second print is checked); then through the generic form.
+// RUN: gpipe-opt %s | gpipe-opt | FileCheck %s
+// RUN: gpipe-opt %s --mlir-print-op-generic | gpipe-opt | FileCheck %s
+
+// nn.param and nn.constant (f32 splat, f32 and i64 dense) are leaves.
+// CHECK-LABEL: func.func @values()
+// CHECK-NEXT: %[[W:.+]] = nn.param "fc1.weight" : tensor<32x16xf32>
+// CHECK-NEXT: %[[S:.+]] = nn.param "scale" : tensor<f32>
+// CHECK-NEXT: %[[C0:.+]] = nn.constant dense<1.000000e+00> : tensor<f32>
+// CHECK-NEXT: %[[C1:.+]] = nn.constant dense<[1.500000e+00, -2.000000e+00]> : tensor<2xf32>
+// CHECK-NEXT: %[[C2:.+]] = nn.constant dense<[4, -1]> : tensor<2xi64>
+// CHECK-NEXT: return %[[W]], %[[S]], %[[C0]], %[[C1]], %[[C2]]
+func.func @values() -> (tensor<32x16xf32>, tensor<f32>, tensor<f32>, tensor<2xf32>, tensor<2xi64>) {
+  %w = nn.param "fc1.weight" : tensor<32x16xf32>
+  %s = nn.param "scale" : tensor<f32>
+  %c0 = nn.constant dense<1.0> : tensor<f32>
+  %c1 = nn.constant dense<[1.5, -2.0]> : tensor<2xf32>
+  %c2 = nn.constant dense<[4, -1]> : tensor<2xi64>
+  return %w, %s, %c0, %c1, %c2 : tensor<32x16xf32>, tensor<f32>, tensor<f32>, tensor<2xf32>, tensor<2xi64>
+}
+
+// nn.param_grad takes a parameter and a gradient of its type.
+// CHECK-LABEL: func.func @param_grad(
+// CHECK-SAME: %[[G:[^:]+]]: tensor<8x4xf32>
+// CHECK-NEXT: %[[W:.+]] = nn.param "w" : tensor<8x4xf32>
+// CHECK-NEXT: nn.param_grad %[[W]], %[[G]] : tensor<8x4xf32>
+func.func @param_grad(%g: tensor<8x4xf32>) {
+  %w = nn.param "w" : tensor<8x4xf32>
+  nn.param_grad %w, %g : tensor<8x4xf32>
+  return
+}
+
+// nn.gemm: without C, with a broadcast C, transA / transB, alpha / beta; the
+// defaults (no transpose, alpha = beta = 1) are elided when printed.
+// CHECK-LABEL: func.func @gemm(
+// CHECK-SAME: %[[A:[^:]+]]: tensor<4x8xf32>, %[[AT:[^:]+]]: tensor<8x4xf32>, %[[B:[^:]+]]: tensor<8x16xf32>, %[[BT:[^:]+]]: tensor<16x8xf32>, %[[C:[^:]+]]: tensor<16xf32>, %[[C2:[^:]+]]: tensor<4x1xf32>
+// CHECK-NEXT: nn.gemm %[[A]], %[[B]] : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+// CHECK-NEXT: nn.gemm %[[A]], %[[B]] : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+// CHECK-NEXT: nn.gemm %[[A]], %[[B]], %[[C]] : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32>) -> tensor<4x16xf32>
+// CHECK-NEXT: nn.gemm %[[AT]], %[[B]] {transA = true} : (tensor<8x4xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+// CHECK-NEXT: nn.gemm %[[A]], %[[BT]], %[[C]] {transB = true} : (tensor<4x8xf32>, tensor<16x8xf32>, tensor<16xf32>) -> tensor<4x16xf32>
+// CHECK-NEXT: nn.gemm %[[AT]], %[[BT]], %[[C2]] {alpha = 5.000000e-01 : f32, beta = 2.000000e+00 : f32, transA = true, transB = true} : (tensor<8x4xf32>, tensor<16x8xf32>, tensor<4x1xf32>) -> tensor<4x16xf32>
+func.func @gemm(%a: tensor<4x8xf32>, %at: tensor<8x4xf32>, %b: tensor<8x16xf32>, %bt: tensor<16x8xf32>, %c: tensor<16xf32>, %c2: tensor<4x1xf32>) {
+  %0 = nn.gemm %a, %b : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+  %1 = nn.gemm %a, %b {transA = false, transB = false, alpha = 1.0 : f32, beta = 1.0 : f32} : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+  %2 = nn.gemm %a, %b, %c : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32>) -> tensor<4x16xf32>
+  %3 = nn.gemm %at, %b {transA = true} : (tensor<8x4xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+  %4 = nn.gemm %a, %bt, %c {transB = true} : (tensor<4x8xf32>, tensor<16x8xf32>, tensor<16xf32>) -> tensor<4x16xf32>
+  %5 = nn.gemm %at, %bt, %c2 {transA = true, transB = true, alpha = 0.5 : f32, beta = 2.0 : f32} : (tensor<8x4xf32>, tensor<16x8xf32>, tensor<4x1xf32>) -> tensor<4x16xf32>
+  return
+}
+
+// The binary ops, with equal shapes and with numpy broadcasting on either side.
+// CHECK-LABEL: func.func @binary(
+// CHECK-SAME: %[[X:[^:]+]]: tensor<4x8xf32>, %[[R:[^:]+]]: tensor<8xf32>, %[[COL:[^:]+]]: tensor<4x1xf32>, %[[S:[^:]+]]: tensor<f32>
+// CHECK-NEXT: nn.add %[[X]], %[[X]] : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+// CHECK-NEXT: nn.sub %[[X]], %[[R]] : tensor<4x8xf32>, tensor<8xf32> -> tensor<4x8xf32>
+// CHECK-NEXT: nn.mul %[[S]], %[[X]] : tensor<f32>, tensor<4x8xf32> -> tensor<4x8xf32>
+// CHECK-NEXT: nn.div %[[COL]], %[[R]] : tensor<4x1xf32>, tensor<8xf32> -> tensor<4x8xf32>
+func.func @binary(%x: tensor<4x8xf32>, %r: tensor<8xf32>, %col: tensor<4x1xf32>, %s: tensor<f32>) {
+  %0 = nn.add %x, %x : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+  %1 = nn.sub %x, %r : tensor<4x8xf32>, tensor<8xf32> -> tensor<4x8xf32>
+  %2 = nn.mul %s, %x : tensor<f32>, tensor<4x8xf32> -> tensor<4x8xf32>
+  %3 = nn.div %col, %r : tensor<4x1xf32>, tensor<8xf32> -> tensor<4x8xf32>
+  return
+}
+
+// The unary ops and the activation-gradient ops.
+// CHECK-LABEL: func.func @unary(
+// CHECK-SAME: %[[X:[^:]+]]: tensor<4x8xf32>, %[[G:[^:]+]]: tensor<4x8xf32>
+// CHECK-NEXT: nn.neg %[[X]] : tensor<4x8xf32>
+// CHECK-NEXT: nn.relu %[[X]] : tensor<4x8xf32>
+// CHECK-NEXT: nn.tanh %[[X]] : tensor<4x8xf32>
+// CHECK-NEXT: nn.sigmoid %[[X]] : tensor<4x8xf32>
+// CHECK-NEXT: nn.erf %[[X]] : tensor<4x8xf32>
+// CHECK-NEXT: nn.relu_grad %[[X]], %[[G]] : tensor<4x8xf32>
+// CHECK-NEXT: nn.tanh_grad %[[X]], %[[G]] : tensor<4x8xf32>
+// CHECK-NEXT: nn.sigmoid_grad %[[X]], %[[G]] : tensor<4x8xf32>
+// CHECK-NEXT: nn.erf_grad %[[X]], %[[G]] : tensor<4x8xf32>
+func.func @unary(%x: tensor<4x8xf32>, %g: tensor<4x8xf32>) {
+  %0 = nn.neg %x : tensor<4x8xf32>
+  %1 = nn.relu %x : tensor<4x8xf32>
+  %2 = nn.tanh %x : tensor<4x8xf32>
+  %3 = nn.sigmoid %x : tensor<4x8xf32>
+  %4 = nn.erf %x : tensor<4x8xf32>
+  %5 = nn.relu_grad %x, %g : tensor<4x8xf32>
+  %6 = nn.tanh_grad %x, %g : tensor<4x8xf32>
+  %7 = nn.sigmoid_grad %x, %g : tensor<4x8xf32>
+  %8 = nn.erf_grad %x, %g : tensor<4x8xf32>
+  return
+}
+
+// nn.reshape (f32 and i64, to and from rank 0), nn.concat (one input, several,
+// i64), nn.slice (first, middle, last range) and nn.reduce_to.
+// CHECK-LABEL: func.func @data_movement(
+// CHECK-SAME: %[[X:[^:]+]]: tensor<4x8xf32>, %[[Y:[^:]+]]: tensor<4x3xf32>, %[[I:[^:]+]]: tensor<4x1xi64>, %[[S:[^:]+]]: tensor<1xf32>
+// CHECK-NEXT: nn.reshape %[[X]] : tensor<4x8xf32> -> tensor<2x2x8xf32>
+// CHECK-NEXT: nn.reshape %[[I]] : tensor<4x1xi64> -> tensor<4xi64>
+// CHECK-NEXT: nn.reshape %[[S]] : tensor<1xf32> -> tensor<f32>
+// CHECK-NEXT: nn.concat %[[X]] {axis = 0 : i64} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+// CHECK-NEXT: nn.concat %[[X]], %[[Y]], %[[X]] {axis = 1 : i64} : (tensor<4x8xf32>, tensor<4x3xf32>, tensor<4x8xf32>) -> tensor<4x19xf32>
+// CHECK-NEXT: nn.concat %[[I]], %[[I]] {axis = 0 : i64} : (tensor<4x1xi64>, tensor<4x1xi64>) -> tensor<8x1xi64>
+// CHECK-NEXT: nn.slice %[[X]] {axis = 1 : i64, start = 0 : i64} : tensor<4x8xf32> -> tensor<4x3xf32>
+// CHECK-NEXT: nn.slice %[[X]] {axis = 0 : i64, start = 1 : i64} : tensor<4x8xf32> -> tensor<2x8xf32>
+// CHECK-NEXT: nn.slice %[[I]] {axis = 0 : i64, start = 3 : i64} : tensor<4x1xi64> -> tensor<1x1xi64>
+// CHECK-NEXT: nn.reduce_to %[[X]] : tensor<4x8xf32> -> tensor<8xf32>
+// CHECK-NEXT: nn.reduce_to %[[X]] : tensor<4x8xf32> -> tensor<4x1xf32>
+// CHECK-NEXT: nn.reduce_to %[[X]] : tensor<4x8xf32> -> tensor<f32>
+func.func @data_movement(%x: tensor<4x8xf32>, %y: tensor<4x3xf32>, %i: tensor<4x1xi64>, %s: tensor<1xf32>) {
+  %0 = nn.reshape %x : tensor<4x8xf32> -> tensor<2x2x8xf32>
+  %1 = nn.reshape %i : tensor<4x1xi64> -> tensor<4xi64>
+  %2 = nn.reshape %s : tensor<1xf32> -> tensor<f32>
+  %3 = nn.concat %x {axis = 0 : i64} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  %4 = nn.concat %x, %y, %x {axis = 1 : i64} : (tensor<4x8xf32>, tensor<4x3xf32>, tensor<4x8xf32>) -> tensor<4x19xf32>
+  %5 = nn.concat %i, %i {axis = 0 : i64} : (tensor<4x1xi64>, tensor<4x1xi64>) -> tensor<8x1xi64>
+  %6 = nn.slice %x {axis = 1 : i64, start = 0 : i64} : tensor<4x8xf32> -> tensor<4x3xf32>
+  %7 = nn.slice %x {axis = 0 : i64, start = 1 : i64} : tensor<4x8xf32> -> tensor<2x8xf32>
+  %8 = nn.slice %i {axis = 0 : i64, start = 3 : i64} : tensor<4x1xi64> -> tensor<1x1xi64>
+  %9 = nn.reduce_to %x : tensor<4x8xf32> -> tensor<8xf32>
+  %10 = nn.reduce_to %x : tensor<4x8xf32> -> tensor<4x1xf32>
+  %11 = nn.reduce_to %x : tensor<4x8xf32> -> tensor<f32>
+  return
+}
+
+// nn.softmax_cross_entropy and its gradient, with and without ignore_index;
+// the loss is a tensor<f32> scalar.
+// CHECK-LABEL: func.func @loss(
+// CHECK-SAME: %[[X:[^:]+]]: tensor<4x8xf32>, %[[L:[^:]+]]: tensor<4xi64>, %[[G:[^:]+]]: tensor<f32>
+// CHECK-NEXT: %[[L0:.+]] = nn.softmax_cross_entropy %[[X]], %[[L]] : tensor<4x8xf32>, tensor<4xi64>
+// CHECK-NEXT: %[[L1:.+]] = nn.softmax_cross_entropy %[[X]], %[[L]] {ignore_index = -100 : i64} : tensor<4x8xf32>, tensor<4xi64>
+// CHECK-NEXT: %[[D0:.+]] = nn.softmax_cross_entropy_grad %[[X]], %[[L]], %[[G]] : tensor<4x8xf32>, tensor<4xi64>
+// CHECK-NEXT: %[[D1:.+]] = nn.softmax_cross_entropy_grad %[[X]], %[[L]], %[[G]] {ignore_index = 0 : i64} : tensor<4x8xf32>, tensor<4xi64>
+// CHECK-NEXT: return %[[L0]], %[[L1]], %[[D0]], %[[D1]] : tensor<f32>, tensor<f32>, tensor<4x8xf32>, tensor<4x8xf32>
+func.func @loss(%x: tensor<4x8xf32>, %l: tensor<4xi64>, %g: tensor<f32>) -> (tensor<f32>, tensor<f32>, tensor<4x8xf32>, tensor<4x8xf32>) {
+  %0 = nn.softmax_cross_entropy %x, %l : tensor<4x8xf32>, tensor<4xi64>
+  %1 = nn.softmax_cross_entropy %x, %l {ignore_index = -100 : i64} : tensor<4x8xf32>, tensor<4xi64>
+  %2 = nn.softmax_cross_entropy_grad %x, %l, %g : tensor<4x8xf32>, tensor<4xi64>
+  %3 = nn.softmax_cross_entropy_grad %x, %l, %g {ignore_index = 0 : i64} : tensor<4x8xf32>, tensor<4xi64>
+  return %0, %1, %2, %3 : tensor<f32>, tensor<f32>, tensor<4x8xf32>, tensor<4x8xf32>
+}
