@@ -269,8 +269,7 @@ LogicalResult Emitter::plan() {
       auto [b, bDef] = temporaries[j];
       int64_t bEnd = lastUse.lookup(b), bOff = offsets.lookup(b);
       bool liveTogether = aDef <= bEnd && bDef <= aEnd;
-      bool shareBytes =
-          aOff < bOff + bytesOf(b) && bOff < aOff + bytesOf(a);
+      bool shareBytes = aOff < bOff + bytesOf(b) && bOff < aOff + bytesOf(a);
       if (liveTogether && shareBytes)
         return b.getDefiningOp()->emitError(
                    "internal error: the memory plan overlaps this result "

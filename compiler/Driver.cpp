@@ -13,6 +13,7 @@
 #include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Transforms/Passes.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -100,8 +101,8 @@ LogicalResult validate(const CompileOptions &o) {
     return fail("--optimizer must be sgd, adam or adamw, got '" + opt.kind +
                 "'");
   auto bad = [](double v) { return !std::isfinite(v) || v < 0; };
-  if (bad(opt.lr) || opt.lr == 0)
-    return fail("--lr must be a positive number, got " + num(opt.lr));
+  if (bad(opt.lr))
+    return fail("--lr must be a number >= 0, got " + num(opt.lr));
   if (bad(opt.momentum))
     return fail("--momentum must be >= 0, got " + num(opt.momentum));
   if (opt.nesterov && (opt.kind != "sgd" || opt.momentum <= 0))
@@ -117,6 +118,9 @@ LogicalResult validate(const CompileOptions &o) {
     return fail("--eps must be >= 0, got " + num(opt.eps));
   if (o.outDir.empty())
     return fail("-o OUT is required");
+  if (o.batchSize && *o.batchSize <= 0)
+    return fail("--batch-size must be positive, got " +
+                std::to_string(*o.batchSize));
   return success();
 }
 
@@ -276,13 +280,38 @@ LogicalResult buildExecutable(const CompileOptions &o, const std::string &dir,
   return success();
 }
 
-/// Moves every entry of `staging` into `out`, replacing same-named entries
-/// and leaving others (for instance trained weights) alone.
+/// Whether `name` is a file gpipe-compile writes into an output directory.
+bool ownedByCompiler(llvm::StringRef name) {
+  if (name == "pipeline.json" || name == "model.onnx" || name == "weights")
+    return true;
+  if (!name.consume_front("stage"))
+    return false;
+  llvm::StringRef digits = name.take_while(llvm::isDigit);
+  if (digits.empty())
+    return false;
+  name = name.drop_front(digits.size());
+  return name.empty() || name == ".cpp" || name == ".mlir" ||
+         name == ".import.mlir" || name == ".build.log";
+}
+
+/// Moves every entry of `staging` into `out`. Files an earlier compile wrote
+/// that this one did not (a stage0 left from --emit exe under --emit cpp) are
+/// removed so OUT never mixes two compiles; other files (trained weights,
+/// logs) are left alone.
 LogicalResult publish(const std::string &staging, const std::string &out) {
   if (std::error_code ec = llvm::sys::fs::create_directories(out))
     return fail("cannot create the output directory " + out + ": " +
                 ec.message());
   std::error_code ec;
+  for (llvm::sys::fs::directory_iterator it(out, ec), end; it != end && !ec;
+       it.increment(ec)) {
+    llvm::StringRef name = llvm::sys::path::filename(it->path());
+    if (ownedByCompiler(name) &&
+        !llvm::sys::fs::exists(staging + "/" + name.str()))
+      (void)(llvm::sys::fs::is_directory(it->path())
+                 ? llvm::sys::fs::remove_directories(it->path())
+                 : llvm::sys::fs::remove(it->path()));
+  }
   for (llvm::sys::fs::directory_iterator it(staging, ec), end; it != end && !ec;
        it.increment(ec)) {
     std::string name = llvm::sys::path::filename(it->path()).str();
@@ -299,11 +328,32 @@ LogicalResult publish(const std::string &staging, const std::string &out) {
   return success();
 }
 
+/// Prints diagnostics as "gpipe-compile: error: FILE: node 'N': message".
+LogicalResult printDiagnostic(Diagnostic &diag) {
+  const char *kind = diag.getSeverity() == DiagnosticSeverity::Error ? "error"
+                     : diag.getSeverity() == DiagnosticSeverity::Warning
+                         ? "warning"
+                         : "note";
+  llvm::errs() << "gpipe-compile: " << kind << ": "
+               << describe(diag.getLocation()) << diag.str() << "\n";
+  for (const Diagnostic &note : diag.getNotes())
+    llvm::errs() << "  note: " << describe(note.getLocation()) << note.str()
+                 << "\n";
+  return success();
+}
+
+std::string printModule(ModuleOp module) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  module.print(os, OpPrintingFlags().enableDebugInfo(false));
+  return text;
+}
+
 } // namespace
 
 int gpipe::compile(const CompileOptions &o) {
   if (failed(validate(o)))
-    return 1;
+    return 2;
   if (!llvm::sys::fs::exists(o.modelPath)) {
     errorLine() << o.modelPath << ": no such file\n";
     return 1;
@@ -311,17 +361,7 @@ int gpipe::compile(const CompileOptions &o) {
 
   MLIRContext ctx;
   ctx.loadDialect<nn::NNDialect, pipeline::PipeDialect, func::FuncDialect>();
-  ScopedDiagnosticHandler handler(&ctx, [](Diagnostic &diag) {
-    const char *kind = diag.getSeverity() == DiagnosticSeverity::Error ? "error"
-                       : diag.getSeverity() == DiagnosticSeverity::Warning
-                           ? "warning"
-                           : "note";
-    llvm::errs() << "gpipe-compile: " << kind << ": "
-                 << describe(diag.getLocation()) << diag.str() << "\n";
-    for (const Diagnostic &note : diag.getNotes())
-      llvm::errs() << "  note: " << note.str() << "\n";
-    return success();
-  });
+  ScopedDiagnosticHandler handler(&ctx, printDiagnostic);
 
   ImportOptions io;
   io.batchSize = o.batchSize;
@@ -332,35 +372,31 @@ int gpipe::compile(const CompileOptions &o) {
   for (const std::string &note : model->notes)
     llvm::errs() << "gpipe-compile: note: " << o.modelPath << ": " << note
                  << "\n";
-
   ModuleOp module = *model->module;
-  auto printModule = [&](llvm::raw_ostream &os) {
-    module.print(os, OpPrintingFlags().enableDebugInfo(false));
-  };
-  if (o.emit == "import" && o.outDir == "-") {
-    printModule(llvm::outs());
-    return 0;
-  }
-  if (o.emit == "import") {
-    std::string text;
-    llvm::raw_string_ostream os(text);
-    printModule(os);
-    llvm::sys::fs::create_directories(o.outDir);
-    return failed(writeFile(o.outDir + "/stage0.import.mlir", text)) ? 1 : 0;
-  }
-  PassManager pm(&ctx);
-  pm.addNestedPass<func::FuncOp>(createAutodiff());
-  pm.addNestedPass<func::FuncOp>(
-      createOptimizer(optimizerPassOptions(o.optimizer)));
-  pm.addPass(createCSEPass());
-  if (failed(pm.run(module)))
-    return 1;
-  if (o.emit == "mlir" && o.outDir == "-") {
-    printModule(llvm::outs());
+  bool toStdout = o.outDir == "-";
+  if (o.emit == "import" && toStdout) {
+    llvm::outs() << printModule(module);
     return 0;
   }
 
-  // Everything goes to a staging directory next to OUT first.
+  std::string mlirText;
+  if (o.emit != "import") {
+    PassManager pm(&ctx);
+    pm.addNestedPass<func::FuncOp>(createAutodiff());
+    pm.addNestedPass<func::FuncOp>(
+        createOptimizer(optimizerPassOptions(o.optimizer)));
+    pm.addPass(createCSEPass());
+    if (failed(pm.run(module)))
+      return 1;
+    mlirText = printModule(module);
+    if (o.emit == "mlir" && toStdout) {
+      llvm::outs() << mlirText;
+      return 0;
+    }
+  }
+
+  // Everything goes to a staging directory next to OUT first, and is moved
+  // into OUT only once all of it succeeded.
   std::string out = o.outDir;
   while (out.size() > 1 && out.back() == '/')
     out.pop_back();
@@ -371,23 +407,28 @@ int gpipe::compile(const CompileOptions &o) {
     errorLine() << "cannot create " << staging << ": " << ec.message() << "\n";
     return 1;
   }
+  auto finish = [&](const char *what) {
+    if (failed(publish(staging, out))) {
+      llvm::sys::fs::remove_directories(staging);
+      return 1;
+    }
+    llvm::outs() << "gpipe-compile: wrote " << out << "/" << what << "\n";
+    return 0;
+  };
   auto cleanupAndFail = [&]() {
     llvm::sys::fs::remove_directories(staging);
     return 1;
   };
 
-  std::string mlirText;
-  {
-    llvm::raw_string_ostream os(mlirText);
-    module.print(os, OpPrintingFlags().enableDebugInfo(false));
-  }
-  if (o.emit == "mlir") {
-    if (failed(writeFile(staging + "/stage0.mlir", mlirText)) ||
-        failed(publish(staging, out)))
-      return cleanupAndFail();
-    llvm::outs() << "gpipe-compile: wrote " << out << "/stage0.mlir\n";
-    return 0;
-  }
+  if (o.emit == "import")
+    return failed(
+               writeFile(staging + "/stage0.import.mlir", printModule(module)))
+               ? cleanupAndFail()
+               : finish("stage0.import.mlir");
+  if (o.emit == "mlir")
+    return failed(writeFile(staging + "/stage0.mlir", mlirText))
+               ? cleanupAndFail()
+               : finish("stage0.mlir");
 
   auto func = *module.getOps<func::FuncOp>().begin();
   FailureOr<EmittedStage> stage = emitStageCpp(func, "stage0");
@@ -412,13 +453,8 @@ int gpipe::compile(const CompileOptions &o) {
   }
   llvm::SmallString<256> srcAbs(o.modelPath);
   llvm::sys::fs::make_absolute(srcAbs);
-  if (std::error_code ec =
-          llvm::sys::fs::copy_file(o.modelPath, staging + "/model.onnx")) {
-    errorLine() << "cannot copy " << o.modelPath << ": " << ec.message()
-                << "\n";
-    return cleanupAndFail();
-  }
-  if (failed(writeFile(staging + "/pipeline.json",
+  if (failed(writeFile(staging + "/model.onnx", model->originalModel)) ||
+      failed(writeFile(staging + "/pipeline.json",
                        pipelineJson(o, *model, *stage, srcAbs.str().str()))) ||
       failed(writeFile(staging + "/stage0.cpp", stage->source)) ||
       failed(writeFile(staging + "/stage0.mlir", mlirText)))
@@ -426,15 +462,21 @@ int gpipe::compile(const CompileOptions &o) {
 
   if (o.explain) {
     const MemoryPlan &m = stage->memory;
-    llvm::outs() << "stage 0 (rank 0): "
-                 << func.getBody().front().getOperations().size() << " ops, "
+    int64_t ops = 0;
+    for (Operation &op : func.getBody().front().without_terminator())
+      ops += !isa<nn::ParamOp, nn::ConstantOp, nn::ReshapeOp>(op);
+    llvm::outs() << "stage 0 (rank 0): " << ops << " compute ops, "
                  << stage->params.size() << " parameters, "
                  << llvm::format("%.6g", stage->flops / 1e6)
                  << " MFLOP per step\n"
-                 << "  memory: arena " << m.arenaBytes << " B = parameters "
-                 << m.parameterBytes << " + optimizer state "
-                 << m.optimizerBytes << " + inputs " << m.inputBytes
-                 << " + activation peak " << m.activationBytes << " bytes\n";
+                 << "  memory: arena " << m.arenaBytes
+                 << " bytes (64-byte aligned) = parameters " << m.parameterBytes
+                 << " + optimizer state " << m.optimizerBytes << " + inputs "
+                 << m.inputBytes << " + activation peak " << m.activationBytes
+                 << " + alignment "
+                 << m.arenaBytes - m.parameterBytes - m.optimizerBytes -
+                        m.inputBytes - m.activationBytes
+                 << "\n";
   }
 
   if (o.emit == "exe" && failed(buildExecutable(o, staging, "stage0")))

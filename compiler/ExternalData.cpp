@@ -34,8 +34,8 @@ bool gpipe::readExternalData(const onnx::TensorProto &tensor,
   std::string file = modelDir.empty() ? location : modelDir + "/" + location;
   std::ifstream in(file, std::ios::binary);
   if (!in) {
-    err = "tensor '" + tensor.name() + "': cannot open its external data file '" +
-          file + "'";
+    err = "tensor '" + tensor.name() +
+          "': cannot open its external data file '" + file + "'";
     return false;
   }
   in.seekg(0, std::ios::end);

@@ -178,6 +178,7 @@ LogicalResult Importer::parse() {
     return fileError() << "not a valid ONNX model (the protobuf does not "
                           "parse: truncated or not an .onnx file)";
   }
+  model.SerializeToString(&result.originalModel);
   if (!model.has_graph() || model.graph().node_size() == 0)
     return fileError() << "the model has no graph nodes (truncated or not an "
                           ".onnx file?)";
@@ -198,8 +199,9 @@ LogicalResult Importer::checkSupportedOps() {
     return success();
   // All unsupported nodes at once, so a user sees the whole list in one run.
   InFlightDiagnostic diag = fileError();
-  diag << bad.size() << " node" << (bad.size() == 1 ? "" : "s")
-       << " use unsupported ONNX ops:";
+  diag << bad.size()
+       << (bad.size() == 1 ? " node uses an unsupported ONNX op:"
+                           : " nodes use unsupported ONNX ops:");
   for (const onnx::NodeProto *node : bad) {
     diag << "\n  "
          << (node->name().empty() ? "unnamed node producing '" : "node '")
@@ -223,7 +225,7 @@ LogicalResult Importer::checkAndConvert() {
   if (opset < 7 || opset > options.targetOpset)
     return fileError() << "opset " << opset << " is not supported: models of "
                        << "opset 7 to " << options.targetOpset
-                       << " are accepted (13 to " << options.targetOpset
+                       << " are accepted (12 to " << options.targetOpset
                        << " are tested)";
   try {
     // The path form also checks external data next to the model file.

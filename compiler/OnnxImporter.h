@@ -38,6 +38,9 @@ struct ImportedModel {
   mlir::OwningOpRef<mlir::ModuleOp> module;
   std::vector<ImportedParam> params;
   std::vector<ImportedInput> inputs;
+  /// The model as read (binary protobuf, before any conversion): what
+  /// --save-onnx starts from, also for .onnxtext inputs.
+  std::string originalModel;
   int64_t batchSize = 0;
   std::string lossName;
   /// Things the importer changed that a user should know (opset conversion,

@@ -147,12 +147,13 @@ int main(int argc, char **argv) {
       "one <input>.npy per graph input (first axis = sample; float32 or "
       "int64 as the model declares)")(
       "steps", po::value(&steps)->default_value(1)->value_name("N"),
-      "optimizer steps; mini-batch s takes samples [(s mod nb)*B, +B), "
+      "optimizer steps; step s (1-based) takes samples [((s-1) mod nb)*B, +B), "
       "nb = samples / B (a last partial batch is dropped)")(
       "log-json", po::value(&logJson)->value_name("FILE"),
       "write one JSON object per step: {\"step\":s,\"loss\":l,\"ms\":t}")(
       "save-onnx", po::value(&saveOnnxPath)->value_name("FILE"),
-      "write the model with every initializer replaced by its trained value")(
+      "write the input model with every trained parameter (float32 "
+      "initializer) replaced by its trained value, same names")(
       "weights-out", po::value(&weightsOut)->value_name("DIR"),
       "where the trained weights go (default OUT/trained)")(
       "threads", po::value(&threads)->default_value(1)->value_name("T"),

@@ -191,15 +191,18 @@ int run(int argc, char **argv, const gp_program *program) {
   if (!program)
     return error("no program");
   Options opt;
+  // Usage errors (bad flags) exit 2, like gpipe-compile and gpipe-run.
   if (!parseArgs(argc, argv, opt))
-    return 1;
+    return 2;
   if (opt.help) {
     std::printf(kUsage, prog);
     return 0;
   }
-  if (program->num_inputs > 0 && !opt.haveData)
-    return error("--data DIR is required: the program has " +
-                 std::to_string(program->num_inputs) + " graph input(s)");
+  if (program->num_inputs > 0 && !opt.haveData) {
+    error("--data DIR is required: the program has " +
+          std::to_string(program->num_inputs) + " graph input(s)");
+    return 2;
+  }
   if (program->arena_bytes < 0 || program->num_inputs < 0 ||
       program->num_params < 0 || !program->step)
     return error("invalid program description");

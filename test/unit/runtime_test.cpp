@@ -816,28 +816,29 @@ TEST(GpMain, Help) {
   EXPECT_NE(r.out.find("--weights-out DIR"), std::string::npos) << r.out;
 }
 
-/// Runs and expects exit code 1 with exactly one "gpipe: error:" line.
+/// Runs and expects exit code `rc` (1: bad input, 2: usage error) with
+/// exactly one "gpipe: error:" line.
 std::string expectError(const gp_program &program,
-                        const std::vector<std::string> &args) {
+                        const std::vector<std::string> &args, int rc = 1) {
   RunResult r = runMain(program, args);
-  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_EQ(r.rc, rc) << r.err;
   EXPECT_EQ(r.err.rfind("gpipe: error: ", 0), 0u) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   return r.err;
 }
 
 TEST(GpMain, FlagErrors) {
-  EXPECT_EQ(expectError(kToy, {"--bogus"}),
+  EXPECT_EQ(expectError(kToy, {"--bogus"}, 2),
             "gpipe: error: unknown flag '--bogus' (see --help)\n");
-  EXPECT_EQ(expectError(kToy, {"--data", "d", "--steps"}),
+  EXPECT_EQ(expectError(kToy, {"--data", "d", "--steps"}, 2),
             "gpipe: error: flag '--steps' requires a value\n");
-  EXPECT_NE(expectError(kToy, {"--data", "d", "--steps", "x"}).find("--steps"),
+  EXPECT_NE(expectError(kToy, {"--data", "d", "--steps", "x"}, 2).find("--steps"),
             std::string::npos);
   EXPECT_NE(
-      expectError(kToy, {"--data", "d", "--threads", "0"}).find("--threads"),
+      expectError(kToy, {"--data", "d", "--threads", "0"}, 2).find("--threads"),
       std::string::npos);
-  EXPECT_NE(expectError(kToy, {"stray"}).find("'stray'"), std::string::npos);
-  EXPECT_NE(expectError(kToy, {"--steps", "2"}).find("--data"),
+  EXPECT_NE(expectError(kToy, {"stray"}, 2).find("'stray'"), std::string::npos);
+  EXPECT_NE(expectError(kToy, {"--steps", "2"}, 2).find("--data"),
             std::string::npos);
 }
 
