@@ -30,6 +30,7 @@
 
 #include <cstring>
 #include <map>
+#include <set>
 #include <numeric>
 
 using namespace mlir;
@@ -318,52 +319,124 @@ LogicalResult Importer::fixBatch() {
   return success();
 }
 
+/// Static shapes ONNX shape inference finds for `m` (a copy is inferred, so
+/// `m` itself is not annotated); names whose shape is unknown are absent.
+static std::map<std::string, std::vector<int64_t>>
+inferStaticShapes(const onnx::ModelProto &m) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  onnx::ModelProto copy = m;
+  try {
+    onnx::ShapeInferenceOptions opts{/*check_type=*/false, /*error_mode=*/0,
+                                     /*enable_data_propagation=*/false};
+    onnx::shape_inference::InferShapes(copy, onnx::OpSchemaRegistry::Instance(),
+                                       opts);
+  } catch (const std::exception &) {
+    return shapes;
+  }
+  auto record = [&](const onnx::ValueInfoProto &vi) {
+    if (!vi.type().has_tensor_type() || !vi.type().tensor_type().has_shape())
+      return;
+    std::vector<int64_t> shape;
+    for (const auto &d : vi.type().tensor_type().shape().dim()) {
+      if (!d.has_dim_value())
+        return;
+      shape.push_back(d.dim_value());
+    }
+    shapes[vi.name()] = shape;
+  };
+  for (const auto &vi : copy.graph().input())
+    record(vi);
+  for (const auto &vi : copy.graph().value_info())
+    record(vi);
+  return shapes;
+}
+
+/// Element count of `target` (ONNX Reshape semantics, allowzero = 0) applied
+/// to an input of shape `in`, or -1 if it does not resolve.
+static int64_t reshapeCount(llvm::ArrayRef<int64_t> target,
+                            llvm::ArrayRef<int64_t> in) {
+  int64_t count = 1, known = 1;
+  for (int64_t d : in)
+    count *= d;
+  bool infer = false;
+  for (size_t k = 0; k < target.size(); ++k) {
+    int64_t t = target[k] == 0 && k < in.size() ? in[k] : target[k];
+    if (t == -1)
+      infer = true;
+    else if (t < 0)
+      return -1;
+    else
+      known *= t;
+  }
+  if (infer)
+    return known != 0 && count % known == 0 ? count : -1;
+  return known;
+}
+
 LogicalResult Importer::rewriteBatchReshapes() {
   if (!exportedBatch || exportedBatch == batch)
     return success();
-  // A Reshape target that spells out the exported batch as its first entry
-  // would freeze the old batch size: point it to a copy with the new one.
-  std::map<std::string, onnx::TensorProto *> inits;
-  for (auto &init : *model.mutable_graph()->mutable_initializer())
-    inits[init.name()] = &init;
-  std::map<std::string, onnx::TensorProto *> constNodes;
-  for (auto &node : *model.mutable_graph()->mutable_node())
-    if (node.op_type() == "Constant" && node.attribute_size() == 1 &&
-        node.attribute(0).name() == "value")
-      constNodes[node.output(0)] = node.mutable_attribute(0)->mutable_t();
-  int rewritten = 0;
-  std::vector<onnx::TensorProto> added;
-  for (auto &node : *model.mutable_graph()->mutable_node()) {
-    if (node.op_type() != "Reshape" || node.input_size() < 2)
-      continue;
-    onnx::TensorProto *shape = nullptr;
-    if (auto it = inits.find(node.input(1)); it != inits.end())
-      shape = it->second;
-    else if (auto it = constNodes.find(node.input(1)); it != constNodes.end())
-      shape = it->second;
-    if (!shape || shape->data_type() != onnx::TensorProto::INT64)
-      continue;
-    FailureOr<ConstTensor> target = readTensor(*shape);
-    if (failed(target) || target->i.empty() || target->i[0] != exportedBatch)
-      continue;
+  // A Reshape target whose first entry spells out the exported batch freezes
+  // the old batch size. It is rewritten when its input really carries the
+  // batch first and the new target fits the input; otherwise the Reshape is
+  // left alone (and the importer reports it if its count no longer matches).
+  // Shapes are re-inferred after each rewrite, so chained Reshapes see the
+  // corrected shapes of the ones before them.
+  std::set<const onnx::NodeProto *> done;
+  for (;;) {
+    std::map<std::string, std::vector<int64_t>> shapes =
+        inferStaticShapes(model);
+    std::map<std::string, const onnx::TensorProto *> inits;
+    for (const auto &init : model.graph().initializer())
+      inits[init.name()] = &init;
+    for (const auto &node : model.graph().node())
+      if (node.op_type() == "Constant" && node.attribute_size() == 1 &&
+          node.attribute(0).name() == "value")
+        inits[node.output(0)] = &node.attribute(0).t();
+    onnx::NodeProto *candidate = nullptr;
+    std::vector<int64_t> target;
+    for (auto &node : *model.mutable_graph()->mutable_node()) {
+      if (node.op_type() != "Reshape" || node.input_size() < 2 ||
+          done.count(&node))
+        continue;
+      auto init = inits.find(node.input(1));
+      auto in = shapes.find(node.input(0));
+      if (init == inits.end() ||
+          init->second->data_type() != onnx::TensorProto::INT64 ||
+          in == shapes.end() || in->second.empty() || in->second[0] != batch)
+        continue;
+      FailureOr<ConstTensor> t = readTensor(*init->second);
+      if (failed(t) || t->i.empty() || t->i[0] != exportedBatch)
+        continue;
+      std::vector<int64_t> rewritten = t->i;
+      rewritten[0] = batch;
+      int64_t count = 1;
+      for (int64_t d : in->second)
+        count *= d;
+      if (reshapeCount(rewritten, in->second) != count)
+        continue;
+      candidate = &node;
+      target = t->i;
+      break;
+    }
+    if (!candidate)
+      return success();
+    done.insert(candidate);
     onnx::TensorProto copy;
-    copy.set_name(node.input(1) + "__gpipe_batch" + std::to_string(batch));
+    copy.set_name(candidate->input(1) + "__gpipe_batch" +
+                  std::to_string(batch) + "_" + std::to_string(done.size()));
     copy.set_data_type(onnx::TensorProto::INT64);
-    copy.add_dims(static_cast<int64_t>(target->i.size()));
-    for (size_t k = 0; k < target->i.size(); ++k)
-      copy.add_int64_data(k == 0 ? batch : target->i[k]);
-    node.set_input(1, copy.name());
-    added.push_back(copy);
-    ++rewritten;
-    result.notes.push_back("Reshape node producing '" + node.output(0) +
-                           "': target " + shapeStr(target->i) +
+    copy.add_dims(static_cast<int64_t>(target.size()));
+    for (size_t k = 0; k < target.size(); ++k)
+      copy.add_int64_data(k == 0 ? batch : target[k]);
+    candidate->set_input(1, copy.name());
+    result.notes.push_back("Reshape node producing '" + candidate->output(0) +
+                           "': target " + shapeStr(target) +
                            " spells out the exported batch " +
                            std::to_string(exportedBatch) + "; rewritten to " +
                            std::to_string(batch));
+    *model.mutable_graph()->add_initializer() = std::move(copy);
   }
-  for (auto &t : added)
-    *model.mutable_graph()->add_initializer() = t;
-  return success();
 }
 
 LogicalResult Importer::inferShapes() {
