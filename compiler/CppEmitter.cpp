@@ -505,6 +505,18 @@ LogicalResult Emitter::emitOp(Operation *op) {
   };
   if (auto o = dyn_cast<nn::SoftmaxCrossEntropyOp>(op)) {
     auto lt = tensorType(o.getLogits());
+    // Labels read from a data file are checked, so a bad label is an error
+    // naming the input and sample (as torch raises), not a NaN loss.
+    Value labels = o.getLabels();
+    while (auto r = labels.getDefiningOp<nn::ReshapeOp>())
+      labels = r.getInput();
+    if (auto arg = dyn_cast<BlockArgument>(labels))
+      if (auto name =
+              func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "nn.input"))
+        os << "  gp_check_labels(ctx, " << ptr(o.getLabels()) << ", "
+           << lt.getDimSize(0) << ", " << lt.getDimSize(1) << ", "
+           << ignoreArgs(o.getIgnoreIndex()) << ", \"" << name.getValue()
+           << "\");\n";
     os << "  gp_softmax_xent_fwd(" << ptr(o.getLogits()) << ", "
        << ptr(o.getLabels()) << ", " << lt.getDimSize(0) << ", "
        << lt.getDimSize(1) << ", " << ignoreArgs(o.getIgnoreIndex()) << ", "

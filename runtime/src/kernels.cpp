@@ -181,6 +181,26 @@ void gp_copy_blocks(void *dst, int64_t dst_stride, const void *src,
                 s + o * src_stride * elem_bytes, rowBytes);
 }
 
+void gp_check_labels(const gp_step_ctx *ctx, const int64_t *labels, int64_t n,
+                     int64_t classes, int32_t has_ignore, int64_t ignore_index,
+                     const char *input) {
+  for (int64_t r = 0; r < n; ++r) {
+    int64_t label = labels[r];
+    if ((label >= 0 && label < classes) ||
+        (has_ignore && label == ignore_index))
+      continue;
+    std::fprintf(stderr,
+                 "gpipe: error: graph input '%s', sample %lld (step %lld): "
+                 "label %lld is outside [0, %lld)%s\n",
+                 input, static_cast<long long>(ctx->first_sample + r),
+                 static_cast<long long>(ctx->step),
+                 static_cast<long long>(label), static_cast<long long>(classes),
+                 has_ignore ? " and is not the ignore_index" : "");
+    std::fflush(stderr);
+    std::exit(1);
+  }
+}
+
 void gp_softmax_xent_fwd(const float *logits, const int64_t *labels, int64_t N,
                          int64_t C, int32_t has_ignore, int64_t ignore_index,
                          float *loss, float *log_prob) {

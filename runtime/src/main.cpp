@@ -297,7 +297,7 @@ int run(int argc, char **argv, const gp_program *program) {
   std::unique_ptr<FILE, int (*)(FILE *)> logCloser(
       log, [](FILE *f) { return f ? std::fclose(f) : 0; });
 
-  gp_step_ctx ctx{arena.get(), 0};
+  gp_step_ctx ctx{arena.get(), 0, 0};
   double totalMs = 0.0;
   for (int64_t s = 1; s <= opt.steps; ++s) {
     int64_t first = numBatches ? (s - 1) % numBatches : 0;
@@ -308,6 +308,7 @@ int run(int argc, char **argv, const gp_program *program) {
                   in.file.data() + first * in.batch * in.rowBytes, bytes);
     }
     ctx.step = s;
+    ctx.first_sample = first * (program->num_inputs ? inputs[0].batch : 0);
     auto t0 = std::chrono::steady_clock::now();
     float loss = program->step(&ctx);
     auto t1 = std::chrono::steady_clock::now();

@@ -27,6 +27,7 @@ struct gp_tensor_desc {
 struct gp_step_ctx {
   unsigned char *arena; // program->arena_bytes bytes, 64-byte aligned, zeroed once
   int64_t step;         // 1-based optimizer step number
+  int64_t first_sample; // index (in the data files) of the mini-batch's first row
 };
 
 /// The stage program. The generated step function reads the inputs and
@@ -85,6 +86,14 @@ void gp_copy_blocks(void *dst, int64_t dst_stride, const void *src,
 void gp_softmax_xent_fwd(const float *logits, const int64_t *labels, int64_t N,
                          int64_t C, int32_t has_ignore, int64_t ignore_index,
                          float *loss, float *log_prob);
+
+/// Checks the labels of a loss before it runs: each must be in [0, classes),
+/// or equal ignore_index when has_ignore != 0. Otherwise prints
+/// "gpipe: error: graph input '<input>', sample N (step S): label L is outside
+/// [0, C)" and ends the process with exit code 1 (nothing has been written).
+void gp_check_labels(const gp_step_ctx *ctx, const int64_t *labels, int64_t n,
+                     int64_t classes, int32_t has_ignore, int64_t ignore_index,
+                     const char *input);
 
 /// dlogits = dloss * (softmax(logits) - onehot(labels)) / count, zero rows for
 /// ignored samples; `dloss` points at the scalar upstream gradient.
