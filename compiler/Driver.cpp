@@ -164,6 +164,8 @@ std::string pipelineJson(const CompileOptions &o, const ImportedModel &model,
     j.attribute("target", o.target);
     j.attribute("batch_size", model.batchSize);
     j.attribute("microbatches", o.microbatches);
+    j.attribute("remat", o.remat);
+    j.attribute("schedule", o.schedule);
     j.attribute("loss", model.lossName);
     j.attributeObject("optimizer", [&] {
       j.attribute("kind", o.optimizer.kind);
