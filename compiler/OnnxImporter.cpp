@@ -30,8 +30,8 @@
 
 #include <cstring>
 #include <map>
-#include <set>
 #include <numeric>
+#include <set>
 
 using namespace mlir;
 using namespace gpipe;
@@ -319,20 +319,11 @@ LogicalResult Importer::fixBatch() {
   return success();
 }
 
-/// Static shapes ONNX shape inference finds for `m` (a copy is inferred, so
-/// `m` itself is not annotated); names whose shape is unknown are absent.
-static std::map<std::string, std::vector<int64_t>>
-inferStaticShapes(const onnx::ModelProto &m) {
-  std::map<std::string, std::vector<int64_t>> shapes;
-  onnx::ModelProto copy = m;
-  try {
-    onnx::ShapeInferenceOptions opts{/*check_type=*/false, /*error_mode=*/0,
-                                     /*enable_data_propagation=*/false};
-    onnx::shape_inference::InferShapes(copy, onnx::OpSchemaRegistry::Instance(),
-                                       opts);
-  } catch (const std::exception &) {
-    return shapes;
-  }
+/// Records the fully static shapes of `graph`'s inputs, value_info and
+/// outputs into `shapes`.
+static void
+collectStaticShapes(const onnx::GraphProto &graph,
+                    std::map<std::string, std::vector<int64_t>> &shapes) {
   auto record = [&](const onnx::ValueInfoProto &vi) {
     if (!vi.type().has_tensor_type() || !vi.type().tensor_type().has_shape())
       return;
@@ -344,10 +335,37 @@ inferStaticShapes(const onnx::ModelProto &m) {
     }
     shapes[vi.name()] = shape;
   };
-  for (const auto &vi : copy.graph().input())
+  for (const auto &vi : graph.input())
     record(vi);
-  for (const auto &vi : copy.graph().value_info())
+  for (const auto &vi : graph.value_info())
     record(vi);
+  for (const auto &vi : graph.output())
+    record(vi);
+}
+
+/// Runs ONNX shape inference on `m` without throwing for node-level errors.
+static void runShapeInference(onnx::ModelProto &m) {
+  // Node-level inference errors are not thrown: the importer checks every
+  // node itself with a message naming it, and cross-checks each output
+  // against whatever ONNX did infer.
+  onnx::ShapeInferenceOptions opts{/*check_type=*/true, /*error_mode=*/0,
+                                   /*enable_data_propagation=*/false};
+  onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(),
+                                     opts);
+}
+
+/// Static shapes ONNX shape inference finds for `m` (a copy is inferred, so
+/// `m` itself is not annotated); names whose shape is unknown are absent.
+static std::map<std::string, std::vector<int64_t>>
+inferStaticShapes(const onnx::ModelProto &m) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  onnx::ModelProto copy = m;
+  try {
+    runShapeInference(copy);
+  } catch (const std::exception &) {
+    return shapes;
+  }
+  collectStaticShapes(copy.graph(), shapes);
   return shapes;
 }
 
@@ -441,31 +459,11 @@ LogicalResult Importer::rewriteBatchReshapes() {
 
 LogicalResult Importer::inferShapes() {
   try {
-    // Node-level inference errors are not thrown: the importer checks every
-    // node itself with a message naming it, and cross-checks each output
-    // against whatever ONNX did infer.
-    onnx::ShapeInferenceOptions opts{/*check_type=*/true, /*error_mode=*/0,
-                                     /*enable_data_propagation=*/false};
-    onnx::shape_inference::InferShapes(
-        model, onnx::OpSchemaRegistry::Instance(), opts);
+    runShapeInference(model);
   } catch (const std::exception &e) {
     return fileError() << "ONNX shape inference failed: " << e.what();
   }
-  auto record = [&](const onnx::ValueInfoProto &vi) {
-    if (!vi.type().has_tensor_type() || !vi.type().tensor_type().has_shape())
-      return;
-    std::vector<int64_t> shape;
-    for (const auto &d : vi.type().tensor_type().shape().dim()) {
-      if (!d.has_dim_value())
-        return;
-      shape.push_back(d.dim_value());
-    }
-    inferredShapes[vi.name()] = shape;
-  };
-  for (const auto &vi : model.graph().value_info())
-    record(vi);
-  for (const auto &vi : model.graph().output())
-    record(vi);
+  collectStaticShapes(model.graph(), inferredShapes);
   return success();
 }
 

@@ -1,5 +1,6 @@
 // gpipe-compile: compiles an ONNX training graph into stage executables.
 #include "compiler/Driver.h"
+#include "tools/CommandLine.h"
 
 #include <boost/program_options.hpp>
 
@@ -75,26 +76,12 @@ int main(int argc, char **argv) {
       "Adam/AdamW betas B1,B2")(
       "eps", po::value(&o.optimizer.eps)->default_value(1e-8, "1e-8"),
       "Adam/AdamW epsilon");
-  po::options_description hidden;
-  hidden.add_options()("model", po::value(&o.modelPath));
-  po::options_description all;
-  all.add(general).add(optim).add(hidden);
-  po::positional_options_description positional;
-  positional.add("model", 1);
-
+  po::options_description visible;
+  visible.add(general).add(optim);
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv)
-                  .options(all)
-                  .positional(positional)
-                  .run(),
-              vm);
-    po::notify(vm);
-  } catch (const po::error &e) {
-    std::cerr << "gpipe-compile: error: " << e.what()
-              << " (see gpipe-compile --help)\n";
+  if (!gpipe::parseCommandLine(argc, argv, "gpipe-compile", visible, "model",
+                               o.modelPath, vm))
     return 2;
-  }
   if (vm.count("help")) {
     std::cout << kUsage << "\n" << general << "\n" << optim;
     return 0;

@@ -1,6 +1,7 @@
 // gpipe-run: launches the stage executables of a compiled pipeline and trains.
 #include "compiler/ExternalData.h"
 #include "npy.h" // the runtime's .npy reader
+#include "tools/CommandLine.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"
@@ -159,25 +160,9 @@ int main(int argc, char **argv) {
       "threads", po::value(&threads)->default_value(1)->value_name("T"),
       "CPU threads per stage (BLAS)")("quiet,q", po::bool_switch(&quiet),
                                       "no per-step loss lines");
-  po::options_description hidden;
-  hidden.add_options()("out", po::value(&out));
-  po::options_description all;
-  all.add(opts).add(hidden);
-  po::positional_options_description positional;
-  positional.add("out", 1);
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv)
-                  .options(all)
-                  .positional(positional)
-                  .run(),
-              vm);
-    po::notify(vm);
-  } catch (const po::error &e) {
-    std::cerr << "gpipe-run: error: " << e.what()
-              << " (see gpipe-run --help)\n";
+  if (!gpipe::parseCommandLine(argc, argv, "gpipe-run", opts, "out", out, vm))
     return 2;
-  }
   if (vm.count("help")) {
     std::cout << "usage: gpipe-run OUT --data DIR --steps N [options]\n\n"
                  "Trains the pipeline that gpipe-compile wrote to OUT.\n\n"
