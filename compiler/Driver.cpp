@@ -237,6 +237,42 @@ std::string findCxx(const CompileOptions &o) {
   return GPIPE_HOST_CXX;
 }
 
+struct RuntimePaths {
+  std::string includeDir, library;
+};
+
+/// Where the stage programs' runtime is: $GPIPE_RUNTIME_DIR (a prefix with
+/// include/gpipe/runtime.h and lib/gpipe/libgpipe_runtime.a), else next to
+/// an installed gpipe-compile (<prefix>/bin/../{include,lib/gpipe}), else the
+/// build tree gpipe-compile was built in.
+FailureOr<RuntimePaths> findRuntime() {
+  auto complete = [](const std::string &prefix) -> std::optional<RuntimePaths> {
+    RuntimePaths p{prefix + "/include", prefix + "/lib/gpipe/libgpipe_runtime.a"};
+    if (llvm::sys::fs::exists(p.includeDir + "/gpipe/runtime.h") &&
+        llvm::sys::fs::exists(p.library))
+      return p;
+    return std::nullopt;
+  };
+  if (auto env = llvm::sys::Process::GetEnv("GPIPE_RUNTIME_DIR")) {
+    if (auto p = complete(*env))
+      return *p;
+    fail("GPIPE_RUNTIME_DIR=" + *env +
+         " has no include/gpipe/runtime.h and lib/gpipe/libgpipe_runtime.a");
+    return failure();
+  }
+  static int anchor;
+  std::string exe = llvm::sys::fs::getMainExecutable(nullptr, &anchor);
+  llvm::StringRef bin = llvm::sys::path::parent_path(exe);
+  if (auto p = complete(llvm::sys::path::parent_path(bin).str()))
+    return *p;
+  RuntimePaths built{GPIPE_RUNTIME_INCLUDE_DIR, GPIPE_RUNTIME_LIBRARY};
+  if (llvm::sys::fs::exists(built.library))
+    return built;
+  fail("cannot find the runtime library (libgpipe_runtime.a): install "
+       "gpipe-compile or set GPIPE_RUNTIME_DIR");
+  return failure();
+}
+
 /// Compiles and links a stage program with the host C++ compiler.
 LogicalResult buildExecutable(const CompileOptions &o, const std::string &dir,
                               const std::string &name) {
@@ -245,15 +281,18 @@ LogicalResult buildExecutable(const CompileOptions &o, const std::string &dir,
   if (!found)
     return fail("cannot find the C++ compiler '" + cxx +
                 "' (set --cxx or CXX)");
+  FailureOr<RuntimePaths> runtime = findRuntime();
+  if (failed(runtime))
+    return failure();
   std::vector<std::string> args = {*found,
                                    "-std=c++17",
                                    "-O3",
                                    "-march=" + o.cpuArch,
-                                   "-I" GPIPE_RUNTIME_INCLUDE_DIR,
+                                   "-I" + runtime->includeDir,
                                    dir + "/" + name + ".cpp",
                                    "-o",
                                    dir + "/" + name,
-                                   GPIPE_RUNTIME_LIBRARY};
+                                   runtime->library};
   llvm::SmallVector<llvm::StringRef> linkFlags;
   llvm::StringRef(GPIPE_RUNTIME_LINK_FLAGS).split(linkFlags, ';', -1, false);
   for (llvm::StringRef f : linkFlags)
