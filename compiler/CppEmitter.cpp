@@ -475,6 +475,32 @@ LogicalResult Emitter::emitOp(Operation *op) {
     }
     return std::make_pair(outer, inner);
   };
+  if (auto o = dyn_cast<nn::TransposeOp>(op)) {
+    auto in = tensorType(o.getInput()), out = tensorType(o.getOutput());
+    const char *elem = in.getElementType().isF32() ? "float" : "int64_t";
+    int64_t rank = in.getRank();
+    llvm::SmallVector<int64_t> inStride(rank, 1);
+    for (int64_t d = rank - 2; d >= 0; --d)
+      inStride[d] = inStride[d + 1] * in.getDimSize(d + 1);
+    std::string outIdx, inIdx;
+    int64_t stride = 1;
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      std::string i = "i" + std::to_string(d);
+      outIdx +=
+          (outIdx.empty() ? "" : " + ") + i + " * " + std::to_string(stride);
+      inIdx += (inIdx.empty() ? "" : " + ") + i + " * " +
+               std::to_string(inStride[o.getPermutation()[d]]);
+      stride *= out.getDimSize(d);
+    }
+    os << "  {\n    " << elem << " *o = " << ptr(o.getOutput(), false)
+       << ";\n    const " << elem << " *x0 = " << ptr(o.getInput()) << ";\n";
+    for (int64_t d = 0; d < rank; ++d)
+      os << std::string(4 + 2 * d, ' ') << "for (int64_t i" << d << " = 0; i"
+         << d << " < " << out.getDimSize(d) << "; ++i" << d << ")\n";
+    os << std::string(4 + 2 * rank, ' ') << "o[" << (rank ? outIdx : "0")
+       << "] = x0[" << (rank ? inIdx : "0") << "];\n  }\n";
+    return success();
+  }
   if (auto o = dyn_cast<nn::ConcatOp>(op)) {
     auto out = tensorType(o.getOutput());
     int64_t axis = o.getAxis();

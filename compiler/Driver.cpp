@@ -247,7 +247,8 @@ struct RuntimePaths {
 /// build tree gpipe-compile was built in.
 FailureOr<RuntimePaths> findRuntime() {
   auto complete = [](const std::string &prefix) -> std::optional<RuntimePaths> {
-    RuntimePaths p{prefix + "/include", prefix + "/lib/gpipe/libgpipe_runtime.a"};
+    RuntimePaths p{prefix + "/include",
+                   prefix + "/lib/gpipe/libgpipe_runtime.a"};
     if (llvm::sys::fs::exists(p.includeDir + "/gpipe/runtime.h") &&
         llvm::sys::fs::exists(p.library))
       return p;

@@ -28,6 +28,7 @@
 #include <onnx/shape_inference/implementation.h>
 #include <onnx/version_converter/convert.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -38,15 +39,12 @@ using namespace gpipe;
 
 const std::vector<std::string> &gpipe::supportedOnnxOps() {
   static const std::vector<std::string> ops = {
-      "Add",      "Concat",
-      "Constant", "Div",
-      "Erf",      "Flatten",
-      "Gemm",     "Identity",
-      "MatMul",   "Mul",
-      "Relu",     "Reshape",
-      "Sigmoid",  "SoftmaxCrossEntropyLoss",
-      "Squeeze",  "Sub",
-      "Tanh",     "Unsqueeze"};
+      "Add",      "Concat",  "Constant", "Div",
+      "Erf",      "Flatten", "Gather",   "Gemm",
+      "Identity", "MatMul",  "Mul",      "Relu",
+      "Reshape",  "Shape",   "Sigmoid",  "SoftmaxCrossEntropyLoss",
+      "Squeeze",  "Sub",     "Tanh",     "Transpose",
+      "Unsqueeze"};
   return ops;
 }
 
@@ -92,6 +90,7 @@ private:
   LogicalResult checkSupportedOps();
   LogicalResult checkAndConvert();
   LogicalResult fixBatch();
+  LogicalResult foldShapeComputations();
   LogicalResult rewriteBatchReshapes();
   LogicalResult inferShapes();
   LogicalResult loadInitializers();
@@ -367,6 +366,235 @@ inferStaticShapes(const onnx::ModelProto &m) {
   }
   collectStaticShapes(copy.graph(), shapes);
   return shapes;
+}
+
+/// Evaluates one int64 shape-arithmetic node on constant inputs. Returns
+/// nullopt when the node is not foldable (the importer reports it later).
+static std::optional<ConstTensor>
+foldIntNode(const onnx::NodeProto &node,
+            const std::vector<const ConstTensor *> &in,
+            const std::vector<int64_t> *inputShape) {
+  const std::string &op = node.op_type();
+  auto attrInt = [&](llvm::StringRef name, int64_t dflt) {
+    for (const auto &a : node.attribute())
+      if (a.name() == name)
+        return a.i();
+    return dflt;
+  };
+  auto allInts = [&](size_t n) {
+    if (in.size() < n)
+      return false;
+    for (size_t k = 0; k < n; ++k)
+      if (!in[k] || in[k]->isFloat)
+        return false;
+    return true;
+  };
+  ConstTensor out;
+  if (op == "Shape") {
+    if (!inputShape)
+      return std::nullopt;
+    int64_t rank = inputShape->size();
+    int64_t start = attrInt("start", 0), end = attrInt("end", rank);
+    start = std::clamp<int64_t>(start < 0 ? start + rank : start, 0, rank);
+    end = std::clamp<int64_t>(end < 0 ? end + rank : end, 0, rank);
+    for (int64_t d = start; d < end; ++d)
+      out.i.push_back((*inputShape)[d]);
+    out.shape = {static_cast<int64_t>(out.i.size())};
+    return out;
+  }
+  if (op == "Identity" && allInts(1))
+    return *in[0];
+  if ((op == "Unsqueeze" || op == "Squeeze" || op == "Reshape") && allInts(1)) {
+    out = *in[0];
+    int64_t rank = out.shape.size();
+    if (op == "Reshape") {
+      if (!allInts(2))
+        return std::nullopt;
+      std::vector<int64_t> target = in[1]->i;
+      int64_t known = 1, at = -1;
+      for (size_t d = 0; d < target.size(); ++d) {
+        if (target[d] == 0 && static_cast<int64_t>(d) < rank)
+          target[d] = out.shape[d];
+        if (target[d] == -1)
+          at = d;
+        else
+          known *= target[d];
+      }
+      if (at >= 0 && known)
+        target[at] = out.numElements() / known;
+      out.shape = target;
+      return out.numElements() == in[0]->numElements()
+                 ? std::optional<ConstTensor>(out)
+                 : std::nullopt;
+    }
+    std::vector<int64_t> axes;
+    if (in.size() > 1 && in[1] && !in[1]->isFloat)
+      axes = in[1]->i;
+    if (op == "Unsqueeze") {
+      int64_t outRank = rank + axes.size();
+      std::vector<bool> mark(outRank, false);
+      for (int64_t a : axes) {
+        a = a < 0 ? a + outRank : a;
+        if (a < 0 || a >= outRank)
+          return std::nullopt;
+        mark[a] = true;
+      }
+      std::vector<int64_t> shape;
+      for (int64_t d = 0, k = 0; d < outRank; ++d)
+        shape.push_back(mark[d] ? 1 : out.shape[k++]);
+      out.shape = shape;
+      return out;
+    }
+    std::vector<int64_t> shape;
+    for (int64_t d = 0; d < rank; ++d) {
+      bool drop = axes.empty() ? out.shape[d] == 1
+                               : llvm::is_contained(axes, d) ||
+                                     llvm::is_contained(axes, d - rank);
+      if (!drop)
+        shape.push_back(out.shape[d]);
+    }
+    out.shape = shape;
+    return out;
+  }
+  if (op == "Concat" && !in.empty() && allInts(in.size())) {
+    int64_t rank = in[0]->shape.size();
+    int64_t axis = attrInt("axis", 0);
+    axis = axis < 0 ? axis + rank : axis;
+    if (axis < 0 || axis >= rank)
+      return std::nullopt;
+    out.shape = in[0]->shape;
+    out.shape[axis] = 0;
+    int64_t outer = 1;
+    for (int64_t d = 0; d < axis; ++d)
+      outer *= out.shape[d];
+    for (const ConstTensor *t : in) {
+      if (static_cast<int64_t>(t->shape.size()) != rank)
+        return std::nullopt;
+      out.shape[axis] += t->shape[axis];
+    }
+    for (int64_t o = 0; o < outer; ++o)
+      for (const ConstTensor *t : in) {
+        int64_t chunk = t->numElements() / std::max<int64_t>(outer, 1);
+        out.i.insert(out.i.end(), t->i.begin() + o * chunk,
+                     t->i.begin() + (o + 1) * chunk);
+      }
+    return out;
+  }
+  if (op == "Gather" && allInts(2)) {
+    const ConstTensor &data = *in[0], &idx = *in[1];
+    int64_t rank = data.shape.size();
+    int64_t axis = attrInt("axis", 0);
+    axis = axis < 0 ? axis + rank : axis;
+    if (axis < 0 || axis >= rank)
+      return std::nullopt;
+    int64_t outer = 1, inner = 1, n = data.shape[axis];
+    for (int64_t d = 0; d < axis; ++d)
+      outer *= data.shape[d];
+    for (int64_t d = axis + 1; d < rank; ++d)
+      inner *= data.shape[d];
+    out.shape.assign(data.shape.begin(), data.shape.begin() + axis);
+    out.shape.insert(out.shape.end(), idx.shape.begin(), idx.shape.end());
+    out.shape.insert(out.shape.end(), data.shape.begin() + axis + 1,
+                     data.shape.end());
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t j : idx.i) {
+        j = j < 0 ? j + n : j;
+        if (j < 0 || j >= n)
+          return std::nullopt;
+        auto first = data.i.begin() + (o * n + j) * inner;
+        out.i.insert(out.i.end(), first, first + inner);
+      }
+    return out;
+  }
+  if ((op == "Add" || op == "Sub" || op == "Mul" || op == "Div") &&
+      allInts(2)) {
+    // Shape arithmetic: equal shapes, or one side a single value.
+    const ConstTensor &a = *in[0], &b = *in[1];
+    bool aOne = a.numElements() == 1, bOne = b.numElements() == 1;
+    if (a.shape != b.shape && !aOne && !bOne)
+      return std::nullopt;
+    out.shape = aOne && !bOne ? b.shape : a.shape;
+    int64_t n = std::max(a.numElements(), b.numElements());
+    for (int64_t k = 0; k < n; ++k) {
+      int64_t x = a.i[aOne ? 0 : k], y = b.i[bOne ? 0 : k];
+      if (op == "Div" && y == 0)
+        return std::nullopt;
+      out.i.push_back(op == "Add"   ? x + y
+                      : op == "Sub" ? x - y
+                      : op == "Mul" ? x * y
+                                    : x / y);
+    }
+    return out;
+  }
+  return std::nullopt;
+}
+
+LogicalResult Importer::foldShapeComputations() {
+  // Shape arithmetic (x.size(0), view targets) is int64 math on static
+  // shapes: evaluate it now and turn each such node into a Constant, so
+  // Reshape targets are constants the importer (and batch rewriting) can read.
+  std::map<std::string, std::vector<int64_t>> shapes = inferStaticShapes(model);
+  std::map<std::string, ConstTensor> known;
+  for (const auto &init : model.graph().initializer())
+    if (init.data_type() == onnx::TensorProto::INT64 ||
+        init.data_type() == onnx::TensorProto::INT32) {
+      FailureOr<ConstTensor> c = readTensor(init);
+      if (failed(c))
+        return failure();
+      known[init.name()] = std::move(*c);
+    }
+  static const llvm::StringSet<> foldable = {
+      "Shape",  "Gather", "Identity", "Unsqueeze", "Squeeze", "Reshape",
+      "Concat", "Add",    "Sub",      "Mul",       "Div"};
+  int folded = 0;
+  for (onnx::NodeProto &node : *model.mutable_graph()->mutable_node()) {
+    if (node.op_type() == "Constant") {
+      for (const auto &a : node.attribute())
+        if (a.name() == "value" &&
+            (a.t().data_type() == onnx::TensorProto::INT64 ||
+             a.t().data_type() == onnx::TensorProto::INT32)) {
+          FailureOr<ConstTensor> c = readTensor(a.t());
+          if (succeeded(c))
+            known[node.output(0)] = std::move(*c);
+        }
+      continue;
+    }
+    if (!foldable.contains(node.op_type()) || node.output_size() != 1)
+      continue;
+    std::vector<const ConstTensor *> in;
+    for (const std::string &name : node.input()) {
+      auto it = known.find(name);
+      in.push_back(it == known.end() ? nullptr : &it->second);
+    }
+    const std::vector<int64_t> *inputShape = nullptr;
+    if (node.op_type() == "Shape" && node.input_size() == 1)
+      if (auto it = shapes.find(node.input(0)); it != shapes.end())
+        inputShape = &it->second;
+    std::optional<ConstTensor> value = foldIntNode(node, in, inputShape);
+    if (!value)
+      continue;
+    onnx::TensorProto t;
+    t.set_data_type(onnx::TensorProto::INT64);
+    for (int64_t d : value->shape)
+      t.add_dims(d);
+    for (int64_t v : value->i)
+      t.add_int64_data(v);
+    node.clear_input();
+    node.clear_attribute();
+    node.set_op_type("Constant");
+    node.set_domain("");
+    auto *attr = node.add_attribute();
+    attr->set_name("value");
+    attr->set_type(onnx::AttributeProto::TENSOR);
+    *attr->mutable_t() = t;
+    known[node.output(0)] = std::move(*value);
+    ++folded;
+  }
+  if (folded)
+    result.notes.push_back("folded " + std::to_string(folded) +
+                           " shape-arithmetic node" + (folded == 1 ? "" : "s") +
+                           " into constants");
+  return success();
 }
 
 /// Element count of `target` (ONNX Reshape semantics, allowzero = 0) applied
@@ -719,9 +947,19 @@ LogicalResult Importer::importNode(const onnx::NodeProto &node) {
       for (size_t d = 0; d + 1 < as.size(); ++d)
         rows *= as[d];
       Value a2 = as.size() == 2 ? *a : reshapeTo(*a, {rows, as.back()});
+      // x @ W^T (torch's Linear without bias): a GEMM with transB instead of
+      // a transpose, which is dropped if nothing else reads it.
+      Value bOperand = *b;
+      bool transB = false;
+      if (auto t = bOperand.getDefiningOp<nn::TransposeOp>()) {
+        if (t.getPermutation() == llvm::ArrayRef<int64_t>{1, 0}) {
+          bOperand = t.getInput();
+          transB = true;
+        }
+      }
       Value y = nn::GemmOp::create(
-          builder, loc, f32({rows, bs[1]}), a2, *b, Value(),
-          builder.getBoolAttr(false), builder.getBoolAttr(false),
+          builder, loc, f32({rows, bs[1]}), a2, bOperand, Value(),
+          builder.getBoolAttr(false), builder.getBoolAttr(transB),
           builder.getF32FloatAttr(1.0f), builder.getF32FloatAttr(1.0f));
       if (as.size() != 2) {
         llvm::SmallVector<int64_t> out(as.begin(), as.end());
@@ -909,6 +1147,42 @@ LogicalResult Importer::importNode(const onnx::NodeProto &node) {
     return success();
   }
 
+  if (op == "Shape" || op == "Gather")
+    return nodeError(node) << "only supported on static shapes and constant "
+                              "int64 values (folded at import); this one "
+                              "reads a computed tensor";
+
+  if (op == "Transpose") {
+    FailureOr<Value> x = operand(0, false);
+    if (failed(x))
+      return failure();
+    auto in = shapeOf(*x);
+    int64_t rank = in.size();
+    llvm::SmallVector<int64_t> perm;
+    if (const auto *a = findAttr(node, "perm"))
+      perm.assign(a->ints().begin(), a->ints().end());
+    else
+      for (int64_t d = rank - 1; d >= 0; --d)
+        perm.push_back(d);
+    llvm::SmallVector<bool> seen(rank, false);
+    if (static_cast<int64_t>(perm.size()) != rank)
+      return nodeError(node) << "perm has " << perm.size()
+                             << " entries for a rank-" << rank << " input";
+    llvm::SmallVector<int64_t> out;
+    for (int64_t p : perm) {
+      if (p < 0 || p >= rank || seen[p])
+        return nodeError(node)
+               << "perm " << shapeStr(perm) << " is not a permutation of [0, "
+               << rank << ")";
+      seen[p] = true;
+      out.push_back(in[p]);
+    }
+    auto type = RankedTensorType::get(
+        out, cast<RankedTensorType>((*x).getType()).getElementType());
+    define(node, 0, nn::TransposeOp::create(builder, loc, type, *x, perm));
+    return success();
+  }
+
   if (op == "Concat") {
     llvm::SmallVector<Value> inputs;
     for (int k = 0; k < node.input_size(); ++k) {
@@ -1057,6 +1331,10 @@ LogicalResult Importer::importGraph() {
                                      options.lossName + "'");
   result.lossName = graph.output(lossIndex).name();
   func::ReturnOp::create(builder, fileLoc, outs);
+  // Ops the importer made redundant (a transpose folded into a GEMM).
+  for (Operation &op : llvm::make_early_inc_range(llvm::reverse(*body)))
+    if (isa<nn::TransposeOp>(op) && op.use_empty())
+      op.erase();
   func.setFunctionType(builder.getFunctionType(
       argTypes, llvm::to_vector(ValueRange(outs).getTypes())));
   for (auto [k, output] : llvm::enumerate(graph.output()))
@@ -1072,8 +1350,9 @@ FailureOr<ImportedModel> Importer::run() {
   ctx.loadDialect<nn::NNDialect, func::FuncDialect>();
   if (failed(parse()) || failed(checkSupportedOps()) ||
       failed(checkAndConvert()) || failed(fixBatch()) ||
-      failed(rewriteBatchReshapes()) || failed(loadInitializers()) ||
-      failed(inferShapes()) || failed(importGraph()))
+      failed(foldShapeComputations()) || failed(rewriteBatchReshapes()) ||
+      failed(loadInitializers()) || failed(inferShapes()) ||
+      failed(importGraph()))
     return failure();
   result.batchSize = batch;
   return std::move(result);

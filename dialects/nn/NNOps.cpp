@@ -316,6 +316,49 @@ LogicalResult ReshapeOp::buildGradients(OpBuilder &b,
   return success();
 }
 
+LogicalResult TransposeOp::verify() {
+  auto in = tensorType(getInput()), out = tensorType(getOutput());
+  ArrayRef<int64_t> perm = getPermutation();
+  if (static_cast<int64_t>(perm.size()) != in.getRank())
+    return emitOpError("permutation has ")
+           << perm.size() << " entries for a rank-" << in.getRank() << " input";
+  llvm::SmallVector<bool> seen(perm.size(), false);
+  for (int64_t p : perm) {
+    if (p < 0 || p >= in.getRank() || seen[p])
+      return emitOpError("permutation is not a permutation of [0, ")
+             << in.getRank() << ")";
+    seen[p] = true;
+  }
+  if (in.getElementType() != out.getElementType() ||
+      out.getRank() != in.getRank())
+    return emitOpError("result ") << out << " does not match the input " << in;
+  for (size_t i = 0; i < perm.size(); ++i)
+    if (out.getDimSize(i) != in.getDimSize(perm[i]))
+      return emitOpError("result dimension ")
+             << i << " is " << out.getDimSize(i) << ", expected "
+             << in.getDimSize(perm[i]) << " (input dimension " << perm[i]
+             << ")";
+  return success();
+}
+
+int64_t TransposeOp::getFlops() { return 0; }
+
+LogicalResult
+TransposeOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
+                            SmallVectorImpl<Value> &operandGrads) {
+  if (!tensorType(getInput()).getElementType().isF32()) {
+    operandGrads.push_back(Value());
+    return success();
+  }
+  ArrayRef<int64_t> perm = getPermutation();
+  llvm::SmallVector<int64_t> inverse(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i)
+    inverse[perm[i]] = i;
+  operandGrads.push_back(TransposeOp::create(b, getLoc(), getInput().getType(),
+                                             resultGrads[0], inverse));
+  return success();
+}
+
 LogicalResult ConcatOp::verify() {
   if (getInputs().empty())
     return emitOpError("needs at least one input");

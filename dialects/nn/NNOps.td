@@ -147,6 +147,21 @@ def NN_ReshapeOp : NN_Op<"reshape", [Pure, NN_FreeCost,
   let hasFolder = 1;
 }
 
+def NN_TransposeOp : NN_Op<"transpose", [Pure, NN_Cost,
+    DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
+  let summary = "permutes the dimensions (ONNX Transpose)";
+  let description = [{
+    Result dimension i is input dimension `permutation[i]`; `permutation` is a
+    permutation of [0, rank).
+  }];
+  let arguments = (ins NN_NumTensor:$input, DenseI64ArrayAttr:$permutation);
+  let results = (outs NN_NumTensor:$output);
+  let assemblyFormat = [{
+    $input `,` $permutation attr-dict `:` type($input) `->` type($output)
+  }];
+  let hasVerifier = 1;
+}
+
 def NN_ConcatOp : NN_Op<"concat", [Pure,
     NN_Cost,
     DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {

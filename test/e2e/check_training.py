@@ -72,6 +72,9 @@ def parse_args(argv):
     ap.add_argument("--eps", type=float, default=1e-8, help="Adam/AdamW eps")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--export-batch-size", type=int, default=None,
+                    help="batch the model is exported with (default: --batch-size); "
+                         "gpipe-compile is always given --batch-size")
     ap.add_argument("--samples", type=int, default=None,
                     help="number of samples S (default 4*batch-size); drop_last")
     ap.add_argument("--opset", type=int, default=models.DEFAULT_OPSET)
@@ -322,7 +325,8 @@ def run_check(a):
     np.save(os.path.join(data_dir, "y.npy"), y)
     module = models.build(a.model, a.seed)
     try:
-        models.export(module, x[:a.batch_size], y[:a.batch_size], model_path, opset=a.opset)
+        eb = a.export_batch_size or a.batch_size
+        models.export(module, x[:eb], y[:eb], model_path, opset=a.opset)
     except RuntimeError as e:
         raise CheckFailed("export: %s" % e)
     ops = sorted(set(models.op_types(model_path)))

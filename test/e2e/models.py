@@ -33,7 +33,9 @@ import torch.nn.functional as F
 ALLOWED_OPS = frozenset([
     "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Relu", "Tanh", "Sigmoid",
     "Erf", "Constant", "Identity", "Reshape", "Flatten", "Concat", "Unsqueeze",
-    "Squeeze", "SoftmaxCrossEntropyLoss",
+    "Squeeze", "SoftmaxCrossEntropyLoss", "Transpose",
+    # Shape arithmetic on static shapes, folded at import:
+    "Shape", "Gather",
 ])
 
 DEFAULT_OPSET = 17
@@ -169,6 +171,26 @@ class MlpOps(_Loss):
         return self.l3(z)
 
 
+class MlpView(_Loss):
+    """What real PyTorch code does with shapes and bias-free layers.
+
+        z = x.view(x.size(0), 4, 6).transpose(1, 2)      (Shape/Gather/Concat, Transpose)
+        z = z.reshape(z.size(0), -1)                       [B, 24]
+        logits = l2(tanh(l1(z)))   with l1 = Linear(24, 16, bias=False)  (MatMul + Transpose)
+    """
+
+    def __init__(self, d_in=24, hidden=16, classes=10):
+        super().__init__()
+        assert d_in == 24
+        self.l1 = nn.Linear(d_in, hidden, bias=False)
+        self.l2 = nn.Linear(hidden, classes)
+
+    def logits(self, x):
+        z = x.view(x.size(0), 4, 6).transpose(1, 2)
+        z = z.reshape(z.size(0), -1)
+        return self.l2(torch.tanh(self.l1(z)))
+
+
 class MlpDeep(_Loss):
     """Benchmark model: depth x (Linear(width, width) + ReLU), then Linear(width, classes).
 
@@ -208,6 +230,8 @@ MODELS = {
                        "x@W+b (MatMul/Add), Concat of two branches"),
     "mlp_ops": Spec(lambda: MlpOps(16, 24, 10), 16, 10, None,
                     "Sub/Mul/Div/Reshape/Flatten/Unsqueeze/Squeeze coverage"),
+    "mlp_view": Spec(lambda: MlpView(24, 16, 10), 24, 10, None,
+                     "x.view(x.size(0), ...), transpose, Linear(bias=False)"),
     "mlp_deep": Spec(lambda: mlp_deep(1024, 8, 10), 1024, 10, None,
                      "benchmark: 8 x (Linear 1024 + ReLU) + Linear 1024->10"),
     # small variant of mlp_deep, handy for quick correctness runs

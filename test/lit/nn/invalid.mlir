@@ -496,3 +496,30 @@ func.func @xent_grad_not_scalar(%a: tensor<4x8xf32>, %l: tensor<4xi64>, %g: tens
   %y = "nn.softmax_cross_entropy_grad"(%a, %l, %g) : (tensor<4x8xf32>, tensor<4xi64>, tensor<1xf32>) -> tensor<4x8xf32>
   return
 }
+
+// -----
+
+// transpose: one permutation entry per input dimension.
+func.func @transpose_perm_size(%a: tensor<2x3xf32>) {
+  // expected-error @+1 {{'nn.transpose' op permutation has 3 entries for a rank-2 input}}
+  %y = nn.transpose %a, [0, 1, 2] : tensor<2x3xf32> -> tensor<3x2xf32>
+  return
+}
+
+// -----
+
+// transpose: the permutation must not repeat a dimension.
+func.func @transpose_not_perm(%a: tensor<2x3xf32>) {
+  // expected-error @+1 {{'nn.transpose' op permutation is not a permutation of [0, 2)}}
+  %y = nn.transpose %a, [1, 1] : tensor<2x3xf32> -> tensor<3x3xf32>
+  return
+}
+
+// -----
+
+// transpose: the result's dimensions are the permuted input dimensions.
+func.func @transpose_result(%a: tensor<2x3x4xf32>) {
+  // expected-error @+1 {{'nn.transpose' op result dimension 1 is 3, expected 2 (input dimension 0)}}
+  %y = nn.transpose %a, [2, 0, 1] : tensor<2x3x4xf32> -> tensor<4x3x2xf32>
+  return
+}

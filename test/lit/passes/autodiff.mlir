@@ -418,3 +418,20 @@ func.func @loss_second(%l: tensor<4xi64>) -> (tensor<4x8xf32>, tensor<f32> {nn.l
   %loss = nn.softmax_cross_entropy %w, %l : tensor<4x8xf32>, tensor<4xi64>
   return %t, %loss : tensor<4x8xf32>, tensor<f32>
 }
+
+// -----
+
+// transpose: the gradient is transposed back with the inverse permutation
+// ([2, 0, 1] -> [1, 2, 0]).
+// CHECK-LABEL: func.func @transpose_grad
+// CHECK: %[[T:.+]] = nn.transpose %[[W:.+]], [2, 0, 1] : tensor<2x3x4xf32> -> tensor<4x2x3xf32>
+// CHECK: %[[DT:.+]] = nn.reshape %{{.+}} : tensor<4x6xf32> -> tensor<4x2x3xf32>
+// CHECK: %[[DW:.+]] = nn.transpose %[[DT]], [1, 2, 0] : tensor<4x2x3xf32> -> tensor<2x3x4xf32>
+// CHECK: nn.param_grad %[[W]], %[[DW]] : tensor<2x3x4xf32>
+func.func @transpose_grad(%y: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
+  %w = nn.param "w" : tensor<2x3x4xf32>
+  %t = nn.transpose %w, [2, 0, 1] : tensor<2x3x4xf32> -> tensor<4x2x3xf32>
+  %r = nn.reshape %t : tensor<4x2x3xf32> -> tensor<4x6xf32>
+  %l = nn.softmax_cross_entropy %r, %y : tensor<4x6xf32>, tensor<4xi64>
+  return %l : tensor<f32>
+}
