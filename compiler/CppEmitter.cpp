@@ -11,6 +11,7 @@
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -42,6 +43,45 @@ std::string gpipe::weightFileName(const std::string &name,
 namespace {
 
 constexpr int64_t kAlign = 64;
+
+/// The scalar C++ expression an elementwise op computes from its operands'
+/// scalar expressions `a` (in operand order); nullopt for other ops. With an
+/// empty `a` it only answers whether `op` is elementwise.
+std::optional<std::string> scalarExpr(Operation *op, ArrayRef<std::string> a) {
+  if (!isa<nn::AddOp, nn::SubOp, nn::MulOp, nn::DivOp, nn::NegOp, nn::ReluOp,
+           nn::TanhOp, nn::SigmoidOp, nn::ErfOp, nn::ReluGradOp, nn::TanhGradOp,
+           nn::SigmoidGradOp, nn::ErfGradOp>(op))
+    return std::nullopt;
+  if (a.empty())
+    return std::string();
+  if (isa<nn::AddOp>(op))
+    return a[0] + " + " + a[1];
+  if (isa<nn::SubOp>(op))
+    return a[0] + " - " + a[1];
+  if (isa<nn::MulOp>(op))
+    return a[0] + " * " + a[1];
+  if (isa<nn::DivOp>(op))
+    return a[0] + " / " + a[1];
+  if (isa<nn::NegOp>(op))
+    return "-" + a[0];
+  if (isa<nn::ReluOp>(op))
+    return a[0] + " > 0.f ? " + a[0] + " : 0.f";
+  if (isa<nn::TanhOp>(op))
+    return "std::tanh(" + a[0] + ")";
+  if (isa<nn::SigmoidOp>(op))
+    return "1.f / (1.f + std::exp(-" + a[0] + "))";
+  if (isa<nn::ErfOp>(op))
+    return "std::erf(" + a[0] + ")";
+  if (isa<nn::ReluGradOp>(op))
+    return a[0] + " > 0.f ? " + a[1] + " : 0.f";
+  if (isa<nn::TanhGradOp>(op))
+    return a[1] + " * (1.f - " + a[0] + " * " + a[0] + ")";
+  if (isa<nn::SigmoidGradOp>(op))
+    return a[1] + " * (" + a[0] + " * (1.f - " + a[0] + "))";
+  // d/dx erf(x) = 2/sqrt(pi) * exp(-x^2)
+  return a[1] + " * (1.12837916709551257f * std::exp(-" + a[0] + " * " + a[0] +
+         "))";
+}
 
 int64_t alignUp(int64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
@@ -94,9 +134,16 @@ private:
   LogicalResult plan();
   LogicalResult emitOp(Operation *op);
   std::string ptr(Value v, bool isConst = true);
-  void emitElementwise(
-      Value out, ArrayRef<Value> ins,
-      const std::function<std::string(ArrayRef<std::string>)> &expr);
+  /// Groups consecutive elementwise ops of one result shape into units
+  /// emitted as one loop; every other op is a unit of its own.
+  void formUnits();
+  /// One loop over `shape` reading `ins` (broadcast) and writing `outs`;
+  /// `body` gets the element references of each.
+  void emitLoop(ArrayRef<int64_t> shape, ArrayRef<Value> ins,
+                ArrayRef<Value> outs,
+                const std::function<std::string(ArrayRef<std::string>,
+                                                ArrayRef<std::string>)> &body);
+  void emitElementwise(ArrayRef<Operation *> group);
   std::string emitConstant(nn::ConstantOp op);
   std::string shapeArray(ArrayRef<int64_t> shape);
 
@@ -108,6 +155,11 @@ private:
   llvm::DenseMap<Value, int64_t> offsets;
   llvm::DenseMap<Value, std::string> constNames;
   llvm::DenseMap<Operation *, llvm::SmallVector<int64_t>> optimizerState;
+  // Execution units (a fused elementwise group or one op), in program order.
+  std::vector<llvm::SmallVector<Operation *>> units;
+  llvm::DenseMap<Operation *, int64_t> unitOf;
+  // Values computed and consumed inside one fused group: no storage.
+  llvm::DenseSet<Value> fusedAway;
   EmittedStage result;
   int counter = 0;
 };
@@ -161,6 +213,38 @@ std::string Emitter::ptr(Value v, bool isConst) {
          std::to_string(offsets.lookup(v)) + "))";
 }
 
+void Emitter::formUnits() {
+  Block &block = func.getBody().front();
+  int64_t open = -1; // the elementwise group still accepting ops
+  for (Operation &op : block) {
+    bool elementwise = scalarExpr(&op, {}).has_value();
+    if (elementwise && open >= 0 &&
+        tensorType(op.getResult(0)).getShape() ==
+            tensorType(units[open].front()->getResult(0)).getShape()) {
+      units[open].push_back(&op);
+      unitOf[&op] = open;
+      continue;
+    }
+    units.push_back({&op});
+    unitOf[&op] = units.size() - 1;
+    // Parameters and constants emit no code: a group continues past them.
+    if (isa<nn::ParamOp, nn::ConstantOp>(op))
+      continue;
+    open = elementwise ? int64_t(units.size()) - 1 : -1;
+  }
+  for (auto &unit : units) {
+    if (unit.size() < 2)
+      continue;
+    for (Operation *op : unit) {
+      Value r = op->getResult(0);
+      if (!r.use_empty() && llvm::all_of(r.getUsers(), [&](Operation *user) {
+            return unitOf.lookup(user) == unitOf.lookup(op);
+          }))
+        fusedAway.insert(r);
+    }
+  }
+}
+
 LogicalResult Emitter::plan() {
   Block &block = func.getBody().front();
   // Aliases: a reshape's result is a view of its input's storage.
@@ -173,9 +257,9 @@ LogicalResult Emitter::plan() {
   std::vector<Operation *> order;
   for (Operation &op : block)
     order.push_back(&op);
-  llvm::DenseMap<Operation *, int64_t> index;
-  for (auto [i, op] : llvm::enumerate(order))
-    index[op] = i;
+  // Liveness is counted in units: a fused group is one step, so none of its
+  // outputs can share storage with any of its (possibly broadcast) inputs.
+  llvm::DenseMap<Operation *, int64_t> index = unitOf;
   for (Operation *op : order)
     if (auto r = dyn_cast<nn::ReshapeOp>(op))
       root[r.getOutput()] = r.getInput();
@@ -224,41 +308,52 @@ LogicalResult Emitter::plan() {
     }
   SlotAllocator slots(cursor);
   std::vector<std::pair<Value, int64_t>> temporaries; // (value, defining op)
-  for (Operation *op : order) {
-    for (Value res : op->getResults()) {
-      if (offsets.count(res) || constNames.count(res))
-        continue;
-      if (root.count(res)) {
-        Value r = rootOf(res);
-        if (constNames.count(r))
-          constNames[res] = "((" +
-                            std::string(tensorType(res).getElementType().isF32()
-                                            ? "const float"
-                                            : "const int64_t") +
-                            " *)" + constNames.lookup(r) + ")";
-        else
-          offsets[res] = offsets.lookup(r);
-        continue;
+  for (auto [u, unit] : llvm::enumerate(units)) {
+    int64_t unitIndex = u;
+    for (Operation *op : unit)
+      for (Value res : op->getResults()) {
+        if (offsets.count(res) || constNames.count(res) ||
+            fusedAway.contains(res))
+          continue;
+        if (root.count(res)) {
+          Value r = rootOf(res);
+          if (constNames.count(r))
+            constNames[res] =
+                "((" +
+                std::string(tensorType(res).getElementType().isF32()
+                                ? "const float"
+                                : "const int64_t") +
+                " *)" + constNames.lookup(r) + ")";
+          else
+            offsets[res] = offsets.lookup(r);
+          continue;
+        }
+        offsets[res] = slots.allocate(bytesOf(res));
+        // A result nobody reads is still written: free it after this unit.
+        if (!lastUse.count(res))
+          lastUse[res] = unitIndex;
+        temporaries.push_back({res, unitIndex});
       }
-      offsets[res] = slots.allocate(bytesOf(res));
-      // A result nobody reads is still written: free it after this op.
-      if (!lastUse.count(res))
-        lastUse[res] = index[op];
-      temporaries.push_back({res, index[op]});
+    // Free after allocating the whole unit's results, so results never
+    // overlap the operands they are computed from.
+    auto releasable = [&](Value r) {
+      return offsets.count(r) && !isa<BlockArgument>(r) &&
+             !r.getDefiningOp<nn::ParamOp>() && !constNames.count(r) &&
+             !fusedAway.contains(r);
+    };
+    llvm::DenseSet<Value> released;
+    for (Operation *op : unit) {
+      for (Value operand : op->getOperands()) {
+        Value r = rootOf(operand);
+        if (lastUse.lookup(r) == unitIndex && releasable(r) &&
+            released.insert(r).second)
+          slots.release(offsets.lookup(r));
+      }
+      for (Value res : op->getResults())
+        if (!root.count(res) && lastUse.lookup(res) == unitIndex &&
+            releasable(res) && res.use_empty() && released.insert(res).second)
+          slots.release(offsets.lookup(res));
     }
-    // Free after allocating this op's results, so results never overlap the
-    // operands they are computed from.
-    for (Value operand : op->getOperands()) {
-      Value r = rootOf(operand);
-      if (lastUse.lookup(r) == index[op] && !isa<BlockArgument>(r) &&
-          !r.getDefiningOp<nn::ParamOp>() && !constNames.count(r))
-        slots.release(offsets.lookup(r));
-    }
-    for (Value res : op->getResults())
-      if (!root.count(res) && lastUse.lookup(res) == index[op] &&
-          !res.getDefiningOp<nn::ParamOp>() && !constNames.count(res) &&
-          res.use_empty())
-        slots.release(offsets.lookup(res));
   }
   // The plan is checked, not trusted: two tensors alive at the same time must
   // not share a byte.
@@ -282,55 +377,101 @@ LogicalResult Emitter::plan() {
   return success();
 }
 
-void Emitter::emitElementwise(
-    Value out, ArrayRef<Value> ins,
-    const std::function<std::string(ArrayRef<std::string>)> &expr) {
-  auto outShape = tensorType(out).getShape();
-  int64_t rank = outShape.size();
-  int64_t n = tensorType(out).getNumElements();
-  bool same = llvm::all_of(
-      ins, [&](Value v) { return tensorType(v).getShape() == outShape; });
-  os << "  {\n    float *o = " << ptr(out, false) << ";\n";
+void Emitter::emitLoop(
+    ArrayRef<int64_t> shape, ArrayRef<Value> ins, ArrayRef<Value> outs,
+    const std::function<std::string(ArrayRef<std::string>,
+                                    ArrayRef<std::string>)> &body) {
+  int64_t rank = shape.size();
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  os << "  {\n";
+  for (auto [k, v] : llvm::enumerate(outs))
+    os << "    float *o" << k << " = " << ptr(v, false) << ";\n";
   for (auto [k, v] : llvm::enumerate(ins))
     os << "    const float *x" << k << " = " << ptr(v) << ";\n";
-  if (same || rank == 0) {
-    llvm::SmallVector<std::string> args;
-    for (size_t k = 0; k < ins.size(); ++k)
-      args.push_back("x" + std::to_string(k) + "[i]");
-    os << "    for (int64_t i = 0; i < " << n
-       << "; ++i)\n      o[i] = " << expr(args) << ";\n  }\n";
+  // One flat loop unless an operand broadcasts along some (not all) dims.
+  auto isScalar = [](Value v) { return tensorType(v).getNumElements() == 1; };
+  bool flat = llvm::all_of(ins, [&](Value v) {
+    return tensorType(v).getShape() == shape || isScalar(v);
+  });
+  llvm::SmallVector<std::string> inRefs, outRefs;
+  if (flat || rank == 0) {
+    for (auto [k, v] : llvm::enumerate(ins))
+      inRefs.push_back(
+          "x" + std::to_string(k) +
+          (isScalar(v) && tensorType(v).getShape() != shape ? "[0]" : "[i]"));
+    for (size_t k = 0; k < outs.size(); ++k)
+      outRefs.push_back("o" + std::to_string(k) + "[i]");
+    os << "    for (int64_t i = 0; i < " << n << "; ++i) {\n"
+       << body(inRefs, outRefs) << "    }\n  }\n";
     return;
   }
   // Broadcast: nested loops; each operand indexed with stride 0 on the
   // dimensions it broadcasts along.
-  llvm::SmallVector<std::string> args;
   for (auto [k, v] : llvm::enumerate(ins)) {
-    auto shape = tensorType(v).getShape();
-    int64_t lead = rank - shape.size();
+    auto vs = tensorType(v).getShape();
+    int64_t lead = rank - vs.size();
     std::string idx;
     int64_t stride = 1;
     for (int64_t d = rank - 1; d >= lead; --d) {
-      int64_t size = shape[d - lead];
+      int64_t size = vs[d - lead];
       if (size != 1)
         idx += (idx.empty() ? "" : " + ") + std::string("i") +
                std::to_string(d) + " * " + std::to_string(stride);
       stride *= size;
     }
-    args.push_back("x" + std::to_string(k) + "[" + (idx.empty() ? "0" : idx) +
-                   "]");
+    inRefs.push_back("x" + std::to_string(k) + "[" + (idx.empty() ? "0" : idx) +
+                     "]");
   }
   std::string outIdx;
   int64_t stride = 1;
   for (int64_t d = rank - 1; d >= 0; --d) {
     outIdx += (outIdx.empty() ? "" : " + ") + std::string("i") +
               std::to_string(d) + " * " + std::to_string(stride);
-    stride *= outShape[d];
+    stride *= shape[d];
   }
+  for (size_t k = 0; k < outs.size(); ++k)
+    outRefs.push_back("o" + std::to_string(k) + "[" + outIdx + "]");
   for (int64_t d = 0; d < rank; ++d)
     os << std::string(4 + 2 * d, ' ') << "for (int64_t i" << d << " = 0; i" << d
-       << " < " << outShape[d] << "; ++i" << d << ")\n";
-  os << std::string(4 + 2 * rank, ' ') << "o[" << outIdx << "] = " << expr(args)
-     << ";\n  }\n";
+       << " < " << shape[d] << "; ++i" << d << ")"
+       << (d + 1 == rank ? " {" : "") << "\n";
+  os << body(inRefs, outRefs) << "    }\n  }\n";
+}
+
+void Emitter::emitElementwise(ArrayRef<Operation *> group) {
+  // Operands from outside the group are loaded, values used only inside it
+  // stay in registers, values read after it are stored.
+  llvm::DenseSet<Operation *> members(group.begin(), group.end());
+  llvm::SmallVector<Value> ins, outs;
+  for (Operation *op : group)
+    for (Value v : op->getOperands())
+      if (!members.contains(v.getDefiningOp()) && !llvm::is_contained(ins, v))
+        ins.push_back(v);
+  for (Operation *op : group)
+    if (!fusedAway.contains(op->getResult(0)))
+      outs.push_back(op->getResult(0));
+  auto shape = tensorType(group.front()->getResult(0)).getShape();
+  emitLoop(shape, ins, outs,
+           [&](ArrayRef<std::string> inRefs, ArrayRef<std::string> outRefs) {
+             llvm::DenseMap<Value, std::string> names;
+             for (auto [k, v] : llvm::enumerate(ins))
+               names[v] = inRefs[k];
+             std::string text;
+             for (auto [k, op] : llvm::enumerate(group)) {
+               llvm::SmallVector<std::string> args;
+               for (Value v : op->getOperands())
+                 args.push_back(names.lookup(v));
+               std::string var = "v" + std::to_string(k);
+               text += "      const float " + var + " = " +
+                       *scalarExpr(op, args) + ";\n";
+               names[op->getResult(0)] = var;
+             }
+             for (auto [k, v] : llvm::enumerate(outs))
+               text += "      " + outRefs[k] + " = " + names.lookup(v) + ";\n";
+             return text;
+           });
 }
 
 static std::string floatLit(double v) {
@@ -351,75 +492,8 @@ LogicalResult Emitter::emitOp(Operation *op) {
   if (auto name = dyn_cast<NameLoc>(op->getLoc()))
     os << " (node '" << name.getName().getValue() << "')";
   os << "\n";
-  auto bin = [](const char *sym) {
-    return [sym](ArrayRef<std::string> a) {
-      return a[0] + " " + sym + " " + a[1];
-    };
-  };
-  auto un = [](std::string pre, std::string post) {
-    return [pre, post](ArrayRef<std::string> a) { return pre + a[0] + post; };
-  };
-  if (auto o = dyn_cast<nn::AddOp>(op))
-    return emitElementwise(o.getOutput(), {o.getLhs(), o.getRhs()}, bin("+")),
-           success();
-  if (auto o = dyn_cast<nn::SubOp>(op))
-    return emitElementwise(o.getOutput(), {o.getLhs(), o.getRhs()}, bin("-")),
-           success();
-  if (auto o = dyn_cast<nn::MulOp>(op))
-    return emitElementwise(o.getOutput(), {o.getLhs(), o.getRhs()}, bin("*")),
-           success();
-  if (auto o = dyn_cast<nn::DivOp>(op))
-    return emitElementwise(o.getOutput(), {o.getLhs(), o.getRhs()}, bin("/")),
-           success();
-  if (auto o = dyn_cast<nn::NegOp>(op))
-    return emitElementwise(o.getOutput(), {o.getInput()}, un("-", "")),
-           success();
-  if (auto o = dyn_cast<nn::ReluOp>(op))
-    return emitElementwise(o.getOutput(), {o.getInput()},
-                           [](ArrayRef<std::string> a) {
-                             return a[0] + " > 0.f ? " + a[0] + " : 0.f";
-                           }),
-           success();
-  if (auto o = dyn_cast<nn::TanhOp>(op))
-    return emitElementwise(o.getOutput(), {o.getInput()},
-                           un("std::tanh(", ")")),
-           success();
-  if (auto o = dyn_cast<nn::SigmoidOp>(op))
-    return emitElementwise(o.getOutput(), {o.getInput()},
-                           un("1.f / (1.f + std::exp(-", "))")),
-           success();
-  if (auto o = dyn_cast<nn::ErfOp>(op))
-    return emitElementwise(o.getOutput(), {o.getInput()}, un("std::erf(", ")")),
-           success();
-  if (auto o = dyn_cast<nn::ReluGradOp>(op))
-    return emitElementwise(o.getOutput(), {o.getValue(), o.getGrad()},
-                           [](ArrayRef<std::string> a) {
-                             return a[0] + " > 0.f ? " + a[1] + " : 0.f";
-                           }),
-           success();
-  if (auto o = dyn_cast<nn::TanhGradOp>(op))
-    return emitElementwise(o.getOutput(), {o.getValue(), o.getGrad()},
-                           [](ArrayRef<std::string> a) {
-                             return a[1] + " * (1.f - " + a[0] + " * " + a[0] +
-                                    ")";
-                           }),
-           success();
-  if (auto o = dyn_cast<nn::SigmoidGradOp>(op))
-    return emitElementwise(o.getOutput(), {o.getValue(), o.getGrad()},
-                           [](ArrayRef<std::string> a) {
-                             return a[1] + " * (" + a[0] + " * (1.f - " + a[0] +
-                                    "))";
-                           }),
-           success();
-  if (auto o = dyn_cast<nn::ErfGradOp>(op))
-    return emitElementwise(o.getOutput(), {o.getValue(), o.getGrad()},
-                           [](ArrayRef<std::string> a) {
-                             // d/dx erf(x) = 2/sqrt(pi) * exp(-x^2)
-                             return a[1] +
-                                    " * (1.12837916709551257f * std::exp(-" +
-                                    a[0] + " * " + a[0] + "))";
-                           }),
-           success();
+  if (scalarExpr(op, {}))
+    return emitElementwise(ArrayRef<Operation *>(op)), success();
   if (auto o = dyn_cast<nn::GemmOp>(op)) {
     auto at = tensorType(o.getA()), bt = tensorType(o.getB());
     auto out = tensorType(o.getOutput());
@@ -430,9 +504,12 @@ LogicalResult Emitter::emitOp(Operation *op) {
       // out = beta * broadcast(C), then the GEMM accumulates into it.
       float cb = o.getBeta().convertToFloat();
       Value c = o.getC();
-      emitElementwise(o.getOutput(), {c}, [cb](ArrayRef<std::string> a) {
-        return cb == 1.f ? a[0] : floatLit(cb) + " * " + a[0];
-      });
+      emitLoop(tensorType(o.getOutput()).getShape(), {c}, {o.getOutput()},
+               [cb](ArrayRef<std::string> in, ArrayRef<std::string> out) {
+                 return "      " + out[0] + " = " +
+                        (cb == 1.f ? in[0] : floatLit(cb) + " * " + in[0]) +
+                        ";\n";
+               });
       beta = 1.f;
     }
     os << "  gp_gemm(" << o.getTransA() << ", " << o.getTransB() << ", " << m
@@ -594,6 +671,7 @@ FailureOr<EmittedStage> Emitter::run() {
   for (Operation &op : block)
     if (auto cost = dyn_cast<nn::CostOpInterface>(op))
       result.flops += cost.getFlops();
+  formUnits();
   if (failed(plan()))
     return failure();
 
@@ -601,9 +679,21 @@ FailureOr<EmittedStage> Emitter::run() {
   for (unsigned i = 0; i < func.getNumResults(); ++i)
     if (func.getResultAttr(i, "nn.loss"))
       lossIndex = i;
-  for (Operation &op : block)
-    if (failed(emitOp(&op)))
-      return failure();
+  for (auto &unit : units) {
+    if (unit.size() == 1) {
+      if (failed(emitOp(unit.front())))
+        return failure();
+      continue;
+    }
+    os << "  // fused:";
+    for (Operation *op : unit) {
+      os << " " << op->getName().stripDialect();
+      if (auto name = dyn_cast<NameLoc>(op->getLoc()))
+        os << " ('" << name.getName().getValue() << "')";
+    }
+    os << "\n";
+    emitElementwise(unit);
+  }
 
   // Program description.
   std::string desc;
