@@ -336,37 +336,55 @@ bool ownedByCompiler(llvm::StringRef name) {
          name == ".import.mlir" || name == ".build.log";
 }
 
-/// Moves every entry of `staging` into `out`. Files an earlier compile wrote
-/// that this one did not (a stage0 left from --emit exe under --emit cpp) are
-/// removed so OUT never mixes two compiles; other files (trained weights,
-/// logs) are left alone.
+/// Moves every entry of `staging` into `out`. The compiler's files from an
+/// earlier compile (including ones this compile does not write, like a
+/// stage0 left from --emit exe under --emit cpp) are moved aside first and
+/// deleted only once every new file is in place; if a move fails, OUT is
+/// restored as it was. Other files (trained weights, logs) are left alone.
 LogicalResult publish(const std::string &staging, const std::string &out) {
-  if (std::error_code ec = llvm::sys::fs::create_directories(out))
+  namespace fs = llvm::sys::fs;
+  if (std::error_code ec = fs::create_directories(out))
     return fail("cannot create the output directory " + out + ": " +
                 ec.message());
-  std::error_code ec;
-  for (llvm::sys::fs::directory_iterator it(out, ec), end; it != end && !ec;
-       it.increment(ec)) {
-    llvm::StringRef name = llvm::sys::path::filename(it->path());
-    if (ownedByCompiler(name) &&
-        !llvm::sys::fs::exists(staging + "/" + name.str()))
-      (void)(llvm::sys::fs::is_directory(it->path())
-                 ? llvm::sys::fs::remove_directories(it->path())
-                 : llvm::sys::fs::remove(it->path()));
+  std::string backup =
+      out + ".gpipe-old-" + std::to_string(llvm::sys::Process::getProcessId());
+  fs::remove_directories(backup);
+  if (std::error_code ec = fs::create_directories(backup))
+    return fail("cannot create " + backup + ": " + ec.message());
+  auto list = [](const std::string &dir, bool ownedOnly) {
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; it != end && !ec;
+         it.increment(ec)) {
+      std::string name = llvm::sys::path::filename(it->path()).str();
+      if (!ownedOnly || ownedByCompiler(name))
+        names.push_back(name);
+    }
+    return names;
+  };
+  std::vector<std::string> asideNames, inNames;
+  auto rollback = [&](const llvm::Twine &msg) {
+    for (const std::string &name : inNames)
+      (void)fs::rename(out + "/" + name, staging + "/" + name);
+    for (const std::string &name : asideNames)
+      (void)fs::rename(backup + "/" + name, out + "/" + name);
+    fs::remove_directories(backup);
+    return fail(msg);
+  };
+  for (const std::string &name : list(out, /*ownedOnly=*/true)) {
+    if (std::error_code ec = fs::rename(out + "/" + name, backup + "/" + name))
+      return rollback("cannot move " + out + "/" + name +
+                      " aside: " + ec.message());
+    asideNames.push_back(name);
   }
-  for (llvm::sys::fs::directory_iterator it(staging, ec), end; it != end && !ec;
-       it.increment(ec)) {
-    std::string name = llvm::sys::path::filename(it->path()).str();
-    std::string dst = out + "/" + name;
-    if (llvm::sys::fs::is_directory(dst))
-      llvm::sys::fs::remove_directories(dst);
-    if (std::error_code rec = llvm::sys::fs::rename(it->path(), dst))
-      return fail("cannot move " + it->path() + " to " + dst + ": " +
-                  rec.message());
+  for (const std::string &name : list(staging, /*ownedOnly=*/false)) {
+    if (std::error_code ec = fs::rename(staging + "/" + name, out + "/" + name))
+      return rollback("cannot move " + staging + "/" + name + " to " + out +
+                      ": " + ec.message());
+    inNames.push_back(name);
   }
-  if (ec)
-    return fail("cannot list " + staging + ": " + ec.message());
-  llvm::sys::fs::remove_directories(staging);
+  fs::remove_directories(backup);
+  fs::remove_directories(staging);
   return success();
 }
 

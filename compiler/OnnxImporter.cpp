@@ -533,66 +533,75 @@ LogicalResult Importer::foldShapeComputations() {
   // Shape arithmetic (x.size(0), view targets) is int64 math on static
   // shapes: evaluate it now and turn each such node into a Constant, so
   // Reshape targets are constants the importer (and batch rewriting) can read.
-  std::map<std::string, std::vector<int64_t>> shapes = inferStaticShapes(model);
-  std::map<std::string, ConstTensor> known;
-  for (const auto &init : model.graph().initializer())
-    if (init.data_type() == onnx::TensorProto::INT64 ||
-        init.data_type() == onnx::TensorProto::INT32) {
-      FailureOr<ConstTensor> c = readTensor(init);
-      if (failed(c))
-        return failure();
-      known[init.name()] = std::move(*c);
+  // Shapes are re-inferred after each round: a Shape that reads the result
+  // of a Reshape folded in this round becomes foldable in the next.
+  int total = 0;
+  for (;;) {
+    std::map<std::string, std::vector<int64_t>> shapes =
+        inferStaticShapes(model);
+    std::map<std::string, ConstTensor> known;
+    for (const auto &init : model.graph().initializer())
+      if (init.data_type() == onnx::TensorProto::INT64 ||
+          init.data_type() == onnx::TensorProto::INT32) {
+        FailureOr<ConstTensor> c = readTensor(init);
+        if (failed(c))
+          return failure();
+        known[init.name()] = std::move(*c);
+      }
+    static const llvm::StringSet<> foldable = {
+        "Shape",  "Gather", "Identity", "Unsqueeze", "Squeeze", "Reshape",
+        "Concat", "Add",    "Sub",      "Mul",       "Div"};
+    int folded = 0;
+    for (onnx::NodeProto &node : *model.mutable_graph()->mutable_node()) {
+      if (node.op_type() == "Constant") {
+        for (const auto &a : node.attribute())
+          if (a.name() == "value" &&
+              (a.t().data_type() == onnx::TensorProto::INT64 ||
+               a.t().data_type() == onnx::TensorProto::INT32)) {
+            FailureOr<ConstTensor> c = readTensor(a.t());
+            if (succeeded(c))
+              known[node.output(0)] = std::move(*c);
+          }
+        continue;
+      }
+      if (!foldable.contains(node.op_type()) || node.output_size() != 1)
+        continue;
+      std::vector<const ConstTensor *> in;
+      for (const std::string &name : node.input()) {
+        auto it = known.find(name);
+        in.push_back(it == known.end() ? nullptr : &it->second);
+      }
+      const std::vector<int64_t> *inputShape = nullptr;
+      if (node.op_type() == "Shape" && node.input_size() == 1)
+        if (auto it = shapes.find(node.input(0)); it != shapes.end())
+          inputShape = &it->second;
+      std::optional<ConstTensor> value = foldIntNode(node, in, inputShape);
+      if (!value)
+        continue;
+      onnx::TensorProto t;
+      t.set_data_type(onnx::TensorProto::INT64);
+      for (int64_t d : value->shape)
+        t.add_dims(d);
+      for (int64_t v : value->i)
+        t.add_int64_data(v);
+      node.clear_input();
+      node.clear_attribute();
+      node.set_op_type("Constant");
+      node.set_domain("");
+      auto *attr = node.add_attribute();
+      attr->set_name("value");
+      attr->set_type(onnx::AttributeProto::TENSOR);
+      *attr->mutable_t() = t;
+      known[node.output(0)] = std::move(*value);
+      ++folded;
     }
-  static const llvm::StringSet<> foldable = {
-      "Shape",  "Gather", "Identity", "Unsqueeze", "Squeeze", "Reshape",
-      "Concat", "Add",    "Sub",      "Mul",       "Div"};
-  int folded = 0;
-  for (onnx::NodeProto &node : *model.mutable_graph()->mutable_node()) {
-    if (node.op_type() == "Constant") {
-      for (const auto &a : node.attribute())
-        if (a.name() == "value" &&
-            (a.t().data_type() == onnx::TensorProto::INT64 ||
-             a.t().data_type() == onnx::TensorProto::INT32)) {
-          FailureOr<ConstTensor> c = readTensor(a.t());
-          if (succeeded(c))
-            known[node.output(0)] = std::move(*c);
-        }
-      continue;
-    }
-    if (!foldable.contains(node.op_type()) || node.output_size() != 1)
-      continue;
-    std::vector<const ConstTensor *> in;
-    for (const std::string &name : node.input()) {
-      auto it = known.find(name);
-      in.push_back(it == known.end() ? nullptr : &it->second);
-    }
-    const std::vector<int64_t> *inputShape = nullptr;
-    if (node.op_type() == "Shape" && node.input_size() == 1)
-      if (auto it = shapes.find(node.input(0)); it != shapes.end())
-        inputShape = &it->second;
-    std::optional<ConstTensor> value = foldIntNode(node, in, inputShape);
-    if (!value)
-      continue;
-    onnx::TensorProto t;
-    t.set_data_type(onnx::TensorProto::INT64);
-    for (int64_t d : value->shape)
-      t.add_dims(d);
-    for (int64_t v : value->i)
-      t.add_int64_data(v);
-    node.clear_input();
-    node.clear_attribute();
-    node.set_op_type("Constant");
-    node.set_domain("");
-    auto *attr = node.add_attribute();
-    attr->set_name("value");
-    attr->set_type(onnx::AttributeProto::TENSOR);
-    *attr->mutable_t() = t;
-    known[node.output(0)] = std::move(*value);
-    ++folded;
+    total += folded;
+    if (!folded)
+      break;
   }
-  if (folded)
-    result.notes.push_back("folded " + std::to_string(folded) +
-                           " shape-arithmetic node" + (folded == 1 ? "" : "s") +
+  if (total)
+    result.notes.push_back("folded " + std::to_string(total) +
+                           " shape-arithmetic node" + (total == 1 ? "" : "s") +
                            " into constants");
   return success();
 }

@@ -24,8 +24,9 @@ int main(int argc, char **argv) {
   po::options_description general("Options");
   general.add_options()("help,h", "print this help and exit")(
       "output,o", po::value(&o.outDir)->value_name("OUT"),
-      "output directory (created; existing files of the same name are "
-      "replaced only after a successful compile)")(
+      "output directory (created). Only a successful compile changes it: "
+      "the compiler's files from an earlier compile are replaced or "
+      "removed, other files (trained/, logs) are kept")(
       "batch-size,b", po::value(&batch)->value_name("B"),
       "mini-batch size B: fixes a symbolic batch dimension of the graph "
       "inputs (default: the model's static batch)")(

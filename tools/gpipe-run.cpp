@@ -173,8 +173,8 @@ int main(int argc, char **argv) {
     return std::cerr << "gpipe-run: error: no pipeline directory given\n", 2;
   if (steps < 0)
     return std::cerr << "gpipe-run: error: --steps must be >= 0\n", 2;
-  if (threads < 1)
-    return std::cerr << "gpipe-run: error: --threads must be >= 1\n", 2;
+  if (threads < 1 || threads > 4096)
+    return std::cerr << "gpipe-run: error: --threads must be in [1, 4096]\n", 2;
 
   Pipeline p;
   if (std::string err = readPipeline(out, p); !err.empty())

@@ -120,7 +120,7 @@ bool parseArgs(int argc, char **argv, Options &opt) {
     } else if (flag == "--threads") {
       if (!parseInt(value, 1, opt.threads) || opt.threads > 4096) {
         error("invalid value '" + value +
-              "' for --threads (expected an integer >= 1)");
+              "' for --threads (expected an integer in [1, 4096])");
         return false;
       }
     } else if (flag == "--weights-in") {

@@ -72,6 +72,8 @@ def parse_args(argv):
     ap.add_argument("--eps", type=float, default=1e-8, help="Adam/AdamW eps")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--dynamic-batch", action="store_true",
+                    help="export with a symbolic batch dimension (torch dynamic_axes)")
     ap.add_argument("--export-batch-size", type=int, default=None,
                     help="batch the model is exported with (default: --batch-size); "
                          "gpipe-compile is always given --batch-size")
@@ -326,7 +328,8 @@ def run_check(a):
     module = models.build(a.model, a.seed)
     try:
         eb = a.export_batch_size or a.batch_size
-        models.export(module, x[:eb], y[:eb], model_path, opset=a.opset)
+        models.export(module, x[:eb], y[:eb], model_path, opset=a.opset,
+                      dynamic_batch=a.dynamic_batch)
     except RuntimeError as e:
         raise CheckFailed("export: %s" % e)
     ops = sorted(set(models.op_types(model_path)))

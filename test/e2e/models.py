@@ -300,11 +300,12 @@ def check_ops(onnx_path_or_model):
     return sorted(set(op_types(onnx_path_or_model)) - ALLOWED_OPS)
 
 
-def export(module, x, y, path, opset=DEFAULT_OPSET, check=True):
+def export(module, x, y, path, opset=DEFAULT_OPSET, check=True, dynamic_batch=False):
     """Export `module` (forward(x, y) -> loss) to ONNX at `path`.
 
     x, y: torch tensors (or numpy arrays) of one mini-batch; their shapes fix
-    the graph's input shapes.  Raises RuntimeError if the graph contains ops
+    the graph's input shapes (with dynamic_batch, the first dimension is the
+    symbolic "N" instead, as torch's dynamic_axes makes it).  Raises RuntimeError if the graph contains ops
     outside ALLOWED_OPS (when check=True).
     """
     import onnx
@@ -321,7 +322,8 @@ def export(module, x, y, path, opset=DEFAULT_OPSET, check=True):
             input_names=["x", "y"], output_names=["loss"],
             training=torch.onnx.TrainingMode.TRAINING,
             do_constant_folding=False,
-            opset_version=opset)
+            opset_version=opset,
+            dynamic_axes={"x": {0: "N"}, "y": {0: "N"}} if dynamic_batch else None)
     model = onnx.load(path)
     onnx.checker.check_model(model)
     if check:

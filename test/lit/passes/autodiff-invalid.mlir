@@ -84,3 +84,17 @@ func.func @grad_op_on_path(%x: tensor<4x8xf32>, %l: tensor<4xi64>) -> (tensor<f3
   %loss = nn.softmax_cross_entropy %g, %l : tensor<4x8xf32>, tensor<4xi64>
   return %loss : tensor<f32>
 }
+
+// -----
+
+// Parameter names are unique: two nn.param "w" would be updated twice.
+func.func @duplicate_param(%x: tensor<4x3xf32>, %y: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
+  // expected-note @+1 {{first declared here}}
+  %w = nn.param "w" : tensor<3x3xf32>
+  // expected-error @+1 {{parameter 'w' is declared twice}}
+  %w2 = nn.param "w" : tensor<3x3xf32>
+  %h = nn.gemm %x, %w : (tensor<4x3xf32>, tensor<3x3xf32>) -> tensor<4x3xf32>
+  %g = nn.gemm %h, %w2 : (tensor<4x3xf32>, tensor<3x3xf32>) -> tensor<4x3xf32>
+  %l = nn.softmax_cross_entropy %g, %y : tensor<4x3xf32>, tensor<4xi64>
+  return %l : tensor<f32>
+}
