@@ -261,7 +261,9 @@ def main():
                 for ref in (tr, tp):
                     d = max(d, max(abs(p - q) / max(1.0, abs(q))
                                    for p, q in zip(gr["loss"], ref["loss"])))
-            rounds.append((t_ms, tp_ms, g_ms, d))
+            mins = (min(tr["ms"][a.warmup:]), min(tp["ms"][a.warmup:]),
+                    None if a.skip_gpipe else min(gr["ms"][a.warmup:]))
+            rounds.append((t_ms, tp_ms, g_ms, d, mins))
         med = lambda v: float(np.median(v))
         t_ms = med([x[0] for x in rounds])
         tp_ms = med([x[1] for x in rounds])
@@ -269,9 +271,13 @@ def main():
         note = ""
         if not a.skip_gpipe:
             ratios = [min(x[0], x[1]) / x[2] for x in rounds]
+            # Fastest step over all rounds: what each side does when the
+            # shared host leaves it alone.
+            best_t = min(min(x[4][0], x[4][1]) for x in rounds)
+            best_g = min(x[4][2] for x in rounds)
             d = max(x[3] for x in rounds)
-            note = "ratio per round %s; max loss diff %.1e" % (
-                ", ".join("%.2f" % q for q in ratios), d)
+            note = "ratio per round %s; fastest step torch %.2f / gpipe %.2f ms = %.2f; max loss diff %.1e" % (
+                ", ".join("%.2f" % q for q in ratios), best_t, best_g, best_t / best_g, d)
             if d > 1e-2:
                 note += " (MISMATCH: results not comparable)"
             rows.append((t, t_ms, tp_ms, g_ms, note, med(ratios)))

@@ -43,6 +43,9 @@ std::string gpipe::weightFileName(const std::string &name,
 namespace {
 
 constexpr int64_t kAlign = 64;
+// Loops with at least this many elements are split over the stage's threads
+// (OpenMP); smaller ones cost more to wake a team for than they save.
+constexpr int64_t kParallelMin = 1 << 15;
 
 /// The scalar C++ expression an elementwise op computes from its operands'
 /// scalar expressions `a` (in operand order); nullopt for other ops. With an
@@ -403,6 +406,8 @@ void Emitter::emitLoop(
           (isScalar(v) && tensorType(v).getShape() != shape ? "[0]" : "[i]"));
     for (size_t k = 0; k < outs.size(); ++k)
       outRefs.push_back("o" + std::to_string(k) + "[i]");
+    if (n >= kParallelMin)
+      os << "#pragma omp parallel for schedule(static)\n";
     os << "    for (int64_t i = 0; i < " << n << "; ++i) {\n"
        << body(inRefs, outRefs) << "    }\n  }\n";
     return;
@@ -433,6 +438,8 @@ void Emitter::emitLoop(
   }
   for (size_t k = 0; k < outs.size(); ++k)
     outRefs.push_back("o" + std::to_string(k) + "[" + outIdx + "]");
+  if (n >= kParallelMin && shape[0] > 1)
+    os << "#pragma omp parallel for schedule(static)\n";
   for (int64_t d = 0; d < rank; ++d)
     os << std::string(4 + 2 * d, ' ') << "for (int64_t i" << d << " = 0; i" << d
        << " < " << shape[d] << "; ++i" << d << ")"

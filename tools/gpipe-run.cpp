@@ -202,12 +202,23 @@ int main(int argc, char **argv) {
   if (quiet)
     args.push_back("--quiet");
   std::vector<llvm::StringRef> argRefs(args.begin(), args.end());
-  // BLAS threads are pinned before the library starts its pool.
+  // BLAS and OpenMP threads are pinned before the libraries start their
+  // pools; idle OpenMP threads sleep rather than spin, so they do not compete
+  // with OpenBLAS's threads for the cores (the user's OMP_WAIT_POLICY wins).
   std::vector<std::string> env;
-  for (char **e = environ; *e; ++e)
-    if (llvm::StringRef(*e).starts_with("OPENBLAS_NUM_THREADS=") == false)
-      env.push_back(*e);
+  bool waitPolicySet = false;
+  for (char **e = environ; *e; ++e) {
+    llvm::StringRef var(*e);
+    if (var.starts_with("OPENBLAS_NUM_THREADS=") ||
+        var.starts_with("OMP_NUM_THREADS="))
+      continue;
+    waitPolicySet |= var.starts_with("OMP_WAIT_POLICY=");
+    env.push_back(*e);
+  }
   env.push_back("OPENBLAS_NUM_THREADS=" + std::to_string(threads));
+  env.push_back("OMP_NUM_THREADS=" + std::to_string(threads));
+  if (!waitPolicySet)
+    env.push_back("OMP_WAIT_POLICY=PASSIVE");
   std::vector<llvm::StringRef> envRefs(env.begin(), env.end());
 
   std::string err;

@@ -58,6 +58,10 @@ bool isIgnored(int64_t label, int32_t hasIgnore, int64_t ignoreIndex) {
 
 } // namespace
 
+// Elementwise loops shorter than this run on one thread: below it, waking
+// the OpenMP team costs more than the loop.
+constexpr int64_t kParallelMin = 1 << 15;
+
 extern "C" {
 
 void gp_gemm(int transA, int transB, int64_t M, int64_t N, int64_t K,
@@ -270,6 +274,7 @@ void gp_sgd_update(float *p, const float *g, float *buf, int64_t n, float lr,
                    float momentum, float weight_decay, int32_t nesterov,
                    int64_t step) {
   bool useMomentum = momentum != 0.0f && buf != nullptr;
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     float d = g[i];
     if (weight_decay != 0.0f)
@@ -301,6 +306,7 @@ void gp_adam_update(float *p, const float *g, float *m, float *v, int64_t n,
   const float decay = static_cast<float>(1.0 - lrD * wdD);
   const bool coupledDecay = !decoupled && weight_decay != 0.0f;
 
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     float gi = g[i];
     if (decoupled)

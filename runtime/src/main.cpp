@@ -1,6 +1,8 @@
 // gp_main: command line, weight/data loading, the step loop, logging and
 // weight output of a generated stage program.
 #include "gpipe/runtime.h"
+
+#include <omp.h>
 #include "npy.h"
 
 #include <cerrno>
@@ -208,6 +210,8 @@ int run(int argc, char **argv, const gp_program *program) {
     return error("invalid program description");
 
   openblas_set_num_threads(static_cast<int>(opt.threads));
+  // Generated elementwise loops and the update kernels use OpenMP.
+  omp_set_num_threads(static_cast<int>(opt.threads));
 
   // The arena: 64-byte aligned (aligned_alloc needs a multiple of the
   // alignment), zeroed once.
