@@ -389,6 +389,57 @@ LogicalResult publish(const std::string &staging, const std::string &out) {
   return success();
 }
 
+/// --explain: the stage's parameters, its compute ops with their ONNX node,
+/// result type and cost, and its memory plan.
+void explainStage(func::FuncOp func, const EmittedStage &stage) {
+  const MemoryPlan &m = stage.memory;
+  llvm::raw_ostream &os = llvm::outs();
+  llvm::SmallVector<Operation *> ops;
+  for (Operation &op : func.getBody().front().without_terminator())
+    if (!isa<nn::ParamOp, nn::ConstantOp, nn::ReshapeOp>(op))
+      ops.push_back(&op);
+  os << "stage 0 (rank 0): " << ops.size() << " compute ops, "
+     << stage.params.size() << " parameters, "
+     << llvm::format("%.6g", stage.flops / 1e6) << " MFLOP per step\n";
+  os << "  parameters:\n";
+  for (const EmittedParam &p : stage.params) {
+    os << "    " << p.name << " [";
+    llvm::interleave(p.shape, os, "x");
+    os << "]\n";
+  }
+  os << "  ops (forward, backward, update):\n";
+  for (Operation *op : ops) {
+    os << "    " << llvm::left_justify(op->getName().getStringRef(), 30);
+    if (op->getNumResults())
+      os << " " << llvm::left_justify(
+                       [&] {
+                         std::string t;
+                         llvm::raw_string_ostream ts(t);
+                         ts << op->getResult(0).getType();
+                         return t;
+                       }(),
+                       24);
+    else
+      os << " " << llvm::left_justify("", 24);
+    int64_t flops = 0;
+    if (auto cost = dyn_cast<nn::CostOpInterface>(op))
+      flops = cost.getFlops();
+    os << " " << llvm::format("%10lld", static_cast<long long>(flops))
+       << " FLOP";
+    if (auto name = dyn_cast<NameLoc>(op->getLoc()))
+      os << "  node '" << name.getName().getValue() << "'";
+    os << "\n";
+  }
+  os << "  memory: arena " << m.arenaBytes
+     << " bytes (64-byte aligned) = parameters " << m.parameterBytes
+     << " + optimizer state " << m.optimizerBytes << " + inputs "
+     << m.inputBytes << " + activation peak " << m.activationBytes
+     << " + alignment "
+     << m.arenaBytes - m.parameterBytes - m.optimizerBytes - m.inputBytes -
+            m.activationBytes
+     << "\n";
+}
+
 /// Prints diagnostics as "gpipe-compile: error: FILE: node 'N': message".
 LogicalResult printDiagnostic(Diagnostic &diag) {
   const char *kind = diag.getSeverity() == DiagnosticSeverity::Error ? "error"
@@ -521,24 +572,8 @@ int gpipe::compile(const CompileOptions &o) {
       failed(writeFile(staging + "/stage0.mlir", mlirText)))
     return cleanupAndFail();
 
-  if (o.explain) {
-    const MemoryPlan &m = stage->memory;
-    int64_t ops = 0;
-    for (Operation &op : func.getBody().front().without_terminator())
-      ops += !isa<nn::ParamOp, nn::ConstantOp, nn::ReshapeOp>(op);
-    llvm::outs() << "stage 0 (rank 0): " << ops << " compute ops, "
-                 << stage->params.size() << " parameters, "
-                 << llvm::format("%.6g", stage->flops / 1e6)
-                 << " MFLOP per step\n"
-                 << "  memory: arena " << m.arenaBytes
-                 << " bytes (64-byte aligned) = parameters " << m.parameterBytes
-                 << " + optimizer state " << m.optimizerBytes << " + inputs "
-                 << m.inputBytes << " + activation peak " << m.activationBytes
-                 << " + alignment "
-                 << m.arenaBytes - m.parameterBytes - m.optimizerBytes -
-                        m.inputBytes - m.activationBytes
-                 << "\n";
-  }
+  if (o.explain)
+    explainStage(func, *stage);
 
   if (o.emit == "exe" && failed(buildExecutable(o, staging, "stage0")))
     return cleanupAndFail();
