@@ -1,18 +1,27 @@
-// Lowers a training step (nn + pipe ops) to a C++ stage program on the runtime.
+// Lowers one pipeline stage (forward, backward and update functions plus its
+// schedule) to a C++ stage program on the runtime.
 //
-// Memory: one arena per stage, planned here. Graph inputs, parameters and
-// optimizer state live for the whole run; every other tensor gets a slot that
-// is reused once its last reader has run (first fit, 64-byte aligned).
-// Reshapes are views and allocate nothing.
+// Memory: one arena per stage, planned here, laid out as
+//   [parameters][optimizer state][gradient accumulators]
+//   [stash: M slots, one per in-flight micro-batch][temporaries]
+// Parameters, optimizer state and accumulators live for the whole run. The
+// stash holds what a micro-batch's forward keeps for its backward. The
+// temporaries of each function are planned on their own (the actions run one
+// at a time): every tensor gets a slot that is reused once its last reader
+// has run (first fit, 64-byte aligned). Reshapes are views.
 #include "compiler/CppEmitter.h"
 
 #include "dialects/nn/NNOps.h"
 #include "dialects/pipe/PipeOps.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/IRMapping.h"
+
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
@@ -127,64 +136,103 @@ private:
   std::set<std::pair<int64_t, int64_t>> live;
 };
 
-class Emitter {
+/// What the functions of one stage share: the arena's long-lived parts, the
+/// generated globals, and the stash layout.
+struct StageState {
+  std::string globals;
+  llvm::raw_string_ostream gs{globals};
+  int counter = 0;
+  int64_t cursor = 0; // end of the long-lived part of the arena
+  llvm::StringMap<int64_t> paramOffset;
+  std::vector<std::pair<std::string, RankedTensorType>> paramOrder;
+  llvm::DenseMap<Operation *, llvm::SmallVector<int64_t>> optimizerState;
+  llvm::StringMap<int64_t> accumulator;
+  int64_t accumulatorBegin = 0, accumulatorEnd = 0;
+  // Stash slot of the micro-batch: offsets relative to S, the slot's base.
+  int64_t stashBase = 0, stashBytes = 0;
+  llvm::SmallVector<int64_t> stashOffsetOfResult; // forward result k
+  int64_t transientBase = 0;
+  // Graph input (forward argument) index of the labels of a mean loss
+  // with ignore_index, for the mini-batch count.
+  std::optional<int64_t> labelInput;
+  int64_t microbatches = 1;
+  EmittedStage result;
+
+  int64_t permanent(int64_t bytes) {
+    int64_t at = cursor;
+    cursor += alignUp(bytes);
+    return at;
+  }
+  std::string shapeArray(ArrayRef<int64_t> shape) {
+    std::string name = "shape" + std::to_string(counter++);
+    gs << "static const int64_t " << name << "[] = {";
+    for (size_t i = 0; i < shape.size(); ++i)
+      gs << (i ? ", " : "") << shape[i];
+    if (shape.empty())
+      gs << "1";
+    gs << "};\n";
+    return name;
+  }
+};
+
+/// Where a tensor lives: the arena (A + offset), the current micro-batch's
+/// stash slot (S + offset), or a global constant array.
+struct Storage {
+  enum Kind { Arena, Stash, Const } kind = Arena;
+  int64_t offset = 0;
+  std::string name;
+};
+
+/// Emits one function of a stage as a C++ function body.
+class FuncEmitter {
 public:
-  Emitter(func::FuncOp func, std::string name)
-      : func(func), programName(std::move(name)), os(body), gs(globals) {}
-  FailureOr<EmittedStage> run();
+  FuncEmitter(StageState &stage, func::FuncOp func)
+      : stage(stage), func(func), os(body) {}
+  /// Plans the function's memory and emits its body into `body`.
+  LogicalResult run();
+  std::string body;
+  int64_t transientPeak = 0;
 
 private:
   LogicalResult plan();
   LogicalResult emitOp(Operation *op);
   std::string ptr(Value v, bool isConst = true);
-  /// Groups consecutive elementwise ops of one result shape into units
-  /// emitted as one loop; every other op is a unit of its own.
   void formUnits();
-  /// One loop over `shape` reading `ins` (broadcast) and writing `outs`;
-  /// `body` gets the element references of each.
   void emitLoop(ArrayRef<int64_t> shape, ArrayRef<Value> ins,
                 ArrayRef<Value> outs,
                 const std::function<std::string(ArrayRef<std::string>,
                                                 ArrayRef<std::string>)> &body);
   void emitElementwise(ArrayRef<Operation *> group);
   std::string emitConstant(nn::ConstantOp op);
-  std::string shapeArray(ArrayRef<int64_t> shape);
+  std::string shapeArray(ArrayRef<int64_t> shape) {
+    return stage.shapeArray(shape);
+  }
+  /// The divisor argument of a softmax cross-entropy kernel.
+  FailureOr<std::string> lossNorm(Operation *op, Value labels,
+                                  std::optional<int64_t> ignore,
+                                  std::optional<uint64_t> microbatches);
 
+  StageState &stage;
   func::FuncOp func;
-  std::string programName;
-  std::string body, globals;
-  llvm::raw_string_ostream os, gs;
-  // Value -> arena offset (or, for constants, a global array name).
-  llvm::DenseMap<Value, int64_t> offsets;
-  llvm::DenseMap<Value, std::string> constNames;
-  llvm::DenseMap<Operation *, llvm::SmallVector<int64_t>> optimizerState;
-  // Execution units (a fused elementwise group or one op), in program order.
+  llvm::raw_string_ostream os;
+  llvm::DenseMap<Value, Storage> storage;
+  // Values with a slot among the temporaries.
+  llvm::DenseSet<Value> transient;
+  // GEMM results accumulated straight into their parameter's accumulator.
+  llvm::DenseSet<Value> accumulateInPlace;
   std::vector<llvm::SmallVector<Operation *>> units;
   llvm::DenseMap<Operation *, int64_t> unitOf;
-  // Values computed and consumed inside one fused group: no storage.
   llvm::DenseSet<Value> fusedAway;
-  EmittedStage result;
-  int counter = 0;
 };
 
 } // namespace
 
-std::string Emitter::shapeArray(ArrayRef<int64_t> shape) {
-  std::string name = "shape" + std::to_string(counter++);
-  gs << "static const int64_t " << name << "[] = {";
-  for (size_t i = 0; i < shape.size(); ++i)
-    gs << (i ? ", " : "") << shape[i];
-  if (shape.empty())
-    gs << "1";
-  gs << "};\n";
-  return name;
-}
-
-std::string Emitter::emitConstant(nn::ConstantOp op) {
-  std::string name = "const" + std::to_string(counter++);
+std::string FuncEmitter::emitConstant(nn::ConstantOp op) {
+  std::string name = "const" + std::to_string(stage.counter++);
   auto attr = cast<DenseElementsAttr>(op.getValue());
   auto type = tensorType(op.getOutput());
   bool isFloat = type.getElementType().isF32();
+  auto &gs = stage.gs;
   gs << "alignas(64) static const " << (isFloat ? "float " : "int64_t ") << name
      << "[" << std::max<int64_t>(type.getNumElements(), 1) << "] = {";
   int64_t i = 0;
@@ -203,20 +251,45 @@ std::string Emitter::emitConstant(nn::ConstantOp op) {
       gs << (i++ ? ", " : "") << v << "LL";
   }
   gs << "};\n";
-  result.memory.constantBytes += bytesOf(op.getOutput());
+  stage.result.memory.constantBytes += bytesOf(op.getOutput());
   return name;
 }
 
-std::string Emitter::ptr(Value v, bool isConst) {
+std::string FuncEmitter::ptr(Value v, bool isConst) {
   auto t = tensorType(v);
-  const char *elem = t.getElementType().isF32() ? "float" : "int64_t";
-  if (auto it = constNames.find(v); it != constNames.end())
-    return it->second;
-  return std::string("((") + (isConst ? "const " : "") + elem + " *)(A + " +
-         std::to_string(offsets.lookup(v)) + "))";
+  std::string elem = t.getElementType().isF32() ? "float" : "int64_t";
+  std::string cast = std::string("((") + (isConst ? "const " : "") + elem + " *)";
+  const Storage &s = storage[v];
+  switch (s.kind) {
+  case Storage::Const:
+    return "((const " + elem + " *)" + s.name + ")";
+  case Storage::Stash:
+    return cast + "(S + " + std::to_string(s.offset) + "))";
+  case Storage::Arena:
+    break;
+  }
+  return cast + "(A + " + std::to_string(s.offset) + "))";
 }
 
-void Emitter::formUnits() {
+FailureOr<std::string> FuncEmitter::lossNorm(
+    Operation *op, Value labels, std::optional<int64_t> ignore,
+    std::optional<uint64_t> microbatches) {
+  if (!microbatches || *microbatches <= 1)
+    return std::string("0.0"); // the mean over this call's labels
+  int64_t n = tensorType(labels).getDimSize(0);
+  if (!ignore)
+    return std::to_string(n * static_cast<int64_t>(*microbatches)) + ".0";
+  if (!stage.labelInput)
+    return op->emitError("with micro-batches, the labels of a loss with "
+                         "ignore_index must be a graph input read by the "
+                         "loss's stage"),
+           failure();
+  return "static_cast<double>(gp_count_labels(ctx, " +
+         std::to_string(*stage.labelInput) + ", 1, " + std::to_string(*ignore) +
+         "LL))";
+}
+
+void FuncEmitter::formUnits() {
   Block &block = func.getBody().front();
   int64_t open = -1; // the elementwise group still accepting ops
   for (Operation &op : block) {
@@ -248,7 +321,7 @@ void Emitter::formUnits() {
   }
 }
 
-LogicalResult Emitter::plan() {
+LogicalResult FuncEmitter::plan() {
   Block &block = func.getBody().front();
   // Aliases: a reshape's result is a view of its input's storage.
   llvm::DenseMap<Value, Value> root;
@@ -257,81 +330,90 @@ LogicalResult Emitter::plan() {
       v = root.lookup(v);
     return v;
   };
-  std::vector<Operation *> order;
   for (Operation &op : block)
-    order.push_back(&op);
-  // Liveness is counted in units: a fused group is one step, so none of its
-  // outputs can share storage with any of its (possibly broadcast) inputs.
-  llvm::DenseMap<Operation *, int64_t> index = unitOf;
-  for (Operation *op : order)
     if (auto r = dyn_cast<nn::ReshapeOp>(op))
       root[r.getOutput()] = r.getInput();
 
-  // Permanent storage first: inputs, parameters, optimizer state.
-  int64_t cursor = 0;
-  auto permanent = [&](int64_t bytes) {
-    int64_t at = cursor;
-    cursor += alignUp(bytes);
-    return at;
-  };
-  for (BlockArgument arg : block.getArguments()) {
-    offsets[arg] = permanent(bytesOf(arg));
-    result.memory.inputBytes += bytesOf(arg);
-  }
-  for (Operation *op : order) {
+  // Long-lived storage: parameters, optimizer state, accumulators (shared by
+  // the stage's functions), constants.
+  for (Operation &op : block) {
     if (auto p = dyn_cast<nn::ParamOp>(op)) {
-      offsets[p.getOutput()] = permanent(bytesOf(p.getOutput()));
-      result.memory.parameterBytes += bytesOf(p.getOutput());
+      auto [it, inserted] = stage.paramOffset.try_emplace(p.getName(), 0);
+      if (inserted) {
+        it->second = stage.permanent(bytesOf(p.getOutput()));
+        stage.paramOrder.push_back(
+            {p.getName().str(), tensorType(p.getOutput())});
+        stage.result.memory.parameterBytes += bytesOf(p.getOutput());
+      }
+      storage[p.getOutput()] = {Storage::Arena, it->second, ""};
     } else if (auto c = dyn_cast<nn::ConstantOp>(op)) {
-      constNames[c.getOutput()] = emitConstant(c);
+      storage[c.getOutput()] = {Storage::Const, 0, emitConstant(c)};
+    } else if (auto g = dyn_cast<pipeline::AccumulatedGradOp>(op)) {
+      storage[g.getGrad()] = {Storage::Arena,
+                              stage.accumulator.lookup(g.getParam()), ""};
     }
   }
-  for (Operation *op : order) {
-    int buffers = 0;
-    Value param;
-    if (auto sgd = dyn_cast<pipeline::SGDUpdateOp>(op)) {
-      buffers = sgd.getMomentum().convertToDouble() > 0 ? 1 : 0;
-      param = sgd.getParam();
-    } else if (auto adam = dyn_cast<pipeline::AdamUpdateOp>(op)) {
-      buffers = 2;
-      param = adam.getParam();
+  // A GEMM whose only reader is an accumulation adds into the accumulator.
+  for (Operation &op : block)
+    if (auto acc = dyn_cast<pipeline::AccumulateGradOp>(op)) {
+      auto gemm = acc.getGrad().getDefiningOp<nn::GemmOp>();
+      if (gemm && !gemm.getC() && acc.getGrad().hasOneUse()) {
+        accumulateInPlace.insert(acc.getGrad());
+        storage[acc.getGrad()] = {Storage::Arena,
+                                  stage.accumulator.lookup(acc.getParam()), ""};
+      }
     }
-    for (int k = 0; k < buffers; ++k) {
-      optimizerState[op].push_back(permanent(bytesOf(param)));
-      result.memory.optimizerBytes += bytesOf(param);
+
+  // The stash: the forward's results live in the micro-batch's slot, the
+  // backward's arguments are that slot.
+  bool isForward = func->getAttrOfType<StringAttr>("pipe.phase").getValue() ==
+                   "forward";
+  if (isForward) {
+    auto ret = block.getTerminator();
+    for (auto [k, v] : llvm::enumerate(ret->getOperands())) {
+      Value r = rootOf(v);
+      Operation *def = r.getDefiningOp();
+      if (def && isa<nn::ParamOp, nn::ConstantOp>(def))
+        return def->emitError("internal error: a parameter or constant is "
+                              "stashed");
+      storage[r] = {Storage::Stash, stage.stashOffsetOfResult[k], ""};
     }
+  } else if (block.getNumArguments()) {
+    for (BlockArgument arg : block.getArguments())
+      storage[arg] = {Storage::Stash,
+                      stage.stashOffsetOfResult[arg.getArgNumber()], ""};
   }
 
   // Temporaries: last use (through views) decides when a slot is free again.
   llvm::DenseMap<Value, int64_t> lastUse;
-  for (Operation *op : order)
-    for (Value operand : op->getOperands()) {
+  for (Operation &op : block)
+    for (Value operand : op.getOperands()) {
       Value r = rootOf(operand);
-      lastUse[r] = std::max<int64_t>(lastUse.lookup(r), index[op]);
+      lastUse[r] = std::max<int64_t>(lastUse.lookup(r), unitOf[&op]);
     }
-  SlotAllocator slots(cursor);
-  std::vector<std::pair<Value, int64_t>> temporaries; // (value, defining op)
+  SlotAllocator slots(stage.transientBase);
+  std::vector<std::pair<Value, int64_t>> temporaries; // (value, defining unit)
+  // Graph inputs not kept in the stash are loaded into temporaries first.
+  for (BlockArgument arg : block.getArguments())
+    if (!storage.count(arg)) {
+      storage[arg] = {Storage::Arena, slots.allocate(bytesOf(arg)), ""};
+      transient.insert(arg);
+      temporaries.push_back({arg, -1});
+      if (!lastUse.count(arg))
+        lastUse[arg] = -1;
+    }
   for (auto [u, unit] : llvm::enumerate(units)) {
     int64_t unitIndex = u;
     for (Operation *op : unit)
       for (Value res : op->getResults()) {
-        if (offsets.count(res) || constNames.count(res) ||
-            fusedAway.contains(res))
+        if (storage.count(res) || fusedAway.contains(res))
           continue;
         if (root.count(res)) {
-          Value r = rootOf(res);
-          if (constNames.count(r))
-            constNames[res] =
-                "((" +
-                std::string(tensorType(res).getElementType().isF32()
-                                ? "const float"
-                                : "const int64_t") +
-                " *)" + constNames.lookup(r) + ")";
-          else
-            offsets[res] = offsets.lookup(r);
+          storage[res] = storage[rootOf(res)];
           continue;
         }
-        offsets[res] = slots.allocate(bytesOf(res));
+        storage[res] = {Storage::Arena, slots.allocate(bytesOf(res)), ""};
+        transient.insert(res);
         // A result nobody reads is still written: free it after this unit.
         if (!lastUse.count(res))
           lastUse[res] = unitIndex;
@@ -339,48 +421,77 @@ LogicalResult Emitter::plan() {
       }
     // Free after allocating the whole unit's results, so results never
     // overlap the operands they are computed from.
-    auto releasable = [&](Value r) {
-      return offsets.count(r) && !isa<BlockArgument>(r) &&
-             !r.getDefiningOp<nn::ParamOp>() && !constNames.count(r) &&
-             !fusedAway.contains(r);
-    };
     llvm::DenseSet<Value> released;
     for (Operation *op : unit) {
       for (Value operand : op->getOperands()) {
         Value r = rootOf(operand);
-        if (lastUse.lookup(r) == unitIndex && releasable(r) &&
+        if (lastUse.lookup(r) == unitIndex && transient.contains(r) &&
             released.insert(r).second)
-          slots.release(offsets.lookup(r));
+          slots.release(storage[r].offset);
       }
       for (Value res : op->getResults())
         if (!root.count(res) && lastUse.lookup(res) == unitIndex &&
-            releasable(res) && res.use_empty() && released.insert(res).second)
-          slots.release(offsets.lookup(res));
+            transient.contains(res) && res.use_empty() &&
+            released.insert(res).second)
+          slots.release(storage[res].offset);
     }
   }
   // The plan is checked, not trusted: two tensors alive at the same time must
   // not share a byte.
   for (size_t i = 0; i < temporaries.size(); ++i) {
     auto [a, aDef] = temporaries[i];
-    int64_t aEnd = lastUse.lookup(a), aOff = offsets.lookup(a);
+    int64_t aEnd = lastUse.lookup(a), aOff = storage[a].offset;
     for (size_t j = i + 1; j < temporaries.size(); ++j) {
       auto [b, bDef] = temporaries[j];
-      int64_t bEnd = lastUse.lookup(b), bOff = offsets.lookup(b);
+      int64_t bEnd = lastUse.lookup(b), bOff = storage[b].offset;
       bool liveTogether = aDef <= bEnd && bDef <= aEnd;
       bool shareBytes = aOff < bOff + bytesOf(b) && bOff < aOff + bytesOf(a);
-      if (liveTogether && shareBytes)
-        return b.getDefiningOp()->emitError(
-                   "internal error: the memory plan overlaps this result "
-                   "with one that is still alive (")
-               << a.getDefiningOp()->getName() << ")";
+      if (liveTogether && shareBytes) {
+        Operation *where = b.getDefiningOp() ? b.getDefiningOp() : func;
+        return where->emitError("internal error: the memory plan overlaps "
+                                "this value with one that is still alive");
+      }
     }
   }
-  result.memory.activationBytes = slots.peak() - cursor;
-  result.memory.arenaBytes = slots.peak();
+  transientPeak = slots.peak() - stage.transientBase;
   return success();
 }
 
-void Emitter::emitLoop(
+void FuncEmitter::emitElementwise(ArrayRef<Operation *> group) {
+  // Operands from outside the group are loaded, values used only inside it
+  // stay in registers, values read after it are stored.
+  llvm::DenseSet<Operation *> members(group.begin(), group.end());
+  llvm::SmallVector<Value> ins, outs;
+  for (Operation *op : group)
+    for (Value v : op->getOperands())
+      if (!members.contains(v.getDefiningOp()) && !llvm::is_contained(ins, v))
+        ins.push_back(v);
+  for (Operation *op : group)
+    if (!fusedAway.contains(op->getResult(0)))
+      outs.push_back(op->getResult(0));
+  auto shape = tensorType(group.front()->getResult(0)).getShape();
+  emitLoop(shape, ins, outs,
+           [&](ArrayRef<std::string> inRefs, ArrayRef<std::string> outRefs) {
+             llvm::DenseMap<Value, std::string> names;
+             for (auto [k, v] : llvm::enumerate(ins))
+               names[v] = inRefs[k];
+             std::string text;
+             for (auto [k, op] : llvm::enumerate(group)) {
+               llvm::SmallVector<std::string> args;
+               for (Value v : op->getOperands())
+                 args.push_back(names.lookup(v));
+               std::string var = "v" + std::to_string(k);
+               text += "      const float " + var + " = " +
+                       *scalarExpr(op, args) + ";\n";
+               names[op->getResult(0)] = var;
+             }
+             for (auto [k, v] : llvm::enumerate(outs))
+               text += "      " + outRefs[k] + " = " + names.lookup(v) + ";\n";
+             return text;
+           });
+}
+
+void FuncEmitter::emitLoop(
     ArrayRef<int64_t> shape, ArrayRef<Value> ins, ArrayRef<Value> outs,
     const std::function<std::string(ArrayRef<std::string>,
                                     ArrayRef<std::string>)> &body) {
@@ -447,40 +558,6 @@ void Emitter::emitLoop(
   os << body(inRefs, outRefs) << "    }\n  }\n";
 }
 
-void Emitter::emitElementwise(ArrayRef<Operation *> group) {
-  // Operands from outside the group are loaded, values used only inside it
-  // stay in registers, values read after it are stored.
-  llvm::DenseSet<Operation *> members(group.begin(), group.end());
-  llvm::SmallVector<Value> ins, outs;
-  for (Operation *op : group)
-    for (Value v : op->getOperands())
-      if (!members.contains(v.getDefiningOp()) && !llvm::is_contained(ins, v))
-        ins.push_back(v);
-  for (Operation *op : group)
-    if (!fusedAway.contains(op->getResult(0)))
-      outs.push_back(op->getResult(0));
-  auto shape = tensorType(group.front()->getResult(0)).getShape();
-  emitLoop(shape, ins, outs,
-           [&](ArrayRef<std::string> inRefs, ArrayRef<std::string> outRefs) {
-             llvm::DenseMap<Value, std::string> names;
-             for (auto [k, v] : llvm::enumerate(ins))
-               names[v] = inRefs[k];
-             std::string text;
-             for (auto [k, op] : llvm::enumerate(group)) {
-               llvm::SmallVector<std::string> args;
-               for (Value v : op->getOperands())
-                 args.push_back(names.lookup(v));
-               std::string var = "v" + std::to_string(k);
-               text += "      const float " + var + " = " +
-                       *scalarExpr(op, args) + ";\n";
-               names[op->getResult(0)] = var;
-             }
-             for (auto [k, v] : llvm::enumerate(outs))
-               text += "      " + outRefs[k] + " = " + names.lookup(v) + ";\n";
-             return text;
-           });
-}
-
 static std::string floatLit(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.9g", v);
@@ -490,9 +567,10 @@ static std::string floatLit(double v) {
   return s + "f";
 }
 
-LogicalResult Emitter::emitOp(Operation *op) {
+LogicalResult FuncEmitter::emitOp(Operation *op) {
   // Ops that only name storage (views, values) emit nothing.
-  if (isa<nn::ParamOp, nn::ConstantOp, nn::ReshapeOp, func::ReturnOp>(op))
+  if (isa<nn::ParamOp, nn::ConstantOp, nn::ReshapeOp, func::ReturnOp,
+          pipeline::AccumulatedGradOp>(op))
     return success();
   // A comment naming the ONNX node keeps the generated code traceable.
   os << "  // " << op->getName();
@@ -506,7 +584,7 @@ LogicalResult Emitter::emitOp(Operation *op) {
     auto out = tensorType(o.getOutput());
     int64_t m = out.getDimSize(0), n = out.getDimSize(1);
     int64_t k = o.getTransA() ? at.getDimSize(0) : at.getDimSize(1);
-    float beta = 0.f;
+    float beta = accumulateInPlace.contains(o.getOutput()) ? 1.f : 0.f;
     if (o.getC()) {
       // out = beta * broadcast(C), then the GEMM accumulates into it.
       float cb = o.getBeta().convertToFloat();
@@ -627,22 +705,32 @@ LogicalResult Emitter::emitOp(Operation *op) {
            << lt.getDimSize(0) << ", " << lt.getDimSize(1) << ", "
            << ignoreArgs(o.getIgnoreIndex()) << ", \"" << name.getValue()
            << "\");\n";
+    FailureOr<std::string> norm =
+        lossNorm(op, o.getLabels(), o.getIgnoreIndex(), o.getMicrobatches());
+    if (failed(norm))
+      return failure();
     os << "  gp_softmax_xent_fwd(" << ptr(o.getLogits()) << ", "
        << ptr(o.getLabels()) << ", " << lt.getDimSize(0) << ", "
        << lt.getDimSize(1) << ", " << ignoreArgs(o.getIgnoreIndex()) << ", "
-       << ptr(o.getLoss(), false) << ", nullptr);\n";
+       << *norm << ", " << ptr(o.getLoss(), false) << ", nullptr);\n";
     return success();
   }
   if (auto o = dyn_cast<nn::SoftmaxCrossEntropyGradOp>(op)) {
     auto lt = tensorType(o.getLogits());
+    FailureOr<std::string> norm =
+        lossNorm(op, o.getLabels(), o.getIgnoreIndex(), o.getMicrobatches());
+    if (failed(norm))
+      return failure();
     os << "  gp_softmax_xent_bwd(" << ptr(o.getLogits()) << ", "
        << ptr(o.getLabels()) << ", " << lt.getDimSize(0) << ", "
        << lt.getDimSize(1) << ", " << ignoreArgs(o.getIgnoreIndex()) << ", "
-       << ptr(o.getGrad()) << ", " << ptr(o.getOutput(), false) << ");\n";
+       << *norm << ", " << ptr(o.getGrad()) << ", " << ptr(o.getOutput(), false)
+       << ");\n";
     return success();
   }
   auto statePtr = [&](Operation *op, int k) {
-    return "((float *)(A + " + std::to_string(optimizerState[op][k]) + "))";
+    return "((float *)(A + " + std::to_string(stage.optimizerState[op][k]) +
+           "))";
   };
   if (auto o = dyn_cast<pipeline::SGDUpdateOp>(op)) {
     bool momentum = o.getMomentum().convertToDouble() > 0;
@@ -667,25 +755,51 @@ LogicalResult Emitter::emitOp(Operation *op) {
        << o.getDecoupled() << ", ctx->step);\n";
     return success();
   }
+  auto bytes = [](Value v) { return std::to_string(bytesOf(v)); };
+  if (auto o = dyn_cast<pipeline::SendOp>(op)) {
+    os << "  gp_send(ctx, " << o.getPeer() << ", " << o.getTag() << ", "
+       << ptr(o.getValue()) << ", " << bytes(o.getValue()) << ");\n";
+    return success();
+  }
+  if (auto o = dyn_cast<pipeline::RecvOp>(op)) {
+    os << "  gp_recv(ctx, " << o.getPeer() << ", " << o.getTag() << ", "
+       << ptr(o.getValue(), false) << ", " << bytes(o.getValue()) << ");\n";
+    return success();
+  }
+  if (auto o = dyn_cast<pipeline::ReportLossOp>(op)) {
+    os << "  ctx->loss += " << ptr(o.getLoss()) << "[0];\n";
+    return success();
+  }
+  if (auto o = dyn_cast<pipeline::AccumulateGradOp>(op)) {
+    if (accumulateInPlace.contains(o.getGrad()))
+      return success(); // the GEMM accumulated into it
+    int64_t n = tensorType(o.getGrad()).getNumElements();
+    os << "  {\n    float *acc = (float *)(A + "
+       << stage.accumulator.lookup(o.getParam()) << ");\n    const float *g = "
+       << ptr(o.getGrad()) << ";\n";
+    if (n >= kParallelMin)
+      os << "#pragma omp parallel for schedule(static)\n";
+    os << "    for (int64_t i = 0; i < " << n
+       << "; ++i)\n      acc[i] += g[i];\n  }\n";
+    return success();
+  }
   return op->emitError("code generation does not support '")
          << op->getName() << "' yet";
 }
 
-FailureOr<EmittedStage> Emitter::run() {
+LogicalResult FuncEmitter::run() {
   if (!func.getBody().hasOneBlock())
     return func.emitError("code generation needs a single-block function");
   Block &block = func.getBody().front();
-  for (Operation &op : block)
-    if (auto cost = dyn_cast<nn::CostOpInterface>(op))
-      result.flops += cost.getFlops();
   formUnits();
   if (failed(plan()))
     return failure();
-
-  std::optional<unsigned> lossIndex;
-  for (unsigned i = 0; i < func.getNumResults(); ++i)
-    if (func.getResultAttr(i, "nn.loss"))
-      lossIndex = i;
+  bool isForward = func->getAttrOfType<StringAttr>("pipe.phase").getValue() ==
+                   "forward";
+  if (isForward)
+    for (BlockArgument arg : block.getArguments())
+      os << "  gp_load_input(ctx, " << arg.getArgNumber() << ", mb, "
+         << ptr(arg, false) << ");\n";
   for (auto &unit : units) {
     if (unit.size() == 1) {
       if (failed(emitOp(unit.front())))
@@ -701,64 +815,279 @@ FailureOr<EmittedStage> Emitter::run() {
     os << "\n";
     emitElementwise(unit);
   }
+  return success();
+}
+
+/// Replaces every pipe.remat region by its ops, in place.
+static void inlineRematRegions(func::FuncOp func) {
+  SmallVector<pipeline::RematOp> remats;
+  func.walk([&](pipeline::RematOp op) { remats.push_back(op); });
+  for (pipeline::RematOp remat : remats) {
+    Block &body = remat.getBody().front();
+    for (auto [arg, input] : llvm::zip(body.getArguments(), remat.getInputs()))
+      arg.replaceAllUsesWith(input);
+    auto yield = cast<pipeline::YieldOp>(body.getTerminator());
+    remat.replaceAllUsesWith(yield.getValues());
+    yield.erase();
+    remat->getBlock()->getOperations().splice(remat->getIterator(),
+                                              body.getOperations());
+    remat.erase();
+  }
+}
+
+static int64_t costOf(func::FuncOp func) {
+  int64_t flops = 0;
+  func.walk([&](nn::CostOpInterface op) { flops += op.getFlops(); });
+  return flops;
+}
+
+static std::string typeString(Type t) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << t;
+  return s;
+}
+
+FailureOr<EmittedStage>
+gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
+                    const std::string &programName,
+                    std::vector<std::string> &takenWeightFiles) {
+  func::FuncOp fns[3];
+  const char *phases[] = {"forward", "backward", "update"};
+  for (int k = 0; k < 3; ++k) {
+    for (auto f : module.getOps<func::FuncOp>()) {
+      auto s = f->getAttrOfType<IntegerAttr>("pipe.stage");
+      auto p = f->getAttrOfType<StringAttr>("pipe.phase");
+      if (s && p && s.getInt() == stageIndex && p.getValue() == phases[k])
+        fns[k] = f;
+    }
+    if (!fns[k])
+      return module.emitError("stage ")
+             << stageIndex << " has no " << phases[k] << " function",
+             failure();
+  }
+  pipeline::ScheduleOp schedule;
+  for (auto s : module.getOps<pipeline::ScheduleOp>())
+    if (static_cast<int64_t>(s.getStage()) == stageIndex)
+      schedule = s;
+  if (!schedule)
+    return module.emitError("stage ") << stageIndex << " has no schedule",
+           failure();
+  FailureOr<SmallVector<pipeline::ScheduleOp::Action>> actions =
+      schedule.parseActions();
+  if (failed(actions))
+    return failure();
+  auto [forward, backward, update] = std::tie(fns[0], fns[1], fns[2]);
+  inlineRematRegions(backward);
+
+  StageState st;
+  EmittedStage &result = st.result;
+  auto intAttr = [&](StringRef name, int64_t dflt) {
+    auto a = module->getAttrOfType<IntegerAttr>(name);
+    return a ? a.getInt() : dflt;
+  };
+  int64_t numStages = intAttr("pipe.stages", 1);
+  st.microbatches = intAttr("pipe.microbatches", 1);
+  Block &fwd = forward.getBody().front();
+  int64_t batch = 0;
+  if (fwd.getNumArguments() && tensorType(fwd.getArgument(0)).getRank())
+    batch = tensorType(fwd.getArgument(0)).getDimSize(0) * st.microbatches;
+  batch = intAttr("pipe.batch_size", batch);
+
+  // Long-lived storage: parameters, optimizer state, then accumulators.
+  for (func::FuncOp f : fns)
+    f.walk([&](nn::ParamOp p) {
+      auto [it, inserted] = st.paramOffset.try_emplace(p.getName(), 0);
+      if (inserted) {
+        it->second = st.permanent(bytesOf(p.getOutput()));
+        st.paramOrder.push_back({p.getName().str(), tensorType(p.getOutput())});
+        result.memory.parameterBytes += bytesOf(p.getOutput());
+      }
+    });
+  update.walk([&](Operation *op) {
+    int buffers = 0;
+    Value param;
+    if (auto sgd = dyn_cast<pipeline::SGDUpdateOp>(op)) {
+      buffers = sgd.getMomentum().convertToDouble() > 0 ? 1 : 0;
+      param = sgd.getParam();
+    } else if (auto adam = dyn_cast<pipeline::AdamUpdateOp>(op)) {
+      buffers = 2;
+      param = adam.getParam();
+    }
+    for (int k = 0; k < buffers; ++k) {
+      st.optimizerState[op].push_back(st.permanent(bytesOf(param)));
+      result.memory.optimizerBytes += bytesOf(param);
+    }
+  });
+  st.accumulatorBegin = st.cursor;
+  for (func::FuncOp f : fns)
+    f.walk([&](Operation *op) {
+      StringRef name;
+      Value v;
+      if (auto a = dyn_cast<pipeline::AccumulateGradOp>(op)) {
+        name = a.getParam();
+        v = a.getGrad();
+      } else if (auto a = dyn_cast<pipeline::AccumulatedGradOp>(op)) {
+        name = a.getParam();
+        v = a.getGrad();
+      } else {
+        return;
+      }
+      if (!st.accumulator.count(name))
+        st.accumulator[name] = st.permanent(bytesOf(v));
+    });
+  st.accumulatorEnd = st.cursor;
+
+  // The stash: one slot per in-flight micro-batch, holding the forward's
+  // results (their storage roots, through reshapes).
+  {
+    llvm::DenseMap<Value, int64_t> rootOffset;
+    for (Value v : fwd.getTerminator()->getOperands()) {
+      while (auto r = v.getDefiningOp<nn::ReshapeOp>())
+        v = r.getInput();
+      auto [it, inserted] = rootOffset.try_emplace(v, st.stashBytes);
+      if (inserted)
+        st.stashBytes += alignUp(bytesOf(v));
+      st.stashOffsetOfResult.push_back(it->second);
+    }
+  }
+  st.stashBase = st.cursor;
+  st.transientBase = st.stashBase + st.stashBytes * st.microbatches;
+
+  // The labels of a mean loss with ignore_index, for the mini-batch count.
+  forward.walk([&](nn::SoftmaxCrossEntropyOp x) {
+    Value labels = x.getLabels();
+    while (auto r = labels.getDefiningOp<nn::ReshapeOp>())
+      labels = r.getInput();
+    if (auto arg = dyn_cast<BlockArgument>(labels))
+      st.labelInput = arg.getArgNumber();
+  });
+
+  result.forwardFlops = costOf(forward);
+  result.backwardFlops = costOf(backward);
+  result.updateFlops = costOf(update);
+  result.flops = (result.forwardFlops + result.backwardFlops) *
+                     st.microbatches +
+                 result.updateFlops;
+  for (func::FuncOp f : {forward, backward})
+    f.walk([&](Operation *op) {
+      EmittedTransfer t;
+      t.phase = f->getAttrOfType<StringAttr>("pipe.phase").getValue().str();
+      if (auto s = dyn_cast<pipeline::SendOp>(op)) {
+        t = {true, t.phase, static_cast<int64_t>(s.getPeer()),
+             static_cast<int64_t>(s.getTag()), bytesOf(s.getValue()),
+             typeString(s.getValue().getType())};
+      } else if (auto r = dyn_cast<pipeline::RecvOp>(op)) {
+        t = {false, t.phase, static_cast<int64_t>(r.getPeer()),
+             static_cast<int64_t>(r.getTag()), bytesOf(r.getValue()),
+             typeString(r.getValue().getType())};
+      } else {
+        return;
+      }
+      result.transfers.push_back(t);
+    });
+  result.hasLoss = false;
+  forward.walk([&](pipeline::ReportLossOp) { result.hasLoss = true; });
+
+  std::string bodies[3];
+  int64_t peak = 0;
+  for (int k = 0; k < 3; ++k) {
+    FuncEmitter fe(st, fns[k]);
+    if (failed(fe.run()))
+      return failure();
+    bodies[k] = std::move(fe.body);
+    peak = std::max(peak, fe.transientPeak);
+  }
+
+  MemoryPlan &m = result.memory;
+  m.gradientBytes = st.accumulatorEnd - st.accumulatorBegin;
+  m.stashBytesPerMicrobatch = st.stashBytes;
+  m.stashBytes = st.stashBytes * st.microbatches;
+  m.transientBytes = peak;
+  m.arenaBytes = st.transientBase + peak;
+  for (BlockArgument arg : fwd.getArguments())
+    m.inputBytes += bytesOf(arg);
 
   // Program description.
   std::string desc;
   llvm::raw_string_ostream ds(desc);
   ds << "static const gp_tensor_desc kInputs[] = {\n";
-  for (BlockArgument arg : block.getArguments()) {
+  for (BlockArgument arg : fwd.getArguments()) {
     auto name =
-        func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "nn.input");
+        forward.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "nn.input");
     auto t = tensorType(arg);
-    ds << "  {\"" << (name ? name.getValue() : "") << "\", nullptr, "
-       << (t.getElementType().isF32() ? "GP_F32" : "GP_I64") << ", "
-       << t.getRank() << ", " << shapeArray(t.getShape()) << ", "
-       << offsets.lookup(arg) << "},\n";
+    EmittedInput in{name ? name.getValue().str() : "",
+                    t.getElementType().isF32(),
+                    std::vector<int64_t>(t.getShape().begin(),
+                                         t.getShape().end())};
+    ds << "  {\"" << in.name << "\", nullptr, "
+       << (in.isFloat ? "GP_F32" : "GP_I64") << ", " << t.getRank() << ", "
+       << st.shapeArray(t.getShape()) << ", 0},\n";
+    result.inputs.push_back(std::move(in));
   }
   ds << "  {nullptr, nullptr, GP_F32, 0, nullptr, 0}\n};\n";
   ds << "static const gp_tensor_desc kParams[] = {\n";
-  std::vector<std::string> taken;
-  for (Operation &op : block) {
-    auto p = dyn_cast<nn::ParamOp>(op);
-    if (!p)
-      continue;
-    auto t = tensorType(p.getOutput());
-    EmittedParam ep{
-        p.getName().str(), weightFileName(p.getName().str(), taken),
-        std::vector<int64_t>(t.getShape().begin(), t.getShape().end())};
+  for (auto &[name, t] : st.paramOrder) {
+    EmittedParam ep{name, weightFileName(name, takenWeightFiles),
+                    std::vector<int64_t>(t.getShape().begin(),
+                                         t.getShape().end())};
     ds << "  {\"" << llvm::StringRef(ep.name) << "\", \"" << ep.file
-       << "\", GP_F32, " << t.getRank() << ", " << shapeArray(t.getShape())
-       << ", " << offsets.lookup(p.getOutput()) << "},\n";
+       << "\", GP_F32, " << t.getRank() << ", " << st.shapeArray(t.getShape())
+       << ", " << st.paramOffset.lookup(name) << "},\n";
     result.params.push_back(std::move(ep));
   }
   ds << "  {nullptr, nullptr, GP_F32, 0, nullptr, 0}\n};\n";
+  ds << "static const gp_action kActions[] = {\n";
+  for (auto [i, a] : llvm::enumerate(*actions)) {
+    using Kind = pipeline::ScheduleOp::Action;
+    ds << "  {"
+       << (a.kind == Kind::Forward    ? "GP_FORWARD"
+           : a.kind == Kind::Backward ? "GP_BACKWARD"
+                                      : "GP_UPDATE")
+       << ", " << a.microbatch << "},\n";
+    result.schedule.push_back(
+        cast<StringAttr>(schedule.getActions()[i]).getValue().str());
+  }
+  ds << "};\n";
 
   auto &src = result.source;
   llvm::raw_string_ostream ss(src);
   ss << "// Generated by gpipe-compile: stage program '" << programName
-     << "'. Do not edit.\n"
+     << "' (stage " << stageIndex << " of " << numStages << ", "
+     << st.microbatches << " micro-batch(es)). Do not edit.\n"
      << "#include \"gpipe/runtime.h\"\n\n#include <cmath>\n#include "
-        "<cstdint>\n\n";
-  ss << globals << "\n" << desc << "\n";
-  ss << "static float step(gp_step_ctx *ctx) {\n"
+        "<cstdint>\n#include <cstring>\n\n";
+  ss << st.globals << "\n" << desc << "\n";
+  auto stashPtr = [&] {
+    return "  unsigned char *S = A + " + std::to_string(st.stashBase) +
+           "LL + mb * " + std::to_string(st.stashBytes) + "LL;\n";
+  };
+  ss << "// Forward of micro-batch mb: keeps its stash in slot mb.\n"
+     << "static void forward(gp_step_ctx *ctx, int64_t mb) {\n"
      << "  unsigned char *A = ctx->arena;\n"
-     << body;
-  if (lossIndex)
-    ss << "  return " << ptr(block.getTerminator()->getOperand(*lossIndex))
-       << "[0];\n";
-  else
-    ss << "  return NAN;\n";
+     << stashPtr() << "  (void)A;\n  (void)S;\n"
+     << bodies[0] << "}\n\n";
+  ss << "// Backward of micro-batch mb, from its stash.\n"
+     << "static void backward(gp_step_ctx *ctx, int64_t mb) {\n"
+     << "  unsigned char *A = ctx->arena;\n"
+     << stashPtr() << "  (void)A;\n  (void)S;\n"
+     << bodies[1] << "}\n\n";
+  ss << "// The optimizer update, once per mini-batch; then the gradient\n"
+     << "// accumulators start again from zero.\n"
+     << "static void update(gp_step_ctx *ctx) {\n"
+     << "  unsigned char *A = ctx->arena;\n  (void)A;\n"
+     << bodies[2];
+  if (m.gradientBytes)
+    ss << "  std::memset(A + " << st.accumulatorBegin << ", 0, "
+       << m.gradientBytes << ");\n";
   ss << "}\n\n";
   ss << "static const gp_program kProgram = {\"" << programName << "\", "
-     << block.getNumArguments() << ", kInputs, " << result.params.size()
-     << ", kParams, " << result.memory.arenaBytes << "LL, step};\n\n"
+     << stageIndex << ", " << numStages << ", " << st.microbatches << ", "
+     << batch << "LL, " << result.inputs.size() << ", kInputs, "
+     << result.params.size() << ", kParams, " << m.arenaBytes << "LL, "
+     << actions->size() << ", kActions, forward, backward, update, "
+     << (result.hasLoss ? 1 : 0) << "};\n\n"
      << "int main(int argc, char **argv) { return gp_main(argc, argv, "
         "&kProgram); }\n";
   return std::move(result);
-}
-
-FailureOr<EmittedStage> gpipe::emitStageCpp(func::FuncOp func,
-                                            const std::string &programName) {
-  Emitter emitter(func, programName);
-  return emitter.run();
 }

@@ -1,8 +1,9 @@
-// Lowers a training-step function (nn + pipe ops) to C++ calling the runtime.
+// Lowers one pipeline stage (its forward, backward and update functions and
+// its schedule, as built by the gpipe passes) to C++ calling the runtime.
 #ifndef GPIPE_COMPILER_CPPEMITTER_H
 #define GPIPE_COMPILER_CPPEMITTER_H
 
-#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
 
 #include <string>
 #include <vector>
@@ -16,27 +17,54 @@ struct EmittedParam {
   std::vector<int64_t> shape;
 };
 
+/// A graph input the stage reads (one micro-batch at a time).
+struct EmittedInput {
+  std::string name;
+  bool isFloat = true;
+  std::vector<int64_t> shape; // micro-batch shape
+};
+
+/// One tensor crossing the stage's boundary.
+struct EmittedTransfer {
+  bool isSend = false;
+  std::string phase; // "forward" or "backward"
+  int64_t peer = 0, tag = 0, bytes = 0;
+  std::string type; // "tensor<8x64xf32>"
+};
+
 /// The static memory plan of a stage, all in bytes.
 struct MemoryPlan {
-  int64_t arenaBytes = 0;      // everything the stage allocates, once
-  int64_t parameterBytes = 0;  // parameters
-  int64_t optimizerBytes = 0;  // optimizer state (momentum, Adam moments)
-  int64_t inputBytes = 0;      // one mini-batch of graph inputs
-  int64_t activationBytes = 0; // peak of all temporaries (activations, grads)
-  int64_t constantBytes = 0;   // constants compiled into the executable
+  int64_t arenaBytes = 0;       // everything the stage allocates, once
+  int64_t parameterBytes = 0;   // parameters
+  int64_t optimizerBytes = 0;   // optimizer state (momentum, Adam moments)
+  int64_t gradientBytes = 0;    // gradient accumulators
+  int64_t stashBytesPerMicrobatch = 0; // kept from forward to backward
+  int64_t stashBytes = 0;       // that, for every in-flight micro-batch
+  int64_t inputBytes = 0;       // one micro-batch of the graph inputs read
+  int64_t transientBytes = 0;   // peak of the temporaries of any one action
+  int64_t constantBytes = 0;    // constants compiled into the executable
 };
 
 struct EmittedStage {
   std::string source; // a complete C++17 translation unit
   std::vector<EmittedParam> params;
+  std::vector<EmittedInput> inputs;
+  std::vector<EmittedTransfer> transfers;
+  std::vector<std::string> schedule; // "F0", ..., "U"
+  bool hasLoss = false;
   MemoryPlan memory;
-  int64_t flops = 0; // estimated FLOPs of one training step
+  int64_t forwardFlops = 0, backwardFlops = 0, updateFlops = 0; // per action
+  int64_t flops = 0; // one training step (all micro-batches)
 };
 
-/// Emits the stage program for `func`. Reports unsupported ops as located
-/// errors and returns failure.
-mlir::FailureOr<EmittedStage> emitStageCpp(mlir::func::FuncOp func,
-                                           const std::string &programName);
+/// Emits the program of `stage` of the outlined, scheduled `module`.
+/// Reports unsupported ops as located errors and returns failure. Inlines
+/// the stage's pipe.remat regions (the IR is modified). Weight file names
+/// are made unique across the calls sharing `takenWeightFiles`.
+mlir::FailureOr<EmittedStage>
+emitStageCpp(mlir::ModuleOp module, int64_t stage,
+             const std::string &programName,
+             std::vector<std::string> &takenWeightFiles);
 
 /// Maps a parameter name to a portable file name ("fc1.weight" ->
 /// "fc1.weight.npy", "a/b:c" -> "a_b_c.npy"), unique within `taken`.

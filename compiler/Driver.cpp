@@ -72,17 +72,9 @@ LogicalResult validate(const CompileOptions &o) {
   auto &opt = o.optimizer;
   if (o.stages < 1)
     return fail("--stages must be >= 1, got " + llvm::Twine(o.stages));
-  if (o.stages > 1)
-    return fail("--stages " + llvm::Twine(o.stages) +
-                ": pipelining over several stages is not implemented yet; "
-                "only --stages 1 is accepted");
   if (o.microbatches < 1)
     return fail("--microbatches must be >= 1, got " +
                 llvm::Twine(o.microbatches));
-  if (o.microbatches > 1)
-    return fail("--microbatches " + llvm::Twine(o.microbatches) +
-                ": micro-batching is not implemented yet; only "
-                "--microbatches 1 is accepted");
   if (o.target == "cuda")
     return fail("--target cuda is not implemented yet; use --target cpu");
   if (o.target != "cpu")
@@ -95,8 +87,10 @@ LogicalResult validate(const CompileOptions &o) {
     return fail("-o - (stdout) works with --emit mlir or --emit import only");
   if (o.remat != "none" && o.remat != "stage" && o.remat != "auto")
     return fail("--remat must be none, stage or auto, got '" + o.remat + "'");
-  if (o.schedule != "gpipe" && o.schedule != "1f1b")
-    return fail("--schedule must be gpipe or 1f1b, got '" + o.schedule + "'");
+  if (o.schedule == "1f1b")
+    return fail("--schedule 1f1b is not implemented yet; use --schedule gpipe");
+  if (o.schedule != "gpipe")
+    return fail("--schedule must be gpipe, got '" + o.schedule + "'");
   if (opt.kind != "sgd" && opt.kind != "adam" && opt.kind != "adamw")
     return fail("--optimizer must be sgd, adam or adamw, got '" + opt.kind +
                 "'");
@@ -149,24 +143,32 @@ LogicalResult writeFile(const std::string &path, llvm::StringRef contents) {
   return success();
 }
 
-/// Writes pipeline.json: what gpipe-run and the stage programs need, plus the
-/// memory plan and cost estimate for people and tools.
+/// Writes pipeline.json: what gpipe-run and the stage programs need, plus
+/// the partition, transfers, schedule, memory plan and cost estimate of every
+/// stage, for people and tools.
 std::string pipelineJson(const CompileOptions &o, const ImportedModel &model,
-                         const EmittedStage &stage, const std::string &srcAbs) {
+                         const std::vector<EmittedStage> &stages,
+                         const std::string &remat, const std::string &srcAbs) {
   std::string s;
   llvm::raw_string_ostream os(s);
   llvm::json::OStream j(os, 2);
+  int64_t lossStage = -1;
+  for (auto [i, st] : llvm::enumerate(stages))
+    if (st.hasLoss)
+      lossStage = i;
   j.object([&] {
     j.attribute("format", "gpipe-pipeline");
-    j.attribute("version", 1);
+    j.attribute("version", 2);
     j.attribute("model", "model.onnx");
     j.attribute("source_model", srcAbs);
     j.attribute("target", o.target);
     j.attribute("batch_size", model.batchSize);
     j.attribute("microbatches", o.microbatches);
-    j.attribute("remat", o.remat);
+    j.attribute("microbatch_size", model.batchSize / o.microbatches);
+    j.attribute("remat", remat);
     j.attribute("schedule", o.schedule);
     j.attribute("loss", model.lossName);
+    j.attribute("loss_stage", lossStage);
     j.attributeObject("optimizer", [&] {
       j.attribute("kind", o.optimizer.kind);
       j.attribute("lr", o.optimizer.lr);
@@ -191,38 +193,69 @@ std::string pipelineJson(const CompileOptions &o, const ImportedModel &model,
             for (int64_t d : in.shape)
               j.value(d);
           });
-          j.attribute("stage", 0);
+          int64_t reader = -1;
+          for (auto [i, st] : llvm::enumerate(stages))
+            for (const EmittedInput &e : st.inputs)
+              if (e.name == in.name && reader < 0)
+                reader = i;
+          j.attribute("stage", reader);
         });
     });
     j.attributeArray("stages", [&] {
-      j.object([&] {
-        j.attribute("index", 0);
-        j.attribute("rank", 0);
-        j.attribute("executable", "stage0");
-        j.attribute("weights", "weights");
-        j.attribute("flops_per_step", stage.flops);
-        j.attributeArray("params", [&] {
-          for (const EmittedParam &p : stage.params)
-            j.object([&] {
-              j.attribute("name", p.name);
-              j.attribute("file", p.file);
-              j.attributeArray("shape", [&] {
-                for (int64_t d : p.shape)
-                  j.value(d);
+      for (auto [i, stage] : llvm::enumerate(stages))
+        j.object([&] {
+          j.attribute("index", static_cast<int64_t>(i));
+          j.attribute("rank", static_cast<int64_t>(i));
+          j.attribute("executable", "stage" + std::to_string(i));
+          j.attribute("weights", "weights");
+          j.attribute("flops_per_step", stage.flops);
+          j.attribute("forward_flops_per_microbatch", stage.forwardFlops);
+          j.attribute("backward_flops_per_microbatch", stage.backwardFlops);
+          j.attributeArray("inputs", [&] {
+            for (const EmittedInput &in : stage.inputs)
+              j.value(in.name);
+          });
+          j.attributeArray("params", [&] {
+            for (const EmittedParam &p : stage.params)
+              j.object([&] {
+                j.attribute("name", p.name);
+                j.attribute("file", p.file);
+                j.attributeArray("shape", [&] {
+                  for (int64_t d : p.shape)
+                    j.value(d);
+                });
               });
-            });
+          });
+          j.attributeObject("memory", [&] {
+            const MemoryPlan &m = stage.memory;
+            j.attribute("arena_bytes", m.arenaBytes);
+            j.attribute("parameter_bytes", m.parameterBytes);
+            j.attribute("optimizer_state_bytes", m.optimizerBytes);
+            j.attribute("gradient_bytes", m.gradientBytes);
+            j.attribute("activation_bytes_per_microbatch",
+                        m.stashBytesPerMicrobatch);
+            j.attribute("in_flight_microbatches", o.microbatches);
+            j.attribute("activation_bytes", m.stashBytes);
+            j.attribute("transient_peak_bytes", m.transientBytes);
+            j.attribute("input_bytes_per_microbatch", m.inputBytes);
+            j.attribute("constant_bytes", m.constantBytes);
+          });
+          j.attributeArray("boundaries", [&] {
+            for (const EmittedTransfer &t : stage.transfers)
+              j.object([&] {
+                j.attribute("direction", t.isSend ? "send" : "recv");
+                j.attribute("phase", t.phase);
+                j.attribute("peer", t.peer);
+                j.attribute("tag", t.tag);
+                j.attribute("type", t.type);
+                j.attribute("bytes", t.bytes);
+              });
+          });
+          j.attributeArray("schedule", [&] {
+            for (const std::string &a : stage.schedule)
+              j.value(a);
+          });
         });
-        j.attributeObject("memory", [&] {
-          const MemoryPlan &m = stage.memory;
-          j.attribute("arena_bytes", m.arenaBytes);
-          j.attribute("parameter_bytes", m.parameterBytes);
-          j.attribute("optimizer_state_bytes", m.optimizerBytes);
-          j.attribute("input_bytes", m.inputBytes);
-          j.attribute("activation_peak_bytes", m.activationBytes);
-          j.attribute("constant_bytes", m.constantBytes);
-        });
-        j.attributeArray("boundaries", [&] {});
-      });
     });
   });
   os << "\n";
@@ -274,9 +307,10 @@ FailureOr<RuntimePaths> findRuntime() {
   return failure();
 }
 
-/// Compiles and links a stage program with the host C++ compiler.
-LogicalResult buildExecutable(const CompileOptions &o, const std::string &dir,
-                              const std::string &name) {
+/// Compiles and links the stage programs with the host C++ compiler, all at
+/// once (one compiler process per stage).
+LogicalResult buildExecutables(const CompileOptions &o, const std::string &dir,
+                               const std::vector<std::string> &names) {
   std::string cxx = findCxx(o);
   auto found = llvm::sys::findProgramByName(cxx);
   if (!found)
@@ -285,47 +319,79 @@ LogicalResult buildExecutable(const CompileOptions &o, const std::string &dir,
   FailureOr<RuntimePaths> runtime = findRuntime();
   if (failed(runtime))
     return failure();
-  std::vector<std::string> args = {*found,
-                                   "-std=c++17",
-                                   "-O3",
-                                   "-march=" + o.cpuArch,
-                                   "-fopenmp",
-                                   "-I" + runtime->includeDir,
-                                   dir + "/" + name + ".cpp",
-                                   "-o",
-                                   dir + "/" + name,
-                                   runtime->library};
   llvm::SmallVector<llvm::StringRef> linkFlags;
   llvm::StringRef(GPIPE_RUNTIME_LINK_FLAGS).split(linkFlags, ';', -1, false);
-  for (llvm::StringRef f : linkFlags)
-    args.push_back(f.str());
-  std::vector<llvm::StringRef> argRefs(args.begin(), args.end());
-  std::string log = dir + "/" + name + ".build.log";
-  std::optional<llvm::StringRef> redirects[] = {
-      std::nullopt, llvm::StringRef(log), llvm::StringRef(log)};
-  if (o.verbose) {
-    llvm::errs() << "gpipe-compile: building " << name << ":";
-    for (auto &a : args)
-      llvm::errs() << " " << a;
-    llvm::errs() << "\n";
+  struct Job {
+    std::string name, log;
+    llvm::sys::ProcessInfo process;
+  };
+  std::vector<Job> jobs;
+  std::string startError;
+  for (const std::string &name : names) {
+    std::vector<std::string> args = {*found,
+                                     "-std=c++17",
+                                     "-O3",
+                                     "-march=" + o.cpuArch,
+                                     "-fopenmp",
+                                     "-I" + runtime->includeDir,
+                                     dir + "/" + name + ".cpp",
+                                     "-o",
+                                     dir + "/" + name,
+                                     runtime->library};
+    for (llvm::StringRef f : linkFlags)
+      args.push_back(f.str());
+    std::vector<llvm::StringRef> argRefs(args.begin(), args.end());
+    Job job{name, dir + "/" + name + ".build.log", {}};
+    std::optional<llvm::StringRef> redirects[] = {
+        std::nullopt, llvm::StringRef(job.log), llvm::StringRef(job.log)};
+    if (o.verbose) {
+      llvm::errs() << "gpipe-compile: building " << name << ":";
+      for (auto &a : args)
+        llvm::errs() << " " << a;
+      llvm::errs() << "\n";
+    }
+    bool failedToStart = false;
+    job.process = llvm::sys::ExecuteNoWait(*found, argRefs, std::nullopt,
+                                           redirects, 0, &startError,
+                                           &failedToStart);
+    if (failedToStart)
+      break;
+    jobs.push_back(std::move(job));
   }
-  std::string err;
-  int rc = llvm::sys::ExecuteAndWait(*found, argRefs, std::nullopt, redirects,
-                                     0, 0, &err);
-  if (rc != 0) {
-    errorLine() << "building " << name << " failed (exit " << rc << ")"
-                << (err.empty() ? "" : ": " + err) << "; compiler output:\n";
-    if (auto buf = llvm::MemoryBuffer::getFile(log))
+  // Wait for every job, even after a failure, so none outlives the compile.
+  std::string failedName;
+  int failedRc = 0;
+  std::string failedError;
+  for (Job &job : jobs) {
+    std::string err;
+    llvm::sys::ProcessInfo done =
+        llvm::sys::Wait(job.process, std::nullopt, &err);
+    if (done.ReturnCode != 0 && failedName.empty()) {
+      failedName = job.name;
+      failedRc = done.ReturnCode;
+      failedError = err;
+    } else if (done.ReturnCode == 0) {
+      llvm::sys::fs::remove(job.log);
+    }
+  }
+  if (jobs.size() != names.size())
+    return fail("cannot run the C++ compiler " + *found + ": " + startError);
+  if (!failedName.empty()) {
+    errorLine() << "building " << failedName << " failed (exit " << failedRc
+                << ")" << (failedError.empty() ? "" : ": " + failedError)
+                << "; compiler output:\n";
+    if (auto buf = llvm::MemoryBuffer::getFile(dir + "/" + failedName +
+                                               ".build.log"))
       llvm::errs() << (*buf)->getBuffer().take_back(4000);
     return failure();
   }
-  llvm::sys::fs::remove(log);
   return success();
 }
 
 /// Whether `name` is a file gpipe-compile writes into an output directory.
 bool ownedByCompiler(llvm::StringRef name) {
-  if (name == "pipeline.json" || name == "model.onnx" || name == "weights")
+  if (name == "pipeline.json" || name == "model.onnx" || name == "weights" ||
+      name == "pipeline.mlir" || name == "pipeline.import.mlir")
     return true;
   if (!name.consume_front("stage"))
     return false;
@@ -389,17 +455,25 @@ LogicalResult publish(const std::string &staging, const std::string &out) {
   return success();
 }
 
-/// --explain: the stage's parameters, its compute ops with their ONNX node,
-/// result type and cost, and its memory plan.
-void explainStage(func::FuncOp func, const EmittedStage &stage) {
+/// --explain: for each stage, its parameters, its forward ops with their
+/// ONNX node, result type and cost, the tensors crossing its boundaries, its
+/// schedule and its memory plan.
+void explainStage(int64_t index, func::FuncOp forward,
+                  const EmittedStage &stage, const std::string &remat,
+                  int64_t microbatches) {
   const MemoryPlan &m = stage.memory;
   llvm::raw_ostream &os = llvm::outs();
   llvm::SmallVector<Operation *> ops;
-  for (Operation &op : func.getBody().front().without_terminator())
-    if (!isa<nn::ParamOp, nn::ConstantOp, nn::ReshapeOp>(op))
-      ops.push_back(&op);
-  os << "stage 0 (rank 0): " << ops.size() << " compute ops, "
-     << stage.params.size() << " parameters, "
+  forward.walk([&](Operation *op) {
+    if (isa<nn::NNDialect>(op->getDialect()) &&
+        !isa<nn::ParamOp, nn::ConstantOp, nn::ReshapeOp>(op))
+      ops.push_back(op);
+  });
+  os << "stage " << index << " (rank " << index << "): " << ops.size()
+     << " forward ops, " << stage.params.size() << " parameters, "
+     << llvm::format("%.6g", stage.forwardFlops / 1e6) << " MFLOP forward + "
+     << llvm::format("%.6g", stage.backwardFlops / 1e6)
+     << " MFLOP backward per micro-batch, "
      << llvm::format("%.6g", stage.flops / 1e6) << " MFLOP per step\n";
   os << "  parameters:\n";
   for (const EmittedParam &p : stage.params) {
@@ -407,37 +481,50 @@ void explainStage(func::FuncOp func, const EmittedStage &stage) {
     llvm::interleave(p.shape, os, "x");
     os << "]\n";
   }
-  os << "  ops (forward, backward, update):\n";
+  if (!stage.inputs.empty()) {
+    os << "  reads:";
+    for (const EmittedInput &in : stage.inputs)
+      os << " " << in.name;
+    os << "\n";
+  }
+  os << "  forward ops:\n";
   for (Operation *op : ops) {
-    os << "    " << llvm::left_justify(op->getName().getStringRef(), 30);
-    if (op->getNumResults())
-      os << " " << llvm::left_justify(
-                       [&] {
-                         std::string t;
-                         llvm::raw_string_ostream ts(t);
-                         ts << op->getResult(0).getType();
-                         return t;
-                       }(),
-                       24);
-    else
-      os << " " << llvm::left_justify("", 24);
+    std::string type;
+    llvm::raw_string_ostream ts(type);
+    ts << op->getResult(0).getType();
     int64_t flops = 0;
     if (auto cost = dyn_cast<nn::CostOpInterface>(op))
       flops = cost.getFlops();
-    os << " " << llvm::format("%10lld", static_cast<long long>(flops))
-       << " FLOP";
+    os << "    " << llvm::left_justify(op->getName().getStringRef(), 30) << " "
+       << llvm::left_justify(type, 24) << " "
+       << llvm::format("%10lld", static_cast<long long>(flops)) << " FLOP";
     if (auto name = dyn_cast<NameLoc>(op->getLoc()))
       os << "  node '" << name.getName().getValue() << "'";
     os << "\n";
   }
+  os << "  boundary tensors:";
+  if (stage.transfers.empty())
+    os << " none";
+  os << "\n";
+  for (const EmittedTransfer &t : stage.transfers)
+    os << "    " << t.phase << " " << (t.isSend ? "send to" : "recv from")
+       << " stage " << t.peer << " tag " << t.tag << " " << t.type << " ("
+       << t.bytes << " bytes)\n";
+  os << "  schedule:";
+  for (const std::string &a : stage.schedule)
+    os << " " << a;
+  os << "\n";
+  os << "  activation memory per in-flight micro-batch: "
+     << m.stashBytesPerMicrobatch << " bytes (remat " << remat << ")\n";
+  int64_t parts = m.parameterBytes + m.optimizerBytes + m.gradientBytes +
+                  m.stashBytes + m.transientBytes;
   os << "  memory: arena " << m.arenaBytes
      << " bytes (64-byte aligned) = parameters " << m.parameterBytes
-     << " + optimizer state " << m.optimizerBytes << " + inputs "
-     << m.inputBytes << " + activation peak " << m.activationBytes
-     << " + alignment "
-     << m.arenaBytes - m.parameterBytes - m.optimizerBytes - m.inputBytes -
-            m.activationBytes
-     << "\n";
+     << " + optimizer state " << m.optimizerBytes << " + gradients "
+     << m.gradientBytes << " + activations " << m.stashBytes << " ("
+     << microbatches << " x " << m.stashBytesPerMicrobatch
+     << ") + temporaries " << m.transientBytes << " + alignment "
+     << m.arenaBytes - parts << "\n";
 }
 
 /// Prints diagnostics as "gpipe-compile: error: FILE: node 'N': message".
@@ -490,14 +577,38 @@ int gpipe::compile(const CompileOptions &o) {
     llvm::outs() << printModule(module);
     return 0;
   }
+  if (model->batchSize % o.microbatches != 0) {
+    errorLine() << "--microbatches " << o.microbatches
+                << " does not divide the mini-batch size " << model->batchSize
+                << " (--batch-size, or the model's batch)\n";
+    return 2;
+  }
+  // auto: rematerialize whenever a micro-batch's activations stay in flight
+  // while others run, i.e. in every pipeline but one stage on one batch.
+  std::string remat = o.remat;
+  if (remat == "auto")
+    remat = (o.stages > 1 || o.microbatches > 1) ? "stage" : "none";
 
   std::string mlirText;
   if (o.emit != "import") {
     PassManager pm(&ctx);
-    pm.addNestedPass<func::FuncOp>(createAutodiff());
-    pm.addNestedPass<func::FuncOp>(
-        createOptimizer(optimizerPassOptions(o.optimizer)));
+    auto &fpm = pm.nest<func::FuncOp>();
+    MicrobatchOptions mb;
+    mb.microbatches = o.microbatches;
+    fpm.addPass(createMicrobatch(mb));
+    PartitionOptions part;
+    part.stages = o.stages;
+    fpm.addPass(createPartition(part));
+    fpm.addPass(createAutodiff());
+    fpm.addPass(createOptimizer(optimizerPassOptions(o.optimizer)));
     pm.addPass(createCSEPass());
+    pm.addPass(createOutlineStages());
+    RematOptions rm;
+    rm.mode = remat;
+    pm.addPass(createRemat(rm));
+    ScheduleOptions sched;
+    sched.schedule = o.schedule;
+    pm.addPass(createSchedule(sched));
     if (failed(pm.run(module)))
       return 1;
     mlirText = printModule(module);
@@ -533,55 +644,81 @@ int gpipe::compile(const CompileOptions &o) {
   };
 
   if (o.emit == "import")
-    return failed(
-               writeFile(staging + "/stage0.import.mlir", printModule(module)))
+    return failed(writeFile(staging + "/pipeline.import.mlir",
+                            printModule(module)))
                ? cleanupAndFail()
-               : finish("stage0.import.mlir");
+               : finish("pipeline.import.mlir");
   if (o.emit == "mlir")
-    return failed(writeFile(staging + "/stage0.mlir", mlirText))
+    return failed(writeFile(staging + "/pipeline.mlir", mlirText))
                ? cleanupAndFail()
-               : finish("stage0.mlir");
+               : finish("pipeline.mlir");
 
-  auto func = *module.getOps<func::FuncOp>().begin();
-  FailureOr<EmittedStage> stage = emitStageCpp(func, "stage0");
-  if (failed(stage))
-    return cleanupAndFail();
+  // The explanation reads the forward functions, which emission leaves as
+  // they are.
+  std::vector<EmittedStage> stages;
+  std::vector<std::string> names, takenFiles;
+  std::vector<func::FuncOp> forwards;
+  for (int64_t s = 0; s < o.stages; ++s) {
+    names.push_back("stage" + std::to_string(s));
+    FailureOr<EmittedStage> stage =
+        emitStageCpp(module, s, names.back(), takenFiles);
+    if (failed(stage))
+      return cleanupAndFail();
+    stages.push_back(std::move(*stage));
+    for (auto f : module.getOps<func::FuncOp>())
+      if (auto a = f->getAttrOfType<IntegerAttr>("pipe.stage"))
+        if (a.getInt() == s &&
+            f->getAttrOfType<StringAttr>("pipe.phase").getValue() == "forward")
+          forwards.push_back(f);
+  }
 
-  // Initial weights, the model (for --save-onnx), the plan, the source.
+  // Initial weights, the model (for --save-onnx), the plan, the sources.
   std::string weights = staging + "/weights";
   llvm::sys::fs::create_directories(weights);
-  for (const EmittedParam &p : stage->params) {
-    const ImportedParam *src = nullptr;
-    for (const ImportedParam &ip : model->params)
-      if (ip.name == p.name)
-        src = &ip;
-    std::string err;
-    if (!src || !npyWriteF32(weights + "/" + p.file, src->data.data(),
-                             p.shape.data(), p.shape.size(), err)) {
-      errorLine() << "cannot write the weights of '" << p.name << "': " << err
-                  << "\n";
-      return cleanupAndFail();
+  for (const EmittedStage &stage : stages)
+    for (const EmittedParam &p : stage.params) {
+      const ImportedParam *src = nullptr;
+      for (const ImportedParam &ip : model->params)
+        if (ip.name == p.name)
+          src = &ip;
+      std::string err;
+      if (!src || !npyWriteF32(weights + "/" + p.file, src->data.data(),
+                               p.shape.data(), p.shape.size(), err)) {
+        errorLine() << "cannot write the weights of '" << p.name
+                    << "': " << err << "\n";
+        return cleanupAndFail();
+      }
     }
-  }
   llvm::SmallString<256> srcAbs(o.modelPath);
   llvm::sys::fs::make_absolute(srcAbs);
   if (failed(writeFile(staging + "/model.onnx", model->originalModel)) ||
       failed(writeFile(staging + "/pipeline.json",
-                       pipelineJson(o, *model, *stage, srcAbs.str().str()))) ||
-      failed(writeFile(staging + "/stage0.cpp", stage->source)) ||
-      failed(writeFile(staging + "/stage0.mlir", mlirText)))
+                       pipelineJson(o, *model, stages, remat,
+                                    srcAbs.str().str()))) ||
+      failed(writeFile(staging + "/pipeline.mlir", mlirText)))
     return cleanupAndFail();
+  for (auto [name, stage] : llvm::zip(names, stages))
+    if (failed(writeFile(staging + "/" + name + ".cpp", stage.source)))
+      return cleanupAndFail();
 
   if (o.explain)
-    explainStage(func, *stage);
+    for (auto [s, stage] : llvm::enumerate(stages))
+      explainStage(s, forwards[s], stage, remat, o.microbatches);
 
-  if (o.emit == "exe" && failed(buildExecutable(o, staging, "stage0")))
+  if (o.emit == "exe" && failed(buildExecutables(o, staging, names)))
     return cleanupAndFail();
   if (failed(publish(staging, out)))
     return cleanupAndFail();
-  llvm::outs() << "gpipe-compile: " << out << ": 1 stage, batch "
-               << model->batchSize << ", " << stage->params.size()
-               << " parameters, arena " << stage->memory.arenaBytes
-               << " bytes\n";
+  int64_t numParams = 0, maxArena = 0;
+  for (const EmittedStage &stage : stages) {
+    numParams += stage.params.size();
+    maxArena = std::max(maxArena, stage.memory.arenaBytes);
+  }
+  llvm::outs() << "gpipe-compile: " << out << ": " << o.stages
+               << (o.stages == 1 ? " stage" : " stages") << ", batch "
+               << model->batchSize << " in " << o.microbatches
+               << (o.microbatches == 1 ? " micro-batch" : " micro-batches")
+               << ", remat " << remat << ", " << numParams
+               << " parameters, largest arena " << maxArena << " bytes\n";
   return 0;
 }

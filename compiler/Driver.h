@@ -26,7 +26,7 @@ struct CompileOptions {
   std::string target = "cpu";
   std::string emit = "exe"; // exe | cpp | mlir
   std::string lossName;
-  std::string remat = "stage";
+  std::string remat = "auto"; // none | stage | auto
   std::string schedule = "gpipe";
   OptimizerConfig optimizer;
   std::string cxx;                // host C++ compiler for the CPU target

@@ -1258,7 +1258,7 @@ LogicalResult Importer::importNode(const onnx::NodeProto &node) {
       ignore = builder.getI64IntegerAttr(a->i());
     define(node, 0,
            nn::SoftmaxCrossEntropyOp::create(builder, loc, *scores, *labels,
-                                             ignore));
+                                             ignore, IntegerAttr()));
     return success();
   }
 

@@ -5,6 +5,7 @@
 #include "mlir/Transforms/RegionUtils.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringMap.h"
 
 namespace gpipe {
@@ -71,11 +72,24 @@ void AutodiffPass::runOnOperation() {
     if (!inserted)
       it->second = nn::AddOp::create(b, loc, g.getType(), it->second, g);
   };
+  // Every op built here is marked `nn.backward` and, when the forward graph
+  // is partitioned, placed on the stage of the forward op it differentiates.
+  auto mark = [&](Operation *last, Operation *forwardOp) {
+    Attribute stage = forwardOp ? forwardOp->getAttr("pipe.stage") : nullptr;
+    for (Operation *op = last ? last->getNextNode() : &block.front();
+         op && op != ret; op = op->getNextNode()) {
+      op->setAttr("nn.backward", b.getUnitAttr());
+      if (stage)
+        op->setAttr("pipe.stage", stage);
+    }
+  };
   auto lossType = cast<RankedTensorType>(loss.getType());
+  Operation *beforeSeed = ret->getPrevNode();
   accumulate(loss,
              nn::ConstantOp::create(b, ret->getLoc(),
                                     DenseElementsAttr::get(lossType, 1.0f)),
              ret->getLoc());
+  mark(beforeSeed, loss.getDefiningOp());
 
   // Ops created below go before the return: iterate over the forward ops only.
   // A value is active when it depends on a parameter: only those need
@@ -130,6 +144,8 @@ void AutodiffPass::runOnOperation() {
                                               DenseElementsAttr::get(t, 0.0f));
     }
     SmallVector<Value> operandGrads;
+    Operation *last = ret->getPrevNode();
+    auto markOnExit = llvm::make_scope_exit([&] { mark(last, op); });
     if (failed(diff.buildGradients(b, resultGrads, operandGrads)))
       return signalPassFailure();
     if (operandGrads.size() != op->getNumOperands()) {
@@ -147,8 +163,11 @@ void AutodiffPass::runOnOperation() {
     auto param = dyn_cast<nn::ParamOp>(op);
     if (!param)
       continue;
-    if (Value g = grads.lookup(param.getOutput()))
-      nn::ParamGradOp::create(b, param.getLoc(), param.getOutput(), g);
+    if (Value g = grads.lookup(param.getOutput())) {
+      auto pg = nn::ParamGradOp::create(b, param.getLoc(), param.getOutput(), g);
+      if (Attribute stage = param->getAttr("pipe.stage"))
+        pg->setAttr("pipe.stage", stage);
+    }
   }
 
   // Gradient rules also build the gradients of inactive operands: drop them.

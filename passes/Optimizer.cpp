@@ -39,6 +39,9 @@ struct OptimizerPass : gpipe::impl::OptimizerBase<OptimizerPass> {
             b, grad.getLoc(), grad.getParam(), grad.getGrad(), f64(lr),
             f64(beta1), f64(beta2), f64(eps), f64(weightDecay),
             b.getBoolAttr(optimizer == "adamw"));
+      // The update runs on the parameter's stage.
+      if (Attribute stage = grad->getAttr("pipe.stage"))
+        update->setAttr("pipe.stage", stage);
       grad.erase();
       if (failed(mlir::verify(update)))
         return signalPassFailure();

@@ -39,4 +39,107 @@ def Optimizer : Pass<"gpipe-optimizer", "mlir::func::FuncOp"> {
   let dependentDialects = ["gpipe::pipeline::PipeDialect"];
 }
 
+def Microbatch : Pass<"gpipe-microbatch", "mlir::func::FuncOp"> {
+  let summary = "Splits the mini-batch of a forward graph into micro-batches";
+  let description = [{
+    Runs on the forward graph (before `gpipe-autodiff`). Every value that
+    carries the batch dimension of the graph inputs (found by following it
+    through each op: broadcasting, GEMM rows, transposes, reshapes that keep
+    the batch outermost, concat and slice along other axes) gets that
+    dimension divided by `microbatches`, reshape targets included. The
+    softmax cross-entropy loss gets `microbatches = M`: each micro-batch's loss
+    becomes its share of the mini-batch mean (divided by the mini-batch's
+    count of non-ignored labels), so the summed loss and the accumulated
+    gradients are those of the whole mini-batch. The function gets
+    `pipe.microbatches` and `pipe.batch_size`. Errors name the op when the
+    batch cannot be split (B not divisible by M, a reduction or concat over
+    the batch axis, a reshape that moves it).
+  }];
+  let options = [
+    Option<"microbatches", "microbatches", "int64_t", "1",
+           "number of micro-batches M (the batch size must be divisible by M)">,
+  ];
+  let dependentDialects = ["gpipe::nn::NNDialect"];
+}
+
+def Partition : Pass<"gpipe-partition", "mlir::func::FuncOp"> {
+  let summary = "Assigns every forward op to one of K pipeline stages";
+  let description = [{
+    Runs on the forward graph (before `gpipe-autodiff`, which puts each
+    gradient op on its forward op's stage; `gpipe-optimizer` puts each update
+    on its parameter's stage). Compute ops, in program (topological) order,
+    are cut into `stages` contiguous groups that minimise the largest group's
+    estimated cost: per op, forward plus backward time estimated as
+    3 * max(FLOPs / 100 GFLOP/s, bytes / 20 GB/s) from the op's cost
+    interface. The loss is on the last stage. Each op gets `pipe.stage`;
+    parameters get the stage of their users (a parameter used on two stages
+    is an error).
+  }];
+  let options = [
+    Option<"stages", "stages", "int64_t", "1", "number of pipeline stages K">,
+  ];
+}
+
+def OutlineStages : Pass<"gpipe-outline-stages", "mlir::ModuleOp"> {
+  let summary = "Splits the partitioned training step into per-stage functions";
+  let description = [{
+    Turns the single training-step function, whose ops carry `pipe.stage`
+    (and `nn.backward` for gradient ops), into three functions per stage:
+    `@stage<S>_forward` (arguments: the graph inputs the stage reads;
+    results: the values its backward needs), `@stage<S>_backward` (arguments:
+    those values) and `@stage<S>_update`. Every value used on another stage
+    becomes a `pipe.send` right after its definition and a `pipe.recv` before
+    its first use, forward for activations and graph inputs, backward for
+    gradients; a value may skip stages. A graph input is read by the first
+    stage that uses it. Gradients of parameters go through
+    `pipe.accumulate_grad` / `pipe.accumulated_grad`; the loss through
+    `pipe.report_loss`. Parameters and constants are re-declared in each
+    function that uses them.
+  }];
+  let dependentDialects = ["gpipe::pipeline::PipeDialect", "mlir::func::FuncDialect"];
+}
+
+def Remat : Pass<"gpipe-remat", "mlir::ModuleOp"> {
+  let summary = "Recomputes each stage's forward inside its backward";
+  let description = [{
+    With `mode=stage` (GPipe's rematerialization), each stage's forward
+    function keeps (returns) only its boundary inputs, the graph inputs it
+    reads and the tensors it receives, and its backward function recomputes
+    the forward values it needs from them in a `pipe.remat` region. Memory
+    per in-flight micro-batch drops to the boundary inputs, at the cost of a
+    second forward. `mode=none` leaves the IR unchanged.
+  }];
+  let options = [
+    Option<"mode", "mode", "std::string", "\"stage\"", "stage or none">,
+  ];
+  let dependentDialects = ["gpipe::pipeline::PipeDialect"];
+}
+
+def Schedule : Pass<"gpipe-schedule", "mlir::ModuleOp"> {
+  let summary = "Builds each stage's action list and checks it";
+  let description = [{
+    Adds a `pipe.schedule` per stage. `gpipe` (GPipe): the forward of
+    micro-batches 0..M-1, then their backward in reverse order, then the
+    update. Then runs the checks of `gpipe-check-schedule`.
+  }];
+  let options = [
+    Option<"schedule", "schedule", "std::string", "\"gpipe\"", "gpipe">,
+  ];
+  let dependentDialects = ["gpipe::pipeline::PipeDialect"];
+}
+
+def CheckSchedule : Pass<"gpipe-check-schedule", "mlir::ModuleOp"> {
+  let summary = "Checks that the stages' schedules match and cannot deadlock";
+  let description = [{
+    Expands each stage's `pipe.schedule` into its sequence of sends and
+    receives (those of each action's function, in order, tagged with the
+    action's micro-batch). Checks that every send has exactly one receive in
+    the peer stage with the same tag, micro-batch and type (and the
+    reverse), then simulates all stages under blocking (rendezvous)
+    point-to-point semantics: a send completes only together with its
+    receive. A schedule that cannot run to its end is reported as a deadlock,
+    naming each blocked stage, action and transfer.
+  }];
+}
+
 #endif // GPIPE_PASSES

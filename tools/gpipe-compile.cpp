@@ -31,25 +31,29 @@ int main(int argc, char **argv) {
       "mini-batch size B: fixes a symbolic batch dimension of the graph "
       "inputs (default: the model's static batch)")(
       "stages,k", po::value(&o.stages)->default_value(1)->value_name("K"),
-      "pipeline stages (only 1 in this release)")(
+      "pipeline stages K: the graph is cut into K cost-balanced stages, one executable each")(
       "microbatches,m",
       po::value(&o.microbatches)->default_value(1)->value_name("M"),
-      "micro-batches per mini-batch (only 1 in this release)")(
+      "micro-batches M per mini-batch (must divide the batch size)")(
       "target", po::value(&o.target)->default_value("cpu")->value_name("T"),
       "cpu (cuda: not in this release)")(
       "loss", po::value(&o.lossName)->value_name("NAME"),
       "graph output to train (default: the only float32 scalar output)")(
       "emit", po::value(&o.emit)->default_value("exe")->value_name("WHAT"),
       "exe: build the stage executables; cpp: stop after writing the C++ "
-      "sources, weights and pipeline.json; mlir: write only the training "
-      "step as MLIR (OUT/stage0.mlir); import: write only the imported "
-      "forward graph (OUT/stage0.import.mlir). With mlir and import, "
+      "sources, weights and pipeline.json; mlir: write only the stage "
+      "functions and schedules as MLIR (OUT/pipeline.mlir); import: write "
+      "only the imported forward graph (OUT/pipeline.import.mlir). With mlir "
+      "and import, "
       "-o - prints to stdout")(
-      "remat", po::value(&o.remat)->default_value("stage")->value_name("R"),
-      "rematerialization: none, stage or auto (no effect with 1 stage)")(
+      "remat", po::value(&o.remat)->default_value("auto")->value_name("R"),
+      "rematerialization: stage (each stage keeps only its boundary inputs "
+      "per in-flight micro-batch and recomputes its forward in the "
+      "backward), none, or auto (stage when K > 1 or M > 1, else none)")(
       "schedule",
       po::value(&o.schedule)->default_value("gpipe")->value_name("S"),
-      "pipeline schedule: gpipe or 1f1b (no effect with 1 stage)")(
+      "pipeline schedule: gpipe (all forwards, then all backwards, then the "
+      "update)")(
       "explain", po::bool_switch(&o.explain),
       "print each stage's ops, parameters, FLOPs and memory plan")(
       "cxx", po::value(&o.cxx)->value_name("PATH"),

@@ -1,4 +1,6 @@
-// gpipe-run: launches the stage executables of a compiled pipeline and trains.
+// gpipe-run: launches the stage executables of a compiled pipeline and trains:
+// a 1-stage pipeline directly, a K-stage one under mpirun (one rank per
+// stage), and blames the stage that failed from the stages' status files.
 #include "compiler/ExternalData.h"
 #include "npy.h" // the runtime's .npy reader
 #include "tools/CommandLine.h"
@@ -7,16 +9,25 @@
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/Process.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <boost/program_options.hpp>
 #include <onnx/onnx_pb.h>
 
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <set>
+#include <spawn.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 namespace po = boost::program_options;
 
@@ -34,15 +45,21 @@ struct ParamEntry {
   std::vector<int64_t> shape;
 };
 
-struct Pipeline {
-  std::string executable;
-  std::string weights;
-  std::string sourceModel;
+struct StageEntry {
+  std::string executable; // relative to OUT
+  std::string weights;    // relative to OUT
   std::vector<ParamEntry> params;
-  int64_t numStages = 0;
 };
 
-/// Reads OUT/pipeline.json; returns an error message or "".
+struct Pipeline {
+  int64_t version = 1;
+  std::string sourceModel;
+  std::vector<StageEntry> stages;
+  std::vector<ParamEntry> params; // every stage's, for --save-onnx
+};
+
+/// Reads OUT/pipeline.json (version 1: one stage; version 2: K stages, one
+/// MPI rank each); returns an error message or "".
 std::string readPipeline(const std::string &out, Pipeline &p) {
   std::string path = out + "/pipeline.json";
   auto buf = llvm::MemoryBuffer::getFile(path);
@@ -56,29 +73,46 @@ std::string readPipeline(const std::string &out, Pipeline &p) {
   const llvm::json::Object *root = json->getAsObject();
   if (!root || root->getString("format") != "gpipe-pipeline")
     return path + ": not a gpipe pipeline description";
+  p.version = root->getInteger("version").value_or(1);
+  if (p.version != 1 && p.version != 2)
+    return path + ": version " + std::to_string(p.version) +
+           " is not supported by this gpipe-run (versions 1 and 2)";
   if (auto src = root->getString("source_model"))
     p.sourceModel = src->str();
   const llvm::json::Array *stages = root->getArray("stages");
   if (!stages || stages->empty())
     return path + ": no stages";
-  p.numStages = stages->size();
-  if (p.numStages != 1)
-    return path + ": " + std::to_string(p.numStages) +
-           " stages; this gpipe-run launches single-stage pipelines only";
-  const llvm::json::Object *stage = (*stages)[0].getAsObject();
-  if (!stage || !stage->getString("executable") || !stage->getArray("params"))
-    return path + ": stage 0 lacks 'executable' or 'params'";
-  p.executable = stage->getString("executable")->str();
-  p.weights = stage->getString("weights").value_or("weights").str();
-  for (const llvm::json::Value &v : *stage->getArray("params")) {
-    const llvm::json::Object *o = v.getAsObject();
-    if (!o || !o->getString("name") || !o->getString("file") ||
-        !o->getArray("shape"))
-      return path + ": malformed parameter entry in stage 0";
-    ParamEntry e{o->getString("name")->str(), o->getString("file")->str(), {}};
-    for (const llvm::json::Value &d : *o->getArray("shape"))
-      e.shape.push_back(d.getAsInteger().value_or(-1));
-    p.params.push_back(std::move(e));
+  if (p.version == 1 && stages->size() != 1)
+    return path + ": " + std::to_string(stages->size()) +
+           " stages in a version 1 pipeline description (one stage)";
+  std::set<std::string> seen;
+  for (size_t s = 0; s < stages->size(); ++s) {
+    std::string where = "stage " + std::to_string(s);
+    const llvm::json::Object *stage = (*stages)[s].getAsObject();
+    if (!stage || !stage->getString("executable") ||
+        !stage->getArray("params"))
+      return path + ": " + where + " lacks 'executable' or 'params'";
+    if (auto index = stage->getInteger("index"))
+      if (*index != static_cast<int64_t>(s))
+        return path + ": " + where + " has index " + std::to_string(*index);
+    StageEntry e;
+    e.executable = stage->getString("executable")->str();
+    e.weights = stage->getString("weights").value_or("weights").str();
+    for (const llvm::json::Value &v : *stage->getArray("params")) {
+      const llvm::json::Object *o = v.getAsObject();
+      if (!o || !o->getString("name") || !o->getString("file") ||
+          !o->getArray("shape"))
+        return path + ": malformed parameter entry in " + where;
+      ParamEntry pe{o->getString("name")->str(), o->getString("file")->str(),
+                    {}};
+      for (const llvm::json::Value &d : *o->getArray("shape"))
+        pe.shape.push_back(d.getAsInteger().value_or(-1));
+      e.params.push_back(pe);
+      // A parameter lives in one stage; keep the first if listed twice.
+      if (seen.insert(pe.name).second)
+        p.params.push_back(std::move(pe));
+    }
+    p.stages.push_back(std::move(e));
   }
   return "";
 }
@@ -136,17 +170,170 @@ int saveOnnx(const std::string &out, const Pipeline &p,
   return 0;
 }
 
+//===----------------------------------------------------------------------===//
+// Launching the stages
+//===----------------------------------------------------------------------===//
+
+/// The child being waited for (mpirun or the single stage), and the first
+/// termination signal gpipe-run received meanwhile.
+volatile sig_atomic_t gChild = 0;
+volatile sig_atomic_t gInterrupt = 0;
+
+extern "C" void onInterrupt(int sig, siginfo_t *info, void *) {
+  if (!gInterrupt)
+    gInterrupt = sig;
+  // A signal sent to gpipe-run alone (kill, timeout) is passed on, so that
+  // mpirun tears the stages down; one from the terminal already reached the
+  // whole foreground process group.
+  if (gChild > 0 && info && info->si_code <= 0)
+    ::kill(static_cast<pid_t>(gChild), sig);
+}
+
+struct ChildResult {
+  bool started = false;
+  std::string startError;
+  bool signaled = false;
+  int code = 0; // exit code, or the signal number when signaled
+};
+
+/// Runs `args` (args[0] is the program path) with `env`; forwards SIGINT,
+/// SIGTERM and SIGHUP sent to gpipe-run while it waits.
+ChildResult runChild(const std::vector<std::string> &args,
+                     const std::vector<std::string> &env) {
+  ChildResult r;
+  std::vector<char *> argv, envp;
+  for (const std::string &a : args)
+    argv.push_back(const_cast<char *>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const std::string &e : env)
+    envp.push_back(const_cast<char *>(e.c_str()));
+  envp.push_back(nullptr);
+
+  const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+  struct sigaction old[3];
+  for (int i = 0; i < 3; ++i) {
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = onInterrupt;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(sigs[i], &sa, &old[i]);
+  }
+  // The child starts with the default dispositions.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t dfl, none;
+  sigemptyset(&dfl);
+  for (int sig : sigs)
+    sigaddset(&dfl, sig);
+  sigemptyset(&none);
+  posix_spawnattr_setsigdefault(&attr, &dfl);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  pid_t pid = 0;
+  int err = ::posix_spawn(&pid, argv[0], nullptr, &attr, argv.data(),
+                          envp.data());
+  posix_spawnattr_destroy(&attr);
+  if (err != 0) {
+    r.startError = std::strerror(err);
+  } else {
+    r.started = true;
+    gChild = pid;
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    gChild = 0;
+    if (WIFSIGNALED(status)) {
+      r.signaled = true;
+      r.code = WTERMSIG(status);
+    } else {
+      r.code = WEXITSTATUS(status);
+    }
+  }
+  for (int i = 0; i < 3; ++i)
+    ::sigaction(sigs[i], &old[i], nullptr);
+  return r;
+}
+
+std::string signalName(int sig) {
+  const char *name = ::strsignal(sig);
+  return "signal " + std::to_string(sig) +
+         (name ? " (" + std::string(name) + ")" : "");
+}
+
+/// What a stage wrote to its --status-file: "exit <code>" / "signal <n>".
+struct StageStatus {
+  bool present = false;
+  bool signaled = false;
+  int value = 0;
+};
+
+StageStatus readStatus(const std::string &path) {
+  StageStatus st;
+  std::ifstream in(path);
+  std::string word;
+  long long value = 0;
+  if (!(in >> word >> value))
+    return st;
+  if (word != "exit" && word != "signal")
+    return st;
+  st.present = true;
+  st.signaled = word == "signal";
+  st.value = static_cast<int>(value);
+  return st;
+}
+
+/// Whether Open MPI's shared-memory transport can use cross-memory attach
+/// (process_vm_readv): container seccomp profiles often forbid it, and
+/// Open MPI then fails at the first large message instead of falling back.
+bool crossMemoryAttachWorks() {
+  std::ifstream yama("/proc/sys/kernel/yama/ptrace_scope");
+  int scope = 0;
+  if (yama >> scope && scope >= 2)
+    return false;
+  char src[16] = "gpipe", dst[16] = {};
+  struct iovec local = {dst, sizeof(dst)}, remote = {src, sizeof(src)};
+  return ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) ==
+             static_cast<ssize_t>(sizeof(src)) &&
+         std::strcmp(dst, "gpipe") == 0;
+}
+
+/// A fresh directory for the stages' status files: under OUT when the
+/// stages may run on other hosts (OUT is then on a shared file system, as
+/// the executables are), else in the system temp directory.
+std::string makeStatusDir(const std::string &out, bool remote,
+                          std::string &err) {
+  llvm::SmallString<256> dir;
+  std::error_code ec;
+  if (remote) {
+    llvm::SmallString<256> model(out);
+    llvm::sys::fs::make_absolute(model);
+    llvm::sys::path::append(model, ".gpipe-status"); // + "-XXXXXX"
+    ec = llvm::sys::fs::createUniqueDirectory(model, dir);
+    if (!ec)
+      return dir.str().str();
+  }
+  ec = llvm::sys::fs::createUniqueDirectory("gpipe-run-status", dir);
+  if (ec) {
+    err = "cannot create a directory for the stage status files: " +
+          ec.message();
+    return "";
+  }
+  return dir.str().str();
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
-  std::string out, data, logJson, saveOnnxPath, weightsOut;
+  std::string out, data, logJson, saveOnnxPath, weightsOut, hostfile;
+  std::vector<std::string> mpirunArgs;
   int64_t steps = 1, threads = 1;
   bool quiet = false;
   po::options_description opts("Options");
   opts.add_options()("help,h", "print this help and exit")(
       "data", po::value(&data)->value_name("DIR"),
       "one <input>.npy per graph input (first axis = sample; float32 or "
-      "int64 as the model declares)")(
+      "int64 as the model declares; every file the same number of samples)")(
       "steps", po::value(&steps)->default_value(1)->value_name("N"),
       "optimizer steps; step s (1-based) takes samples [((s-1) mod nb)*B, +B), "
       "nb = samples / B (a last partial batch is dropped)")(
@@ -158,14 +345,23 @@ int main(int argc, char **argv) {
       "weights-out", po::value(&weightsOut)->value_name("DIR"),
       "where the trained weights go (default OUT/trained)")(
       "threads", po::value(&threads)->default_value(1)->value_name("T"),
-      "CPU threads per stage (BLAS)")("quiet,q", po::bool_switch(&quiet),
-                                      "no per-step loss lines");
+      "CPU threads per stage (BLAS and OpenMP)")(
+      "hostfile", po::value(&hostfile)->value_name("FILE"),
+      "run the stages under mpirun on the hosts of this Open MPI hostfile "
+      "(OUT and the data at the same paths on every host)")(
+      "mpirun-arg", po::value(&mpirunArgs)->composing()->value_name("ARG"),
+      "pass ARG to mpirun (repeatable), e.g. --mpirun-arg=--mca "
+      "--mpirun-arg=btl_tcp_if_include --mpirun-arg=eth0")(
+      "quiet,q", po::bool_switch(&quiet), "no per-step loss lines");
   po::variables_map vm;
   if (!gpipe::parseCommandLine(argc, argv, "gpipe-run", opts, "out", out, vm))
     return 2;
   if (vm.count("help")) {
     std::cout << "usage: gpipe-run OUT --data DIR --steps N [options]\n\n"
-                 "Trains the pipeline that gpipe-compile wrote to OUT.\n\n"
+                 "Trains the pipeline that gpipe-compile wrote to OUT: a "
+                 "1-stage pipeline runs\nits executable directly, a K-stage "
+                 "one runs under mpirun (K ranks; the\nmpirun in PATH, or "
+                 "$GPIPE_MPIRUN).\n\n"
               << opts;
     return 0;
   }
@@ -175,62 +371,188 @@ int main(int argc, char **argv) {
     return std::cerr << "gpipe-run: error: --steps must be >= 0\n", 2;
   if (threads < 1 || threads > 4096)
     return std::cerr << "gpipe-run: error: --threads must be in [1, 4096]\n", 2;
+  if (!hostfile.empty() && !llvm::sys::fs::is_regular_file(hostfile))
+    return std::cerr << "gpipe-run: error: --hostfile " << hostfile
+                     << ": no such file\n",
+           2;
 
   Pipeline p;
   if (std::string err = readPipeline(out, p); !err.empty())
     return fail(err);
-  std::string exe = out + "/" + p.executable;
-  if (!llvm::sys::fs::can_execute(exe))
-    return fail(exe + ": stage 0 executable is missing or not executable "
-                      "(was the pipeline compiled with --emit exe?)");
+  const size_t numStages = p.stages.size();
+  std::vector<std::string> exes;
+  for (size_t s = 0; s < numStages; ++s) {
+    std::string exe = out + "/" + p.stages[s].executable;
+    if (!llvm::sys::fs::can_execute(exe))
+      return fail(exe + ": stage " + std::to_string(s) +
+                  " executable is missing or not executable "
+                  "(was the pipeline compiled with --emit exe?)");
+    exes.push_back(exe);
+  }
   if (weightsOut.empty())
     weightsOut = out + "/trained";
+  const bool useMpi = numStages > 1 || !hostfile.empty();
 
-  std::vector<std::string> args = {exe,
-                                   "--weights-in",
-                                   out + "/" + p.weights,
-                                   "--weights-out",
-                                   weightsOut,
-                                   "--steps",
-                                   std::to_string(steps),
-                                   "--threads",
-                                   std::to_string(threads)};
-  if (!data.empty())
-    args.insert(args.end(), {"--data", data});
-  if (!logJson.empty())
-    args.insert(args.end(), {"--log-json", logJson});
-  if (quiet)
-    args.push_back("--quiet");
-  std::vector<llvm::StringRef> argRefs(args.begin(), args.end());
+  std::string mpirun;
+  if (useMpi) {
+    std::string name = "mpirun";
+    if (auto env = llvm::sys::Process::GetEnv("GPIPE_MPIRUN"))
+      name = *env;
+    if (name.find('/') != std::string::npos) {
+      if (!llvm::sys::fs::can_execute(name))
+        return fail("GPIPE_MPIRUN=" + name + " is not an executable");
+      mpirun = name;
+    } else if (auto found = llvm::sys::findProgramByName(name)) {
+      mpirun = *found;
+    } else {
+      return fail("cannot find '" + name + "' in PATH: a " +
+                  std::to_string(numStages) +
+                  "-stage pipeline runs under Open MPI's mpirun (apt-get "
+                  "install openmpi-bin, or set GPIPE_MPIRUN)");
+    }
+  }
+
+  std::string err;
+  std::string statusDir = makeStatusDir(out, !hostfile.empty(), err);
+  if (statusDir.empty())
+    return fail(err);
+  auto statusPath = [&](size_t s) {
+    return statusDir + "/stage" + std::to_string(s) + ".status";
+  };
+  struct RemoveDir {
+    std::string dir;
+    ~RemoveDir() { llvm::sys::fs::remove_directories(dir); }
+  } removeStatusDir{statusDir};
+
+  // Every stage gets the same flags: each reads the inputs, weights and
+  // parameters it owns; only the loss stage prints and writes the log.
+  auto stageArgs = [&](size_t s) {
+    std::vector<std::string> a = {exes[s],
+                                  "--weights-in",
+                                  out + "/" + p.stages[s].weights,
+                                  "--weights-out",
+                                  weightsOut,
+                                  "--steps",
+                                  std::to_string(steps),
+                                  "--threads",
+                                  std::to_string(threads),
+                                  "--status-file",
+                                  statusPath(s)};
+    if (!data.empty())
+      a.insert(a.end(), {"--data", data});
+    if (!logJson.empty())
+      a.insert(a.end(), {"--log-json", logJson});
+    if (quiet)
+      a.push_back("--quiet");
+    return a;
+  };
+
   // BLAS and OpenMP threads are pinned before the libraries start their
   // pools; idle OpenMP threads sleep rather than spin, so they do not compete
   // with OpenBLAS's threads for the cores (the user's OMP_WAIT_POLICY wins).
   std::vector<std::string> env;
-  bool waitPolicySet = false;
+  bool waitPolicySet = false, singleCopySet = false;
   for (char **e = environ; *e; ++e) {
     llvm::StringRef var(*e);
     if (var.starts_with("OPENBLAS_NUM_THREADS=") ||
         var.starts_with("OMP_NUM_THREADS="))
       continue;
     waitPolicySet |= var.starts_with("OMP_WAIT_POLICY=");
+    singleCopySet |=
+        var.starts_with("OMPI_MCA_btl_vader_single_copy_mechanism=");
     env.push_back(*e);
   }
   env.push_back("OPENBLAS_NUM_THREADS=" + std::to_string(threads));
   env.push_back("OMP_NUM_THREADS=" + std::to_string(threads));
   if (!waitPolicySet)
     env.push_back("OMP_WAIT_POLICY=PASSIVE");
-  std::vector<llvm::StringRef> envRefs(env.begin(), env.end());
 
-  std::string err;
-  bool failedToRun = false;
-  int rc = llvm::sys::ExecuteAndWait(exe, argRefs, envRefs, {}, 0, 0, &err,
-                                     &failedToRun);
-  if (failedToRun)
-    return fail("cannot start stage 0 (" + exe + "): " + err);
-  if (rc == -2)
-    return fail("stage 0 (" + exe + ") crashed: " + err);
-  if (rc != 0)
-    return fail("stage 0 (" + exe + ") exited with code " + std::to_string(rc));
+  std::vector<std::string> cmd;
+  if (!useMpi) {
+    cmd = stageArgs(0);
+  } else {
+    // MPMD: one rank per stage, rank s = stage s.
+    cmd = {mpirun};
+    if (::geteuid() == 0)
+      cmd.push_back("--allow-run-as-root");
+    cmd.insert(cmd.end(), {"--oversubscribe", "--bind-to", "none"});
+    if (!hostfile.empty())
+      cmd.insert(cmd.end(), {"--hostfile", hostfile});
+    if (!singleCopySet && !crossMemoryAttachWorks())
+      cmd.insert(cmd.end(),
+                 {"--mca", "btl_vader_single_copy_mechanism", "none"});
+    for (const char *var :
+         {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "OMP_WAIT_POLICY"})
+      cmd.insert(cmd.end(), {"-x", var});
+    cmd.insert(cmd.end(), mpirunArgs.begin(), mpirunArgs.end());
+    for (size_t s = 0; s < numStages; ++s) {
+      if (s > 0)
+        cmd.push_back(":");
+      cmd.insert(cmd.end(), {"-np", "1"});
+      std::vector<std::string> a = stageArgs(s);
+      cmd.insert(cmd.end(), a.begin(), a.end());
+    }
+  }
+  if (llvm::sys::Process::GetEnv("GPIPE_RUN_VERBOSE")) {
+    std::cerr << "gpipe-run:";
+    for (const std::string &a : cmd)
+      std::cerr << " " << a;
+    std::cerr << "\n";
+  }
+
+  ChildResult r = runChild(cmd, env);
+  if (!r.started)
+    return useMpi ? fail("cannot start " + mpirun + ": " + r.startError)
+                  : fail("cannot start stage 0 (" + exes[0] +
+                         "): " + r.startError);
+  if (int sig = gInterrupt) {
+    fail("interrupted by " + signalName(sig) + "; the stages were stopped");
+    llvm::sys::fs::remove_directories(statusDir);
+    ::signal(sig, SIG_DFL);
+    ::raise(sig);
+    return 128 + sig;
+  }
+
+  // Blame: a crashed stage, else a stage that failed (its own error line is
+  // printed above), else whatever mpirun / the stage process reported.
+  std::vector<StageStatus> status;
+  for (size_t s = 0; s < numStages; ++s)
+    status.push_back(readStatus(statusPath(s)));
+  auto stageName = [&](size_t s) {
+    return "stage " + std::to_string(s) + " (" + exes[s] + ")";
+  };
+  bool blamed = false;
+  for (size_t s = 0; s < numStages; ++s)
+    if (status[s].present && status[s].signaled) {
+      fail(stageName(s) + " crashed: " + signalName(status[s].value));
+      blamed = true;
+    }
+  if (blamed)
+    return 1;
+  for (size_t s = 0; s < numStages; ++s)
+    if (status[s].present && status[s].value != 0) {
+      fail(stageName(s) + " exited with code " +
+           std::to_string(status[s].value));
+      blamed = true;
+    }
+  if (blamed)
+    return 1;
+  if (r.signaled || r.code != 0) {
+    if (!useMpi)
+      return r.signaled ? fail(stageName(0) + " crashed: " + signalName(r.code))
+                        : fail(stageName(0) + " exited with code " +
+                               std::to_string(r.code));
+    std::string silent;
+    for (size_t s = 0; s < numStages; ++s)
+      if (!status[s].present)
+        silent += (silent.empty() ? "" : ", ") + stageName(s);
+    std::string how = r.signaled ? "was killed by " + signalName(r.code)
+                                 : "exited with code " + std::to_string(r.code);
+    if (silent.empty())
+      return fail(mpirun + " " + how + " after every stage finished");
+    return fail(mpirun + " " + how + "; no status from " + silent +
+                " (see mpirun's messages above)");
+  }
   if (!saveOnnxPath.empty())
     return saveOnnx(out, p, weightsOut, saveOnnxPath);
   return 0;

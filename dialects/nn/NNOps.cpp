@@ -448,7 +448,10 @@ int64_t ReduceToOp::getFlops() { return numElements(getInput()); }
 //===----------------------------------------------------------------------===//
 
 static LogicalResult verifyXent(Operation *op, RankedTensorType logits,
-                                RankedTensorType labels) {
+                                RankedTensorType labels,
+                                std::optional<uint64_t> microbatches) {
+  if (microbatches && *microbatches < 1)
+    return op->emitOpError("microbatches must be >= 1");
   if (logits.getRank() != 2)
     return op->emitOpError("logits must be [N, C], got ") << logits;
   if (labels.getRank() != 1 || labels.getDimSize(0) != logits.getDimSize(0))
@@ -458,7 +461,8 @@ static LogicalResult verifyXent(Operation *op, RankedTensorType logits,
 }
 
 LogicalResult SoftmaxCrossEntropyOp::verify() {
-  return verifyXent(*this, tensorType(getLogits()), tensorType(getLabels()));
+  return verifyXent(*this, tensorType(getLogits()), tensorType(getLabels()),
+                    getMicrobatches());
 }
 
 int64_t SoftmaxCrossEntropyOp::getFlops() {
@@ -470,13 +474,14 @@ SoftmaxCrossEntropyOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
                                       SmallVectorImpl<Value> &operandGrads) {
   operandGrads.push_back(SoftmaxCrossEntropyGradOp::create(
       b, getLoc(), getLogits().getType(), getLogits(), getLabels(),
-      resultGrads[0], getIgnoreIndexAttr()));
+      resultGrads[0], getIgnoreIndexAttr(), getMicrobatchesAttr()));
   operandGrads.push_back(Value());
   return success();
 }
 
 LogicalResult SoftmaxCrossEntropyGradOp::verify() {
-  return verifyXent(*this, tensorType(getLogits()), tensorType(getLabels()));
+  return verifyXent(*this, tensorType(getLogits()), tensorType(getLabels()),
+                    getMicrobatches());
 }
 
 int64_t SoftmaxCrossEntropyGradOp::getFlops() {

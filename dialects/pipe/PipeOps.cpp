@@ -3,6 +3,11 @@
 
 #include "dialects/nn/NNOps.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/StringExtras.h"
+
 using namespace mlir;
 using namespace gpipe::pipeline;
 
@@ -68,6 +73,153 @@ LogicalResult AdamUpdateOp::verify() {
       failed(checkRange(*this, "weight_decay",
                         getWeightDecay().convertToDouble(), 0, inf, true)))
     return failure();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Communication, accumulation, loss.
+//===----------------------------------------------------------------------===//
+
+/// Send and receive name a peer stage other than their own.
+static LogicalResult verifyPeer(Operation *op, int64_t peer, int64_t tag) {
+  if (peer < 0)
+    return op->emitOpError("peer stage must be >= 0, got ") << peer;
+  if (tag < 0)
+    return op->emitOpError("tag must be >= 0, got ") << tag;
+  if (auto func = op->getParentOfType<func::FuncOp>())
+    if (auto stage = func->getAttrOfType<IntegerAttr>("pipe.stage"))
+      if (stage.getInt() == peer)
+        return op->emitOpError("peer is the op's own stage ") << peer;
+  return success();
+}
+
+LogicalResult SendOp::verify() { return verifyPeer(*this, getPeer(), getTag()); }
+LogicalResult RecvOp::verify() { return verifyPeer(*this, getPeer(), getTag()); }
+
+LogicalResult AccumulateGradOp::verify() {
+  if (getParam().empty())
+    return emitOpError("needs a parameter name");
+  return success();
+}
+
+LogicalResult AccumulatedGradOp::verify() {
+  if (getParam().empty())
+    return emitOpError("needs a parameter name");
+  return success();
+}
+
+LogicalResult ReportLossOp::verify() {
+  if (cast<RankedTensorType>(getLoss().getType()).getRank() != 0)
+    return emitOpError("the loss must be a scalar tensor<f32>");
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// RematOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult RematOp::verify() {
+  Block &body = getBody().front();
+  if (body.getArgumentTypes() != getInputs().getTypes())
+    return emitOpError("region arguments must have the types of the inputs");
+  auto yield = cast<YieldOp>(body.getTerminator());
+  if (yield.getValues().getTypes() != getResultTypes())
+    return emitOpError("yielded types must be the result types");
+  for (Operation &op : body.without_terminator())
+    if (!isa<gpipe::nn::NNDialect>(op.getDialect()) ||
+        !(isPure(&op) || isa<gpipe::nn::ParamOp>(op)))
+      return op.emitOpError("cannot be rematerialized: only pure nn ops and "
+                            "nn.param may appear in a pipe.remat region");
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// ScheduleOp
+//===----------------------------------------------------------------------===//
+
+FailureOr<SmallVector<ScheduleOp::Action>> ScheduleOp::parseActions() {
+  SmallVector<Action> actions;
+  for (auto [i, attr] : llvm::enumerate(getActions())) {
+    StringRef s = cast<StringAttr>(attr).getValue();
+    Action a{Action::Update, -1};
+    if (s == "U") {
+      actions.push_back(a);
+      continue;
+    }
+    if (s.consume_front("F"))
+      a.kind = Action::Forward;
+    else if (s.consume_front("B"))
+      a.kind = Action::Backward;
+    else
+      return emitOpError("action #") << i << " '" << cast<StringAttr>(attr).getValue()
+                                      << "' is not F<m>, B<m> or U",
+             failure();
+    if (s.empty() || !llvm::all_of(s, llvm::isDigit) ||
+        s.getAsInteger(10, a.microbatch))
+      return emitOpError("action #") << i << " '" << cast<StringAttr>(attr).getValue()
+                                      << "' has no micro-batch number",
+             failure();
+    actions.push_back(a);
+  }
+  return actions;
+}
+
+LogicalResult ScheduleOp::verify() {
+  if (getStage() < 0)
+    return emitOpError("stage must be >= 0, got ") << getStage();
+  FailureOr<SmallVector<Action>> actions = parseActions();
+  if (failed(actions))
+    return failure();
+  int64_t m = 1;
+  if (auto module = (*this)->getParentOfType<ModuleOp>())
+    if (auto attr = module->getAttrOfType<IntegerAttr>("pipe.microbatches"))
+      m = attr.getInt();
+  SmallVector<int> forwardAt(m, -1), backwardAt(m, -1);
+  int updates = 0;
+  for (auto [i, a] : llvm::enumerate(*actions)) {
+    if (a.kind == Action::Update) {
+      if (i + 1 != actions->size())
+        return emitOpError("the update (action #") << i << ") must be last";
+      ++updates;
+      continue;
+    }
+    if (a.microbatch >= m)
+      return emitOpError("action #")
+             << i << " names micro-batch " << a.microbatch << " but there are "
+             << m << " (module attribute pipe.microbatches)";
+    auto &at = a.kind == Action::Forward ? forwardAt : backwardAt;
+    if (at[a.microbatch] >= 0)
+      return emitOpError("action #") << i << " repeats "
+                                     << (a.kind == Action::Forward ? "F" : "B")
+                                     << a.microbatch;
+    at[a.microbatch] = i;
+    if (a.kind == Action::Backward && forwardAt[a.microbatch] < 0)
+      return emitOpError("action #")
+             << i << ": B" << a.microbatch << " comes before F" << a.microbatch;
+  }
+  for (int64_t k = 0; k < m; ++k)
+    if (forwardAt[k] < 0 || backwardAt[k] < 0)
+      return emitOpError("micro-batch ")
+             << k << " lacks its " << (forwardAt[k] < 0 ? "forward" : "backward");
+  if (updates != 1)
+    return emitOpError("needs exactly one update action 'U'");
+  return success();
+}
+
+LogicalResult
+ScheduleOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  for (auto [what, ref] : {std::pair<StringRef, FlatSymbolRefAttr>{
+                               "forward", getForwardAttr()},
+                           {"backward", getBackwardAttr()},
+                           {"update", getUpdateAttr()}}) {
+    auto func = symbolTable.lookupNearestSymbolFrom<func::FuncOp>(*this, ref);
+    if (!func)
+      return emitOpError() << what << " function " << ref << " does not exist";
+    auto stage = func->getAttrOfType<IntegerAttr>("pipe.stage");
+    if (!stage || stage.getInt() != getStage())
+      return emitOpError() << what << " function " << ref
+                           << " does not belong to stage " << getStage();
+  }
   return success();
 }
 

@@ -4,6 +4,9 @@
 
 include "mlir/IR/OpBase.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/ControlFlowInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/IR/SymbolInterfaces.td"
 
 def Pipe_Dialect : Dialect {
   let name = "pipe";
@@ -12,8 +15,16 @@ def Pipe_Dialect : Dialect {
   let summary = "Pipeline structure of a training step.";
   let description = [{
     Ops that say how a training step is executed rather than what it computes:
-    the in-place optimizer update of a parameter now; pipeline stages,
-    send/recv, micro-batch loops and remat regions as they land.
+    the in-place optimizer update of a parameter, point-to-point transfers
+    between pipeline stages, gradient accumulation over micro-batches, the
+    loss report, rematerialization regions, and each stage's schedule.
+
+    After `gpipe-outline-stages`, stage S is three functions carrying
+    `pipe.stage = S` and `pipe.phase = "forward" | "backward" | "update"`: the
+    forward function runs once per micro-batch and returns the values its
+    backward needs (the stash, kept for every in-flight micro-batch); the
+    backward function takes them as arguments; the update function runs once
+    per mini-batch.
   }];
 }
 
@@ -21,6 +32,7 @@ class Pipe_Op<string mnemonic, list<Trait> traits = []>
     : Op<Pipe_Dialect, mnemonic, traits>;
 
 def Pipe_F32Tensor : StaticShapeTensorOf<[F32]>;
+def Pipe_Tensor : StaticShapeTensorOf<[F32, I64]>;
 
 def Pipe_SGDUpdateOp : Pipe_Op<"sgd_update", [AllTypesMatch<["param", "grad"]>]> {
   let summary = "torch.optim.SGD update of one parameter, in place";
@@ -51,6 +63,158 @@ def Pipe_AdamUpdateOp : Pipe_Op<"adam_update", [AllTypesMatch<["param", "grad"]>
                        F64Attr:$eps, F64Attr:$weight_decay, BoolAttr:$decoupled);
   let assemblyFormat = "$param `,` $grad attr-dict `:` type($param)";
   let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Communication between stages.
+//===----------------------------------------------------------------------===//
+
+def Pipe_SendOp : Pipe_Op<"send", [MemoryEffects<[MemWrite]>]> {
+  let summary = "blocking send of a tensor to another stage";
+  let description = [{
+    Sends `$value` to stage `$peer`. `$tag` names the boundary tensor: the
+    matching `pipe.recv` in stage `$peer` names this stage and the same tag,
+    with the same type. Blocking: under the checked semantics a send may wait
+    until the receiver has posted its receive.
+
+    ```mlir
+    pipe.send %h to 1 tag 0 : tensor<8x64xf32>
+    ```
+  }];
+  let arguments = (ins Pipe_Tensor:$value, I64Attr:$peer, I64Attr:$tag);
+  let assemblyFormat = "$value `to` $peer `tag` $tag attr-dict `:` type($value)";
+  let hasVerifier = 1;
+}
+
+def Pipe_RecvOp : Pipe_Op<"recv", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "blocking receive of a tensor from another stage";
+  let description = [{
+    Receives the tensor that stage `$peer` sends with `$tag`.
+
+    ```mlir
+    %h = pipe.recv from 0 tag 0 : tensor<8x64xf32>
+    ```
+  }];
+  let arguments = (ins I64Attr:$peer, I64Attr:$tag);
+  let results = (outs Pipe_Tensor:$value);
+  let assemblyFormat = "`from` $peer `tag` $tag attr-dict `:` type($value)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Gradient accumulation and the loss.
+//===----------------------------------------------------------------------===//
+
+def Pipe_AccumulateGradOp : Pipe_Op<"accumulate_grad", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "adds a micro-batch's gradient to a parameter's accumulator";
+  let description = [{
+    Each parameter has one gradient accumulator, zero at the start of every
+    mini-batch. A stage's backward adds each micro-batch's gradient with this
+    op; its update reads the sum with `pipe.accumulated_grad`.
+  }];
+  let arguments = (ins Pipe_F32Tensor:$grad, StrAttr:$param);
+  let assemblyFormat = "$grad `to` $param attr-dict `:` type($grad)";
+  let hasVerifier = 1;
+}
+
+def Pipe_AccumulatedGradOp : Pipe_Op<"accumulated_grad", [MemoryEffects<[MemRead]>]> {
+  let summary = "the gradient of a parameter summed over the mini-batch";
+  let arguments = (ins StrAttr:$param);
+  let results = (outs Pipe_F32Tensor:$grad);
+  let assemblyFormat = "$param attr-dict `:` type($grad)";
+  let hasVerifier = 1;
+}
+
+def Pipe_ReportLossOp : Pipe_Op<"report_loss", [MemoryEffects<[MemWrite]>]> {
+  let summary = "adds a micro-batch's share of the loss to the step's loss";
+  let description = [{
+    The loss of a micro-batch is its share of the mini-batch loss (the
+    micro-batching pass scales it), so the step's loss is the sum of the
+    reported values.
+  }];
+  let arguments = (ins Pipe_F32Tensor:$loss);
+  let assemblyFormat = "$loss attr-dict `:` type($loss)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Rematerialization.
+//===----------------------------------------------------------------------===//
+
+def Pipe_RematOp : Pipe_Op<"remat", [IsolatedFromAbove,
+    SingleBlockImplicitTerminator<"YieldOp">,
+    RecursiveMemoryEffects]> {
+  let summary = "forward ops recomputed inside the backward";
+  let description = [{
+    The region recomputes forward values from `$inputs` (a stage's stashed
+    boundary inputs: the graph inputs it reads and the tensors it receives)
+    and yields them as the op's results. Only pure `nn` ops may appear inside;
+    parameters and constants are re-declared there (the region is isolated).
+
+    ```mlir
+    %h = pipe.remat (%x) : (tensor<8x16xf32>) -> tensor<8x64xf32> {
+    ^bb0(%in: tensor<8x16xf32>):
+      ...
+      pipe.yield %r : tensor<8x64xf32>
+    }
+    ```
+  }];
+  let arguments = (ins Variadic<Pipe_Tensor>:$inputs);
+  let results = (outs Variadic<Pipe_Tensor>:$outputs);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    `(` $inputs `)` attr-dict `:` functional-type($inputs, $outputs) $body
+  }];
+  let hasVerifier = 1;
+}
+
+def Pipe_YieldOp : Pipe_Op<"yield", [Pure, Terminator, ReturnLike,
+    HasParent<"RematOp">]> {
+  let summary = "yields the recomputed values of a pipe.remat region";
+  let arguments = (ins Variadic<Pipe_Tensor>:$values);
+  let builders = [OpBuilder<(ins), [{ }]>];
+  let assemblyFormat = "($values^ `:` type($values))? attr-dict";
+}
+
+//===----------------------------------------------------------------------===//
+// Schedule.
+//===----------------------------------------------------------------------===//
+
+def Pipe_ScheduleOp : Pipe_Op<"schedule", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "the ordered actions a stage runs for one mini-batch";
+  let description = [{
+    `$actions` lists, in order, the forward (`"F<m>"`) and backward
+    (`"B<m>"`) of every micro-batch m in [0, M) and the optimizer update
+    (`"U"`, last), where M is the module's `pipe.microbatches` (1 if absent).
+    Each micro-batch's forward comes before its backward. `$forward`,
+    `$backward` and `$update` name the stage's functions; the sends and
+    receives of an action are those of its function, in order. The
+    `gpipe-check-schedule` pass checks that all stages' schedules together
+    pair every send with one receive and cannot deadlock.
+
+    ```mlir
+    pipe.schedule stage 0 forward @stage0_forward backward @stage0_backward
+        update @stage0_update actions ["F0", "F1", "B1", "B0", "U"]
+    ```
+  }];
+  let arguments = (ins I64Attr:$stage, FlatSymbolRefAttr:$forward,
+                   FlatSymbolRefAttr:$backward, FlatSymbolRefAttr:$update,
+                   StrArrayAttr:$actions);
+  let assemblyFormat = [{
+    `stage` $stage `forward` $forward `backward` $backward `update` $update
+    `actions` $actions attr-dict
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// One parsed entry of `actions`.
+    struct Action {
+      enum Kind { Forward, Backward, Update } kind;
+      int64_t microbatch; // -1 for the update
+    };
+    /// Parses `actions`; emits an error and fails on a malformed entry.
+    ::mlir::FailureOr<::llvm::SmallVector<Action>> parseActions();
+  }];
 }
 
 #endif // GPIPE_PIPE_OPS

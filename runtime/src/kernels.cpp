@@ -1,6 +1,7 @@
 // Compute kernels called by generated step functions (GEMM, reductions, loss,
 // optimizers).
 #include "gpipe/runtime.h"
+#include "internal.h"
 
 #include <cblas.h>
 
@@ -10,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 namespace {
@@ -193,21 +195,20 @@ void gp_check_labels(const gp_step_ctx *ctx, const int64_t *labels, int64_t n,
     if ((label >= 0 && label < classes) ||
         (has_ignore && label == ignore_index))
       continue;
-    std::fprintf(stderr,
-                 "gpipe: error: graph input '%s', sample %lld (step %lld): "
-                 "label %lld is outside [0, %lld)%s\n",
-                 input, static_cast<long long>(ctx->first_sample + r),
-                 static_cast<long long>(ctx->step),
-                 static_cast<long long>(label), static_cast<long long>(classes),
-                 has_ignore ? " and is not the ignore_index" : "");
-    std::fflush(stderr);
-    std::exit(1);
+    std::string msg = std::string("graph input '") + input + "', sample " +
+                      std::to_string(ctx->first_sample + r) + " (step " +
+                      std::to_string(ctx->step) + "): label " +
+                      std::to_string(label) + " is outside [0, " +
+                      std::to_string(classes) + ")" +
+                      (has_ignore ? " and is not the ignore_index" : "");
+    // Names the stage, writes its status, tears the other stages down.
+    gpipe::fatal(ctx, 1, msg);
   }
 }
 
 void gp_softmax_xent_fwd(const float *logits, const int64_t *labels, int64_t N,
                          int64_t C, int32_t has_ignore, int64_t ignore_index,
-                         float *loss, float *log_prob) {
+                         double norm, float *loss, float *log_prob) {
   double total = 0.0;
   int64_t count = 0;
   for (int64_t i = 0; i < N; ++i) {
@@ -231,13 +232,18 @@ void gp_softmax_xent_fwd(const float *logits, const int64_t *labels, int64_t N,
     else
       total += (static_cast<double>(mx) - x[y]) + logSum;
   }
-  *loss = count ? static_cast<float>(total / static_cast<double>(count))
-                : std::numeric_limits<float>::quiet_NaN();
+  // norm > 0: this call's share of a loss normalised over a larger batch
+  // (micro-batching); a share with every label ignored is 0.
+  if (norm > 0.0)
+    *loss = static_cast<float>(total / norm);
+  else
+    *loss = count ? static_cast<float>(total / static_cast<double>(count))
+                  : std::numeric_limits<float>::quiet_NaN();
 }
 
 void gp_softmax_xent_bwd(const float *logits, const int64_t *labels, int64_t N,
                          int64_t C, int32_t has_ignore, int64_t ignore_index,
-                         const float *dloss, float *dlogits) {
+                         double norm, const float *dloss, float *dlogits) {
   int64_t count = 0;
   for (int64_t i = 0; i < N; ++i)
     count += !isIgnored(labels[i], has_ignore, ignore_index);
@@ -246,8 +252,8 @@ void gp_softmax_xent_bwd(const float *logits, const int64_t *labels, int64_t N,
     std::fill(dlogits, dlogits + N * C, 0.0f);
     return;
   }
-  float scale = static_cast<float>(static_cast<double>(*dloss) /
-                                   static_cast<double>(count));
+  double divisor = norm > 0.0 ? norm : static_cast<double>(count);
+  float scale = static_cast<float>(static_cast<double>(*dloss) / divisor);
   for (int64_t i = 0; i < N; ++i) {
     const float *x = logits + i * C;
     float *dx = dlogits + i * C;

@@ -1,18 +1,17 @@
-// gp_main: command line, weight/data loading, the step loop, logging and
-// weight output of a generated stage program.
-#include "gpipe/runtime.h"
+// gp_main: command line, joining the other stages, weight/data loading, the
+// schedule loop, logging and weight output of a generated stage program.
+#include "internal.h"
 
 #include <omp.h>
-#include "npy.h"
 
 #include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <string>
 #include <sys/stat.h>
@@ -23,13 +22,27 @@
 extern "C" void openblas_set_num_threads(int num_threads);
 
 namespace gpipe {
-namespace {
 
-int error(const std::string &msg) {
-  std::fprintf(stderr, "gpipe: error: %s\n", msg.c_str());
+void printError(int32_t stage, const std::string &msg) {
+  if (stage >= 0)
+    std::fprintf(stderr, "gpipe: error: stage %d: %s\n", stage, msg.c_str());
+  else
+    std::fprintf(stderr, "gpipe: error: %s\n", msg.c_str());
   std::fflush(stderr);
-  return 1;
 }
+
+void fatal(const gp_step_ctx *ctx, int code, const std::string &msg) {
+  const Runtime *rt =
+      ctx ? static_cast<const Runtime *>(ctx->runtime) : nullptr;
+  printError(rt ? rt->stage : -1, msg);
+  std::fflush(stdout);
+  statusWriteExit(code);
+  if (transportActive())
+    transportAbort(code);
+  std::exit(code);
+}
+
+namespace {
 
 const char kUsage[] =
     "usage: %s [options]\n"
@@ -40,10 +53,14 @@ const char kUsage[] =
     "  --weights-in DIR    initial parameters (default \"weights\")\n"
     "  --weights-out DIR   write the trained parameters there at the end\n"
     "  --log-json FILE     one JSON object per step: "
-    "{\"step\":1,\"loss\":..,\"ms\":..}\n"
-    "  --threads T         BLAS threads (default 1)\n"
+    "{\"step\":1,\"loss\":..,\"ms\":..} (loss stage only)\n"
+    "  --threads T         BLAS and OpenMP threads (default 1)\n"
+    "  --status-file FILE  \"exit <code>\" at the end, \"signal <n>\" on a "
+    "crash\n"
     "  --quiet             no per-step lines on stdout\n"
-    "  --help              this message\n";
+    "  --help              this message\n"
+    "Stage %d of %d: a multi-stage pipeline runs under MPI, one rank per "
+    "stage (use gpipe-run).\n";
 
 struct Options {
   std::string data;
@@ -52,6 +69,7 @@ struct Options {
   std::string weightsIn = "weights";
   std::string weightsOut;
   std::string logJson;
+  std::string statusFile;
   int64_t threads = 1;
   bool quiet = false;
   bool help = false;
@@ -69,8 +87,9 @@ bool parseInt(const std::string &s, int64_t minValue, int64_t &out) {
   return true;
 }
 
-/// Parses argv into `opt`; returns false after printing the error.
-bool parseArgs(int argc, char **argv, Options &opt) {
+/// Parses argv into `opt`; on a usage error returns false with `err` set
+/// (reported once MPI is up, so that the other stages are torn down).
+bool parseArgs(int argc, char **argv, Options &opt, std::string &err) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -92,22 +111,22 @@ bool parseArgs(int argc, char **argv, Options &opt) {
     }
     if (flag != "--data" && flag != "--steps" && flag != "--weights-in" &&
         flag != "--weights-out" && flag != "--log-json" &&
-        flag != "--threads") {
+        flag != "--threads" && flag != "--status-file") {
       if (arg.rfind("-", 0) == 0)
-        error("unknown flag '" + flag + "' (see --help)");
+        err = "unknown flag '" + flag + "' (see --help)";
       else
-        error("unexpected argument '" + arg + "' (see --help)");
+        err = "unexpected argument '" + arg + "' (see --help)";
       return false;
     }
     if (!inlineValue) {
       if (i + 1 >= argc) {
-        error("flag '" + flag + "' requires a value");
+        err = "flag '" + flag + "' requires a value";
         return false;
       }
       value = argv[++i];
     }
     if (value.empty()) {
-      error("flag '" + flag + "' requires a non-empty value");
+      err = "flag '" + flag + "' requires a non-empty value";
       return false;
     }
     if (flag == "--data") {
@@ -115,20 +134,22 @@ bool parseArgs(int argc, char **argv, Options &opt) {
       opt.haveData = true;
     } else if (flag == "--steps") {
       if (!parseInt(value, 0, opt.steps)) {
-        error("invalid value '" + value +
-              "' for --steps (expected an integer >= 0)");
+        err = "invalid value '" + value +
+              "' for --steps (expected an integer >= 0)";
         return false;
       }
     } else if (flag == "--threads") {
       if (!parseInt(value, 1, opt.threads) || opt.threads > 4096) {
-        error("invalid value '" + value +
-              "' for --threads (expected an integer in [1, 4096])");
+        err = "invalid value '" + value +
+              "' for --threads (expected an integer in [1, 4096])";
         return false;
       }
     } else if (flag == "--weights-in") {
       opt.weightsIn = value;
     } else if (flag == "--weights-out") {
       opt.weightsOut = value;
+    } else if (flag == "--status-file") {
+      opt.statusFile = value;
     } else {
       opt.logJson = value;
     }
@@ -147,13 +168,6 @@ bool fileExists(const std::string &path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
-/// "(S, 28, 28)": an input's shape with the sample axis left open.
-std::string sampleShape(const gp_tensor_desc &d) {
-  std::string s = shapeToString(d.shape, d.rank);
-  size_t end = s.find_first_of(",)");
-  return "(S" + s.substr(end);
-}
-
 int64_t numElements(const gp_tensor_desc &d) {
   int64_t n = 1;
   for (int32_t i = 0; i < d.rank; ++i)
@@ -161,169 +175,292 @@ int64_t numElements(const gp_tensor_desc &d) {
   return n;
 }
 
+struct FreeDeleter {
+  void operator()(unsigned char *p) const { std::free(p); }
+};
+
+/// One run of a stage program; every error prints its line and returns the
+/// exit code.
+class StageRun {
+public:
+  StageRun(const gp_program *program, const Options &opt)
+      : program_(program), opt_(opt), stage_(program->stage) {}
+
+  int run();
+
+private:
+  int error(const std::string &msg) {
+    printError(stage_, msg);
+    return 1;
+  }
+  bool checkDesc(const gp_tensor_desc &d, bool inArena, const char *what);
+  int checkProgram();
+  int agreeWithOtherStages();
+  int loadParams();
+  int writeParams();
+
+  const gp_program *program_;
+  const Options &opt_;
+  int32_t stage_;
+  int32_t lossStage_ = -1; // the stage with has_loss, -1 if none
+  bool logger_ = false;    // prints the steps: the loss stage, else stage 0
+  std::unique_ptr<unsigned char, FreeDeleter> arena_;
+  Runtime rt_;
+};
+
 /// Catches code generator bugs (descriptors outside the arena) as errors.
-bool checkDesc(const gp_tensor_desc &d, int64_t arenaBytes, const char *what) {
+bool StageRun::checkDesc(const gp_tensor_desc &d, bool inArena,
+                         const char *what) {
   const char *name = d.name ? d.name : "?";
   bool ok = d.name && d.rank >= 0 && (d.rank == 0 || d.shape) &&
             d.offset >= 0 && (d.dtype == GP_F32 || d.dtype == GP_I64);
   for (int32_t i = 0; ok && i < d.rank; ++i)
     ok = d.shape[i] >= 0;
-  if (ok)
-    ok = d.offset + numElements(d) * dtypeSize(d.dtype) <= arenaBytes;
+  if (ok && inArena)
+    ok = d.offset + numElements(d) * dtypeSize(d.dtype) <=
+         program_->arena_bytes;
   if (!ok)
     error(std::string("invalid program: ") + what + " '" + name +
           "' is malformed or does not fit the arena");
   return ok;
 }
 
-struct FreeDeleter {
-  void operator()(unsigned char *p) const { std::free(p); }
-};
-
-/// One graph input: its mapped data file and the bytes per sample.
-struct InputData {
-  std::string path;
-  NpyFile file;
-  int64_t rowBytes = 0;
-  int64_t batch = 0;
-};
-
-int run(int argc, char **argv, const gp_program *program) {
-  const char *prog = argc > 0 && argv && argv[0] ? argv[0] : "stage";
-  if (!program)
-    return error("no program");
-  Options opt;
-  // Usage errors (bad flags) exit 2, like gpipe-compile and gpipe-run.
-  if (!parseArgs(argc, argv, opt))
-    return 2;
-  if (opt.help) {
-    std::printf(kUsage, prog);
-    return 0;
-  }
-  if (program->num_inputs > 0 && !opt.haveData) {
-    error("--data DIR is required: the program has " +
-          std::to_string(program->num_inputs) + " graph input(s)");
-    return 2;
-  }
-  if (program->arena_bytes < 0 || program->num_inputs < 0 ||
-      program->num_params < 0 || !program->step)
+int StageRun::checkProgram() {
+  const gp_program &p = *program_;
+  if (p.arena_bytes < 0 || p.num_inputs < 0 || p.num_params < 0 ||
+      p.num_actions < 0 || (p.num_inputs > 0 && !p.inputs) ||
+      (p.num_params > 0 && !p.params) || (p.num_actions > 0 && !p.actions))
     return error("invalid program description");
-
-  openblas_set_num_threads(static_cast<int>(opt.threads));
-  // Generated elementwise loops and the update kernels use OpenMP.
-  omp_set_num_threads(static_cast<int>(opt.threads));
-
-  // The arena: 64-byte aligned (aligned_alloc needs a multiple of the
-  // alignment), zeroed once.
-  size_t arenaSize = (static_cast<size_t>(program->arena_bytes) + 63) / 64 * 64;
-  if (arenaSize == 0)
-    arenaSize = 64;
-  std::unique_ptr<unsigned char, FreeDeleter> arena(
-      static_cast<unsigned char *>(std::aligned_alloc(64, arenaSize)));
-  if (!arena)
-    return error("cannot allocate the " + std::to_string(arenaSize) +
-                 "-byte arena");
-  std::memset(arena.get(), 0, arenaSize);
-
-  // Parameters.
-  for (int32_t i = 0; i < program->num_params; ++i) {
-    const gp_tensor_desc &d = program->params[i];
-    if (!checkDesc(d, program->arena_bytes, "parameter"))
+  if (p.microbatches < 1 || p.batch_size < 1 ||
+      p.batch_size % p.microbatches != 0)
+    return error("invalid program: batch size " +
+                 std::to_string(p.batch_size) + " is not a positive multiple "
+                 "of the " + std::to_string(p.microbatches) +
+                 " micro-batch(es)");
+  for (int32_t i = 0; i < p.num_actions; ++i) {
+    const gp_action &a = p.actions[i];
+    bool ok;
+    switch (a.kind) {
+    case GP_FORWARD:
+      ok = p.forward && a.microbatch >= 0 && a.microbatch < p.microbatches;
+      break;
+    case GP_BACKWARD:
+      ok = p.backward && a.microbatch >= 0 && a.microbatch < p.microbatches;
+      break;
+    case GP_UPDATE:
+      ok = p.update != nullptr;
+      break;
+    default:
+      ok = false;
+    }
+    if (!ok)
+      return error("invalid program: schedule entry " + std::to_string(i) +
+                   " (kind " + std::to_string(static_cast<int>(a.kind)) +
+                   ", micro-batch " + std::to_string(a.microbatch) +
+                   ") is malformed");
+  }
+  int64_t microRows = p.batch_size / p.microbatches;
+  for (int32_t i = 0; i < p.num_inputs; ++i) {
+    const gp_tensor_desc &d = p.inputs[i];
+    if (!checkDesc(d, /*inArena=*/false, "input"))
+      return 1;
+    if (d.rank < 1 || d.shape[0] != microRows)
+      return error(std::string("invalid program: input '") + d.name +
+                   "' needs a micro-batch dimension of " +
+                   std::to_string(microRows) + " (batch " +
+                   std::to_string(p.batch_size) + " / " +
+                   std::to_string(p.microbatches) + " micro-batches)");
+  }
+  for (int32_t i = 0; i < p.num_params; ++i) {
+    const gp_tensor_desc &d = p.params[i];
+    if (!checkDesc(d, /*inArena=*/true, "parameter"))
       return 1;
     if (d.dtype != GP_F32 || !d.file)
       return error(std::string("invalid program: parameter '") + d.name +
                    "' must be float32 with a weight file name");
-    std::string path = joinPath(opt.weightsIn, d.file);
+  }
+  return 0;
+}
+
+/// Multi-stage: every rank shares (has_loss, K, M, B); all must describe the
+/// same pipeline and at most one stage computes the loss.
+int StageRun::agreeWithOtherStages() {
+  const int n = 4;
+  int64_t mine[n] = {program_->has_loss ? 1 : 0, program_->num_stages,
+                     program_->microbatches, program_->batch_size};
+  std::vector<int64_t> all;
+  std::string err;
+  if (!transportAllGather(mine, n, all, err))
+    return error(err);
+  auto describe = [&](int32_t s) {
+    const int64_t *v = &all[static_cast<size_t>(s) * n];
+    return "stage " + std::to_string(s) + " (of a " + std::to_string(v[1]) +
+           "-stage pipeline, batch " + std::to_string(v[3]) + " in " +
+           std::to_string(v[2]) + " micro-batches)";
+  };
+  std::string problem;
+  for (int32_t s = 0; s < program_->num_stages && problem.empty(); ++s) {
+    const int64_t *v = &all[static_cast<size_t>(s) * n];
+    if (v[1] != all[1] || v[2] != all[2] || v[3] != all[3])
+      problem = describe(s) + " and " + describe(0) +
+                " were not compiled together";
+    else if (v[0] && lossStage_ >= 0)
+      problem = "invalid pipeline: stages " + std::to_string(lossStage_) +
+                " and " + std::to_string(s) + " both compute the loss";
+    else if (v[0])
+      lossStage_ = s;
+  }
+  if (!problem.empty()) {
+    // Every rank sees the same table: stage 0 reports it, the others wait to
+    // be torn down.
+    if (stage_ != 0)
+      transportWaitForAbort();
+    return error(problem);
+  }
+  return 0;
+}
+
+int StageRun::loadParams() {
+  for (int32_t i = 0; i < program_->num_params; ++i) {
+    const gp_tensor_desc &d = program_->params[i];
+    std::string path = joinPath(opt_.weightsIn, d.file);
     if (!fileExists(path))
-      return error("missing weight file " + path + " for parameter '" + d.name +
-                   "'");
+      return error("missing weight file " + path + " for parameter '" +
+                   d.name + "'");
     NpyFile f;
     std::string err;
     if (!f.open(path, GP_F32, err))
       return error(err);
     if (f.shape() != std::vector<int64_t>(d.shape, d.shape + d.rank))
-      return error(path + ": expected shape " + shapeToString(d.shape, d.rank) +
+      return error(path + ": expected shape " +
+                   shapeToString(d.shape, static_cast<size_t>(d.rank)) +
                    " for parameter '" + d.name + "', found " +
                    shapeToString(f.shape()));
-    std::memcpy(arena.get() + d.offset, f.data(),
+    std::memcpy(arena_.get() + d.offset, f.data(),
                 static_cast<size_t>(f.dataBytes()));
   }
+  return 0;
+}
 
-  // Graph inputs: map each file once, check it, copy a mini-batch per step.
-  std::vector<InputData> inputs(program->num_inputs);
-  int64_t numBatches = 0;
-  for (int32_t i = 0; i < program->num_inputs; ++i) {
-    const gp_tensor_desc &d = program->inputs[i];
-    if (!checkDesc(d, program->arena_bytes, "input"))
-      return 1;
-    if (d.rank < 1 || d.shape[0] < 1)
-      return error(std::string("invalid program: input '") + d.name +
-                   "' needs a mini-batch dimension");
-    InputData &in = inputs[i];
-    in.path = joinPath(opt.data, std::string(d.name) + ".npy");
-    if (!fileExists(in.path))
-      return error("missing data file " + in.path + " for graph input '" +
-                   d.name + "'");
+int StageRun::writeParams() {
+  std::error_code ec;
+  std::filesystem::create_directories(opt_.weightsOut, ec);
+  if (ec)
+    return error("cannot create directory " + opt_.weightsOut + ": " +
+                 ec.message());
+  for (int32_t i = 0; i < program_->num_params; ++i) {
+    const gp_tensor_desc &d = program_->params[i];
+    std::string path = joinPath(opt_.weightsOut, d.file);
+    // The file name may contain directories of its own.
+    std::filesystem::create_directories(
+        std::filesystem::path(path).parent_path(), ec);
+    if (ec)
+      return error("cannot create directory for " + path + ": " +
+                   ec.message());
     std::string err;
-    if (!in.file.open(in.path, d.dtype, err))
+    if (!npyWriteF32(path,
+                     reinterpret_cast<const float *>(arena_.get() + d.offset),
+                     d.shape, static_cast<size_t>(d.rank), err))
       return error(err);
-    const std::vector<int64_t> &s = in.file.shape();
-    bool sameRow = s.size() == static_cast<size_t>(d.rank);
-    for (int32_t k = 1; sameRow && k < d.rank; ++k)
-      sameRow = s[k] == d.shape[k];
-    if (!sameRow)
-      return error(in.path + ": expected shape " + sampleShape(d) +
-                   " for graph input '" + d.name + "', found " +
-                   shapeToString(s));
-    in.batch = d.shape[0];
-    in.rowBytes = numElements(d) / d.shape[0] * dtypeSize(d.dtype);
-    if (s[0] < in.batch)
-      return error(in.path + ": " + std::to_string(s[0]) +
-                   " samples, fewer than the mini-batch size " +
-                   std::to_string(in.batch) + " of graph input '" + d.name +
-                   "'");
-    if (i == 0) {
-      numBatches = s[0] / in.batch;
-    } else if (s[0] != inputs[0].file.shape()[0]) {
-      return error(in.path + " has " + std::to_string(s[0]) + " samples but " +
-                   inputs[0].path + " has " +
-                   std::to_string(inputs[0].file.shape()[0]));
-    }
+  }
+  return 0;
+}
+
+int StageRun::run() {
+  if (int rc = checkProgram())
+    return rc;
+  if (program_->num_stages > 1) {
+    if (int rc = agreeWithOtherStages())
+      return rc;
+  } else {
+    lossStage_ = program_->has_loss ? 0 : -1;
+  }
+  logger_ = stage_ == (lossStage_ >= 0 ? lossStage_ : 0);
+  if (program_->num_inputs > 0 && !opt_.haveData) {
+    error("--data DIR is required: the program has " +
+          std::to_string(program_->num_inputs) + " graph input(s)");
+    return 2;
   }
 
+  openblas_set_num_threads(static_cast<int>(opt_.threads));
+  // Generated elementwise loops and the update kernels use OpenMP.
+  omp_set_num_threads(static_cast<int>(opt_.threads));
+
+  // The arena: 64-byte aligned (aligned_alloc needs a multiple of the
+  // alignment), zeroed once.
+  size_t arenaSize =
+      (static_cast<size_t>(program_->arena_bytes) + 63) / 64 * 64;
+  if (arenaSize == 0)
+    arenaSize = 64;
+  arena_.reset(static_cast<unsigned char *>(std::aligned_alloc(64, arenaSize)));
+  if (!arena_)
+    return error("cannot allocate the " + std::to_string(arenaSize) +
+                 "-byte arena");
+  std::memset(arena_.get(), 0, arenaSize);
+
+  if (int rc = loadParams())
+    return rc;
+
+  rt_.program = program_;
+  rt_.stage = stage_;
+  rt_.batchSize = program_->batch_size;
+  rt_.microRows = program_->batch_size / program_->microbatches;
+  int64_t numBatches = 0;
+  std::string err;
+  if (!openInputs(rt_, opt_.data, numBatches, err))
+    return error(err);
+
+  // Only the logging stage writes the log (all stages get the same flag).
   FILE *log = nullptr;
-  if (!opt.logJson.empty()) {
-    log = std::fopen(opt.logJson.c_str(), "w");
+  if (logger_ && !opt_.logJson.empty()) {
+    log = std::fopen(opt_.logJson.c_str(), "w");
     if (!log)
-      return error("cannot open log file " + opt.logJson + ": " +
+      return error("cannot open log file " + opt_.logJson + ": " +
                    std::strerror(errno));
   }
   std::unique_ptr<FILE, int (*)(FILE *)> logCloser(
       log, [](FILE *f) { return f ? std::fclose(f) : 0; });
 
-  gp_step_ctx ctx{arena.get(), 0, 0};
+  gp_step_ctx ctx{};
+  ctx.arena = arena_.get();
+  ctx.runtime = &rt_;
   double totalMs = 0.0;
-  for (int64_t s = 1; s <= opt.steps; ++s) {
-    int64_t first = numBatches ? (s - 1) % numBatches : 0;
-    for (int32_t i = 0; i < program->num_inputs; ++i) {
-      const InputData &in = inputs[i];
-      size_t bytes = static_cast<size_t>(in.batch * in.rowBytes);
-      std::memcpy(arena.get() + program->inputs[i].offset,
-                  in.file.data() + first * in.batch * in.rowBytes, bytes);
-    }
+  for (int64_t s = 1; s <= opt_.steps; ++s) {
+    // Stages without data files (middle stages) still count steps; their
+    // first_sample is relative to an unknown mini-batch and unused.
+    int64_t batch = numBatches ? (s - 1) % numBatches : 0;
+    rt_.miniFirst = batch * rt_.batchSize;
     ctx.step = s;
-    ctx.first_sample = first * (program->num_inputs ? inputs[0].batch : 0);
+    ctx.loss = 0.0;
+    ctx.microbatch = 0;
+    ctx.first_sample = rt_.miniFirst;
     auto t0 = std::chrono::steady_clock::now();
-    float loss = program->step(&ctx);
+    for (int32_t i = 0; i < program_->num_actions; ++i) {
+      const gp_action &a = program_->actions[i];
+      if (a.kind == GP_UPDATE) {
+        ctx.first_sample = rt_.miniFirst;
+        program_->update(&ctx);
+        continue;
+      }
+      ctx.microbatch = a.microbatch;
+      ctx.first_sample = rt_.miniFirst + a.microbatch * rt_.microRows;
+      if (a.kind == GP_FORWARD)
+        program_->forward(&ctx, a.microbatch);
+      else
+        program_->backward(&ctx, a.microbatch);
+    }
     auto t1 = std::chrono::steady_clock::now();
     double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
     totalMs += ms;
-    if (!opt.quiet) {
+    if (!logger_)
+      continue;
+    double loss =
+        program_->has_loss ? ctx.loss : std::numeric_limits<double>::quiet_NaN();
+    if (!opt_.quiet) {
       if (std::isnan(loss))
         std::printf("step %lld loss nan\n", static_cast<long long>(s));
       else
-        std::printf("step %lld loss %.6f\n", static_cast<long long>(s),
-                    static_cast<double>(loss));
+        std::printf("step %lld loss %.6f\n", static_cast<long long>(s), loss);
       // Progress must be visible through pipes, and survive a later crash.
       std::fflush(stdout);
     }
@@ -331,12 +468,11 @@ int run(int argc, char **argv, const gp_program *program) {
       // JSON has no NaN/Infinity literals.
       char lossStr[32] = "null";
       if (std::isfinite(loss))
-        std::snprintf(lossStr, sizeof(lossStr), "%.9g",
-                      static_cast<double>(loss));
+        std::snprintf(lossStr, sizeof(lossStr), "%.9g", loss);
       if (std::fprintf(log, "{\"step\":%lld,\"loss\":%s,\"ms\":%.6f}\n",
                        static_cast<long long>(s), lossStr, ms) < 0 ||
           std::fflush(log) != 0)
-        return error("cannot write log file " + opt.logJson + ": " +
+        return error("cannot write log file " + opt_.logJson + ": " +
                      std::strerror(errno));
     }
   }
@@ -344,40 +480,89 @@ int run(int argc, char **argv, const gp_program *program) {
   if (log) {
     logCloser.release();
     if (std::fclose(log) != 0)
-      return error("cannot write log file " + opt.logJson + ": " +
+      return error("cannot write log file " + opt_.logJson + ": " +
                    std::strerror(errno));
   }
-  std::fprintf(stderr, "gpipe: %lld steps, mean %.3f ms/step\n",
-               static_cast<long long>(opt.steps),
-               opt.steps ? totalMs / static_cast<double>(opt.steps) : 0.0);
+  if (logger_)
+    std::fprintf(stderr, "gpipe: %lld steps, mean %.3f ms/step\n",
+                 static_cast<long long>(opt_.steps),
+                 opt_.steps ? totalMs / static_cast<double>(opt_.steps) : 0.0);
 
-  if (opt.weightsOut.empty())
+  if (opt_.weightsOut.empty())
     return 0;
-  std::error_code ec;
-  std::filesystem::create_directories(opt.weightsOut, ec);
-  if (ec)
-    return error("cannot create directory " + opt.weightsOut + ": " +
-                 ec.message());
-  for (int32_t i = 0; i < program->num_params; ++i) {
-    const gp_tensor_desc &d = program->params[i];
-    std::string path = joinPath(opt.weightsOut, d.file);
-    // The file name may contain directories of its own.
-    std::filesystem::create_directories(
-        std::filesystem::path(path).parent_path(), ec);
-    if (ec)
-      return error("cannot create directory for " + path + ": " + ec.message());
-    std::string err;
-    if (!npyWriteF32(path,
-                     reinterpret_cast<const float *>(arena.get() + d.offset),
-                     d.shape, static_cast<size_t>(d.rank), err))
-      return error(err);
+  return writeParams();
+}
+
+/// Ends gp_main: a failure with other stages running aborts them all (after
+/// the status file); otherwise leaves MPI, writes the status, returns.
+int finish(int code) {
+  std::fflush(stdout);
+  if (code != 0 && transportActive()) {
+    statusWriteExit(code);
+    transportAbort(code);
   }
-  return 0;
+  transportFinalize();
+  statusWriteExit(code);
+  statusReset();
+  return code;
 }
 
 } // namespace
 } // namespace gpipe
 
 extern "C" int gp_main(int argc, char **argv, const gp_program *program) {
-  return gpipe::run(argc, argv, program);
+  using namespace gpipe;
+  if (!program) {
+    printError(-1, "no program");
+    return 1;
+  }
+  const char *prog = argc > 0 && argv && argv[0] ? argv[0] : "stage";
+  int32_t stage = program->stage;
+  Options opt;
+  std::string usageErr;
+  bool usageOk = parseArgs(argc, argv, opt, usageErr);
+  if (usageOk && opt.help) {
+    std::printf(kUsage, prog, program->stage, program->num_stages);
+    return 0;
+  }
+  if (!opt.statusFile.empty() && !statusSetPath(opt.statusFile) && usageOk) {
+    usageOk = false;
+    usageErr = "--status-file path is too long";
+  }
+  if (program->num_stages < 1 || stage < 0 || stage >= program->num_stages) {
+    printError(stage, "invalid program: stage " + std::to_string(stage) +
+                          " of " + std::to_string(program->num_stages));
+    return finish(1);
+  }
+  if (program->num_stages > 1) {
+    // Joined before anything can fail, so that every error can tear the
+    // other stages down instead of leaving them blocked in a receive.
+    int rank = 0, size = 0;
+    std::string err;
+    if (!transportInit(&argc, &argv, rank, size, err)) {
+      printError(stage, err);
+      return finish(1);
+    }
+    statusInstallHandlers(); // after MPI_Init: replaces Open MPI's handlers
+    if (size != program->num_stages || rank != stage) {
+      printError(stage,
+                 "stage " + std::to_string(stage) +
+                     " executable was launched as rank " +
+                     std::to_string(rank) + " of " + std::to_string(size) +
+                     " ranks (a " + std::to_string(program->num_stages) +
+                     "-stage pipeline runs as " +
+                     std::to_string(program->num_stages) +
+                     " ranks: launch it with gpipe-run)");
+      return finish(1);
+    }
+  } else {
+    statusInstallHandlers();
+  }
+  // Usage errors exit 2, like gpipe-compile and gpipe-run.
+  if (!usageOk) {
+    printError(stage, usageErr);
+    return finish(2);
+  }
+  StageRun run(program, opt);
+  return finish(run.run());
 }

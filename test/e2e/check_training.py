@@ -14,11 +14,24 @@ Steps:
      (|l_gp - l_torch| <= tol * max(1, |l_torch|)), and check the weights
      actually moved away from their initial values.
 
+Pipelining (--stages K, --microbatches M, --remat R are passed to gpipe-compile):
+with K > 1 or M > 1 (or --compare-single), the same model.onnx and data are also
+compiled with --stages 1 --microbatches 1 --remat none into WORKDIR/out_single and
+run; the K/M run's trained initializers and per-step losses must then ALSO equal
+that 1-stage program's, with the same formulas and tolerance (the 1-stage run
+taking torch's place).  OUT/pipeline.json must describe K stages (each with its
+executable), M micro-batches and remat R.  For a model with an ignore_index,
+M > 1 additionally requires some mini-batch whose micro-batches hold different
+numbers of non-ignored labels (else a mean of micro-batch means could pass).
+
 Exit status: 0 = pass, 1 = any failure (tool error or mismatch), 2 = bad usage.
 
-Example:
+Examples:
   /usr/bin/python3 test/e2e/check_training.py --model mlp_tanh --optimizer sgd \\
       --lr 0.1 --momentum 0.9 --steps 20 --batch-size 16 --bin build/bin
+  /usr/bin/python3 test/e2e/check_training.py --model mlp_skip --optimizer sgd \\
+      --lr 0.05 --momentum 0.9 --steps 10 --batch-size 32 \\
+      --stages 4 --microbatches 8 --remat stage --bin build/bin
 """
 
 import argparse
@@ -94,6 +107,21 @@ def parse_args(argv):
                          "reference to be >= this (default 10*tol), so that an untrained "
                          "result cannot pass the tolerance check")
     ap.add_argument("--threads", type=int, default=None, help="passed to gpipe-run --threads")
+    ap.add_argument("--stages", type=int, default=None,
+                    help="gpipe-compile --stages K (not passed when omitted: compiler default 1)")
+    ap.add_argument("--microbatches", type=int, default=None,
+                    help="gpipe-compile --microbatches M (not passed when omitted: default 1); "
+                         "--batch-size must be divisible by M")
+    ap.add_argument("--remat", choices=["stage", "none", "auto"], default=None,
+                    help="gpipe-compile --remat (not passed when omitted: compiler default)")
+    cs = ap.add_mutually_exclusive_group()
+    cs.add_argument("--compare-single", dest="compare_single", action="store_true",
+                    default=None,
+                    help="also compile and run the model with --stages 1 --microbatches 1 "
+                         "--remat none and require the trained weights and losses to equal it "
+                         "(default: on when --stages > 1 or --microbatches > 1)")
+    cs.add_argument("--no-compare-single", dest="compare_single", action="store_false",
+                    help="do not run the 1-stage comparison")
     ap.add_argument("--timeout", type=float, default=900.0,
                     help="seconds allowed for each of gpipe-compile / gpipe-run")
     a = ap.parse_args(argv)
@@ -121,7 +149,32 @@ def parse_args(argv):
         ap.error("--nesterov requires --momentum > 0 (as torch.optim.SGD)")
     if a.min_change is None:
         a.min_change = 10.0 * a.tol
+    if a.stages is not None and a.stages < 1:
+        ap.error("--stages must be >= 1")
+    if a.microbatches is not None and a.microbatches < 1:
+        ap.error("--microbatches must be >= 1")
+    if a.microbatches is not None and a.batch_size % a.microbatches != 0:
+        ap.error("--batch-size %d is not divisible by --microbatches %d"
+                 % (a.batch_size, a.microbatches))
+    if a.compare_single is None:
+        a.compare_single = (a.stages or 1) > 1 or (a.microbatches or 1) > 1
     return a
+
+
+def pipeline_flags(a):
+    """gpipe-compile flags of the run under test (only the ones given)."""
+    f = []
+    if a.stages is not None:
+        f += ["--stages", str(a.stages)]
+    if a.microbatches is not None:
+        f += ["--microbatches", str(a.microbatches)]
+    if a.remat is not None:
+        f += ["--remat", a.remat]
+    return f
+
+
+# The reference program of --compare-single: one stage, no micro-batching, no recomputation.
+SINGLE_FLAGS = ["--stages", "1", "--microbatches", "1", "--remat", "none"]
 
 
 def find_tool(bindir, name):
@@ -274,6 +327,78 @@ def check_stdout_steps(out, json_losses, tol):
                               % (s, txt, lj))
 
 
+def check_pipeline_json(out_dir, stages, microbatches, remat):
+    """Return a list of failures: OUT/pipeline.json must describe `stages` stages (each with
+    an existing executable), `microbatches` micro-batches and `remat` (None: not checked)."""
+    path = os.path.join(out_dir, "pipeline.json")
+    try:
+        with open(path) as f:
+            pj = json.load(f)
+    except (OSError, ValueError) as e:
+        return ["%s: cannot read: %s" % (path, e)]
+    fails = []
+    st = pj.get("stages")
+    if not isinstance(st, list):
+        return ["%s: no 'stages' list" % path]
+    if stages is not None and len(st) != stages:
+        fails.append("%s: %d stage(s), expected %d" % (path, len(st), stages))
+    for i, s in enumerate(st):
+        exe = s.get("executable") if isinstance(s, dict) else None
+        p = os.path.join(out_dir, exe) if isinstance(exe, str) else None
+        if not p or not (os.path.isfile(p) and os.access(p, os.X_OK)):
+            fails.append("%s: stage %d executable %r missing or not executable" % (path, i, exe))
+    if microbatches is not None and pj.get("microbatches") != microbatches:
+        fails.append("%s: microbatches %r, expected %d"
+                     % (path, pj.get("microbatches"), microbatches))
+    if remat is not None and pj.get("remat") != remat:
+        fails.append("%s: remat %r, expected %r" % (path, pj.get("remat"), remat))
+    return fails
+
+
+def compile_and_run(a, compile_bin, run_bin, model_path, data_dir, wd, suffix, extra_flags):
+    """gpipe-compile (+ extra_flags) into WORKDIR/out<suffix>, then gpipe-run it.
+
+    Files: out<suffix>/, compile<suffix>.log, run<suffix>.log, log<suffix>.jsonl,
+    trained<suffix>.onnx.  Returns (out_dir, losses, ms, run stdout, trained_path)."""
+    out_dir = os.path.join(wd, "out" + suffix)
+    trained_path = os.path.join(wd, "trained%s.onnx" % suffix)
+    log_path = os.path.join(wd, "log%s.jsonl" % suffix)
+    for p in (trained_path, log_path):
+        if os.path.exists(p):
+            os.remove(p)
+    if os.path.isdir(out_dir):
+        shutil.rmtree(out_dir)
+    run_tool([compile_bin, model_path, "-o", out_dir, "--batch-size", str(a.batch_size),
+              "--target", "cpu"] + extra_flags + optimizer_flags(a),
+             os.path.join(wd, "compile%s.log" % suffix), a.timeout)
+    run_cmd = [run_bin, out_dir, "--data", data_dir, "--steps", str(a.steps),
+               "--log-json", log_path, "--save-onnx", trained_path]
+    if a.threads is not None:
+        run_cmd += ["--threads", str(a.threads)]
+    run_out = run_tool(run_cmd, os.path.join(wd, "run%s.log" % suffix), a.timeout)
+    losses, ms = parse_log_json(log_path, a.steps)
+    if not os.path.isfile(trained_path):
+        raise CheckFailed("gpipe-run did not write --save-onnx file %s" % trained_path)
+    return out_dir, losses, ms, run_out, trained_path
+
+
+def ignore_split_check(a, y):
+    """For a model with an ignore_index and M > 1 micro-batches: True if some mini-batch of
+    the run has micro-batches with different numbers of non-ignored labels (so that a mean
+    of per-micro-batch means differs from the mini-batch mean)."""
+    ii = models.MODELS[a.model].ignore_index
+    m = a.microbatches or 1
+    if ii is None or m <= 1:
+        return True
+    mb = a.batch_size // m
+    for s in range(1, a.steps + 1):
+        lo, hi = models.batch_indices(s, a.batch_size, a.samples)
+        counts = [int(np.sum(y[lo + i * mb:lo + (i + 1) * mb] != ii)) for i in range(m)]
+        if len(set(counts)) > 1:
+            return True
+    return False
+
+
 def rel_err(a, b):
     a = np.asarray(a, dtype=np.float64).ravel()
     b = np.asarray(b, dtype=np.float64).ravel()
@@ -303,21 +428,25 @@ def run_check(a):
     wd = os.path.abspath(wd)
     os.makedirs(wd, exist_ok=True)
     data_dir = os.path.join(wd, "data")
-    out_dir = os.path.join(wd, "out")
     model_path = os.path.join(wd, "model.onnx")
-    trained_path = os.path.join(wd, "trained.onnx")
-    log_path = os.path.join(wd, "log.jsonl")
-    for p in (trained_path, log_path):
-        if os.path.exists(p):
-            os.remove(p)
-    if os.path.isdir(out_dir):
-        shutil.rmtree(out_dir)
+    single_dir = os.path.join(wd, "out_single")
+    if not a.compare_single:  # no stale reference from an earlier run of this workdir
+        if os.path.isdir(single_dir):
+            shutil.rmtree(single_dir)
+        for p in ("trained_single.onnx", "log_single.jsonl", "compile_single.log",
+                  "run_single.log"):
+            if os.path.exists(os.path.join(wd, p)):
+                os.remove(os.path.join(wd, p))
     os.makedirs(data_dir, exist_ok=True)
 
     cfg = ("model=%s optimizer=%s lr=%r momentum=%r nesterov=%s weight_decay=%r betas=%r "
            "eps=%r steps=%d B=%d S=%d opset=%d tol=%g"
            % (a.model, a.optimizer, a.lr, a.momentum, a.nesterov, a.weight_decay, a.betas_t,
               a.eps, a.steps, a.batch_size, a.samples, a.opset, a.tol))
+    if a.stages is not None or a.microbatches is not None or a.remat is not None:
+        cfg += " K=%s M=%s remat=%s" % (a.stages or 1, a.microbatches or 1, a.remat or "default")
+    if a.compare_single:
+        cfg += " vs-1-stage"
     log("check_training: " + cfg)
     log("workdir: " + wd)
 
@@ -344,25 +473,38 @@ def run_check(a):
     if not all(math.isfinite(l) for l in ref_losses):
         raise CheckFailed("torch reference produced non-finite losses: %s" % ref_losses)
 
-    # 4. gpipe-compile + gpipe-run
-    run_tool([compile_bin, model_path, "-o", out_dir, "--batch-size", str(a.batch_size),
-              "--target", "cpu"] + optimizer_flags(a),
-             os.path.join(wd, "compile.log"), a.timeout)
-    run_cmd = [run_bin, out_dir, "--data", data_dir, "--steps", str(a.steps),
-               "--log-json", log_path, "--save-onnx", trained_path]
-    if a.threads is not None:
-        run_cmd += ["--threads", str(a.threads)]
-    run_out = run_tool(run_cmd, os.path.join(wd, "run.log"), a.timeout)
+    if not ignore_split_check(a, y):
+        failures.append("test too weak: with %d micro-batches every micro-batch of every "
+                        "mini-batch has the same number of non-ignored labels; change the "
+                        "data, --batch-size or --microbatches" % a.microbatches)
+
+    # 4. gpipe-compile + gpipe-run (the configuration under test)
+    out_dir, gp_losses, ms, run_out, trained_path = compile_and_run(
+        a, compile_bin, run_bin, model_path, data_dir, wd, "", pipeline_flags(a))
+    failures += check_pipeline_json(out_dir, a.stages, a.microbatches, a.remat)
+
+    # 4b. the 1-stage reference program on the same model.onnx and data
+    single = None
+    if a.compare_single:
+        log("1-stage reference:")
+        s_out, s_losses, _, s_run_out, s_trained_path = compile_and_run(
+            a, compile_bin, run_bin, model_path, data_dir, wd, "_single", SINGLE_FLAGS)
+        failures += ["1-stage reference: " + f for f in check_pipeline_json(s_out, 1, 1, None)]
+        try:
+            check_stdout_steps(s_run_out, s_losses, a.tol)
+        except CheckFailed as e:
+            failures.append("1-stage reference: " + str(e))
+        try:
+            single = models.load_initializers(onnx.load(s_trained_path))
+        except Exception as e:  # noqa: BLE001
+            raise CheckFailed("cannot load %s: %s" % (s_trained_path, e))
 
     # 5. compare
-    gp_losses, ms = parse_log_json(log_path, a.steps)
     try:
         check_stdout_steps(run_out, gp_losses, a.tol)
     except CheckFailed as e:
         failures.append(str(e))
 
-    if not os.path.isfile(trained_path):
-        raise CheckFailed("gpipe-run did not write --save-onnx file %s" % trained_path)
     try:
         trained_model = onnx.load(trained_path)
     except Exception as e:  # noqa: BLE001
@@ -380,13 +522,24 @@ def run_check(a):
     if added:
         failures.append("trained.onnx has unexpected initializers: %s" % added)
 
-    # per-initializer table
+    # per-initializer table (with --compare-single: also against the 1-stage program's
+    # trained value, column vs_1stage)
+    if single is not None:
+        missing1 = [n for n in init if n not in single]
+        if missing1:
+            failures.append("1-stage reference: trained_single.onnx lacks initializers: %s"
+                            % missing1)
     log("")
-    hdr = "%-24s %-14s %12s %12s %12s %12s  %s" % (
-        "initializer", "shape", "rel_err", "torch_chg", "gpipe_chg", "last_step", "")
+    hdr = "%-24s %-14s %12s %12s %12s %12s" % (
+        "initializer", "shape", "rel_err", "torch_chg", "gpipe_chg", "last_step")
+    if single is not None:
+        hdr += " %12s" % "vs_1stage"
+    hdr += "  "
     log(hdr)
     log("-" * len(hdr))
     worst_param = (0.0, None)
+    worst_single = (0.0, None)
+    worst_single_torch = (0.0, None)
     max_torch_chg = 0.0
     any_gp_changed = False
     for name, w0 in init.items():
@@ -403,6 +556,27 @@ def run_check(a):
         if not np.all(np.isfinite(g)):
             failures.append("%s: trained value has non-finite entries" % name)
             status = "NONFINITE"
+        col1 = ""
+        if single is not None:
+            if name in single and single[name].shape == g.shape:
+                e1 = rel_err(g, single[name])
+                col1 = " %12.3e" % e1
+                if not (e1 <= a.tol):
+                    failures.append("%s: relative error %.3e vs the 1-stage program > tol %.1e"
+                                    % (name, e1, a.tol))
+                    status = status or "FAIL(1stage)"
+                if e1 > worst_single[0] or worst_single[1] is None:
+                    worst_single = (e1, name)
+                if name in ref_params:
+                    e1t = rel_err(single[name], ref_params[name])
+                    if e1t > worst_single_torch[0] or worst_single_torch[1] is None:
+                        worst_single_torch = (e1t, name)
+            else:
+                col1 = " %12s" % "MISSING"
+                if name in single:
+                    failures.append("%s: shape %s in the 1-stage program, %s here"
+                                    % (name, single[name].shape, g.shape))
+                status = status or "FAIL(1stage)"
         if name in ref_params:
             t = ref_params[name]
             err = rel_err(g, t)
@@ -420,16 +594,17 @@ def run_check(a):
                 status = status or "UNCHANGED"
             if err > worst_param[0] or worst_param[1] is None:
                 worst_param = (err, name)
-            log("%-24s %-14s %12.3e %12.3e %12.3e %12.3e  %s"
-                % (name, shape, err, tchg, gchg, last_delta[name], status or "ok"))
+            log("%-24s %-14s %12.3e %12.3e %12.3e %12.3e%s  %s"
+                % (name, shape, err, tchg, gchg, last_delta[name], col1, status or "ok"))
         else:
             # not a torch parameter (e.g. a constant folded into an initializer): must be kept
             err = rel_err(g, w0)
             if not (err <= a.tol):
                 failures.append("%s: non-parameter initializer changed (rel %.3e)" % (name, err))
                 status = status or "FAIL"
-            log("%-24s %-14s %12.3e %12s %12s %12s  %s"
-                % (name, shape, err, "-", "-", "-", (status or "ok") + " (not a parameter)"))
+            log("%-24s %-14s %12.3e %12s %12s %12s%s  %s"
+                % (name, shape, err, "-", "-", "-", col1,
+                   (status or "ok") + " (not a parameter)"))
 
     if not any_gp_changed:
         failures.append("no trained initializer differs from its initial value: "
@@ -439,28 +614,56 @@ def run_check(a):
                         "%.3e (relative) < --min-change %.1e; raise --lr or --steps"
                         % (max_torch_chg, a.min_change))
 
-    # losses
+    # losses (with --compare-single: also against the 1-stage program's, column 1stage)
     log("")
-    log("%6s %14s %14s %12s" % ("step", "torch", "gpipe", "abs_err"))
+    if single is not None:
+        log("%6s %14s %14s %12s %14s %12s"
+            % ("step", "torch", "gpipe", "abs_err", "1stage", "abs_err_1st"))
+    else:
+        log("%6s %14s %14s %12s" % ("step", "torch", "gpipe", "abs_err"))
     worst_loss = (0.0, 0)
+    worst_loss1 = (0.0, 0)
     bad_steps = []
+    bad_steps1 = []
     for s, (lt, lg) in enumerate(zip(ref_losses, gp_losses), 1):
         err = abs(lg - lt) if math.isfinite(lg) else float("inf")
         lim = a.tol * max(1.0, abs(lt))
-        if not (err <= lim):
+        ok = err <= lim
+        if not ok:
             bad_steps.append(s)
         if err >= worst_loss[0]:
             worst_loss = (err, s)
-        if a.steps <= 30 or s <= 5 or s > a.steps - 5 or not (err <= lim):
-            log("%6d %14.7f %14.7f %12.3e%s" % (s, lt, lg, err, "" if err <= lim else "  FAIL"))
+        col1 = ""
+        if single is not None:
+            ls = s_losses[s - 1]
+            e1 = abs(lg - ls) if math.isfinite(lg) and math.isfinite(ls) else float("inf")
+            ok1 = e1 <= a.tol * max(1.0, abs(ls))
+            if not ok1:
+                bad_steps1.append(s)
+                ok = False
+            if e1 >= worst_loss1[0]:
+                worst_loss1 = (e1, s)
+            col1 = " %14.7f %12.3e" % (ls, e1)
+        if a.steps <= 30 or s <= 5 or s > a.steps - 5 or not ok:
+            log("%6d %14.7f %14.7f %12.3e%s%s" % (s, lt, lg, err, col1, "" if ok else "  FAIL"))
     if bad_steps:
         failures.append("loss mismatch at %d step(s) %s (tol %.1e * max(1,|l|))"
                         % (len(bad_steps), bad_steps[:10], a.tol))
+    if bad_steps1:
+        failures.append("loss differs from the 1-stage program at %d step(s) %s "
+                        "(tol %.1e * max(1,|l|))" % (len(bad_steps1), bad_steps1[:10], a.tol))
 
     med_ms = float(np.median(ms[1:] if len(ms) > 1 else ms))
     log("")
     log("worst initializer rel_err: %.3e (%s)" % worst_param)
     log("worst loss abs_err:        %.3e (step %d)" % worst_loss)
+    if single is not None:
+        log("worst rel_err vs 1-stage:  %.3e (%s)" % worst_single)
+        log("worst loss err vs 1-stage: %.3e (step %d)" % worst_loss1)
+        s_worst_loss = max(abs(x - y) if math.isfinite(x) else float("inf")
+                           for x, y in zip(s_losses, ref_losses))
+        log("(1-stage vs torch:         rel_err %.3e (%s), loss abs_err %.3e)"
+            % (worst_single_torch + (s_worst_loss,)))
     log("largest torch rel change:  %.3e" % max_torch_chg)
     log("gpipe-run median ms/step:  %.3f" % med_ms)
     if failures:
@@ -471,7 +674,6 @@ def run_check(a):
         return 1
     log("PASS (%s)" % cfg)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -210,6 +210,34 @@ class MlpDeep(_Loss):
         return self.head(self.body(x))
 
 
+class MlpSkip(_Loss):
+    """Five Linear layers with a skip connection from the first layer to the last.
+
+        h1 = relu(fc1(x)); h2 = relu(fc2(h1)); h3 = relu(fc3(h2)); h4 = relu(fc4(h3))
+        logits = fc5(h4 + h1)
+
+    (32 -> 64 -> 64 -> 64 -> 64 -> 10.)  Enough layers for 4 pipeline stages, each with real
+    work; whatever the split, h1 crosses every stage boundary on the way to fc5 (forward) and
+    its gradient comes back from the last stage to the first (backward), on top of the chain
+    through fc2..fc4.
+    """
+
+    def __init__(self, d_in=32, hidden=64, classes=10):
+        super().__init__()
+        self.fc1 = nn.Linear(d_in, hidden)
+        self.fc2 = nn.Linear(hidden, hidden)
+        self.fc3 = nn.Linear(hidden, hidden)
+        self.fc4 = nn.Linear(hidden, hidden)
+        self.fc5 = nn.Linear(hidden, classes)
+
+    def logits(self, x):
+        h1 = torch.relu(self.fc1(x))
+        h2 = torch.relu(self.fc2(h1))
+        h3 = torch.relu(self.fc3(h2))
+        h4 = torch.relu(self.fc4(h3))
+        return self.fc5(h4 + h1)
+
+
 def mlp_deep(width=1024, depth=8, classes=10):
     return MlpDeep(width=width, depth=depth, classes=classes)
 
@@ -234,6 +262,8 @@ MODELS = {
                      "x.view(x.size(0), ...), transpose, Linear(bias=False)"),
     "mlp_deep": Spec(lambda: mlp_deep(1024, 8, 10), 1024, 10, None,
                      "benchmark: 8 x (Linear 1024 + ReLU) + Linear 1024->10"),
+    "mlp_skip": Spec(lambda: MlpSkip(32, 64, 10), 32, 10, None,
+                     "5 x Linear (ReLU) 32->64->64->64->64->10, skip fc1 -> fc5 input"),
     # small variant of mlp_deep, handy for quick correctness runs
     "mlp_deep_small": Spec(lambda: mlp_deep(64, 4, 10), 64, 10, None,
                            "4 x (Linear 64 + ReLU) + Linear 64->10"),

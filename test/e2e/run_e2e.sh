@@ -1,25 +1,32 @@
 #!/bin/sh
 # Run the end-to-end training checks (gpipe-compile/gpipe-run vs torch.optim).
 #
-# usage: test/e2e/run_e2e.sh BIN_DIR [WORK_DIR] [--quick]
+# usage: test/e2e/run_e2e.sh BIN_DIR [WORK_DIR] [--quick] [--only REGEX]
 #   BIN_DIR   directory with gpipe-compile and gpipe-run
 #   WORK_DIR  scratch directory (default: /tmp/gpipe_e2e); one subdirectory per case
 #   --quick   only the first few cases
+#   --only REGEX  only the cases whose name matches the extended regex (grep -E), e.g.
+#             --only '^skip_' (the pipelining matrix) or --only '_k[0-9]+_m[0-9]+'
 # Extra environment: PY (default /usr/bin/python3), TOL (default 1e-4).
 # Exit status: number of failed cases (0 = all passed), capped at 125.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 PY=${PY:-/usr/bin/python3}
 TOL=${TOL:-1e-4}
-[ $# -ge 1 ] || { echo "usage: $0 BIN_DIR [WORK_DIR] [--quick]" >&2; exit 2; }
+usage() { echo "usage: $0 BIN_DIR [WORK_DIR] [--quick] [--only REGEX]" >&2; exit 2; }
+[ $# -ge 1 ] || usage
 BIN=$1; shift
 WORK=/tmp/gpipe_e2e
 QUICK=0
-for a in "$@"; do
-  case "$a" in
+ONLY=
+while [ $# -gt 0 ]; do
+  case "$1" in
     --quick) QUICK=1 ;;
-    *) WORK=$a ;;
+    --only) [ $# -ge 2 ] || usage; ONLY=$2; shift ;;
+    -*) usage ;;
+    *) WORK=$1 ;;
   esac
+  shift
 done
 mkdir -p "$WORK"
 export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
@@ -36,9 +43,14 @@ IFS='
 for line in $CASES; do
   IFS=$OLDIFS
   [ -n "$line" ] || continue
+  name=${line%%|*}; args=${line#*|}
+  if [ -n "$ONLY" ] && ! printf '%s\n' "$name" | grep -Eq -- "$ONLY"; then
+    IFS='
+'
+    continue
+  fi
   n=$((n + 1))
   if [ "$QUICK" = 1 ] && [ $n -gt 5 ]; then break; fi
-  name=${line%%|*}; args=${line#*|}
   # shellcheck disable=SC2086
   if "$PY" "$HERE/check_training.py" $args --tol "$TOL" --bin "$BIN" \
         --workdir "$WORK/$name" > "$WORK/$name.log" 2>&1; then
@@ -46,7 +58,7 @@ for line in $CASES; do
   else
     fail=$((fail + 1)); failed="$failed $name"
     echo "FAIL $name  (log: $WORK/$name.log)"
-    grep -E '^(FAIL|  - )' "$WORK/$name.log" | head -8 | sed 's/^/    /'
+    grep -E '^(FAIL|  - )|error:' "$WORK/$name.log" | head -8 | sed 's/^/    /'
   fi
   IFS='
 '

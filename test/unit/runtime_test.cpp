@@ -6,12 +6,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -444,7 +446,7 @@ TEST(SoftmaxXent, ForwardMatchesDoubleReference) {
   std::vector<int64_t> labels = {0, 6, 3, 2, 5, 1};
   float loss = 0;
   std::vector<float> logProb(N * C);
-  gp_softmax_xent_fwd(logits.data(), labels.data(), N, C, 0, -100, &loss,
+  gp_softmax_xent_fwd(logits.data(), labels.data(), N, C, 0, -100, 0, &loss,
                       logProb.data());
   std::vector<double> refLogProb;
   double want = refXent(logits, labels, C, false, -100, &refLogProb);
@@ -453,7 +455,7 @@ TEST(SoftmaxXent, ForwardMatchesDoubleReference) {
     EXPECT_NEAR(logProb[i], refLogProb[i], 1e-4) << i;
   // log_prob is optional.
   float loss2 = 0;
-  gp_softmax_xent_fwd(logits.data(), labels.data(), N, C, 0, -100, &loss2,
+  gp_softmax_xent_fwd(logits.data(), labels.data(), N, C, 0, -100, 0, &loss2,
                       nullptr);
   EXPECT_EQ(loss, loss2);
 }
@@ -465,7 +467,7 @@ TEST(SoftmaxXent, BackwardMatchesFiniteDifferences) {
     std::vector<int64_t> labels = {1, hasIgnore ? -100 : 2, 4, 0};
     const float dloss = 1.7f;
     std::vector<float> grad(N * C);
-    gp_softmax_xent_bwd(logits.data(), labels.data(), N, C, hasIgnore, -100,
+    gp_softmax_xent_bwd(logits.data(), labels.data(), N, C, hasIgnore, -100, 0,
                         &dloss, grad.data());
     const float h = 1e-2f;
     for (int64_t k = 0; k < N * C; ++k) {
@@ -473,9 +475,9 @@ TEST(SoftmaxXent, BackwardMatchesFiniteDifferences) {
       lp[k] += h;
       lm[k] -= h;
       float fp, fm;
-      gp_softmax_xent_fwd(lp.data(), labels.data(), N, C, hasIgnore, -100, &fp,
+      gp_softmax_xent_fwd(lp.data(), labels.data(), N, C, hasIgnore, -100, 0, &fp,
                           nullptr);
-      gp_softmax_xent_fwd(lm.data(), labels.data(), N, C, hasIgnore, -100, &fm,
+      gp_softmax_xent_fwd(lm.data(), labels.data(), N, C, hasIgnore, -100, 0, &fm,
                           nullptr);
       double fd = dloss * (static_cast<double>(fp) - fm) / (2.0 * h);
       EXPECT_NEAR(grad[k], fd, 2e-3) << "hasIgnore=" << hasIgnore << " k=" << k;
@@ -488,7 +490,7 @@ TEST(SoftmaxXent, IgnoreIndex) {
   std::vector<float> logits = randomVec(N * C, 44);
   std::vector<int64_t> labels = {2, -100, 0, -100};
   float loss;
-  gp_softmax_xent_fwd(logits.data(), labels.data(), N, C, 1, -100, &loss,
+  gp_softmax_xent_fwd(logits.data(), labels.data(), N, C, 1, -100, 0, &loss,
                       nullptr);
   // The mean is over the two counted samples only.
   EXPECT_NEAR(loss, refXent(logits, labels, C, true, -100), 1e-6);
@@ -498,7 +500,7 @@ TEST(SoftmaxXent, IgnoreIndex) {
 
   float one = 1.0f;
   std::vector<float> grad(N * C, 5.0f);
-  gp_softmax_xent_bwd(logits.data(), labels.data(), N, C, 1, -100, &one,
+  gp_softmax_xent_bwd(logits.data(), labels.data(), N, C, 1, -100, 0, &one,
                       grad.data());
   for (int64_t j = 0; j < C; ++j) {
     EXPECT_EQ(grad[1 * C + j], 0.0f);
@@ -520,21 +522,75 @@ TEST(SoftmaxXent, IgnoreIndex) {
 
   // A label equal to ignore_index counts when has_ignore is 0.
   std::vector<int64_t> plain = {2, 1, 0, 1};
-  gp_softmax_xent_fwd(logits.data(), plain.data(), N, C, 0, 1, &loss, nullptr);
+  gp_softmax_xent_fwd(logits.data(), plain.data(), N, C, 0, 1, 0, &loss, nullptr);
   EXPECT_NEAR(loss, refXent(logits, plain, C, false, 0), 1e-6);
 
   // Everything ignored: NaN loss (as torch), zero gradient.
   std::vector<int64_t> none(N, 7);
-  gp_softmax_xent_fwd(logits.data(), none.data(), N, C, 1, 7, &loss, nullptr);
+  gp_softmax_xent_fwd(logits.data(), none.data(), N, C, 1, 7, 0, &loss, nullptr);
   EXPECT_TRUE(std::isnan(loss));
-  gp_softmax_xent_bwd(logits.data(), none.data(), N, C, 1, 7, &one,
+  gp_softmax_xent_bwd(logits.data(), none.data(), N, C, 1, 7, 0, &one,
                       grad.data());
   EXPECT_EQ(grad, std::vector<float>(N * C, 0.0f));
 
   // An out-of-range label poisons the loss instead of reading out of bounds.
   std::vector<int64_t> bad = {0, 3, 1, 2};
-  gp_softmax_xent_fwd(logits.data(), bad.data(), N, C, 0, -100, &loss, nullptr);
+  gp_softmax_xent_fwd(logits.data(), bad.data(), N, C, 0, -100, 0, &loss, nullptr);
   EXPECT_TRUE(std::isnan(loss));
+}
+
+// Micro-batching: each part divides its sum by the whole batch's count
+// (norm), so the parts' losses and gradients add up to the full batch's.
+TEST(SoftmaxXent, NormSplitsTheBatch) {
+  const int64_t N = 6, C = 5, H = N / 2;
+  std::vector<float> logits = randomVec(N * C, 55, -3.f, 3.f);
+  for (int hasIgnore : {0, 1}) {
+    std::vector<int64_t> labels = {4, hasIgnore ? -100 : 0, 2, 1,
+                                   hasIgnore ? -100 : 3, 0};
+    double count = hasIgnore ? 4 : 6;
+    float whole = 0, first = 0, second = 0;
+    gp_softmax_xent_fwd(logits.data(), labels.data(), N, C, hasIgnore, -100, 0,
+                        &whole, nullptr);
+    gp_softmax_xent_fwd(logits.data(), labels.data(), H, C, hasIgnore, -100,
+                        count, &first, nullptr);
+    gp_softmax_xent_fwd(logits.data() + H * C, labels.data() + H, H, C,
+                        hasIgnore, -100, count, &second, nullptr);
+    EXPECT_NEAR(static_cast<double>(first) + second, whole, 1e-6)
+        << "hasIgnore=" << hasIgnore;
+    EXPECT_NEAR(whole, refXent(logits, labels, C, hasIgnore, -100), 1e-6);
+
+    const float dloss = 0.75f;
+    std::vector<float> gWhole(N * C), gParts(N * C);
+    gp_softmax_xent_bwd(logits.data(), labels.data(), N, C, hasIgnore, -100, 0,
+                        &dloss, gWhole.data());
+    gp_softmax_xent_bwd(logits.data(), labels.data(), H, C, hasIgnore, -100,
+                        count, &dloss, gParts.data());
+    gp_softmax_xent_bwd(logits.data() + H * C, labels.data() + H, H, C,
+                        hasIgnore, -100, count, &dloss, gParts.data() + H * C);
+    for (int64_t k = 0; k < N * C; ++k)
+      EXPECT_NEAR(gParts[k], gWhole[k], 1e-7) << "hasIgnore=" << hasIgnore
+                                              << " k=" << k;
+  }
+  // A part whose labels are all ignored adds 0 (not NaN) to the sum, and
+  // its gradient is zero.
+  std::vector<int64_t> ignored(H, -100);
+  float share = -1;
+  gp_softmax_xent_fwd(logits.data(), ignored.data(), H, C, 1, -100, 4.0,
+                      &share, nullptr);
+  EXPECT_EQ(share, 0.0f);
+  const float one = 1.0f;
+  std::vector<float> grad(H * C, 5.0f);
+  gp_softmax_xent_bwd(logits.data(), ignored.data(), H, C, 1, -100, 4.0, &one,
+                      grad.data());
+  EXPECT_EQ(grad, std::vector<float>(H * C, 0.0f));
+  // norm is the divisor: twice the norm, half the loss.
+  std::vector<int64_t> labels = {1, 2, 3};
+  float l1 = 0, l2 = 0;
+  gp_softmax_xent_fwd(logits.data(), labels.data(), H, C, 0, -100, 3.0, &l1,
+                      nullptr);
+  gp_softmax_xent_fwd(logits.data(), labels.data(), H, C, 0, -100, 6.0, &l2,
+                      nullptr);
+  EXPECT_NEAR(l2, l1 / 2, 1e-7);
 }
 
 //===----------------------------------------------------------------------===//
@@ -658,47 +714,100 @@ TEST(Optimizers, AdamAndAdamW) {
 }
 
 //===----------------------------------------------------------------------===//
-// gp_main end to end
+// gp_main end to end (one stage: no MPI)
 //===----------------------------------------------------------------------===//
 
-// The toy program: param w[3], inputs x[2,3] (f32) and y[2] (i64). Each step
-// records the batch it saw, returns mean(x) and does w -= 0.1 * mean(x).
+// The toy program: param w[3]; inputs x[B/M=1, 3] (f32) and y[1] (i64),
+// batch B = 2 in M = 2 micro-batches, schedule F0 F1 B1 B0 U. Each forward
+// loads its micro-batch, records what it saw and adds mean(x)/M to the loss;
+// the update does w -= 0.1 * loss (the mini-batch mean of x).
 const int64_t kWShape[] = {3};
-const int64_t kXShape[] = {2, 3};
-const int64_t kYShape[] = {2};
+const int64_t kXShape[] = {1, 3};
+const int64_t kYShape[] = {1};
 const gp_tensor_desc kParams[] = {{"w", "w.npy", GP_F32, 1, kWShape, 0}};
-const gp_tensor_desc kInputs[] = {{"x", nullptr, GP_F32, 2, kXShape, 64},
-                                  {"y", nullptr, GP_I64, 1, kYShape, 128}};
+const gp_tensor_desc kInputs[] = {{"x", nullptr, GP_F32, 2, kXShape, 0},
+                                  {"y", nullptr, GP_I64, 1, kYShape, 0}};
+const gp_action kGpipe[] = {{GP_FORWARD, 0},
+                            {GP_FORWARD, 1},
+                            {GP_BACKWARD, 1},
+                            {GP_BACKWARD, 0},
+                            {GP_UPDATE, -1}};
 std::vector<int64_t> gSeenY;
-std::vector<int64_t> gSeenSteps;
-std::string gLogPath;           // when set, record the log's line count
-std::vector<int64_t> gLogLines; // ... as seen from inside each step
+std::vector<int64_t> gSeenFirst;  // ctx->first_sample in each forward
+std::vector<int64_t> gSeenCounts; // gp_count_labels (all, ignoring 12)
+std::vector<std::string> gTrace;  // "s1 F0", ..., "s1 U"
+std::string gLogPath;             // when set, record the log's line count
+std::vector<int64_t> gLogLines;   // ... as seen from inside each step
 
-float toyStep(gp_step_ctx *ctx) {
-  float *w = reinterpret_cast<float *>(ctx->arena);
-  const float *x = reinterpret_cast<const float *>(ctx->arena + 64);
-  const int64_t *y = reinterpret_cast<const int64_t *>(ctx->arena + 128);
+void toyForward(gp_step_ctx *ctx, int64_t mb) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(ctx->arena) % 64, 0u);
-  gSeenSteps.push_back(ctx->step);
+  EXPECT_EQ(ctx->microbatch, mb);
+  float *x = reinterpret_cast<float *>(ctx->arena + 64);
+  int64_t *y = reinterpret_cast<int64_t *>(ctx->arena + 128);
+  gp_load_input(ctx, 0, mb, x);
+  gp_load_input(ctx, 1, mb, y);
+  gTrace.push_back("s" + std::to_string(ctx->step) + " F" + std::to_string(mb));
   gSeenY.push_back(y[0]);
-  gSeenY.push_back(y[1]);
-  if (!gLogPath.empty()) {
-    std::string log = readText(gLogPath);
-    gLogLines.push_back(std::count(log.begin(), log.end(), '\n'));
+  gSeenFirst.push_back(ctx->first_sample);
+  if (mb == 0) {
+    gSeenCounts.push_back(gp_count_labels(ctx, 1, 0, 12));
+    gSeenCounts.push_back(gp_count_labels(ctx, 1, 1, 12));
+    if (!gLogPath.empty()) {
+      std::string log = readText(gLogPath);
+      gLogLines.push_back(std::count(log.begin(), log.end(), '\n'));
+    }
   }
-  float mean = 0;
-  for (int i = 0; i < 6; ++i)
-    mean += x[i];
-  mean /= 6;
-  for (int i = 0; i < 3; ++i)
-    w[i] -= 0.1f * mean;
-  return mean;
+  ctx->loss += (x[0] + x[1] + x[2]) / 3.0 / 2.0;
 }
 
-const gp_program kToy = {"toy", 2, kInputs, 1, kParams, 144, toyStep};
+void toyBackward(gp_step_ctx *ctx, int64_t mb) {
+  EXPECT_EQ(ctx->microbatch, mb);
+  gTrace.push_back("s" + std::to_string(ctx->step) + " B" + std::to_string(mb));
+}
 
-float nanStep(gp_step_ctx *) { return std::numeric_limits<float>::quiet_NaN(); }
-const gp_program kNoLoss = {"noloss", 0, nullptr, 0, nullptr, 0, nanStep};
+void toyUpdate(gp_step_ctx *ctx) {
+  gTrace.push_back("s" + std::to_string(ctx->step) + " U");
+  float *w = reinterpret_cast<float *>(ctx->arena);
+  for (int i = 0; i < 3; ++i)
+    w[i] -= 0.1f * static_cast<float>(ctx->loss);
+}
+
+gp_program toyProgram() {
+  gp_program p{};
+  p.name = "toy";
+  p.stage = 0;
+  p.num_stages = 1;
+  p.microbatches = 2;
+  p.batch_size = 2;
+  p.num_inputs = 2;
+  p.inputs = kInputs;
+  p.num_params = 1;
+  p.params = kParams;
+  p.arena_bytes = 144;
+  p.num_actions = 5;
+  p.actions = kGpipe;
+  p.forward = toyForward;
+  p.backward = toyBackward;
+  p.update = toyUpdate;
+  p.has_loss = 1;
+  return p;
+}
+const gp_program kToy = toyProgram();
+
+void noop(gp_step_ctx *, int64_t) {}
+const gp_action kForwardOnly[] = {{GP_FORWARD, 0}};
+gp_program noLossProgram() {
+  gp_program p{};
+  p.name = "noloss";
+  p.num_stages = 1;
+  p.microbatches = 1;
+  p.batch_size = 1;
+  p.num_actions = 1;
+  p.actions = kForwardOnly;
+  p.forward = noop;
+  return p;
+}
+const gp_program kNoLoss = noLossProgram();
 
 struct RunResult {
   int rc;
@@ -737,24 +846,36 @@ TEST(GpMain, TrainsLogsAndWritesWeights) {
   TempDir dir;
   writeToyFiles(dir);
   gSeenY.clear();
-  gSeenSteps.clear();
+  gSeenFirst.clear();
+  gSeenCounts.clear();
+  gTrace.clear();
   gLogPath = dir / "log.jsonl";
   gLogLines.clear();
-  RunResult r =
-      runMain(kToy, {"--data", dir / "data", "--steps", "3", "--weights-in",
-                     dir / "weights", "--weights-out", dir / "out/nested",
-                     "--log-json", dir / "log.jsonl"});
+  RunResult r = runMain(
+      kToy, {"--data", dir / "data", "--steps", "3", "--weights-in",
+             dir / "weights", "--weights-out", dir / "out/nested", "--log-json",
+             dir / "log.jsonl", "--status-file", dir / "status"});
   gLogPath.clear();
   ASSERT_EQ(r.rc, 0) << r.err;
   // Each line is flushed before the next step runs.
   EXPECT_EQ(gLogLines, (std::vector<int64_t>{0, 1, 2}));
   // nb = 5 / 2 = 2 batches; sample 4 is dropped and step 3 wraps around.
-  EXPECT_EQ(gSeenSteps, (std::vector<int64_t>{1, 2, 3}));
+  // Micro-batch m of a mini-batch starting at row f is row f + m.
   EXPECT_EQ(gSeenY, (std::vector<int64_t>{10, 11, 12, 13, 10, 11}));
+  EXPECT_EQ(gSeenFirst, (std::vector<int64_t>{0, 1, 2, 3, 0, 1}));
+  // Labels of the whole mini-batch: all of them, then those != 12.
+  EXPECT_EQ(gSeenCounts, (std::vector<int64_t>{2, 2, 2, 1, 2, 2}));
+  // The schedule runs in order, once per step.
+  std::vector<std::string> trace;
+  for (int s = 1; s <= 3; ++s)
+    for (const char *a : {" F0", " F1", " B1", " B0", " U"})
+      trace.push_back("s" + std::to_string(s) + a);
+  EXPECT_EQ(gTrace, trace);
   EXPECT_EQ(r.out, "step 1 loss 0.500000\nstep 2 loss 2.500000\n"
                    "step 3 loss 0.500000\n");
   EXPECT_NE(r.err.find("gpipe: 3 steps, mean "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(" ms/step\n"), std::string::npos) << r.err;
+  EXPECT_EQ(readText(dir / "status"), "exit 0\n");
 
   std::istringstream log(readText(dir / "log.jsonl"));
   std::string line;
@@ -800,6 +921,7 @@ TEST(GpMain, QuietDefaultsAndNanLoss) {
   EXPECT_EQ(r.out, "");
   EXPECT_NE(r.err.find("gpipe: 1 steps"), std::string::npos) << r.err;
 
+  // No stage computes a loss: stage 0 logs NaN.
   r = runMain(kNoLoss, {"--steps", "2", "--log-json", dir / "nan.jsonl",
                         "--threads", "2", "--weights-out", dir / "empty"});
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -814,24 +936,25 @@ TEST(GpMain, Help) {
   RunResult r = runMain(kToy, {"--help"});
   EXPECT_EQ(r.rc, 0);
   EXPECT_NE(r.out.find("--weights-out DIR"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--status-file FILE"), std::string::npos) << r.out;
 }
 
 /// Runs and expects exit code `rc` (1: bad input, 2: usage error) with
-/// exactly one "gpipe: error:" line.
+/// exactly one "gpipe: error: stage 0: " line.
 std::string expectError(const gp_program &program,
                         const std::vector<std::string> &args, int rc = 1) {
   RunResult r = runMain(program, args);
   EXPECT_EQ(r.rc, rc) << r.err;
-  EXPECT_EQ(r.err.rfind("gpipe: error: ", 0), 0u) << r.err;
+  EXPECT_EQ(r.err.rfind("gpipe: error: stage 0: ", 0), 0u) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   return r.err;
 }
 
 TEST(GpMain, FlagErrors) {
   EXPECT_EQ(expectError(kToy, {"--bogus"}, 2),
-            "gpipe: error: unknown flag '--bogus' (see --help)\n");
+            "gpipe: error: stage 0: unknown flag '--bogus' (see --help)\n");
   EXPECT_EQ(expectError(kToy, {"--data", "d", "--steps"}, 2),
-            "gpipe: error: flag '--steps' requires a value\n");
+            "gpipe: error: stage 0: flag '--steps' requires a value\n");
   EXPECT_NE(expectError(kToy, {"--data", "d", "--steps", "x"}, 2).find("--steps"),
             std::string::npos);
   EXPECT_NE(
@@ -839,6 +962,8 @@ TEST(GpMain, FlagErrors) {
       std::string::npos);
   EXPECT_NE(expectError(kToy, {"stray"}, 2).find("'stray'"), std::string::npos);
   EXPECT_NE(expectError(kToy, {"--steps", "2"}, 2).find("--data"),
+            std::string::npos);
+  EXPECT_NE(expectError(kToy, {"--status-file"}, 2).find("--status-file"),
             std::string::npos);
 }
 
@@ -849,7 +974,7 @@ TEST(GpMain, DataAndWeightErrors) {
                                    dir / "weights"};
 
   fs::remove(dir / "data/y.npy");
-  EXPECT_EQ(expectError(kToy, base), "gpipe: error: missing data file " +
+  EXPECT_EQ(expectError(kToy, base), "gpipe: error: stage 0: missing data file " +
                                          (dir / "data") +
                                          "/y.npy for graph input 'y'\n");
 
@@ -874,7 +999,7 @@ TEST(GpMain, DataAndWeightErrors) {
             std::string::npos)
       << err;
 
-  // Fewer samples than one mini-batch.
+  // Fewer samples than one mini-batch (B = 2, even though a micro-batch is 1).
   writeF32(dir / "data/x.npy", {1, 2, 3}, {1, 3});
   writeI64(dir / "data/y.npy", {1}, "(1,)");
   err = expectError(kToy, base);
@@ -885,12 +1010,12 @@ TEST(GpMain, DataAndWeightErrors) {
   writeToyFiles(dir);
   writeF32(dir / "weights/w.npy", {1, 2, 3, 4}, {4});
   EXPECT_EQ(expectError(kToy, base),
-            "gpipe: error: " + (dir / "weights") +
+            "gpipe: error: stage 0: " + (dir / "weights") +
                 "/w.npy: expected shape (3,) for parameter 'w', found (4,)\n");
 
   // Missing weight file.
   fs::remove(dir / "weights/w.npy");
-  EXPECT_EQ(expectError(kToy, base), "gpipe: error: missing weight file " +
+  EXPECT_EQ(expectError(kToy, base), "gpipe: error: stage 0: missing weight file " +
                                          (dir / "weights") +
                                          "/w.npy for parameter 'w'\n");
 
@@ -898,6 +1023,151 @@ TEST(GpMain, DataAndWeightErrors) {
   writeBytes(dir / "weights/w.npy", "garbage");
   err = expectError(kToy, base);
   EXPECT_NE(err.find("bad magic"), std::string::npos) << err;
+}
+
+TEST(GpMain, StatusFileOnErrors) {
+  TempDir dir;
+  writeToyFiles(dir);
+  fs::remove(dir / "data/x.npy");
+  expectError(kToy, {"--data", dir / "data", "--weights-in", dir / "weights",
+                     "--status-file", dir / "status"});
+  EXPECT_EQ(readText(dir / "status"), "exit 1\n");
+  // A usage error after --status-file still reports there.
+  expectError(kToy, {"--status-file", dir / "status", "--bogus"}, 2);
+  EXPECT_EQ(readText(dir / "status"), "exit 2\n");
+}
+
+TEST(GpMain, InvalidPrograms) {
+  TempDir dir;
+  writeToyFiles(dir);
+  std::vector<std::string> base = {"--data", dir / "data", "--weights-in",
+                                   dir / "weights"};
+  gp_program p = kToy;
+  p.batch_size = 3; // not a multiple of M = 2
+  EXPECT_NE(expectError(p, base).find("invalid program: batch size 3"),
+            std::string::npos);
+  p = kToy;
+  p.microbatches = 1; // inputs declare 1 row, B/M = 2
+  p.actions = kForwardOnly;
+  p.num_actions = 1;
+  EXPECT_NE(expectError(p, base).find("input 'x' needs a micro-batch "
+                                      "dimension of 2"),
+            std::string::npos);
+  const gp_action bad[] = {{GP_FORWARD, 2}};
+  p = kToy;
+  p.actions = bad;
+  p.num_actions = 1;
+  EXPECT_NE(expectError(p, base).find("schedule entry 0"), std::string::npos);
+  p = kToy;
+  p.update = nullptr;
+  EXPECT_NE(expectError(p, base).find("schedule entry 4"), std::string::npos);
+  p = kToy;
+  p.stage = 1; // a 1-stage pipeline has only stage 0
+  RunResult r = runMain(p, base);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("invalid program: stage 1 of 1"), std::string::npos)
+      << r.err;
+}
+
+// Errors inside a step end the process (exit 1) after writing the status;
+// crashes write "signal N" and die of the signal.
+const gp_action kOneForward[] = {{GP_FORWARD, 0}};
+std::string gDeathStatus;
+
+void badLabelForward(gp_step_ctx *ctx, int64_t) {
+  const int64_t labels[] = {1, 5};
+  gp_check_labels(ctx, labels, 2, 3, 0, -100, "y");
+}
+void segvForward(gp_step_ctx *, int64_t) { std::raise(SIGSEGV); }
+void sendForward(gp_step_ctx *ctx, int64_t) {
+  float v = 1;
+  gp_send(ctx, 1, 0, &v, sizeof(v));
+}
+void badInputForward(gp_step_ctx *ctx, int64_t) {
+  float v[3];
+  gp_load_input(ctx, 7, 0, v);
+}
+
+gp_program deathProgram(void (*forward)(gp_step_ctx *, int64_t)) {
+  gp_program p{};
+  p.name = "death";
+  p.num_stages = 1;
+  p.microbatches = 1;
+  p.batch_size = 1;
+  p.num_actions = 1;
+  p.actions = kOneForward;
+  p.forward = forward;
+  p.has_loss = 1;
+  return p;
+}
+
+/// The directory of a death test's status file: made by the parent and
+/// handed to the re-executed child ("threadsafe" death tests run the test body
+/// again in a fresh process) through the environment.
+class DeathDir {
+public:
+  DeathDir() {
+    if (const char *d = std::getenv("GPIPE_RT_DEATH_DIR")) {
+      path_ = d;
+      return;
+    }
+    owned_ = std::make_unique<TempDir>();
+    path_ = owned_->str();
+    setenv("GPIPE_RT_DEATH_DIR", path_.c_str(), 1);
+  }
+  ~DeathDir() {
+    if (owned_)
+      unsetenv("GPIPE_RT_DEATH_DIR");
+  }
+  std::string operator/(const std::string &name) const {
+    return path_ + "/" + name;
+  }
+
+private:
+  std::unique_ptr<TempDir> owned_;
+  std::string path_;
+};
+
+void runToDeath(void (*forward)(gp_step_ctx *, int64_t),
+                const std::string &status) {
+  gp_program p = deathProgram(forward);
+  std::string arg0 = "stage0", arg1 = "--status-file", arg2 = status,
+              arg3 = "--steps", arg4 = "3";
+  char *argv[] = {arg0.data(), arg1.data(), arg2.data(), arg3.data(),
+                  arg4.data(), nullptr};
+  std::exit(gp_main(5, argv, &p) + 100); // not reached
+}
+
+TEST(GpMainDeath, LabelErrorNamesStageAndWritesStatus) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  DeathDir dir;
+  EXPECT_EXIT(runToDeath(badLabelForward, dir / "status"),
+              testing::ExitedWithCode(1),
+              "^gpipe: error: stage 0: graph input 'y', sample 1 \\(step 1\\): "
+              "label 5 is outside \\[0, 3\\)\n$");
+  EXPECT_EQ(readText(dir / "status"), "exit 1\n");
+}
+
+TEST(GpMainDeath, CrashWritesSignalStatus) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  DeathDir dir;
+  EXPECT_EXIT(runToDeath(segvForward, dir / "status"),
+              testing::KilledBySignal(SIGSEGV), "");
+  EXPECT_EQ(readText(dir / "status"), "signal " + std::to_string(SIGSEGV) +
+                                          "\n");
+}
+
+TEST(GpMainDeath, TransportAndInputMisuse) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  DeathDir dir;
+  EXPECT_EXIT(runToDeath(sendForward, dir / "status"),
+              testing::ExitedWithCode(1),
+              "stage 0: invalid program: gp_send called outside a multi-stage");
+  EXPECT_EQ(readText(dir / "status"), "exit 1\n");
+  EXPECT_EXIT(runToDeath(badInputForward, dir / "status"),
+              testing::ExitedWithCode(1),
+              "stage 0: invalid program: gp_load_input of input 7; the stage "
+              "has 0 graph input\\(s\\)");
 }
 
 } // namespace

@@ -23,38 +23,85 @@ struct gp_tensor_desc {
   int64_t offset;       // byte offset in the arena
 };
 
-/// Per-step context handed to the generated step function.
+/// Per-step context handed to the generated stage functions.
 struct gp_step_ctx {
   unsigned char *arena; // program->arena_bytes bytes, 64-byte aligned, zeroed once
   int64_t step;         // 1-based optimizer step number
-  int64_t first_sample; // index (in the data files) of the mini-batch's first row
+  int64_t first_sample; // index (in the data files) of the first row of the
+                        // micro-batch being run (forward/backward), else of
+                        // the mini-batch
+  int64_t microbatch;   // micro-batch being run, 0..M-1
+  double loss;          // the loss stage's forward adds each micro-batch's
+                        // share; the mini-batch loss after all forwards
+  void *runtime;        // owned by gp_main (data files, transport)
 };
 
-/// The stage program. The generated step function reads the inputs and
-/// parameters from the arena, runs forward, backward and the optimizer update
-/// in place, and returns the mini-batch loss (NaN if the stage has no loss).
+/// One entry of a stage's schedule.
+enum gp_action_kind : int32_t { GP_FORWARD = 0, GP_BACKWARD = 1, GP_UPDATE = 2 };
+struct gp_action {
+  gp_action_kind kind;
+  int32_t microbatch; // forward/backward: which micro-batch; update: -1
+};
+
+/// The stage program. gp_main runs `actions` in order once per optimizer
+/// step: forward(ctx, m) / backward(ctx, m) for micro-batch m, update(ctx).
+/// The generated functions move tensors with gp_send / gp_recv and read graph
+/// inputs with gp_load_input themselves, in the order the compiler checked.
 struct gp_program {
-  const char *name;
-  int32_t num_inputs;
-  const gp_tensor_desc *inputs;
+  const char *name;         // "stage1"
+  int32_t stage;            // this stage's index = its MPI rank
+  int32_t num_stages;       // K
+  int32_t microbatches;     // M
+  int64_t batch_size;       // B, the mini-batch (B/M rows per micro-batch)
+  int32_t num_inputs;       // graph inputs this stage reads
+  const gp_tensor_desc *inputs; // shape[0] is the micro-batch size B/M;
+                                // offset is unused (gp_load_input copies)
   int32_t num_params;
   const gp_tensor_desc *params;
   int64_t arena_bytes;
-  float (*step)(gp_step_ctx *ctx);
+  int32_t num_actions;
+  const gp_action *actions;
+  void (*forward)(gp_step_ctx *ctx, int64_t microbatch);
+  void (*backward)(gp_step_ctx *ctx, int64_t microbatch);
+  void (*update)(gp_step_ctx *ctx);
+  int32_t has_loss; // 1 on the stage that computes the loss (prints it)
 };
 
-/// Entry point of every stage executable: parses the command line, loads
-/// weights and data, runs the steps, logs, writes the trained weights.
+/// Entry point of every stage executable: parses the command line, joins the
+/// other stages (MPI, when num_stages > 1), loads weights and data, runs the
+/// steps, logs, writes the trained weights of this stage's parameters.
 ///   --data DIR          one <input name>.npy per graph input (first axis = sample)
 ///   --steps N           optimizer steps (mini-batches taken in order, wrapping)
 ///   --weights-in DIR    initial parameters (<desc.file>, .npy float32)
 ///   --weights-out DIR   trained parameters written there at the end
 ///   --log-json FILE     one JSON object per step: {"step":1,"loss":..,"ms":..}
-///   --threads T         BLAS threads (default 1)
+///                       (written by the loss stage only)
+///   --threads T         BLAS and OpenMP threads of this stage (default 1)
+///   --status-file FILE  "exit <code>" at the end, "signal <n>" on a crash
 ///   --quiet             no per-step lines on stdout
 /// Returns the process exit code; every error prints one line
-/// "gpipe: error: ..." naming the file / input / flag, and returns non-zero.
+/// "gpipe: error: stage S: ..." naming the file / input / flag / peer, and
+/// returns non-zero (after MPI_Abort when other stages are running).
 int gp_main(int argc, char **argv, const gp_program *program);
+
+/// Copies micro-batch `microbatch` of graph input `input` (an index into
+/// program->inputs) of the current mini-batch to `dst`.
+void gp_load_input(gp_step_ctx *ctx, int32_t input, int64_t microbatch,
+                   void *dst);
+
+/// Blocking point-to-point transfers between stages (MPI ranks). `tag`
+/// identifies the boundary tensor; `bytes` must agree on both sides, or the
+/// run ends with an error naming both stages and the tag.
+void gp_send(gp_step_ctx *ctx, int32_t peer, int32_t tag, const void *buf,
+             int64_t bytes);
+void gp_recv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
+             int64_t bytes);
+
+/// Labels of graph input `input` in the whole current mini-batch (all M
+/// micro-batches) that are not ignore_index (all of them when has_ignore == 0):
+/// the divisor of a mean-reduced loss split into micro-batches.
+int64_t gp_count_labels(gp_step_ctx *ctx, int32_t input, int32_t has_ignore,
+                        int64_t ignore_index);
 
 //===----------------------------------------------------------------------===//
 // Kernels. All tensors are dense row-major float32 unless stated.
@@ -79,13 +126,14 @@ void gp_copy_blocks(void *dst, int64_t dst_stride, const void *src,
                     int64_t src_stride, int64_t outer, int64_t count,
                     int64_t elem_bytes);
 
-/// Softmax cross-entropy over logits[N, C] with int64 labels[N], mean over the
-/// non-ignored samples (ignore_index used only when has_ignore != 0).
+/// Softmax cross-entropy over logits[N, C] with int64 labels[N]: the sum over
+/// the non-ignored samples (ignore_index used only when has_ignore != 0)
+/// divided by `norm`, or by their count when norm <= 0 (a plain mean).
 /// Writes the scalar loss to *loss and, if log_prob != nullptr, log-softmax.
 /// If every label is ignored the loss is NaN (as torch).
 void gp_softmax_xent_fwd(const float *logits, const int64_t *labels, int64_t N,
                          int64_t C, int32_t has_ignore, int64_t ignore_index,
-                         float *loss, float *log_prob);
+                         double norm, float *loss, float *log_prob);
 
 /// Checks the labels of a loss before it runs: each must be in [0, classes),
 /// or equal ignore_index when has_ignore != 0. Otherwise prints
@@ -95,11 +143,12 @@ void gp_check_labels(const gp_step_ctx *ctx, const int64_t *labels, int64_t n,
                      int64_t classes, int32_t has_ignore, int64_t ignore_index,
                      const char *input);
 
-/// dlogits = dloss * (softmax(logits) - onehot(labels)) / count, zero rows for
-/// ignored samples; `dloss` points at the scalar upstream gradient.
+/// dlogits = dloss * (softmax(logits) - onehot(labels)) / norm (norm <= 0:
+/// the count of non-ignored samples), zero rows for ignored samples; `dloss`
+/// points at the scalar upstream gradient.
 void gp_softmax_xent_bwd(const float *logits, const int64_t *labels, int64_t N,
                          int64_t C, int32_t has_ignore, int64_t ignore_index,
-                         const float *dloss, float *dlogits);
+                         double norm, const float *dloss, float *dlogits);
 
 /// torch.optim.SGD (1.13 semantics, dampening 0, maximize false):
 ///   g += wd*p;  if momentum: buf = (step==1) ? g : momentum*buf + g;

@@ -1,0 +1,410 @@
+// gpipe-outline-stages: one training step -> forward/backward/update
+// functions per stage, joined by pipe.send / pipe.recv.
+#include "passes/Passes.h"
+#include "passes/Utils.h"
+
+#include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/SetVector.h"
+
+#include <map>
+#include <tuple>
+
+namespace gpipe {
+#define GEN_PASS_DEF_OUTLINESTAGES
+#include "passes/Passes.h.inc"
+} // namespace gpipe
+
+using namespace mlir;
+using namespace gpipe;
+
+namespace {
+
+enum class Phase { Free, Forward, Backward, Update };
+
+const char *phaseName(Phase p) {
+  switch (p) {
+  case Phase::Forward:
+    return "forward";
+  case Phase::Backward:
+    return "backward";
+  case Phase::Update:
+    return "update";
+  case Phase::Free:
+    break;
+  }
+  return "free";
+}
+
+/// A value that one stage sends to another in one phase.
+struct Edge {
+  Value value;
+  int64_t from, to;
+  Phase phase;
+  int64_t tag;
+};
+
+struct Placement {
+  int64_t stage = -1;
+  Phase phase = Phase::Free;
+};
+
+class Outliner {
+public:
+  Outliner(ModuleOp module, func::FuncOp step) : module(module), step(step) {}
+  LogicalResult run();
+
+private:
+  LogicalResult classify();
+  Placement placementOf(Value v) const;
+  LogicalResult require(Value v, int64_t stage, Phase phase, Operation *user);
+  void addEdge(Value v, int64_t from, int64_t to, Phase phase);
+  func::FuncOp buildForward(int64_t s);
+  func::FuncOp buildBackward(int64_t s);
+  func::FuncOp buildUpdate(int64_t s);
+
+  /// Per function being built: maps step values to the function's values,
+  /// cloning parameters and constants at its start and receiving values
+  /// from other stages where first used.
+  struct Builder {
+    Outliner &o;
+    int64_t stage;
+    Phase phase;
+    Block *body;
+    OpBuilder b;
+    OpBuilder freeB;
+    IRMapping map;
+    Builder(Outliner &o, int64_t stage, Phase phase, Block *body)
+        : o(o), stage(stage), phase(phase), body(body),
+          b(OpBuilder::atBlockEnd(body)), freeB(OpBuilder::atBlockBegin(body)) {
+    }
+    Value get(Value v);
+    void sendsOf(Value v);
+    Operation *cloneOp(Operation *op);
+  };
+
+  ModuleOp module;
+  func::FuncOp step;
+  int64_t numStages = 1;
+  llvm::DenseMap<Operation *, Placement> placement;
+  llvm::DenseMap<Value, int64_t> reader; // graph input -> reading stage
+  std::vector<Edge> edges;
+  std::map<std::tuple<void *, int64_t, Phase>, size_t> incoming;
+  SmallVector<llvm::SetVector<Value>> stash, inputs;
+  SmallVector<llvm::MapVector<Value, SmallVector<std::string>>> accumulate;
+  Value loss;
+  int64_t lossStage = -1;
+};
+
+} // namespace
+
+Placement Outliner::placementOf(Value v) const {
+  if (Operation *def = v.getDefiningOp())
+    return placement.lookup(def);
+  return Placement{reader.lookup(v), Phase::Forward};
+}
+
+LogicalResult Outliner::classify() {
+  Block &block = step.getBody().front();
+  for (Operation &op : block.without_terminator()) {
+    if (isa<nn::ParamOp, nn::ConstantOp>(op)) {
+      placement[&op] = {};
+      continue;
+    }
+    auto stage = op.getAttrOfType<IntegerAttr>("pipe.stage");
+    if (!stage)
+      return op.emitError("op has no 'pipe.stage': run gpipe-partition before "
+                          "gpipe-autodiff");
+    if (stage.getInt() < 0 || stage.getInt() >= numStages)
+      return op.emitError("stage ")
+             << stage.getInt() << " is outside [0, " << numStages << ")";
+    Phase phase = isa<pipeline::SGDUpdateOp, pipeline::AdamUpdateOp>(op)
+                      ? Phase::Update
+                  : op.hasAttr("nn.backward") ? Phase::Backward
+                                              : Phase::Forward;
+    placement[&op] = {stage.getInt(), phase};
+  }
+  // A graph input is read by the first stage that uses it.
+  for (BlockArgument arg : block.getArguments())
+    for (Operation *user : arg.getUsers()) {
+      if (user == block.getTerminator())
+        continue;
+      int64_t s = placement.lookup(user).stage;
+      auto [it, inserted] = reader.try_emplace(arg, s);
+      if (!inserted)
+        it->second = std::min(it->second, s);
+    }
+  return success();
+}
+
+void Outliner::addEdge(Value v, int64_t from, int64_t to, Phase phase) {
+  auto key = std::make_tuple(v.getAsOpaquePointer(), to, phase);
+  if (incoming.count(key))
+    return;
+  incoming[key] = edges.size();
+  edges.push_back({v, from, to, phase, static_cast<int64_t>(edges.size())});
+}
+
+LogicalResult Outliner::require(Value v, int64_t s, Phase phase,
+                                Operation *user) {
+  Placement p = placementOf(v);
+  if (p.phase == Phase::Free)
+    return success();
+  if (isa<BlockArgument>(v)) {
+    inputs[p.stage].insert(v);
+    if (p.stage != s)
+      addEdge(v, p.stage, s, phase);
+    return success();
+  }
+  if (p.phase != phase)
+    return user->emitError("internal error: a ")
+           << phaseName(phase) << " op uses a " << phaseName(p.phase)
+           << " value";
+  if (p.stage == s)
+    return success();
+  if (phase == Phase::Forward && p.stage > s)
+    return user->emitError("uses a value computed on a later stage (")
+           << p.stage << ") in the forward of stage " << s;
+  addEdge(v, p.stage, s, phase);
+  return success();
+}
+
+Value Outliner::Builder::get(Value v) {
+  if (Value m = map.lookupOrNull(v))
+    return m;
+  Operation *def = v.getDefiningOp();
+  if (def && isa<nn::ParamOp, nn::ConstantOp>(def)) {
+    Operation *clone = freeB.clone(*def);
+    clone->removeAttr("pipe.stage");
+    clone->removeAttr("nn.backward");
+    freeB.setInsertionPointAfter(clone);
+    map.map(def->getResults(), clone->getResults());
+    return map.lookup(v);
+  }
+  auto it = o.incoming.find(std::make_tuple(v.getAsOpaquePointer(), stage, phase));
+  assert(it != o.incoming.end() && "value with no edge into this function");
+  const Edge &e = o.edges[it->second];
+  Value r = pipeline::RecvOp::create(b, v.getLoc(), v.getType(), e.from, e.tag);
+  map.map(v, r);
+  return r;
+}
+
+void Outliner::Builder::sendsOf(Value v) {
+  SmallVector<const Edge *> out;
+  for (const Edge &e : o.edges)
+    if (e.value == v && e.from == stage && e.phase == phase)
+      out.push_back(&e);
+  llvm::sort(out, [](const Edge *a, const Edge *b) { return a->to < b->to; });
+  for (const Edge *e : out)
+    pipeline::SendOp::create(b, v.getLoc(), map.lookup(v), e->to, e->tag);
+}
+
+Operation *Outliner::Builder::cloneOp(Operation *op) {
+  for (Value v : op->getOperands())
+    (void)get(v);
+  Operation *clone = b.clone(*op, map);
+  clone->removeAttr("pipe.stage");
+  clone->removeAttr("nn.backward");
+  return clone;
+}
+
+static func::FuncOp makeFunc(OpBuilder &b, Location loc, StringRef name,
+                             TypeRange args, TypeRange results, int64_t stage,
+                             Phase phase) {
+  auto func = func::FuncOp::create(b, loc, name,
+                                   b.getFunctionType(args, results));
+  func->setAttr("pipe.stage", b.getI64IntegerAttr(stage));
+  func->setAttr("pipe.phase", b.getStringAttr(phaseName(phase)));
+  Block *body = func.addEntryBlock();
+  (void)body;
+  return func;
+}
+
+func::FuncOp Outliner::buildForward(int64_t s) {
+  OpBuilder mb(step);
+  SmallVector<Value> args(inputs[s].begin(), inputs[s].end());
+  llvm::sort(args, [](Value a, Value b) {
+    return cast<BlockArgument>(a).getArgNumber() <
+           cast<BlockArgument>(b).getArgNumber();
+  });
+  SmallVector<Type> argTypes, resultTypes;
+  for (Value v : args)
+    argTypes.push_back(v.getType());
+  for (Value v : stash[s])
+    resultTypes.push_back(v.getType());
+  func::FuncOp func =
+      makeFunc(mb, step.getLoc(), "stage" + std::to_string(s) + "_forward",
+               argTypes, resultTypes, s, Phase::Forward);
+  Builder fb(*this, s, Phase::Forward, &func.getBody().front());
+  for (auto [i, v] : llvm::enumerate(args)) {
+    unsigned n = cast<BlockArgument>(v).getArgNumber();
+    if (auto name = step.getArgAttr(n, "nn.input"))
+      func.setArgAttr(i, "nn.input", name);
+    fb.map.map(v, func.getArgument(i));
+  }
+  for (Value v : args)
+    fb.sendsOf(v);
+  for (Operation &op : step.getBody().front().without_terminator()) {
+    Placement p = placement.lookup(&op);
+    if (p.stage != s || p.phase != Phase::Forward)
+      continue;
+    fb.cloneOp(&op);
+    for (Value r : op.getResults())
+      fb.sendsOf(r);
+  }
+  if (s == lossStage)
+    pipeline::ReportLossOp::create(fb.b, loss.getLoc(), fb.get(loss));
+  SmallVector<Value> results;
+  for (Value v : stash[s])
+    results.push_back(fb.get(v));
+  func::ReturnOp::create(fb.b, step.getLoc(), results);
+  return func;
+}
+
+func::FuncOp Outliner::buildBackward(int64_t s) {
+  OpBuilder mb(step);
+  SmallVector<Type> argTypes;
+  for (Value v : stash[s])
+    argTypes.push_back(v.getType());
+  func::FuncOp func =
+      makeFunc(mb, step.getLoc(), "stage" + std::to_string(s) + "_backward",
+               argTypes, {}, s, Phase::Backward);
+  Builder bb(*this, s, Phase::Backward, &func.getBody().front());
+  for (auto [i, v] : llvm::enumerate(stash[s]))
+    bb.map.map(v, func.getArgument(i));
+  for (Operation &op : step.getBody().front().without_terminator()) {
+    Placement p = placement.lookup(&op);
+    if (p.stage != s || p.phase != Phase::Backward)
+      continue;
+    bb.cloneOp(&op);
+    for (Value r : op.getResults()) {
+      bb.sendsOf(r);
+      auto it = accumulate[s].find(r);
+      if (it != accumulate[s].end())
+        for (const std::string &name : it->second)
+          pipeline::AccumulateGradOp::create(bb.b, op.getLoc(), bb.get(r),
+                                             name);
+    }
+  }
+  func::ReturnOp::create(bb.b, step.getLoc());
+  return func;
+}
+
+func::FuncOp Outliner::buildUpdate(int64_t s) {
+  OpBuilder mb(step);
+  func::FuncOp func =
+      makeFunc(mb, step.getLoc(), "stage" + std::to_string(s) + "_update", {},
+               {}, s, Phase::Update);
+  Builder ub(*this, s, Phase::Update, &func.getBody().front());
+  for (Operation &op : step.getBody().front().without_terminator()) {
+    Placement p = placement.lookup(&op);
+    if (p.stage != s || p.phase != Phase::Update)
+      continue;
+    Value param = op.getOperand(0), grad = op.getOperand(1);
+    auto name = param.getDefiningOp<nn::ParamOp>().getName();
+    ub.map.map(grad, pipeline::AccumulatedGradOp::create(
+                         ub.b, op.getLoc(), grad.getType(), name));
+    ub.cloneOp(&op);
+  }
+  func::ReturnOp::create(ub.b, step.getLoc());
+  return func;
+}
+
+LogicalResult Outliner::run() {
+  if (auto k = step->getAttrOfType<IntegerAttr>("pipe.stages"))
+    numStages = k.getInt();
+  if (failed(classify()))
+    return failure();
+  Block &block = step.getBody().front();
+  Operation *ret = block.getTerminator();
+  for (unsigned i = 0, e = step.getNumResults(); i < e; ++i)
+    if (step.getResultAttr(i, "nn.loss"))
+      loss = ret->getOperand(i);
+  if (!loss || !loss.getDefiningOp())
+    return step.emitError("no computed result is marked 'nn.loss'");
+  lossStage = placementOf(loss).stage;
+
+  stash.resize(numStages);
+  inputs.resize(numStages);
+  accumulate.resize(numStages);
+  for (Operation &op : block.without_terminator()) {
+    Placement p = placement.lookup(&op);
+    switch (p.phase) {
+    case Phase::Free:
+      break;
+    case Phase::Forward:
+      for (Value v : op.getOperands())
+        if (failed(require(v, p.stage, Phase::Forward, &op)))
+          return failure();
+      break;
+    case Phase::Backward:
+      for (Value v : op.getOperands()) {
+        Placement q = placementOf(v);
+        if (q.phase == Phase::Forward) {
+          // Forward values the backward reads are kept from the forward.
+          stash[p.stage].insert(v);
+          if (failed(require(v, p.stage, Phase::Forward, &op)))
+            return failure();
+        } else if (failed(require(v, p.stage, Phase::Backward, &op))) {
+          return failure();
+        }
+      }
+      break;
+    case Phase::Update: {
+      Value param = op.getOperand(0), grad = op.getOperand(1);
+      auto paramOp = param.getDefiningOp<nn::ParamOp>();
+      Placement g = placementOf(grad);
+      if (!paramOp || g.phase != Phase::Backward || g.stage != p.stage)
+        return op.emitError("the gradient of a parameter updated on stage ")
+               << p.stage << " must be computed by that stage's backward";
+      accumulate[p.stage][grad].push_back(paramOp.getName().str());
+      break;
+    }
+    }
+  }
+  if (failed(require(loss, lossStage, Phase::Forward, ret)))
+    return failure();
+
+  SmallVector<func::FuncOp> created;
+  for (int64_t s = 0; s < numStages; ++s) {
+    created.push_back(buildForward(s));
+    created.push_back(buildBackward(s));
+    created.push_back(buildUpdate(s));
+  }
+  for (func::FuncOp f : created)
+    eraseDeadOps(f);
+
+  OpBuilder b(module.getContext());
+  module->setAttr("pipe.stages", b.getI64IntegerAttr(numStages));
+  module->setAttr("pipe.microbatches",
+                  step->getAttr("pipe.microbatches")
+                      ? step->getAttr("pipe.microbatches")
+                      : b.getI64IntegerAttr(1));
+  if (Attribute batch = step->getAttr("pipe.batch_size"))
+    module->setAttr("pipe.batch_size", batch);
+  step.erase();
+  return success();
+}
+
+namespace {
+struct OutlineStagesPass
+    : gpipe::impl::OutlineStagesBase<OutlineStagesPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    SmallVector<func::FuncOp> steps;
+    for (auto f : module.getOps<func::FuncOp>())
+      if (!f.isExternal() && !f->hasAttr("pipe.phase"))
+        steps.push_back(f);
+    if (steps.size() != 1) {
+      module.emitError("expected one training-step function to outline, found ")
+          << steps.size();
+      return signalPassFailure();
+    }
+    Outliner outliner(module, steps.front());
+    if (failed(outliner.run()))
+      signalPassFailure();
+  }
+};
+} // namespace

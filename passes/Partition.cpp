@@ -1,0 +1,140 @@
+// gpipe-partition: cuts the forward graph into K cost-balanced stages.
+#include "passes/Passes.h"
+
+#include "llvm/ADT/DenseMap.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace gpipe {
+#define GEN_PASS_DEF_PARTITION
+#include "passes/Passes.h.inc"
+} // namespace gpipe
+
+using namespace mlir;
+using namespace gpipe;
+
+namespace {
+
+// A first cost model: a 100 GFLOP/s core, 20 GB/s of memory bandwidth, and
+// a backward that costs twice the forward.
+constexpr double kFlopsPerSecond = 100e9;
+constexpr double kBytesPerSecond = 20e9;
+constexpr double kForwardAndBackward = 3.0;
+
+struct PartitionPass : gpipe::impl::PartitionBase<PartitionPass> {
+  using PartitionBase::PartitionBase;
+  void runOnOperation() override;
+};
+
+} // namespace
+
+/// Estimated seconds of one op's forward and backward.
+static double estimateCost(Operation *op) {
+  auto cost = dyn_cast<nn::CostOpInterface>(op);
+  if (!cost)
+    return 0.0;
+  double t = std::max(cost.getFlops() / kFlopsPerSecond,
+                      cost.getBytesAccessed() / kBytesPerSecond);
+  return kForwardAndBackward * t;
+}
+
+/// Cuts `cost` into `k` contiguous non-empty groups minimising the largest
+/// group's sum; returns the first index of each group.
+static SmallVector<size_t> balancedCuts(ArrayRef<double> cost, int64_t k) {
+  size_t n = cost.size();
+  SmallVector<double> prefix(n + 1, 0.0);
+  for (size_t i = 0; i < n; ++i)
+    prefix[i + 1] = prefix[i] + cost[i];
+  const double inf = std::numeric_limits<double>::infinity();
+  // best[j][i]: the smallest maximum over the first i ops in j groups.
+  std::vector<std::vector<double>> best(k + 1, std::vector<double>(n + 1, inf));
+  std::vector<std::vector<size_t>> from(k + 1, std::vector<size_t>(n + 1, 0));
+  best[0][0] = 0.0;
+  for (int64_t j = 1; j <= k; ++j)
+    for (size_t i = j; i <= n; ++i)
+      for (size_t p = j - 1; p < i; ++p) {
+        double v = std::max(best[j - 1][p], prefix[i] - prefix[p]);
+        // Ties go to the later cut, which keeps early stages light.
+        if (v <= best[j][i]) {
+          best[j][i] = v;
+          from[j][i] = p;
+        }
+      }
+  SmallVector<size_t> starts(k);
+  size_t i = n;
+  for (int64_t j = k; j >= 1; --j) {
+    starts[j - 1] = from[j][i];
+    i = from[j][i];
+  }
+  return starts;
+}
+
+void PartitionPass::runOnOperation() {
+  func::FuncOp func = getOperation();
+  if (func.isExternal())
+    return;
+  if (stages < 1) {
+    func.emitError("stages must be >= 1, got ") << stages;
+    return signalPassFailure();
+  }
+  Block &block = func.getBody().front();
+  SmallVector<Operation *> compute;
+  for (Operation &op : block.without_terminator())
+    if (!isa<nn::ParamOp, nn::ConstantOp>(op))
+      compute.push_back(&op);
+  if (static_cast<int64_t>(compute.size()) < stages) {
+    func.emitError("cannot split ")
+        << compute.size() << " compute ops into " << stages
+        << " stages: every stage needs at least one op";
+    return signalPassFailure();
+  }
+  // The loss goes last, so it lands on the last stage (nothing reads it: any
+  // op after it in the block is independent of it).
+  Operation *ret = block.getTerminator();
+  for (unsigned i = 0, e = func.getNumResults(); i < e; ++i)
+    if (func.getResultAttr(i, "nn.loss"))
+      if (Operation *loss = ret->getOperand(i).getDefiningOp()) {
+        auto it = llvm::find(compute, loss);
+        if (it != compute.end() && loss->hasOneUse()) {
+          compute.erase(it);
+          compute.push_back(loss);
+        }
+      }
+  SmallVector<double> cost;
+  for (Operation *op : compute)
+    cost.push_back(estimateCost(op));
+  SmallVector<size_t> starts = balancedCuts(cost, stages);
+
+  OpBuilder b(func.getContext());
+  int64_t stage = 0;
+  for (auto [i, op] : llvm::enumerate(compute)) {
+    while (stage + 1 < stages && i >= starts[stage + 1])
+      ++stage;
+    op->setAttr("pipe.stage", b.getI64IntegerAttr(stage));
+  }
+  // Parameters live on the stage of their users.
+  for (Operation &op : block) {
+    auto param = dyn_cast<nn::ParamOp>(op);
+    if (!param)
+      continue;
+    std::optional<int64_t> at;
+    for (Operation *user : param->getUsers()) {
+      auto s = user->getAttrOfType<IntegerAttr>("pipe.stage");
+      if (!s)
+        continue;
+      if (at && *at != s.getInt()) {
+        param.emitError("parameter '")
+            << param.getName() << "' is used on stages " << *at << " and "
+            << s.getInt()
+            << "; a parameter must live on one stage (weights shared across "
+               "stages are not supported)";
+        return signalPassFailure();
+      }
+      at = s.getInt();
+    }
+    if (at)
+      param->setAttr("pipe.stage", b.getI64IntegerAttr(*at));
+  }
+  func->setAttr("pipe.stages", b.getI64IntegerAttr(stages));
+}

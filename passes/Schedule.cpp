@@ -1,0 +1,230 @@
+// gpipe-schedule and gpipe-check-schedule: each stage's action list, and the
+// static check that all stages' transfers pair up and cannot deadlock.
+#include "passes/Passes.h"
+#include "passes/Utils.h"
+
+#include <map>
+#include <tuple>
+
+namespace gpipe {
+#define GEN_PASS_DEF_SCHEDULE
+#define GEN_PASS_DEF_CHECKSCHEDULE
+#include "passes/Passes.h.inc"
+} // namespace gpipe
+
+using namespace mlir;
+using namespace gpipe;
+using pipeline::ScheduleOp;
+
+namespace {
+
+/// One send or receive of one action of a stage's schedule.
+struct Transfer {
+  bool isSend;
+  int64_t peer, tag, microbatch;
+  Type type;
+  Operation *op;
+  StringRef action;
+};
+
+std::string describe(const Transfer &t) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << "action " << t.action << " on "
+     << (t.isSend ? "pipe.send to" : "pipe.recv from") << " stage " << t.peer
+     << " (tag " << t.tag << ", " << t.type << ")";
+  return s;
+}
+
+/// Checks every stage's schedule of `module`; emits located errors.
+LogicalResult checkSchedules(ModuleOp module) {
+  int64_t k = numStages(module);
+  SmallVector<ScheduleOp> schedules(k);
+  for (auto sched : module.getOps<ScheduleOp>()) {
+    int64_t s = sched.getStage();
+    if (s >= k)
+      return sched.emitError("schedule of stage ")
+             << s << " but the module has " << k << " stages";
+    if (schedules[s])
+      return sched.emitError("stage ") << s << " has two schedules";
+    schedules[s] = sched;
+  }
+  for (int64_t s = 0; s < k; ++s)
+    if (!schedules[s])
+      return module.emitError("stage ") << s << " has no pipe.schedule";
+
+  // Expand each schedule into its transfers.
+  SmallVector<SmallVector<Transfer>> transfers(k);
+  for (int64_t s = 0; s < k; ++s) {
+    ScheduleOp sched = schedules[s];
+    FailureOr<SmallVector<ScheduleOp::Action>> actions = sched.parseActions();
+    if (failed(actions))
+      return failure();
+    for (auto [i, a] : llvm::enumerate(*actions)) {
+      FlatSymbolRefAttr ref = a.kind == ScheduleOp::Action::Forward
+                                  ? sched.getForwardAttr()
+                              : a.kind == ScheduleOp::Action::Backward
+                                  ? sched.getBackwardAttr()
+                                  : sched.getUpdateAttr();
+      auto func = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(sched, ref);
+      if (!func)
+        return sched.emitError("no function ") << ref;
+      StringRef name = cast<StringAttr>(sched.getActions()[i]).getValue();
+      WalkResult walk = func.walk([&](Operation *op) {
+        Transfer t{false, 0, 0, a.microbatch, Type(), op, name};
+        if (auto send = dyn_cast<pipeline::SendOp>(op)) {
+          t = {true, static_cast<int64_t>(send.getPeer()),
+               static_cast<int64_t>(send.getTag()), a.microbatch,
+               send.getValue().getType(), op, name};
+        } else if (auto recv = dyn_cast<pipeline::RecvOp>(op)) {
+          t = {false, static_cast<int64_t>(recv.getPeer()),
+               static_cast<int64_t>(recv.getTag()), a.microbatch,
+               recv.getValue().getType(), op, name};
+        } else {
+          return WalkResult::advance();
+        }
+        if (t.peer >= k) {
+          op->emitError("stage ") << s << " names stage " << t.peer
+                                  << " but there are " << k << " stages";
+          return WalkResult::interrupt();
+        }
+        transfers[s].push_back(t);
+        return WalkResult::advance();
+      });
+      if (walk.wasInterrupted())
+        return failure();
+    }
+  }
+
+  // Matching: per (sender, receiver, tag), the sends and the receives pair
+  // up in order, with equal types and micro-batches.
+  std::map<std::tuple<int64_t, int64_t, int64_t>, SmallVector<const Transfer *>>
+      sends, recvs;
+  for (int64_t s = 0; s < k; ++s)
+    for (const Transfer &t : transfers[s])
+      (t.isSend ? sends : recvs)[{t.isSend ? s : t.peer, t.isSend ? t.peer : s,
+                                  t.tag}]
+          .push_back(&t);
+  auto check = [&](auto &mine, auto &theirs, bool isSend) -> LogicalResult {
+    for (auto &[key, list] : mine) {
+      auto [from, to, tag] = key;
+      auto it = theirs.find(key);
+      size_t matched = it == theirs.end() ? 0 : it->second.size();
+      if (list.size() > matched) {
+        const Transfer &t = *list[matched];
+        int64_t me = isSend ? from : to;
+        return schedules[me].emitError("stage ")
+                   .append(me, ", ", describe(t), ": no matching ",
+                           isSend ? "pipe.recv" : "pipe.send", " in stage ",
+                           t.peer, " (", list.size(), " ",
+                           isSend ? "sends" : "receives", " of this tag per "
+                                                          "step, ",
+                           matched, " ", isSend ? "receives" : "sends", ")")
+                   .attachNote(t.op->getLoc())
+               << "this transfer";
+      }
+      if (!isSend)
+        continue;
+      for (size_t i = 0; i < list.size(); ++i) {
+        const Transfer &snd = *list[i], &rcv = *it->second[i];
+        if (snd.type != rcv.type)
+          return rcv.op->emitError("stage ")
+                 << to << " receives " << rcv.type << " with tag " << tag
+                 << " but stage " << from << " sends " << snd.type;
+        if (snd.microbatch != rcv.microbatch)
+          return schedules[to].emitError("stage ")
+                 << to << ", " << describe(rcv) << " gets micro-batch "
+                 << snd.microbatch << " (sent in stage " << from << "'s action "
+                 << snd.action << "): the stages run micro-batches in "
+                    "different orders";
+      }
+    }
+    return success();
+  };
+  if (failed(check(sends, recvs, true)) || failed(check(recvs, sends, false)))
+    return failure();
+
+  // Deadlock: blocking (rendezvous) semantics, a transfer completes only when
+  // both sides have reached it.
+  SmallVector<size_t> pos(k, 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int64_t s = 0; s < k; ++s) {
+      if (pos[s] >= transfers[s].size() || !transfers[s][pos[s]].isSend)
+        continue;
+      const Transfer &t = transfers[s][pos[s]];
+      int64_t q = t.peer;
+      if (pos[q] < transfers[q].size()) {
+        const Transfer &r = transfers[q][pos[q]];
+        if (!r.isSend && r.peer == s && r.tag == t.tag) {
+          ++pos[s];
+          ++pos[q];
+          progress = true;
+        }
+      }
+    }
+  }
+  SmallVector<int64_t> blocked;
+  for (int64_t s = 0; s < k; ++s)
+    if (pos[s] < transfers[s].size())
+      blocked.push_back(s);
+  if (blocked.empty())
+    return success();
+  int64_t first = blocked.front();
+  InFlightDiagnostic diag = schedules[first].emitError("the schedule deadlocks: stage ")
+                            << first << " blocks in "
+                            << describe(transfers[first][pos[first]]);
+  for (int64_t s : blocked)
+    diag.attachNote(transfers[s][pos[s]].op->getLoc())
+        << "stage " << s << " blocks in " << describe(transfers[s][pos[s]]);
+  return failure();
+}
+
+struct SchedulePass : gpipe::impl::ScheduleBase<SchedulePass> {
+  using ScheduleBase::ScheduleBase;
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (schedule != "gpipe") {
+      module.emitError("schedule '")
+          << schedule << "' is not implemented (only gpipe is)";
+      return signalPassFailure();
+    }
+    int64_t m = 1;
+    if (auto attr = module->getAttrOfType<IntegerAttr>("pipe.microbatches"))
+      m = attr.getInt();
+    OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
+    for (int64_t s = 0, k = numStages(module); s < k; ++s) {
+      func::FuncOp f = findStageFunc(module, s, "forward");
+      func::FuncOp bw = findStageFunc(module, s, "backward");
+      func::FuncOp u = findStageFunc(module, s, "update");
+      if (!f || !bw || !u) {
+        module.emitError("stage ")
+            << s << " lacks its functions; run gpipe-outline-stages first";
+        return signalPassFailure();
+      }
+      // GPipe: all forwards, then all backwards in reverse, then the update.
+      SmallVector<std::string> actions;
+      for (int64_t i = 0; i < m; ++i)
+        actions.push_back("F" + std::to_string(i));
+      for (int64_t i = m - 1; i >= 0; --i)
+        actions.push_back("B" + std::to_string(i));
+      actions.push_back("U");
+      SmallVector<StringRef> refs(actions.begin(), actions.end());
+      ScheduleOp::create(b, module.getLoc(), b.getI64IntegerAttr(s),
+                         FlatSymbolRefAttr::get(f), FlatSymbolRefAttr::get(bw),
+                         FlatSymbolRefAttr::get(u), b.getStrArrayAttr(refs));
+    }
+    module->setAttr("pipe.schedule", b.getStringAttr(schedule));
+    if (failed(checkSchedules(module)))
+      signalPassFailure();
+  }
+};
+
+struct CheckSchedulePass : gpipe::impl::CheckScheduleBase<CheckSchedulePass> {
+  void runOnOperation() override {
+    if (failed(checkSchedules(getOperation())))
+      signalPassFailure();
+  }
+};
+
+} // namespace

@@ -1,0 +1,139 @@
+// Graph inputs of a stage: opening and checking the data files, and the
+// micro-batch copies (gp_load_input) and label counts (gp_count_labels) the
+// generated code asks for.
+#include "internal.h"
+
+#include <cstring>
+#include <sys/stat.h>
+
+namespace gpipe {
+namespace {
+
+std::string joinPath(const std::string &dir, const std::string &file) {
+  if (dir.empty() || dir.back() == '/')
+    return dir + file;
+  return dir + "/" + file;
+}
+
+bool fileExists(const std::string &path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+/// "(S, 28, 28)": an input's shape with the sample axis left open.
+std::string sampleShape(const gp_tensor_desc &d) {
+  std::string s = shapeToString(d.shape, static_cast<size_t>(d.rank));
+  size_t end = s.find_first_of(",)");
+  return "(S" + s.substr(end);
+}
+
+const Runtime &runtimeOf(const gp_step_ctx *ctx, const char *what) {
+  const Runtime *rt =
+      ctx ? static_cast<const Runtime *>(ctx->runtime) : nullptr;
+  if (!rt)
+    fatal(ctx, 1,
+          std::string("invalid program: ") + what + " called outside gp_main");
+  return *rt;
+}
+
+const InputData &inputOf(const gp_step_ctx *ctx, const Runtime &rt,
+                         int32_t input, const char *what) {
+  if (input < 0 || input >= rt.program->num_inputs)
+    fatal(ctx, 1,
+          std::string("invalid program: ") + what + " of input " +
+              std::to_string(input) + "; the stage has " +
+              std::to_string(rt.program->num_inputs) + " graph input(s)");
+  return rt.inputs[static_cast<size_t>(input)];
+}
+
+} // namespace
+
+bool openInputs(Runtime &rt, const std::string &dataDir, int64_t &numBatches,
+                std::string &err) {
+  const gp_program *program = rt.program;
+  rt.inputs.clear();
+  rt.inputs.resize(static_cast<size_t>(program->num_inputs));
+  numBatches = 0;
+  for (int32_t i = 0; i < program->num_inputs; ++i) {
+    const gp_tensor_desc &d = program->inputs[i];
+    InputData &in = rt.inputs[static_cast<size_t>(i)];
+    in.path = joinPath(dataDir, std::string(d.name) + ".npy");
+    if (!fileExists(in.path)) {
+      err = "missing data file " + in.path + " for graph input '" + d.name +
+            "'";
+      return false;
+    }
+    if (!in.file.open(in.path, d.dtype, err))
+      return false;
+    const std::vector<int64_t> &s = in.file.shape();
+    bool sameRow = s.size() == static_cast<size_t>(d.rank);
+    for (int32_t k = 1; sameRow && k < d.rank; ++k)
+      sameRow = s[static_cast<size_t>(k)] == d.shape[k];
+    if (!sameRow) {
+      err = in.path + ": expected shape " + sampleShape(d) +
+            " for graph input '" + d.name + "', found " + shapeToString(s);
+      return false;
+    }
+    int64_t rowElems = 1;
+    for (int32_t k = 1; k < d.rank; ++k)
+      rowElems *= d.shape[k];
+    in.rowBytes = rowElems * dtypeSize(d.dtype);
+    if (s[0] < rt.batchSize) {
+      err = in.path + ": " + std::to_string(s[0]) +
+            " samples, fewer than the mini-batch size " +
+            std::to_string(rt.batchSize) + " of graph input '" + d.name + "'";
+      return false;
+    }
+    // Only this stage's files can be compared here; every stage's must have
+    // the same number of rows (the user guide says so).
+    if (i == 0) {
+      numBatches = s[0] / rt.batchSize;
+    } else if (s[0] != rt.inputs[0].file.shape()[0]) {
+      err = in.path + " has " + std::to_string(s[0]) + " samples but " +
+            rt.inputs[0].path + " has " +
+            std::to_string(rt.inputs[0].file.shape()[0]);
+      return false;
+    }
+  }
+  return true;
+}
+
+} // namespace gpipe
+
+using gpipe::fatal;
+
+extern "C" void gp_load_input(gp_step_ctx *ctx, int32_t input,
+                              int64_t microbatch, void *dst) {
+  const gpipe::Runtime &rt = gpipe::runtimeOf(ctx, "gp_load_input");
+  const gpipe::InputData &in = gpipe::inputOf(ctx, rt, input, "gp_load_input");
+  if (microbatch < 0 || microbatch >= rt.program->microbatches)
+    fatal(ctx, 1,
+          "invalid program: gp_load_input of micro-batch " +
+              std::to_string(microbatch) + "; the pipeline has " +
+              std::to_string(rt.program->microbatches));
+  int64_t first = rt.miniFirst + microbatch * rt.microRows;
+  std::memcpy(dst, in.file.data() + first * in.rowBytes,
+              static_cast<size_t>(rt.microRows * in.rowBytes));
+}
+
+extern "C" int64_t gp_count_labels(gp_step_ctx *ctx, int32_t input,
+                                   int32_t has_ignore, int64_t ignore_index) {
+  const gpipe::Runtime &rt = gpipe::runtimeOf(ctx, "gp_count_labels");
+  const gpipe::InputData &in =
+      gpipe::inputOf(ctx, rt, input, "gp_count_labels");
+  if (rt.program->inputs[input].dtype != GP_I64)
+    fatal(ctx, 1,
+          std::string("invalid program: gp_count_labels of graph input '") +
+              rt.program->inputs[input].name + "', which is not int64");
+  int64_t n = rt.batchSize * in.rowBytes / static_cast<int64_t>(sizeof(int64_t));
+  const unsigned char *base = in.file.data() + rt.miniFirst * in.rowBytes;
+  if (!has_ignore)
+    return n;
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t label;
+    std::memcpy(&label, base + i * 8, sizeof(label)); // rows may be unaligned
+    count += label != ignore_index;
+  }
+  return count;
+}

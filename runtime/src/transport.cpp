@@ -1,0 +1,198 @@
+// The transport between stages: MPI point-to-point on MPI_COMM_WORLD, one
+// rank per stage. The only source that includes <mpi.h>.
+#include "internal.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <unistd.h>
+
+namespace gpipe {
+namespace {
+
+bool gInitialized = false;
+int gWorldSize = 1;
+int gTagUb = 32767; // the MPI standard's guaranteed minimum
+
+/// Messages larger than this are sent as several (MPI counts are int).
+constexpr int64_t kChunk = int64_t(1) << 30;
+
+std::string mpiError(int rc) {
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, buf, &len) != MPI_SUCCESS)
+    return "MPI error " + std::to_string(rc);
+  return std::string(buf, static_cast<size_t>(len));
+}
+
+/// The checks shared by gp_send and gp_recv; ends the run on a bad call
+/// (a code generator bug).
+void checkTransfer(gp_step_ctx *ctx, const char *what, int32_t peer,
+                   int32_t tag, const void *buf, int64_t bytes) {
+  const Runtime *rt =
+      ctx ? static_cast<const Runtime *>(ctx->runtime) : nullptr;
+  if (!rt || !gInitialized)
+    fatal(ctx, 1,
+          std::string("invalid program: ") + what +
+              " called outside a multi-stage pipeline run");
+  int32_t k = rt->program->num_stages;
+  if (peer < 0 || peer >= k || peer == rt->stage)
+    fatal(ctx, 1,
+          std::string("invalid program: ") + what + " with stage " +
+              std::to_string(peer) + " (tag " + std::to_string(tag) +
+              "); the pipeline has stages 0.." + std::to_string(k - 1));
+  if (tag < 0 || tag > gTagUb)
+    fatal(ctx, 1,
+          std::string("invalid program: ") + what + " tag " +
+              std::to_string(tag) + " is outside [0, " +
+              std::to_string(gTagUb) + "]");
+  if (bytes < 0 || (bytes > 0 && !buf))
+    fatal(ctx, 1,
+          std::string("invalid program: ") + what + " of " +
+              std::to_string(bytes) + " bytes (tag " + std::to_string(tag) +
+              ") with stage " + std::to_string(peer));
+}
+
+} // namespace
+
+bool transportInit(int *argc, char ***argv, int &rank, int &size,
+                   std::string &err) {
+  int provided = 0;
+  int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  if (rc != MPI_SUCCESS) {
+    err = "MPI_Init failed: " + mpiError(rc);
+    return false;
+  }
+  gInitialized = true;
+  // Failed calls return their error code (checked below), instead of the
+  // default handler aborting without saying which stage or tensor it was.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  gWorldSize = size;
+  int *tagUb = nullptr;
+  int flag = 0;
+  if (MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tagUb, &flag) ==
+          MPI_SUCCESS &&
+      flag && tagUb)
+    gTagUb = *tagUb;
+  return true;
+}
+
+bool transportActive() { return gInitialized; }
+
+bool transportAllGather(const int64_t *mine, int n, std::vector<int64_t> &all,
+                        std::string &err) {
+  all.assign(static_cast<size_t>(n) * static_cast<size_t>(gWorldSize), 0);
+  int rc = MPI_Allgather(mine, n, MPI_INT64_T, all.data(), n, MPI_INT64_T,
+                         MPI_COMM_WORLD);
+  if (rc != MPI_SUCCESS) {
+    err = "exchanging the pipeline configuration with the other stages "
+          "failed: " +
+          mpiError(rc);
+    return false;
+  }
+  return true;
+}
+
+void transportWaitForAbort() {
+  MPI_Barrier(MPI_COMM_WORLD);
+  // Not reached unless the failing rank could not abort; do not hang.
+  transportAbort(1);
+}
+
+void transportFinalize() {
+  if (!gInitialized)
+    return;
+  MPI_Finalize();
+  gInitialized = false;
+}
+
+void transportAbort(int code) {
+  // MPI_Abort does not flush stdio.
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (gInitialized && gWorldSize > 1) {
+    MPI_Abort(MPI_COMM_WORLD, code);
+    ::_exit(code); // not reached
+  }
+  // Alone (launched without mpirun): nobody to tear down.
+  transportFinalize();
+  std::exit(code);
+}
+
+} // namespace gpipe
+
+using gpipe::fatal;
+
+extern "C" void gp_send(gp_step_ctx *ctx, int32_t peer, int32_t tag,
+                        const void *buf, int64_t bytes) {
+  gpipe::checkTransfer(ctx, "gp_send", peer, tag, buf, bytes);
+  const char *p = static_cast<const char *>(buf);
+  int64_t off = 0;
+  // One message per chunk (at least one, also for 0 bytes); messages between
+  // two ranks with one tag arrive in order.
+  do {
+    int n = static_cast<int>(std::min(bytes - off, gpipe::kChunk));
+    int rc = MPI_Send(p ? p + off : nullptr, n, MPI_BYTE, peer, tag,
+                      MPI_COMM_WORLD);
+    if (rc != MPI_SUCCESS)
+      fatal(ctx, 1,
+            "sending " + std::to_string(bytes) + " bytes to stage " +
+                std::to_string(peer) + " (tag " + std::to_string(tag) +
+                ") failed: " + gpipe::mpiError(rc));
+    off += n;
+  } while (off < bytes);
+}
+
+extern "C" void gp_recv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
+                        int64_t bytes) {
+  gpipe::checkTransfer(ctx, "gp_recv", peer, tag, buf, bytes);
+  char *p = static_cast<char *>(buf);
+  int64_t off = 0;
+  auto mismatch = [&](int64_t got) {
+    fatal(ctx, 1,
+          "received " + std::to_string(got) + " bytes from stage " +
+              std::to_string(peer) + " (tag " + std::to_string(tag) +
+              "), expected " + std::to_string(bytes));
+  };
+  auto failed = [&](const char *call, int rc) {
+    fatal(ctx, 1,
+          std::string(call) + " of " + std::to_string(bytes) +
+              " bytes from stage " + std::to_string(peer) + " (tag " +
+              std::to_string(tag) + ") failed: " + gpipe::mpiError(rc));
+  };
+  do {
+    int want = static_cast<int>(std::min(bytes - off, gpipe::kChunk));
+    // Probe first: a message of the wrong size is reported with both sizes
+    // instead of being truncated into the buffer.
+    MPI_Status st;
+    int rc = MPI_Probe(peer, tag, MPI_COMM_WORLD, &st);
+    if (rc != MPI_SUCCESS)
+      failed("MPI_Probe", rc);
+    int count = 0;
+    rc = MPI_Get_count(&st, MPI_BYTE, &count);
+    if (rc != MPI_SUCCESS || count == MPI_UNDEFINED)
+      failed("MPI_Get_count", rc != MPI_SUCCESS ? rc : MPI_ERR_COUNT);
+    if (count != want)
+      mismatch(off + count);
+    rc = MPI_Recv(p ? p + off : nullptr, want, MPI_BYTE, peer, tag,
+                  MPI_COMM_WORLD, &st);
+    if (rc != MPI_SUCCESS) {
+      int cls = rc;
+      MPI_Error_class(rc, &cls);
+      if (cls == MPI_ERR_TRUNCATE)
+        fatal(ctx, 1,
+              "received more than the expected " + std::to_string(bytes) +
+                  " bytes from stage " + std::to_string(peer) + " (tag " +
+                  std::to_string(tag) + ")");
+      failed("MPI_Recv", rc);
+    }
+    if (MPI_Get_count(&st, MPI_BYTE, &count) != MPI_SUCCESS || count != want)
+      mismatch(off + count);
+    off += want;
+  } while (off < bytes);
+}
