@@ -81,7 +81,10 @@ private:
           b(OpBuilder::atBlockEnd(body)), freeB(OpBuilder::atBlockBegin(body)) {
     }
     Value get(Value v);
-    void sendsOf(Value v);
+    /// Receives every value sent to this function (at its start).
+    void receiveAll();
+    /// Sends every value this function owes other stages (at its end).
+    void sendAll();
     Operation *cloneOp(Operation *op);
   };
 
@@ -183,22 +186,42 @@ Value Outliner::Builder::get(Value v) {
     map.map(def->getResults(), clone->getResults());
     return map.lookup(v);
   }
-  auto it = o.incoming.find(std::make_tuple(v.getAsOpaquePointer(), stage, phase));
-  assert(it != o.incoming.end() && "value with no edge into this function");
-  const Edge &e = o.edges[it->second];
-  Value r = pipeline::RecvOp::create(b, v.getLoc(), v.getType(), e.from, e.tag);
-  map.map(v, r);
-  return r;
+  llvm_unreachable("a value with no edge into this function");
 }
 
-void Outliner::Builder::sendsOf(Value v) {
-  SmallVector<const Edge *> out;
-  for (const Edge &e : o.edges)
-    if (e.value == v && e.from == stage && e.phase == phase)
-      out.push_back(&e);
-  llvm::sort(out, [](const Edge *a, const Edge *b) { return a->to < b->to; });
-  for (const Edge *e : out)
-    pipeline::SendOp::create(b, v.getLoc(), map.lookup(v), e->to, e->tag);
+/// The edges into (`stage`, `phase`) or out of it, in the order both sides
+/// use: forward transfers by ascending peer, backward ones by descending
+/// peer, then by tag. With all receives at the start of an action and all
+/// sends at its end, that order cannot deadlock (gpipe-check-schedule
+/// verifies it).
+static SmallVector<const Edge *> orderedEdges(ArrayRef<Edge> edges,
+                                              int64_t stage, Phase phase,
+                                              bool outgoing) {
+  SmallVector<const Edge *> list;
+  for (const Edge &e : edges)
+    if (e.phase == phase && (outgoing ? e.from : e.to) == stage)
+      list.push_back(&e);
+  bool ascending = phase == Phase::Forward;
+  llvm::sort(list, [&](const Edge *a, const Edge *b) {
+    int64_t pa = outgoing ? a->to : a->from, pb = outgoing ? b->to : b->from;
+    if (pa != pb)
+      return ascending ? pa < pb : pa > pb;
+    return a->tag < b->tag;
+  });
+  return list;
+}
+
+void Outliner::Builder::receiveAll() {
+  for (const Edge *e : orderedEdges(o.edges, stage, phase, false))
+    map.map(e->value, pipeline::RecvOp::create(b, e->value.getLoc(),
+                                               e->value.getType(), e->from,
+                                               e->tag));
+}
+
+void Outliner::Builder::sendAll() {
+  for (const Edge *e : orderedEdges(o.edges, stage, phase, true))
+    pipeline::SendOp::create(b, e->value.getLoc(), get(e->value), e->to,
+                             e->tag);
 }
 
 Operation *Outliner::Builder::cloneOp(Operation *op) {
@@ -244,18 +267,16 @@ func::FuncOp Outliner::buildForward(int64_t s) {
       func.setArgAttr(i, "nn.input", name);
     fb.map.map(v, func.getArgument(i));
   }
-  for (Value v : args)
-    fb.sendsOf(v);
+  fb.receiveAll();
   for (Operation &op : step.getBody().front().without_terminator()) {
     Placement p = placement.lookup(&op);
     if (p.stage != s || p.phase != Phase::Forward)
       continue;
     fb.cloneOp(&op);
-    for (Value r : op.getResults())
-      fb.sendsOf(r);
   }
   if (s == lossStage)
     pipeline::ReportLossOp::create(fb.b, loss.getLoc(), fb.get(loss));
+  fb.sendAll();
   SmallVector<Value> results;
   for (Value v : stash[s])
     results.push_back(fb.get(v));
@@ -274,13 +295,13 @@ func::FuncOp Outliner::buildBackward(int64_t s) {
   Builder bb(*this, s, Phase::Backward, &func.getBody().front());
   for (auto [i, v] : llvm::enumerate(stash[s]))
     bb.map.map(v, func.getArgument(i));
+  bb.receiveAll();
   for (Operation &op : step.getBody().front().without_terminator()) {
     Placement p = placement.lookup(&op);
     if (p.stage != s || p.phase != Phase::Backward)
       continue;
     bb.cloneOp(&op);
     for (Value r : op.getResults()) {
-      bb.sendsOf(r);
       auto it = accumulate[s].find(r);
       if (it != accumulate[s].end())
         for (const std::string &name : it->second)
@@ -288,6 +309,7 @@ func::FuncOp Outliner::buildBackward(int64_t s) {
                                              name);
     }
   }
+  bb.sendAll();
   func::ReturnOp::create(bb.b, step.getLoc());
   return func;
 }

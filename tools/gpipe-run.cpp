@@ -17,6 +17,8 @@
 #include <onnx/onnx_pb.h>
 
 #include <cerrno>
+#include <fcntl.h>
+#include <poll.h>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -196,10 +198,107 @@ struct ChildResult {
   int code = 0; // exit code, or the signal number when signaled
 };
 
+/// Passes mpirun's stderr (its own messages and the stages' stderr) through,
+/// line by line, but holds back Open MPI's job-teardown banners ("MPI_ABORT
+/// was invoked on rank 1 ...", "mpirun noticed that process rank 1 ... exited
+/// on signal 11"): when a stage's status file explains the failure they only
+/// repeat it; otherwise they are printed at the end (release()).
+class StderrFilter {
+public:
+  void feed(const char *data, size_t n) {
+    partial_.append(data, n);
+    size_t nl;
+    while ((nl = partial_.find('\n')) != std::string::npos) {
+      line(partial_.substr(0, nl + 1));
+      partial_.erase(0, nl + 1);
+    }
+  }
+  /// End of the stream: whatever is pending goes out.
+  void finish() {
+    if (!partial_.empty())
+      line(partial_ + "\n");
+    partial_.clear();
+    for (const std::string &l : block_)
+      emit(l);
+    block_.clear();
+    inBlock_ = false;
+  }
+  /// Prints the held-back banners (no stage explained the failure).
+  void release() {
+    for (const std::string &l : heldBack_)
+      emit(l);
+    heldBack_.clear();
+  }
+
+private:
+  static bool isRule(const std::string &l) {
+    return l.size() > 20 && l.find_first_not_of("-\n") == std::string::npos;
+  }
+  static bool isTeardownBanner(const std::string &text) {
+    for (const char *phrase :
+         {"MPI_ABORT was invoked on rank", "Primary job  terminated normally",
+          "mpirun noticed that process rank",
+          "mpirun detected that one or more processes exited"})
+      if (text.find(phrase) != std::string::npos)
+        return true;
+    return false;
+  }
+  /// One-line notes about the banners: aggregated repeats, and a teardown
+  /// race inside Open MPI's own banner printing.
+  static bool isBannerNote(const std::string &l) {
+    return l.find("has sent help message") != std::string::npos ||
+           l.find("orte_base_help_aggregate") != std::string::npos ||
+           (l.find("ORTE_ERROR_LOG") != std::string::npos &&
+            l.find("show_help") != std::string::npos);
+  }
+  void emit(const std::string &l) {
+    std::fwrite(l.data(), 1, l.size(), stderr);
+    std::fflush(stderr);
+  }
+  void line(const std::string &l) {
+    // A stage's own lines are never held back.
+    bool stageLine = l.rfind("gpipe: ", 0) == 0 || l.rfind("step ", 0) == 0;
+    if (!inBlock_) {
+      if (isRule(l)) {
+        inBlock_ = true;
+        block_ = {l};
+      } else if (!stageLine && isBannerNote(l)) {
+        heldBack_.push_back(l);
+      } else {
+        emit(l);
+      }
+      return;
+    }
+    if (stageLine) {
+      emit(l);
+      return;
+    }
+    block_.push_back(l);
+    if (isRule(l) || block_.size() > 64) {
+      std::string text;
+      for (const std::string &b : block_)
+        text += b;
+      if (isTeardownBanner(text))
+        heldBack_.insert(heldBack_.end(), block_.begin(), block_.end());
+      else
+        for (const std::string &b : block_)
+          emit(b);
+      block_.clear();
+      inBlock_ = false;
+    }
+  }
+
+  std::string partial_;
+  bool inBlock_ = false;
+  std::vector<std::string> block_, heldBack_;
+};
+
 /// Runs `args` (args[0] is the program path) with `env`; forwards SIGINT,
-/// SIGTERM and SIGHUP sent to gpipe-run while it waits.
+/// SIGTERM and SIGHUP sent to gpipe-run while it waits. With `filter`, the
+/// child's stderr goes through it.
 ChildResult runChild(const std::vector<std::string> &args,
-                     const std::vector<std::string> &env) {
+                     const std::vector<std::string> &env,
+                     StderrFilter *filter) {
   ChildResult r;
   std::vector<char *> argv, envp;
   for (const std::string &a : args)
@@ -209,6 +308,11 @@ ChildResult runChild(const std::vector<std::string> &args,
     envp.push_back(const_cast<char *>(e.c_str()));
   envp.push_back(nullptr);
 
+  int fds[2] = {-1, -1};
+  if (filter && ::pipe2(fds, O_CLOEXEC) != 0) {
+    r.startError = std::string("pipe: ") + std::strerror(errno);
+    return r;
+  }
   const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
   struct sigaction old[3];
   for (int i = 0; i < 3; ++i) {
@@ -229,19 +333,57 @@ ChildResult runChild(const std::vector<std::string> &args,
   sigemptyset(&none);
   posix_spawnattr_setsigdefault(&attr, &dfl);
   posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  if (filter)
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
   pid_t pid = 0;
-  int err = ::posix_spawn(&pid, argv[0], nullptr, &attr, argv.data(),
-                          envp.data());
+  int err =
+      ::posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
+  if (filter)
+    ::close(fds[1]);
   if (err != 0) {
     r.startError = std::strerror(err);
   } else {
     r.started = true;
     gChild = pid;
     int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    bool exited = false;
+    if (filter) {
+      // Read until the child has exited and the pipe is drained; a
+      // descendant that keeps the pipe open cannot make gpipe-run wait.
+      char buf[4096];
+      bool open = true;
+      while (open) {
+        if (!exited) {
+          pid_t w = ::waitpid(pid, &status, WNOHANG);
+          exited = w == pid;
+        }
+        struct pollfd pfd = {fds[0], POLLIN, 0};
+        int ready = ::poll(&pfd, 1, exited ? 0 : 100);
+        if (ready < 0 && errno == EINTR)
+          continue;
+        if (ready <= 0) {
+          if (exited)
+            break;
+          continue;
+        }
+        ssize_t n = ::read(fds[0], buf, sizeof(buf));
+        if (n > 0)
+          filter->feed(buf, static_cast<size_t>(n));
+        else if (n == 0 || errno != EINTR)
+          open = false;
+      }
+      ::close(fds[0]);
+      filter->finish();
     }
+    if (!exited)
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
     gChild = 0;
     if (WIFSIGNALED(status)) {
       r.signaled = true;
@@ -500,7 +642,8 @@ int main(int argc, char **argv) {
     std::cerr << "\n";
   }
 
-  ChildResult r = runChild(cmd, env);
+  StderrFilter filter;
+  ChildResult r = runChild(cmd, env, useMpi ? &filter : nullptr);
   if (!r.started)
     return useMpi ? fail("cannot start " + mpirun + ": " + r.startError)
                   : fail("cannot start stage 0 (" + exes[0] +
@@ -537,6 +680,7 @@ int main(int argc, char **argv) {
     }
   if (blamed)
     return 1;
+  filter.release();
   if (r.signaled || r.code != 0) {
     if (!useMpi)
       return r.signaled ? fail(stageName(0) + " crashed: " + signalName(r.code))

@@ -545,14 +545,18 @@ extern "C" int gp_main(int argc, char **argv, const gp_program *program) {
     }
     statusInstallHandlers(); // after MPI_Init: replaces Open MPI's handlers
     if (size != program->num_stages || rank != stage) {
+      std::string k = std::to_string(program->num_stages);
       printError(stage,
                  "stage " + std::to_string(stage) +
                      " executable was launched as rank " +
                      std::to_string(rank) + " of " + std::to_string(size) +
-                     " ranks (a " + std::to_string(program->num_stages) +
-                     "-stage pipeline runs as " +
-                     std::to_string(program->num_stages) +
-                     " ranks: launch it with gpipe-run)");
+                     " ranks " +
+                     (size == 1 ? "(a " + k + "-stage pipeline runs as " + k +
+                                      " MPI ranks: launch it with gpipe-run)"
+                                : "(it belongs to a " + k +
+                                      "-stage pipeline: were its "
+                                      "pipeline.json and executables "
+                                      "compiled together?)"));
       return finish(1);
     }
   } else {
