@@ -72,15 +72,17 @@ void AutodiffPass::runOnOperation() {
     if (!inserted)
       it->second = nn::AddOp::create(b, loc, g.getType(), it->second, g);
   };
-  // Every op built here is marked `nn.backward` and, when the forward graph
-  // is partitioned, placed on the stage of the forward op it differentiates.
+  // In a partitioned graph, every op built here goes to the stage of the
+  // forward op it differentiates and is marked `nn.backward`, for
+  // gpipe-outline-stages.
   auto mark = [&](Operation *last, Operation *forwardOp) {
     Attribute stage = forwardOp ? forwardOp->getAttr("pipe.stage") : nullptr;
+    if (!stage)
+      return;
     for (Operation *op = last ? last->getNextNode() : &block.front();
          op && op != ret; op = op->getNextNode()) {
       op->setAttr("nn.backward", b.getUnitAttr());
-      if (stage)
-        op->setAttr("pipe.stage", stage);
+      op->setAttr("pipe.stage", stage);
     }
   };
   auto lossType = cast<RankedTensorType>(loss.getType());

@@ -163,7 +163,7 @@ void MicrobatchPass::runOnOperation() {
   if (func.isExternal())
     return;
   if (microbatches < 1) {
-    func.emitError("microbatches must be >= 1, got ") << microbatches;
+    func.emitError("microbatches must be >= 1, got ") << static_cast<int64_t>(microbatches);
     return signalPassFailure();
   }
   Block &block = func.getBody().front();
@@ -196,7 +196,7 @@ void MicrobatchPass::runOnOperation() {
   if (batch % microbatches != 0) {
     func.emitError("the batch size ")
         << batch << " is not divisible by the number of micro-batches "
-        << microbatches;
+        << static_cast<int64_t>(microbatches);
     return signalPassFailure();
   }
   for (Operation &op : block.without_terminator())
@@ -217,7 +217,7 @@ void MicrobatchPass::runOnOperation() {
           << "cannot split the batch into micro-batches: the batch axis has "
              "size "
           << tensorType(v).getDimSize(axis) << ", not divisible by "
-          << microbatches;
+          << static_cast<int64_t>(microbatches);
       return signalPassFailure();
     }
   }

@@ -75,7 +75,7 @@ void PartitionPass::runOnOperation() {
   if (func.isExternal())
     return;
   if (stages < 1) {
-    func.emitError("stages must be >= 1, got ") << stages;
+    func.emitError("stages must be >= 1, got ") << static_cast<int64_t>(stages);
     return signalPassFailure();
   }
   Block &block = func.getBody().front();
@@ -85,7 +85,7 @@ void PartitionPass::runOnOperation() {
       compute.push_back(&op);
   if (static_cast<int64_t>(compute.size()) < stages) {
     func.emitError("cannot split ")
-        << compute.size() << " compute ops into " << stages
+        << compute.size() << " compute ops into " << static_cast<int64_t>(stages)
         << " stages: every stage needs at least one op";
     return signalPassFailure();
   }

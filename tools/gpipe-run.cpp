@@ -17,14 +17,14 @@
 #include <onnx/onnx_pb.h>
 
 #include <cerrno>
-#include <fcntl.h>
-#include <poll.h>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <fcntl.h>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <poll.h>
 #include <set>
 #include <spawn.h>
 #include <sys/uio.h>
@@ -91,8 +91,7 @@ std::string readPipeline(const std::string &out, Pipeline &p) {
   for (size_t s = 0; s < stages->size(); ++s) {
     std::string where = "stage " + std::to_string(s);
     const llvm::json::Object *stage = (*stages)[s].getAsObject();
-    if (!stage || !stage->getString("executable") ||
-        !stage->getArray("params"))
+    if (!stage || !stage->getString("executable") || !stage->getArray("params"))
       return path + ": " + where + " lacks 'executable' or 'params'";
     if (auto index = stage->getInteger("index"))
       if (*index != static_cast<int64_t>(s))
@@ -105,8 +104,8 @@ std::string readPipeline(const std::string &out, Pipeline &p) {
       if (!o || !o->getString("name") || !o->getString("file") ||
           !o->getArray("shape"))
         return path + ": malformed parameter entry in " + where;
-      ParamEntry pe{o->getString("name")->str(), o->getString("file")->str(),
-                    {}};
+      ParamEntry pe{
+          o->getString("name")->str(), o->getString("file")->str(), {}};
       for (const llvm::json::Value &d : *o->getArray("shape"))
         pe.shape.push_back(d.getAsInteger().value_or(-1));
       e.params.push_back(pe);
@@ -340,8 +339,7 @@ ChildResult runChild(const std::vector<std::string> &args,
   if (filter)
     posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
   pid_t pid = 0;
-  int err =
-      ::posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
+  int err = ::posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   if (filter)
@@ -457,8 +455,8 @@ std::string makeStatusDir(const std::string &out, bool remote,
   }
   ec = llvm::sys::fs::createUniqueDirectory("gpipe-run-status", dir);
   if (ec) {
-    err = "cannot create a directory for the stage status files: " +
-          ec.message();
+    err =
+        "cannot create a directory for the stage status files: " + ec.message();
     return "";
   }
   return dir.str().str();

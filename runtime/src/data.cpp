@@ -59,8 +59,8 @@ bool openInputs(Runtime &rt, const std::string &dataDir, int64_t &numBatches,
     InputData &in = rt.inputs[static_cast<size_t>(i)];
     in.path = joinPath(dataDir, std::string(d.name) + ".npy");
     if (!fileExists(in.path)) {
-      err = "missing data file " + in.path + " for graph input '" + d.name +
-            "'";
+      err =
+          "missing data file " + in.path + " for graph input '" + d.name + "'";
       return false;
     }
     if (!in.file.open(in.path, d.dtype, err))
@@ -125,7 +125,8 @@ extern "C" int64_t gp_count_labels(gp_step_ctx *ctx, int32_t input,
     fatal(ctx, 1,
           std::string("invalid program: gp_count_labels of graph input '") +
               rt.program->inputs[input].name + "', which is not int64");
-  int64_t n = rt.batchSize * in.rowBytes / static_cast<int64_t>(sizeof(int64_t));
+  int64_t n =
+      rt.batchSize * in.rowBytes / static_cast<int64_t>(sizeof(int64_t));
   const unsigned char *base = in.file.data() + rt.miniFirst * in.rowBytes;
   if (!has_ignore)
     return n;

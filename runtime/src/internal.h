@@ -24,9 +24,9 @@ struct InputData {
 struct Runtime {
   const gp_program *program = nullptr;
   int32_t stage = 0;
-  int64_t batchSize = 0;     // B
-  int64_t microRows = 0;     // B / M
-  int64_t miniFirst = 0;     // first data row of the current mini-batch
+  int64_t batchSize = 0;         // B
+  int64_t microRows = 0;         // B / M
+  int64_t miniFirst = 0;         // first data row of the current mini-batch
   std::vector<InputData> inputs; // parallel to program->inputs
 };
 

@@ -217,8 +217,8 @@ bool StageRun::checkDesc(const gp_tensor_desc &d, bool inArena,
   for (int32_t i = 0; ok && i < d.rank; ++i)
     ok = d.shape[i] >= 0;
   if (ok && inArena)
-    ok = d.offset + numElements(d) * dtypeSize(d.dtype) <=
-         program_->arena_bytes;
+    ok =
+        d.offset + numElements(d) * dtypeSize(d.dtype) <= program_->arena_bytes;
   if (!ok)
     error(std::string("invalid program: ") + what + " '" + name +
           "' is malformed or does not fit the arena");
@@ -233,10 +233,9 @@ int StageRun::checkProgram() {
     return error("invalid program description");
   if (p.microbatches < 1 || p.batch_size < 1 ||
       p.batch_size % p.microbatches != 0)
-    return error("invalid program: batch size " +
-                 std::to_string(p.batch_size) + " is not a positive multiple "
-                 "of the " + std::to_string(p.microbatches) +
-                 " micro-batch(es)");
+    return error("invalid program: batch size " + std::to_string(p.batch_size) +
+                 " is not a positive multiple of the " +
+                 std::to_string(p.microbatches) + " micro-batch(es)");
   for (int32_t i = 0; i < p.num_actions; ++i) {
     const gp_action &a = p.actions[i];
     bool ok;
@@ -302,8 +301,8 @@ int StageRun::agreeWithOtherStages() {
   for (int32_t s = 0; s < program_->num_stages && problem.empty(); ++s) {
     const int64_t *v = &all[static_cast<size_t>(s) * n];
     if (v[1] != all[1] || v[2] != all[2] || v[3] != all[3])
-      problem = describe(s) + " and " + describe(0) +
-                " were not compiled together";
+      problem =
+          describe(s) + " and " + describe(0) + " were not compiled together";
     else if (v[0] && lossStage_ >= 0)
       problem = "invalid pipeline: stages " + std::to_string(lossStage_) +
                 " and " + std::to_string(s) + " both compute the loss";
@@ -325,8 +324,8 @@ int StageRun::loadParams() {
     const gp_tensor_desc &d = program_->params[i];
     std::string path = joinPath(opt_.weightsIn, d.file);
     if (!fileExists(path))
-      return error("missing weight file " + path + " for parameter '" +
-                   d.name + "'");
+      return error("missing weight file " + path + " for parameter '" + d.name +
+                   "'");
     NpyFile f;
     std::string err;
     if (!f.open(path, GP_F32, err))
@@ -355,8 +354,7 @@ int StageRun::writeParams() {
     std::filesystem::create_directories(
         std::filesystem::path(path).parent_path(), ec);
     if (ec)
-      return error("cannot create directory for " + path + ": " +
-                   ec.message());
+      return error("cannot create directory for " + path + ": " + ec.message());
     std::string err;
     if (!npyWriteF32(path,
                      reinterpret_cast<const float *>(arena_.get() + d.offset),
@@ -454,8 +452,8 @@ int StageRun::run() {
     totalMs += ms;
     if (!logger_)
       continue;
-    double loss =
-        program_->has_loss ? ctx.loss : std::numeric_limits<double>::quiet_NaN();
+    double loss = program_->has_loss ? ctx.loss
+                                     : std::numeric_limits<double>::quiet_NaN();
     if (!opt_.quiet) {
       if (std::isnan(loss))
         std::printf("step %lld loss nan\n", static_cast<long long>(s));

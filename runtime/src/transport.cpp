@@ -137,8 +137,8 @@ extern "C" void gp_send(gp_step_ctx *ctx, int32_t peer, int32_t tag,
   // two ranks with one tag arrive in order.
   do {
     int n = static_cast<int>(std::min(bytes - off, gpipe::kChunk));
-    int rc = MPI_Send(p ? p + off : nullptr, n, MPI_BYTE, peer, tag,
-                      MPI_COMM_WORLD);
+    int rc =
+        MPI_Send(p ? p + off : nullptr, n, MPI_BYTE, peer, tag, MPI_COMM_WORLD);
     if (rc != MPI_SUCCESS)
       fatal(ctx, 1,
             "sending " + std::to_string(bytes) + " bytes to stage " +

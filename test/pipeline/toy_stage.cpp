@@ -24,9 +24,9 @@
 
 namespace {
 
-constexpr int64_t D = 4;  // features = classes
-constexpr int64_t B = 8;  // mini-batch
-constexpr int64_t M = 2;  // micro-batches
+constexpr int64_t D = 4; // features = classes
+constexpr int64_t B = 8; // mini-batch
+constexpr int64_t M = 2; // micro-batches
 constexpr int64_t R = B / M;
 constexpr float kLr = 0.5f;
 constexpr int kStage = TOY_STAGE, kStages = TOY_STAGES;
@@ -37,11 +37,11 @@ constexpr int32_t kYInput = kFirstStage ? 1 : 0;
 
 // Arena layout (bytes).
 constexpr int64_t kActBytes = R * D * 4;
-constexpr int64_t kW = 0;                        // w[j][D]
-constexpr int64_t kGW = kW + kLayers * D * 4;    // grad w[j][D]
-constexpr int64_t kAct = kGW + kLayers * D * 4;  // act[m][j][R*D], j <= L
+constexpr int64_t kW = 0;                       // w[j][D]
+constexpr int64_t kGW = kW + kLayers * D * 4;   // grad w[j][D]
+constexpr int64_t kAct = kGW + kLayers * D * 4; // act[m][j][R*D], j <= L
 constexpr int64_t kLabels = kAct + M * (kLayers + 1) * kActBytes; // [m][R]
-constexpr int64_t kGrad = kLabels + M * R * 8;   // g[R*D]
+constexpr int64_t kGrad = kLabels + M * R * 8;                    // g[R*D]
 constexpr int64_t kArena = kGrad + kActBytes;
 
 float *f32(gp_step_ctx *ctx, int64_t off) {

@@ -1,5 +1,6 @@
 // Unit tests of compiler pieces: weight file names, broadcasting, memory plan.
 #include "compiler/CppEmitter.h"
+#include "passes/Passes.h"
 #include "dialects/nn/NNOps.h"
 #include "dialects/pipe/PipeOps.h"
 
@@ -7,6 +8,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
 
 #include <gtest/gtest.h>
 
@@ -55,26 +57,73 @@ std::string chainIR(int depth) {
 }
 } // namespace
 
-TEST(MemoryPlan, ReusesSlotsOfDeadTemporaries) {
-  MLIRContext ctx;
+namespace {
+/// Runs the driver's pass pipeline (one stage, one micro-batch) and emits
+/// stage 0.
+FailureOr<gpipe::EmittedStage> compileChain(MLIRContext &ctx,
+                                            OwningOpRef<ModuleOp> &module,
+                                            int depth,
+                                            const std::string &remat) {
   ctx.loadDialect<gpipe::nn::NNDialect, gpipe::pipeline::PipeDialect,
                   func::FuncDialect>();
+  module = parseSourceString<ModuleOp>(chainIR(depth), &ctx);
+  if (!module)
+    return failure();
+  PassManager pm(&ctx);
+  auto &fpm = pm.nest<func::FuncOp>();
+  fpm.addPass(gpipe::createPartition());
+  fpm.addPass(gpipe::createAutodiff());
+  fpm.addPass(gpipe::createOptimizer());
+  pm.addPass(gpipe::createOutlineStages());
+  gpipe::RematOptions rm;
+  rm.mode = remat;
+  pm.addPass(gpipe::createRemat(rm));
+  pm.addPass(gpipe::createSchedule());
+  if (failed(pm.run(*module)))
+    return failure();
+  std::vector<std::string> taken;
+  return gpipe::emitStageCpp(*module, 0, "t", taken);
+}
+} // namespace
+
+TEST(MemoryPlan, StashAndSlotReuse) {
   const int depth = 10;
-  OwningOpRef<ModuleOp> module =
-      parseSourceString<ModuleOp>(chainIR(depth), &ctx);
-  ASSERT_TRUE(module);
-  auto func = *module->getOps<func::FuncOp>().begin();
-  FailureOr<gpipe::EmittedStage> stage = gpipe::emitStageCpp(func, "t");
+  const int64_t tensor = 64 * 256 * 4, labels = 64 * 8;
+  MLIRContext ctx;
+  OwningOpRef<ModuleOp> module;
+  FailureOr<gpipe::EmittedStage> stage =
+      compileChain(ctx, module, depth, "none");
   ASSERT_TRUE(succeeded(stage));
-  const int64_t tensor = 64 * 256 * 4;
-  // Forward only: at most an operand and a result (plus the scalar loss) are
-  // alive at once, whereas 2*depth tensors are computed.
-  EXPECT_LE(stage->memory.activationBytes, 2 * tensor + 64);
-  EXPECT_EQ(stage->memory.parameterBytes, 256 * 256 * 4);
-  EXPECT_EQ(stage->memory.inputBytes, tensor + 64 * 8);
-  EXPECT_EQ(stage->memory.arenaBytes,
-            stage->memory.parameterBytes + stage->memory.inputBytes +
-                stage->memory.activationBytes);
-  EXPECT_EQ(stage->flops, depth * (2LL * 64 * 256 * 256 + 8LL * 64 * 256) +
-                              6LL * 64 * 256);
+  const gpipe::MemoryPlan &m = stage->memory;
+  // Without remat the backward reads x, the labels and every tanh output.
+  EXPECT_EQ(m.stashBytesPerMicrobatch, (depth + 1) * tensor + labels);
+  EXPECT_EQ(m.stashBytes, m.stashBytesPerMicrobatch);
+  EXPECT_EQ(m.parameterBytes, 256 * 256 * 4);
+  EXPECT_EQ(m.gradientBytes, 256 * 256 * 4);
+  // The sizes are multiples of 64: the parts add up to the arena exactly.
+  EXPECT_EQ(m.arenaBytes, m.parameterBytes + m.gradientBytes + m.stashBytes +
+                              m.transientBytes);
+  // Slots are reused: the backward keeps a few gradients alive at once (the
+  // weight, shared by every layer, sums its gradient over them), far fewer
+  // than the 2*depth activation gradients and depth weight gradients it
+  // computes.
+  const int64_t weight = 256 * 256 * 4;
+  EXPECT_LE(m.transientBytes, 3 * weight + 3 * tensor);
+  EXPECT_EQ(stage->forwardFlops, depth * (2LL * 64 * 256 * 256 +
+                                          8LL * 64 * 256) +
+                                     6LL * 64 * 256);
+  EXPECT_EQ(stage->schedule, (std::vector<std::string>{"F0", "B0", "U"}));
+}
+
+TEST(MemoryPlan, RematKeepsOnlyBoundaryInputs) {
+  const int depth = 10;
+  const int64_t tensor = 64 * 256 * 4, labels = 64 * 8;
+  MLIRContext ctx;
+  OwningOpRef<ModuleOp> module;
+  FailureOr<gpipe::EmittedStage> stage =
+      compileChain(ctx, module, depth, "stage");
+  ASSERT_TRUE(succeeded(stage));
+  EXPECT_EQ(stage->memory.stashBytesPerMicrobatch, tensor + labels);
+  // The backward recomputes the forward first.
+  EXPECT_GT(stage->backwardFlops, stage->forwardFlops);
 }

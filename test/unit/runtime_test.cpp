@@ -475,10 +475,10 @@ TEST(SoftmaxXent, BackwardMatchesFiniteDifferences) {
       lp[k] += h;
       lm[k] -= h;
       float fp, fm;
-      gp_softmax_xent_fwd(lp.data(), labels.data(), N, C, hasIgnore, -100, 0, &fp,
-                          nullptr);
-      gp_softmax_xent_fwd(lm.data(), labels.data(), N, C, hasIgnore, -100, 0, &fm,
-                          nullptr);
+      gp_softmax_xent_fwd(lp.data(), labels.data(), N, C, hasIgnore, -100, 0,
+                          &fp, nullptr);
+      gp_softmax_xent_fwd(lm.data(), labels.data(), N, C, hasIgnore, -100, 0,
+                          &fm, nullptr);
       double fd = dloss * (static_cast<double>(fp) - fm) / (2.0 * h);
       EXPECT_NEAR(grad[k], fd, 2e-3) << "hasIgnore=" << hasIgnore << " k=" << k;
     }
@@ -522,12 +522,14 @@ TEST(SoftmaxXent, IgnoreIndex) {
 
   // A label equal to ignore_index counts when has_ignore is 0.
   std::vector<int64_t> plain = {2, 1, 0, 1};
-  gp_softmax_xent_fwd(logits.data(), plain.data(), N, C, 0, 1, 0, &loss, nullptr);
+  gp_softmax_xent_fwd(logits.data(), plain.data(), N, C, 0, 1, 0, &loss,
+                      nullptr);
   EXPECT_NEAR(loss, refXent(logits, plain, C, false, 0), 1e-6);
 
   // Everything ignored: NaN loss (as torch), zero gradient.
   std::vector<int64_t> none(N, 7);
-  gp_softmax_xent_fwd(logits.data(), none.data(), N, C, 1, 7, 0, &loss, nullptr);
+  gp_softmax_xent_fwd(logits.data(), none.data(), N, C, 1, 7, 0, &loss,
+                      nullptr);
   EXPECT_TRUE(std::isnan(loss));
   gp_softmax_xent_bwd(logits.data(), none.data(), N, C, 1, 7, 0, &one,
                       grad.data());
@@ -535,7 +537,8 @@ TEST(SoftmaxXent, IgnoreIndex) {
 
   // An out-of-range label poisons the loss instead of reading out of bounds.
   std::vector<int64_t> bad = {0, 3, 1, 2};
-  gp_softmax_xent_fwd(logits.data(), bad.data(), N, C, 0, -100, 0, &loss, nullptr);
+  gp_softmax_xent_fwd(logits.data(), bad.data(), N, C, 0, -100, 0, &loss,
+                      nullptr);
   EXPECT_TRUE(std::isnan(loss));
 }
 
@@ -545,8 +548,8 @@ TEST(SoftmaxXent, NormSplitsTheBatch) {
   const int64_t N = 6, C = 5, H = N / 2;
   std::vector<float> logits = randomVec(N * C, 55, -3.f, 3.f);
   for (int hasIgnore : {0, 1}) {
-    std::vector<int64_t> labels = {4, hasIgnore ? -100 : 0, 2, 1,
-                                   hasIgnore ? -100 : 3, 0};
+    std::vector<int64_t> labels = {4, hasIgnore ? -100 : 0, 2,
+                                   1, hasIgnore ? -100 : 3, 0};
     double count = hasIgnore ? 4 : 6;
     float whole = 0, first = 0, second = 0;
     gp_softmax_xent_fwd(logits.data(), labels.data(), N, C, hasIgnore, -100, 0,
@@ -568,15 +571,15 @@ TEST(SoftmaxXent, NormSplitsTheBatch) {
     gp_softmax_xent_bwd(logits.data() + H * C, labels.data() + H, H, C,
                         hasIgnore, -100, count, &dloss, gParts.data() + H * C);
     for (int64_t k = 0; k < N * C; ++k)
-      EXPECT_NEAR(gParts[k], gWhole[k], 1e-7) << "hasIgnore=" << hasIgnore
-                                              << " k=" << k;
+      EXPECT_NEAR(gParts[k], gWhole[k], 1e-7)
+          << "hasIgnore=" << hasIgnore << " k=" << k;
   }
   // A part whose labels are all ignored adds 0 (not NaN) to the sum, and
   // its gradient is zero.
   std::vector<int64_t> ignored(H, -100);
   float share = -1;
-  gp_softmax_xent_fwd(logits.data(), ignored.data(), H, C, 1, -100, 4.0,
-                      &share, nullptr);
+  gp_softmax_xent_fwd(logits.data(), ignored.data(), H, C, 1, -100, 4.0, &share,
+                      nullptr);
   EXPECT_EQ(share, 0.0f);
   const float one = 1.0f;
   std::vector<float> grad(H * C, 5.0f);
@@ -955,8 +958,9 @@ TEST(GpMain, FlagErrors) {
             "gpipe: error: stage 0: unknown flag '--bogus' (see --help)\n");
   EXPECT_EQ(expectError(kToy, {"--data", "d", "--steps"}, 2),
             "gpipe: error: stage 0: flag '--steps' requires a value\n");
-  EXPECT_NE(expectError(kToy, {"--data", "d", "--steps", "x"}, 2).find("--steps"),
-            std::string::npos);
+  EXPECT_NE(
+      expectError(kToy, {"--data", "d", "--steps", "x"}, 2).find("--steps"),
+      std::string::npos);
   EXPECT_NE(
       expectError(kToy, {"--data", "d", "--threads", "0"}, 2).find("--threads"),
       std::string::npos);
@@ -974,9 +978,9 @@ TEST(GpMain, DataAndWeightErrors) {
                                    dir / "weights"};
 
   fs::remove(dir / "data/y.npy");
-  EXPECT_EQ(expectError(kToy, base), "gpipe: error: stage 0: missing data file " +
-                                         (dir / "data") +
-                                         "/y.npy for graph input 'y'\n");
+  EXPECT_EQ(expectError(kToy, base),
+            "gpipe: error: stage 0: missing data file " + (dir / "data") +
+                "/y.npy for graph input 'y'\n");
 
   // y as float32: wrong dtype, naming the file.
   writeF32(dir / "data/y.npy", {1, 2, 3, 4, 5}, {5});
@@ -1015,9 +1019,9 @@ TEST(GpMain, DataAndWeightErrors) {
 
   // Missing weight file.
   fs::remove(dir / "weights/w.npy");
-  EXPECT_EQ(expectError(kToy, base), "gpipe: error: stage 0: missing weight file " +
-                                         (dir / "weights") +
-                                         "/w.npy for parameter 'w'\n");
+  EXPECT_EQ(expectError(kToy, base),
+            "gpipe: error: stage 0: missing weight file " + (dir / "weights") +
+                "/w.npy for parameter 'w'\n");
 
   // Corrupt weight file.
   writeBytes(dir / "weights/w.npy", "garbage");
@@ -1133,8 +1137,8 @@ void runToDeath(void (*forward)(gp_step_ctx *, int64_t),
   gp_program p = deathProgram(forward);
   std::string arg0 = "stage0", arg1 = "--status-file", arg2 = status,
               arg3 = "--steps", arg4 = "3";
-  char *argv[] = {arg0.data(), arg1.data(), arg2.data(), arg3.data(),
-                  arg4.data(), nullptr};
+  char *argv[] = {arg0.data(), arg1.data(), arg2.data(),
+                  arg3.data(), arg4.data(), nullptr};
   std::exit(gp_main(5, argv, &p) + 100); // not reached
 }
 
@@ -1153,8 +1157,8 @@ TEST(GpMainDeath, CrashWritesSignalStatus) {
   DeathDir dir;
   EXPECT_EXIT(runToDeath(segvForward, dir / "status"),
               testing::KilledBySignal(SIGSEGV), "");
-  EXPECT_EQ(readText(dir / "status"), "signal " + std::to_string(SIGSEGV) +
-                                          "\n");
+  EXPECT_EQ(readText(dir / "status"),
+            "signal " + std::to_string(SIGSEGV) + "\n");
 }
 
 TEST(GpMainDeath, TransportAndInputMisuse) {
