@@ -13,6 +13,10 @@ def Autodiff : Pass<"gpipe-autodiff", "mlir::func::FuncOp"> {
     are summed. For every `nn.param` that influences the loss, an
     `nn.param_grad` is emitted before the return; parameters that do not
     influence the loss get none (as torch leaves their `.grad` unset).
+    In a partitioned graph (ops carry `pipe.stage`, from `gpipe-partition`),
+    each gradient op gets the stage of the forward op it differentiates and
+    the unit attribute `nn.backward`; each `nn.param_grad` gets its
+    parameter's stage.
   }];
   let dependentDialects = ["gpipe::nn::NNDialect"];
 }
@@ -22,7 +26,8 @@ def Optimizer : Pass<"gpipe-optimizer", "mlir::func::FuncOp"> {
   let description = [{
     Replaces every `nn.param_grad` by a `pipe.sgd_update` or
     `pipe.adam_update` placed just before the return, so every use of the
-    parameter precedes its update. Hyper-parameters follow torch.optim.
+    parameter precedes its update. Hyper-parameters follow torch.optim. An
+    update keeps its parameter's `pipe.stage`.
   }];
   let options = [
     Option<"optimizer", "optimizer", "std::string", "\"sgd\"",

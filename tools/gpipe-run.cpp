@@ -349,6 +349,8 @@ ChildResult runChild(const std::vector<std::string> &args,
   } else {
     r.started = true;
     gChild = pid;
+    if (int sig = gInterrupt) // arrived while starting the child
+      ::kill(pid, sig);
     int status = 0;
     bool exited = false;
     if (filter) {

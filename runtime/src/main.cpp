@@ -196,6 +196,7 @@ private:
   bool checkDesc(const gp_tensor_desc &d, bool inArena, const char *what);
   int checkProgram();
   int agreeWithOtherStages();
+  int sameSamplesAsOtherStages();
   int loadParams();
   int writeParams();
 
@@ -319,6 +320,36 @@ int StageRun::agreeWithOtherStages() {
   return 0;
 }
 
+/// Multi-stage: the stages read different files (x.npy on the first, y.npy
+/// on the last); they must have the same number of samples, or the stages
+/// would wrap around at different steps and train on mismatched rows.
+int StageRun::sameSamplesAsOtherStages() {
+  int64_t mine = rt_.inputs.empty() ? -1 : rt_.inputs[0].file.shape()[0];
+  std::vector<int64_t> all;
+  std::string err;
+  if (!transportAllGather(&mine, 1, all, err))
+    return error(err);
+  int32_t ref = -1;
+  for (int32_t s = 0; s < program_->num_stages; ++s) {
+    if (all[s] < 0)
+      continue;
+    if (ref < 0) {
+      ref = s;
+      continue;
+    }
+    if (all[s] == all[ref])
+      continue;
+    // The first stage that disagrees reports; the others wait for the abort.
+    if (s != stage_)
+      transportWaitForAbort();
+    return error(rt_.inputs[0].path + " has " + std::to_string(all[s]) +
+                 " samples but stage " + std::to_string(ref) +
+                 "'s data files have " + std::to_string(all[ref]) +
+                 " (every graph input needs the same number of samples)");
+  }
+  return 0;
+}
+
 int StageRun::loadParams() {
   for (int32_t i = 0; i < program_->num_params; ++i) {
     const gp_tensor_desc &d = program_->params[i];
@@ -407,6 +438,9 @@ int StageRun::run() {
   std::string err;
   if (!openInputs(rt_, opt_.data, numBatches, err))
     return error(err);
+  if (program_->num_stages > 1)
+    if (int rc = sameSamplesAsOtherStages())
+      return rc;
 
   // Only the logging stage writes the log (all stages get the same flag).
   FILE *log = nullptr;

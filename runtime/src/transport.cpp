@@ -18,7 +18,9 @@ int gWorldSize = 1;
 int gTagUb = 32767; // the MPI standard's guaranteed minimum
 
 /// Messages larger than this are sent as several (MPI counts are int).
-constexpr int64_t kChunk = int64_t(1) << 30;
+/// GPIPE_MPI_CHUNK_BYTES lowers it, for testing the chunked path with small
+/// tensors; both sides of a transfer must use the same value.
+int64_t kChunk = int64_t(1) << 30;
 
 std::string mpiError(int rc) {
   char buf[MPI_MAX_ERROR_STRING];
@@ -67,6 +69,11 @@ bool transportInit(int *argc, char ***argv, int &rank, int &size,
     return false;
   }
   gInitialized = true;
+  if (const char *chunk = std::getenv("GPIPE_MPI_CHUNK_BYTES")) {
+    long long v = std::atoll(chunk);
+    if (v > 0 && v <= kChunk)
+      kChunk = v;
+  }
   // Failed calls return their error code (checked below), instead of the
   // default handler aborting without saying which stage or tensor it was.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);

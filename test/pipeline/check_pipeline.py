@@ -73,17 +73,18 @@ def reference(x, y, w):
 
 
 def make_pipeline(pipes, work, k, name=None, exe_dir=None, version=2,
-                  num_stages=None):
+                  num_stages=None, exe_dirs=None):
     """OUT directory for the k-stage toy: pipeline.json, weights, executables
-    (symlinked from the build; exe_dir overrides which pipeline's)."""
+    (symlinked from the build; exe_dir, or exe_dirs per stage, overrides which
+    pipeline's)."""
     out = os.path.join(work, name or "out%d" % k)
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(os.path.join(out, "weights"))
     stages = []
     n = num_stages or k
     for s in range(n):
-        src = os.path.join(exe_dir or os.path.join(pipes, "pipe%d" % k),
-                           "stage%d" % s)
+        src = os.path.join((exe_dirs or {}).get(s) or exe_dir or
+                           os.path.join(pipes, "pipe%d" % k), "stage%d" % s)
         os.symlink(src, os.path.join(out, "stage%d" % s))
         params = [{"name": "layer%d.w" % l, "file": "layer%d.w.npy" % l,
                    "shape": [D]} for l in STAGE_LAYERS[k][s]]
@@ -235,6 +236,17 @@ def main():
         "is outside [0, 4) and is not the ignore_index",
         "gpipe-run: error: stage 2 (%s/stage2) exited with code 1" % out3])
 
+    # Stage 0's x.npy and stage 2's y.npy must have the same number of rows.
+    short = os.path.join(a.work, "data_short")
+    os.makedirs(short)
+    np.save(os.path.join(short, "x.npy"), x)
+    np.save(os.path.join(short, "y.npy"), y[:-1])
+    r = run([gr, out3, "--data", short], what="sample counts")
+    expect_fail(r, "sample counts", [
+        "gpipe: error: stage 2: %s/y.npy has 19 samples but stage 0's data "
+        "files have 20" % short,
+        "gpipe-run: error: stage 2 (%s/stage2) exited with code 1" % out3])
+
     # 6. A stage executable run on its own, or in a pipeline of another size.
     r = run([os.path.join(out2, "stage1"), "--data", data], what="standalone")
     expect_fail(r, "standalone", [
@@ -247,7 +259,39 @@ def main():
         "executable was launched as rank 0 of 2 ranks",
         "gpipe-run: error: stage 0 (%s/stage0) exited with code 1" % wrong])
 
-    # 7. gpipe-run's own flags and environment.
+    mixed = make_pipeline(a.pipes, a.work, 2, name="mixed",
+                          exe_dirs={1: os.path.join(a.pipes, "pipe2_b16")})
+    r = run([gr, mixed, "--data", data], what="mixed batch sizes")
+    expect_fail(r, "mixed batch sizes", [
+        "gpipe: error: stage 0: stage 1 (of a 2-stage pipeline, batch 16 in 2 "
+        "micro-batches) and stage 0 (of a 2-stage pipeline, batch 8 in 2 "
+        "micro-batches) were not compiled together",
+        "gpipe-run: error: stage 0 (%s/stage0) exited with code 1" % mixed])
+    if r:
+        check("gpipe: error: stage 1:" not in r.stderr and
+              "gpipe-run: error: stage 1 (" not in r.stderr,
+              "mixed batch sizes: reported once, by stage 0", r.stderr)
+
+    # 7. Messages split into several MPI messages (as above 1 GiB; here the
+    #    chunk size is lowered to 24 bytes): same results, same size checks.
+    log = os.path.join(a.work, "log_chunked.jsonl")
+    r = run([gr, out3, "--data", data, "--steps", str(STEPS), "--quiet",
+             "--log-json", log], env={"GPIPE_MPI_CHUNK_BYTES": "24"},
+            what="chunked")
+    if r:
+        check(r.returncode == 0, "chunked: exit %d" % r.returncode, r.stderr)
+        if r.returncode == 0 and 3 in logs:
+            with open(log) as f:
+                check([json.loads(l)["loss"] for l in f] == logs[3],
+                      "chunked: same losses")
+    r = run([gr, out2, "--data", data],
+            env={"GPIPE_MPI_CHUNK_BYTES": "24", "GPIPE_TOY_SHORT_SEND": "0"},
+            what="chunked short send")
+    expect_fail(r, "chunked short send", [
+        "gpipe: error: stage 1: received 60 bytes from stage 0 (tag 0), "
+        "expected 64"])
+
+    # 8. gpipe-run's own flags and environment.
     r = run([gr, out2, "--data", data, "--hostfile", "/nonexistent/hosts"],
             what="no hostfile")
     expect_fail(r, "no hostfile", ["gpipe-run: error: --hostfile "
@@ -280,7 +324,7 @@ def main():
         check(r.returncode == 0 and "step 2 loss" in r.stdout,
               "version 1: trains without mpirun", r.stdout + r.stderr)
 
-    # 8. --save-onnx gathers the parameters of every stage.
+    # 9. --save-onnx gathers the parameters of every stage.
     try:
         import onnx
         from onnx import helper, numpy_helper, TensorProto
@@ -306,8 +350,8 @@ def main():
     except ImportError:
         print("-- save-onnx skipped: no onnx module")
 
-    # 9. gpipe-run killed from outside (timeout, kill) while a stage hangs:
-    #    it stops mpirun and every stage.
+    # 10. gpipe-run killed from outside (timeout, kill) while a stage hangs:
+    #     it stops mpirun and every stage.
     p = subprocess.Popen([gr, out3, "--data", data, "--steps", "4"],
                          env=dict(os.environ, GPIPE_TOY_HANG="2:2"),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,

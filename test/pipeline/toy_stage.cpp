@@ -25,8 +25,11 @@
 namespace {
 
 constexpr int64_t D = 4; // features = classes
-constexpr int64_t B = 8; // mini-batch
-constexpr int64_t M = 2; // micro-batches
+#ifndef TOY_BATCH
+#define TOY_BATCH 8
+#endif
+constexpr int64_t B = TOY_BATCH; // mini-batch
+constexpr int64_t M = 2;         // micro-batches
 constexpr int64_t R = B / M;
 constexpr float kLr = 0.5f;
 constexpr int kStage = TOY_STAGE, kStages = TOY_STAGES;

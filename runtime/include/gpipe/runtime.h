@@ -137,8 +137,9 @@ void gp_softmax_xent_fwd(const float *logits, const int64_t *labels, int64_t N,
 
 /// Checks the labels of a loss before it runs: each must be in [0, classes),
 /// or equal ignore_index when has_ignore != 0. Otherwise prints
-/// "gpipe: error: graph input '<input>', sample N (step S): label L is outside
-/// [0, C)" and ends the process with exit code 1 (nothing has been written).
+/// "gpipe: error: stage K: graph input '<input>', sample N (step S): label L is
+/// outside [0, C)" (N = ctx->first_sample + row) and ends the process with
+/// exit code 1, tearing down the other stages (nothing has been written).
 void gp_check_labels(const gp_step_ctx *ctx, const int64_t *labels, int64_t n,
                      int64_t classes, int32_t has_ignore, int64_t ignore_index,
                      const char *input);

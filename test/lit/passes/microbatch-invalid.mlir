@@ -1,0 +1,190 @@
+// gpipe-microbatch errors: a batch that cannot be split into M micro-batches
+// is reported on the function (batch size, graph inputs) or on the op that
+// would mix micro-batches (contraction, concat, slice or reduction over the
+// batch axis, a reshape that does not keep it outermost and divisible by M,
+// operands that do not agree on it).
+// RUN: gpipe-opt %s --split-input-file --gpipe-microbatch=microbatches=4 --verify-diagnostics
+// RUN: not gpipe-opt %s --split-input-file --gpipe-microbatch=microbatches=0 2>&1 | FileCheck %s --check-prefix=ZERO
+
+// ZERO: error: microbatches must be >= 1, got 0
+
+// B = 6 is not divisible by M = 4.
+// expected-error @+1 {{the batch size 6 is not divisible by the number of micro-batches 4}}
+func.func @indivisible(%x: tensor<6x4xf32>, %l: tensor<6xi64>) -> (tensor<f32> {nn.loss}) {
+  %loss = nn.softmax_cross_entropy %x, %l : tensor<6x4xf32>, tensor<6xi64>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// The graph inputs' first axes must agree (8 and 4).
+// expected-error @+1 {{graph inputs disagree on the batch size: 8 and 4 (argument #1)}}
+func.func @inputs_disagree(%x: tensor<8x4xf32>, %l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
+  %w = nn.param "w" : tensor<4x8xf32>
+  %y = nn.gemm %w, %x : (tensor<4x8xf32>, tensor<8x4xf32>) -> tensor<4x4xf32>
+  %loss = nn.softmax_cross_entropy %y, %l : tensor<4x4xf32>, tensor<4xi64>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// Only scalar inputs: nothing to split.
+// expected-error @+1 {{no graph input carries a batch to split}}
+func.func @no_batch(%s: tensor<f32>) -> (tensor<f32> {nn.loss}) {
+  %w = nn.param "w" : tensor<f32>
+  %y = nn.mul %w, %s : tensor<f32>, tensor<f32> -> tensor<f32>
+  return %y : tensor<f32>
+}
+
+// -----
+
+// X^T W contracts over the batch (A = X with transA: batch on A's axis 0).
+func.func @gemm_contracts_a(%x: tensor<8x16xf32>) -> (tensor<f32> {nn.loss}) {
+  %w = nn.param "w" : tensor<8x4xf32>
+  // expected-error @+1 {{cannot split the batch into micro-batches: the GEMM contracts over the batch axis}}
+  %y = nn.gemm %x, %w {transA = true} : (tensor<8x16xf32>, tensor<8x4xf32>) -> tensor<16x4xf32>
+  %s = nn.reduce_to %y : tensor<16x4xf32> -> tensor<f32>
+  return %s : tensor<f32>
+}
+
+// -----
+
+// W X contracts over the batch (B = X without transB: batch on B's axis 0).
+func.func @gemm_contracts_b(%x: tensor<8x16xf32>) -> (tensor<f32> {nn.loss}) {
+  %w = nn.param "w" : tensor<4x8xf32>
+  // expected-error @+1 {{cannot split the batch into micro-batches: the GEMM contracts over the batch axis}}
+  %y = nn.gemm %w, %x : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+  %s = nn.reduce_to %y : tensor<4x16xf32> -> tensor<f32>
+  return %s : tensor<f32>
+}
+
+// -----
+
+// X^T X: both GEMM operands carry the batch.
+func.func @gemm_both(%x: tensor<8x16xf32>) -> (tensor<f32> {nn.loss}) {
+  // expected-error @+1 {{cannot split the batch into micro-batches: both GEMM operands carry the batch}}
+  %y = nn.gemm %x, %x {transA = true} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<16x16xf32>
+  %s = nn.reduce_to %y : tensor<16x16xf32> -> tensor<f32>
+  return %s : tensor<f32>
+}
+
+// -----
+
+// Only C carries the batch: the output's rows come from the parameter A, which
+// has the batch size on them and cannot be split.
+func.func @gemm_c_only(%x: tensor<12x5xf32>, %l: tensor<12xi64>) -> (tensor<f32> {nn.loss}) {
+  %a = nn.param "a" : tensor<12x4xf32>
+  %b = nn.param "b" : tensor<4x5xf32>
+  // expected-error @+1 {{cannot split the batch into micro-batches}}
+  %g = nn.gemm %a, %b, %x : (tensor<12x4xf32>, tensor<4x5xf32>, tensor<12x5xf32>) -> tensor<12x5xf32>
+  %loss = nn.softmax_cross_entropy %g, %l : tensor<12x5xf32>, tensor<12xi64>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// A [B] bias through C while the batch is on the output's columns (batch on
+// B with transB): the bias has the batch size but does not carry the batch.
+func.func @gemm_c_on_batch(%x: tensor<8x16xf32>) -> (tensor<f32> {nn.loss}) {
+  %w = nn.param "w" : tensor<4x16xf32>
+  %c = nn.param "c" : tensor<8xf32>
+  // expected-error @+1 {{cannot split the batch into micro-batches: the GEMM's C operand has the batch size on the batch axis but does not depend on the graph inputs}}
+  %y = nn.gemm %w, %x, %c {transB = true} : (tensor<4x16xf32>, tensor<8x16xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  %s = nn.reduce_to %y : tensor<4x8xf32> -> tensor<f32>
+  return %s : tensor<f32>
+}
+
+// -----
+
+// Concat along the batch axis.
+func.func @concat_batch(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) {
+  // expected-error @+1 {{cannot split the batch into micro-batches: concat along the batch axis}}
+  %c = nn.concat %x, %x {axis = 0 : i64} : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<16x4xf32>
+  %s = nn.reduce_to %c : tensor<16x4xf32> -> tensor<f32>
+  return %s : tensor<f32>
+}
+
+// -----
+
+// Concat of a batch tensor with a parameter (along another axis).
+func.func @concat_param(%x: tensor<8x4xf32>, %l: tensor<8xi64>) -> (tensor<f32> {nn.loss}) {
+  %w = nn.param "w" : tensor<8x2xf32>
+  // expected-error @+1 {{cannot split the batch into micro-batches: concat of tensors that do not all carry the batch on one axis}}
+  %c = nn.concat %x, %w {axis = 1 : i64} : (tensor<8x4xf32>, tensor<8x2xf32>) -> tensor<8x6xf32>
+  %loss = nn.softmax_cross_entropy %c, %l : tensor<8x6xf32>, tensor<8xi64>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// A slice along the batch axis (rows 2..5 of 8).
+func.func @slice_batch(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) {
+  // expected-error @+1 {{cannot split the batch into micro-batches: a slice along the batch axis}}
+  %s = nn.slice %x {axis = 0 : i64, start = 2 : i64} : tensor<8x4xf32> -> tensor<4x4xf32>
+  %r = nn.reduce_to %s : tensor<4x4xf32> -> tensor<f32>
+  return %r : tensor<f32>
+}
+
+// -----
+
+// The reshape target's first dimension (2) is not divisible by M = 4.
+func.func @reshape_indivisible(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) {
+  // expected-error @+1 {{cannot split the batch into micro-batches: the reshape target's first dimension is not divisible by the number of micro-batches}}
+  %r = nn.reshape %x : tensor<8x4xf32> -> tensor<2x16xf32>
+  %s = nn.reduce_to %r : tensor<2x16xf32> -> tensor<f32>
+  return %s : tensor<f32>
+}
+
+// -----
+
+// A reshape of a tensor whose batch is not its first axis (here after a
+// transpose) is rejected, even one that keeps the shape.
+func.func @reshape_batch_inner(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) {
+  %t = nn.transpose %x, [1, 0] : tensor<8x4xf32> -> tensor<4x8xf32>
+  // expected-error @+1 {{cannot split the batch into micro-batches: a reshape of a tensor whose batch axis is not the first}}
+  %r = nn.reshape %t : tensor<4x8xf32> -> tensor<4x8xf32>
+  %s = nn.reduce_to %r : tensor<4x8xf32> -> tensor<f32>
+  return %s : tensor<f32>
+}
+
+// -----
+
+// A reduction over the batch.
+func.func @reduce(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) {
+  // expected-error @+1 {{cannot split the batch into micro-batches: 'nn.reduce_to' is not supported on batch-carrying tensors}}
+  %s = nn.reduce_to %x : tensor<8x4xf32> -> tensor<f32>
+  return %s : tensor<f32>
+}
+
+// -----
+
+// [8, 8] + [8]: the batch of the vector aligns with the matrix's axis 1.
+func.func @broadcast_misaligned(%x: tensor<8x8xf32>, %l: tensor<8xi64>) -> (tensor<f32> {nn.loss}) {
+  %c = nn.slice %x {axis = 1 : i64, start = 0 : i64} : tensor<8x8xf32> -> tensor<8x1xf32>
+  %v = nn.reshape %c : tensor<8x1xf32> -> tensor<8xf32>
+  // expected-error @+1 {{cannot split the batch into micro-batches: its operands carry the batch on different axes}}
+  %a = nn.add %x, %v : tensor<8x8xf32>, tensor<8xf32> -> tensor<8x8xf32>
+  %loss = nn.softmax_cross_entropy %a, %l : tensor<8x8xf32>, tensor<8xi64>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// A [B, 4] constant added to the batch: its rows are not per-sample.
+func.func @constant_with_batch_size(%x: tensor<8x4xf32>, %l: tensor<8xi64>) -> (tensor<f32> {nn.loss}) {
+  %c = nn.param "bias_per_row" : tensor<8x4xf32>
+  // expected-error @+1 {{cannot split the batch into micro-batches: an operand that does not depend on the graph inputs has the batch size on the batch axis}}
+  %a = nn.add %x, %c : tensor<8x4xf32>, tensor<8x4xf32> -> tensor<8x4xf32>
+  %loss = nn.softmax_cross_entropy %a, %l : tensor<8x4xf32>, tensor<8xi64>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// The loss's labels must carry the batch on their first axis.
+func.func @loss_labels_no_batch(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) {
+  %l = nn.constant dense<1> : tensor<8xi64>
+  // expected-error @+1 {{cannot split the batch into micro-batches: the loss's logits and labels must both carry the batch on their first axis}}
+  %loss = nn.softmax_cross_entropy %x, %l : tensor<8x4xf32>, tensor<8xi64>
+  return %loss : tensor<f32>
+}
