@@ -90,9 +90,11 @@ LogicalResult MicrobatchPass::propagate(Operation *op) {
                             : -1;
       int64_t lead = 2 - ct.getRank();
       if (auto ca = axisOf(c)) {
-        if (outAxis >= 0 && *ca + lead != outAxis)
+        if (outAxis < 0)
+          return fail("the GEMM's C operand carries the batch but neither A "
+                      "nor B does");
+        if (*ca + lead != outAxis)
           return fail("the GEMM's C operand carries the batch on another axis");
-        batchAxis[gemm.getOutput()] = *ca + lead;
       } else if (outAxis >= 0 && outAxis - lead >= 0 &&
                  ct.getDimSize(outAxis - lead) != 1) {
         return fail("the GEMM's C operand has the batch size on the batch "
@@ -160,6 +162,7 @@ LogicalResult MicrobatchPass::propagate(Operation *op) {
 
 void MicrobatchPass::runOnOperation() {
   func::FuncOp func = getOperation();
+  batchAxis.clear();
   if (func.isExternal())
     return;
   if (microbatches < 1) {
@@ -202,6 +205,22 @@ void MicrobatchPass::runOnOperation() {
   for (Operation &op : block.without_terminator())
     if (failed(propagate(&op)))
       return signalPassFailure();
+  // Only a mean over the batch can be split into shares; another term (a
+  // regularizer of the parameters, say) would be counted M times.
+  Operation *ret = block.getTerminator();
+  for (unsigned i = 0, e = func.getNumResults(); i < e; ++i) {
+    if (!func.getResultAttr(i, "nn.loss"))
+      continue;
+    Operation *def = ret->getOperand(i).getDefiningOp();
+    if (!isa_and_nonnull<nn::SoftmaxCrossEntropyOp>(def)) {
+      (def ? def->emitError() : func.emitError())
+          << "cannot split the batch into micro-batches: the loss must be a "
+             "softmax cross-entropy (a mean over the batch), not '"
+          << (def ? def->getName().getStringRef() : StringRef("an argument"))
+          << "'";
+      return signalPassFailure();
+    }
+  }
 
   // Rewrite every batch-carrying type: its batch axis shrinks M-fold.
   auto shrink = [&](Value v) {

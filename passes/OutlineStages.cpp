@@ -309,6 +309,11 @@ func::FuncOp Outliner::buildBackward(int64_t s) {
                                              name);
     }
   }
+  for (auto &[grad, names] : accumulate[s])
+    if (placementOf(grad).phase == Phase::Free)
+      for (const std::string &name : names)
+        pipeline::AccumulateGradOp::create(bb.b, grad.getLoc(), bb.get(grad),
+                                           name);
   bb.sendAll();
   func::ReturnOp::create(bb.b, step.getLoc());
   return func;
@@ -378,7 +383,11 @@ LogicalResult Outliner::run() {
       Value param = op.getOperand(0), grad = op.getOperand(1);
       auto paramOp = param.getDefiningOp<nn::ParamOp>();
       Placement g = placementOf(grad);
-      if (!paramOp || g.phase != Phase::Backward || g.stage != p.stage)
+      // A constant gradient (a parameter added to the loss) is accumulated
+      // by the parameter's stage's backward too.
+      bool constant = g.phase == Phase::Free && !isa<BlockArgument>(grad);
+      if (!paramOp ||
+          (!constant && (g.phase != Phase::Backward || g.stage != p.stage)))
         return op.emitError("the gradient of a parameter updated on stage ")
                << p.stage << " must be computed by that stage's backward";
       accumulate[p.stage][grad].push_back(paramOp.getName().str());

@@ -55,7 +55,7 @@ static SmallVector<size_t> balancedCuts(ArrayRef<double> cost, int64_t k) {
     for (size_t i = j; i <= n; ++i)
       for (size_t p = j - 1; p < i; ++p) {
         double v = std::max(best[j - 1][p], prefix[i] - prefix[p]);
-        // Ties go to the later cut, which keeps early stages light.
+        // Ties keep the later cut: the earlier group takes the extra ops.
         if (v <= best[j][i]) {
           best[j][i] = v;
           from[j][i] = p;

@@ -56,6 +56,9 @@ LogicalResult rematerialize(func::FuncOp forward, func::FuncOp backward) {
     slice.insert(def);
     work.append(def->operand_begin(), def->operand_end());
   }
+  // Everything kept is a boundary input already: nothing to recompute.
+  if (slice.empty())
+    return success();
   SmallVector<Value> newStash;
   for (Value v : boundary)
     if (used.contains(v))
@@ -113,7 +116,12 @@ void RematPass::runOnOperation() {
   }
   if (mode == "none")
     return;
-  for (int64_t s = 0, k = numStages(module); s < k; ++s) {
+  int64_t k = numStages(module);
+  if (k < 1) {
+    module.emitError("pipe.stages must be >= 1, got ") << k;
+    return signalPassFailure();
+  }
+  for (int64_t s = 0; s < k; ++s) {
     func::FuncOp forward = findStageFunc(module, s, "forward");
     func::FuncOp backward = findStageFunc(module, s, "backward");
     if (!forward || !backward) {

@@ -39,10 +39,12 @@ std::string describe(const Transfer &t) {
 /// Checks every stage's schedule of `module`; emits located errors.
 LogicalResult checkSchedules(ModuleOp module) {
   int64_t k = numStages(module);
+  if (k < 1 || k > (int64_t(1) << 16))
+    return module.emitError("pipe.stages must be in [1, 65536], got ") << k;
   SmallVector<ScheduleOp> schedules(k);
   for (auto sched : module.getOps<ScheduleOp>()) {
-    int64_t s = sched.getStage();
-    if (s >= k)
+    int64_t s = static_cast<int64_t>(sched.getStage());
+    if (s < 0 || s >= k)
       return sched.emitError("schedule of stage ")
              << s << " but the module has " << k << " stages";
     if (schedules[s])
@@ -192,8 +194,14 @@ struct SchedulePass : gpipe::impl::ScheduleBase<SchedulePass> {
     int64_t m = 1;
     if (auto attr = module->getAttrOfType<IntegerAttr>("pipe.microbatches"))
       m = attr.getInt();
+    int64_t k = numStages(module);
+    if (k < 1 || m < 1) {
+      module.emitError("pipe.stages and pipe.microbatches must be >= 1, got ")
+          << k << " and " << m;
+      return signalPassFailure();
+    }
     OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
-    for (int64_t s = 0, k = numStages(module); s < k; ++s) {
+    for (int64_t s = 0; s < k; ++s) {
       func::FuncOp f = findStageFunc(module, s, "forward");
       func::FuncOp bw = findStageFunc(module, s, "backward");
       func::FuncOp u = findStageFunc(module, s, "update");

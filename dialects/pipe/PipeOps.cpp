@@ -165,8 +165,9 @@ FailureOr<SmallVector<ScheduleOp::Action>> ScheduleOp::parseActions() {
 }
 
 LogicalResult ScheduleOp::verify() {
-  if (getStage() < 0)
-    return emitOpError("stage must be >= 0, got ") << getStage();
+  if (static_cast<int64_t>(getStage()) < 0)
+    return emitOpError("stage must be >= 0, got ")
+           << static_cast<int64_t>(getStage());
   FailureOr<SmallVector<Action>> actions = parseActions();
   if (failed(actions))
     return failure();
@@ -174,6 +175,10 @@ LogicalResult ScheduleOp::verify() {
   if (auto module = (*this)->getParentOfType<ModuleOp>())
     if (auto attr = module->getAttrOfType<IntegerAttr>("pipe.microbatches"))
       m = attr.getInt();
+  if (m < 1 || m > (int64_t(1) << 20))
+    return emitOpError("the module's pipe.microbatches must be in [1, 2^20], "
+                       "got ")
+           << m;
   SmallVector<int> forwardAt(m, -1), backwardAt(m, -1);
   int updates = 0;
   for (auto [i, a] : llvm::enumerate(*actions)) {

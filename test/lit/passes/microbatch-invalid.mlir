@@ -188,3 +188,15 @@ func.func @loss_labels_no_batch(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) 
   %loss = nn.softmax_cross_entropy %x, %l : tensor<8x4xf32>, tensor<8xi64>
   return %loss : tensor<f32>
 }
+
+// -----
+
+// With micro-batches only a mean over the batch can be split: a loss with
+// another term (here a parameter added to it) would count that term M times.
+func.func @loss_plus_param(%x: tensor<8x3xf32>, %y: tensor<8xi64>) -> (tensor<f32> {nn.loss}) {
+  %w = nn.param "offset" : tensor<f32>
+  %l = nn.softmax_cross_entropy %x, %y : tensor<8x3xf32>, tensor<8xi64>
+  // expected-error @+1 {{cannot split the batch into micro-batches: the loss must be a softmax cross-entropy (a mean over the batch), not 'nn.add'}}
+  %t = nn.add %l, %w : tensor<f32>, tensor<f32> -> tensor<f32>
+  return %t : tensor<f32>
+}

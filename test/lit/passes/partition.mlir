@@ -24,8 +24,8 @@
 
 // K1-LABEL: func.func @chain(
 // K1-SAME: attributes {pipe.stages = 1 : i64}
-// K1-COUNT-11: {pipe.stage = 0 : i64}
-// K1-NOT: pipe.stage = 1
+// K1-COUNT-12: {pipe.stage = 0 : i64}
+// K1-NOT: pipe.stage
 // K1: return
 
 // K2-LABEL: func.func @chain(

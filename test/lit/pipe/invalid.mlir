@@ -1,4 +1,6 @@
-// Verifier and type-constraint errors of pipe.sgd_update / pipe.adam_update.
+// Verifier and type-constraint errors of the pipe ops: the optimizer updates,
+// send / recv, gradient accumulation, the loss report, remat / yield and the
+// schedule.
 // RUN: gpipe-opt %s --split-input-file --verify-diagnostics
 
 // The updated value must be an nn.param (SGD).
@@ -219,4 +221,437 @@ func.func @adamw_weight_decay_negative(%g: tensor<4xf32>) {
   // expected-error @+1 {{'pipe.adam_update' op weight_decay = -1.000000e-02 is out of range [0.000000e+00, INF)}}
   pipe.adam_update %p, %g {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = -0.01 : f64, decoupled = true} : tensor<4xf32>
   return
+}
+
+// -----
+
+// pipe.send: the peer stage is >= 0.
+func.func @send_negative_peer(%x: tensor<4xf32>) {
+  // expected-error @+1 {{'pipe.send' op peer stage must be >= 0, got -1}}
+  pipe.send %x to -1 tag 0 : tensor<4xf32>
+  return
+}
+
+// -----
+
+// pipe.recv: the peer stage is >= 0.
+func.func @recv_negative_peer() {
+  // expected-error @+1 {{'pipe.recv' op peer stage must be >= 0, got -2}}
+  %x = pipe.recv from -2 tag 0 : tensor<4xf32>
+  return
+}
+
+// -----
+
+// pipe.send: the tag is >= 0.
+func.func @send_negative_tag(%x: tensor<4xf32>) {
+  // expected-error @+1 {{'pipe.send' op tag must be >= 0, got -1}}
+  pipe.send %x to 1 tag -1 : tensor<4xf32>
+  return
+}
+
+// -----
+
+// pipe.recv: the tag is >= 0.
+func.func @recv_negative_tag() {
+  // expected-error @+1 {{'pipe.recv' op tag must be >= 0, got -5}}
+  %x = pipe.recv from 1 tag -5 : tensor<4xf32>
+  return
+}
+
+// -----
+
+// pipe.send in a function of stage 1 cannot name stage 1.
+func.func @send_to_self(%x: tensor<4xf32>) attributes {pipe.stage = 1 : i64} {
+  // expected-error @+1 {{'pipe.send' op peer is the op's own stage 1}}
+  pipe.send %x to 1 tag 0 : tensor<4xf32>
+  return
+}
+
+// -----
+
+// pipe.recv in a function of stage 0 cannot name stage 0.
+func.func @recv_from_self() attributes {pipe.stage = 0 : i64} {
+  // expected-error @+1 {{'pipe.recv' op peer is the op's own stage 0}}
+  %x = pipe.recv from 0 tag 3 : tensor<4xf32>
+  return
+}
+
+// -----
+
+// Transfers carry statically shaped f32 or i64 tensors.
+func.func @send_f16(%x: tensor<4xf16>) {
+  // expected-error @+1 {{'pipe.send' op operand #0 must be statically shaped tensor of 32-bit float or 64-bit signless integer values, but got 'tensor<4xf16>'}}
+  pipe.send %x to 1 tag 0 : tensor<4xf16>
+  return
+}
+
+// -----
+
+func.func @recv_dynamic() {
+  // expected-error @+1 {{'pipe.recv' op result #0 must be statically shaped tensor of 32-bit float or 64-bit signless integer values, but got 'tensor<?xf32>'}}
+  %x = pipe.recv from 1 tag 0 : tensor<?xf32>
+  return
+}
+
+// -----
+
+// pipe.accumulate_grad names its parameter.
+func.func @accumulate_grad_no_name(%g: tensor<4xf32>) {
+  // expected-error @+1 {{'pipe.accumulate_grad' op needs a parameter name}}
+  pipe.accumulate_grad %g to "" : tensor<4xf32>
+  return
+}
+
+// -----
+
+// pipe.accumulated_grad names its parameter.
+func.func @accumulated_grad_no_name() {
+  // expected-error @+1 {{'pipe.accumulated_grad' op needs a parameter name}}
+  %g = pipe.accumulated_grad "" : tensor<4xf32>
+  return
+}
+
+// -----
+
+// Gradients are f32 (an i64 tensor is not a gradient).
+func.func @accumulate_grad_i64(%g: tensor<4xi64>) {
+  // expected-error @+1 {{'pipe.accumulate_grad' op operand #0 must be statically shaped tensor of 32-bit float values, but got 'tensor<4xi64>'}}
+  pipe.accumulate_grad %g to "w" : tensor<4xi64>
+  return
+}
+
+// -----
+
+// pipe.report_loss takes a scalar.
+func.func @report_loss_vector(%l: tensor<4xf32>) {
+  // expected-error @+1 {{'pipe.report_loss' op the loss must be a scalar tensor<f32>}}
+  pipe.report_loss %l : tensor<4xf32>
+  return
+}
+
+// -----
+
+// pipe.remat: the region's arguments have the inputs' types.
+func.func @remat_arg_types(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'pipe.remat' op region arguments must have the types of the inputs}}
+  %r = "pipe.remat"(%x) ({
+  ^bb0(%a: tensor<8xf32>):
+    %c = nn.constant dense<1.0> : tensor<4xf32>
+    "pipe.yield"(%c) : (tensor<4xf32>) -> ()
+  }) : (tensor<4xf32>) -> tensor<4xf32>
+  return %r : tensor<4xf32>
+}
+
+// -----
+
+// pipe.remat: one region argument per input.
+func.func @remat_arg_count(%x: tensor<4xf32>, %y: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'pipe.remat' op region arguments must have the types of the inputs}}
+  %r = pipe.remat (%x, %y) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>):
+    pipe.yield %a : tensor<4xf32>
+  }
+  return %r : tensor<4xf32>
+}
+
+// -----
+
+// pipe.remat: the yielded values have the result types.
+func.func @remat_yield_types(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'pipe.remat' op yielded types must be the result types}}
+  %r = pipe.remat (%x) : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>):
+    %t = nn.reshape %a : tensor<4xf32> -> tensor<2x2xf32>
+    pipe.yield %t : tensor<2x2xf32>
+  }
+  return %r : tensor<4xf32>
+}
+
+// -----
+
+// pipe.remat: as many yielded values as results.
+func.func @remat_yield_count(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'pipe.remat' op yielded types must be the result types}}
+  %r = pipe.remat (%x) : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>):
+    pipe.yield %a, %a : tensor<4xf32>, tensor<4xf32>
+  }
+  return %r : tensor<4xf32>
+}
+
+// -----
+
+// pipe.remat: no communication inside.
+func.func @remat_recv(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %r = pipe.remat (%x) : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>):
+    // expected-error @+1 {{'pipe.recv' op cannot be rematerialized: only pure nn ops and nn.param may appear in a pipe.remat region}}
+    %b = pipe.recv from 1 tag 0 : tensor<4xf32>
+    pipe.yield %b : tensor<4xf32>
+  }
+  return %r : tensor<4xf32>
+}
+
+// -----
+
+// pipe.remat: an nn op with side effects (nn.param_grad) is not allowed.
+func.func @remat_param_grad(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %r = pipe.remat (%x) : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>):
+    %w = nn.param "w" : tensor<4xf32>
+    // expected-error @+1 {{'nn.param_grad' op cannot be rematerialized: only pure nn ops and nn.param may appear in a pipe.remat region}}
+    nn.param_grad %w, %a : tensor<4xf32>
+    pipe.yield %a : tensor<4xf32>
+  }
+  return %r : tensor<4xf32>
+}
+
+// -----
+
+// pipe.remat: no loss report either (pipe.report_loss writes the step's loss).
+func.func @remat_report_loss(%x: tensor<f32>) -> tensor<f32> {
+  %r = pipe.remat (%x) : (tensor<f32>) -> tensor<f32> {
+  ^bb0(%a: tensor<f32>):
+    // expected-error @+1 {{'pipe.report_loss' op cannot be rematerialized: only pure nn ops and nn.param may appear in a pipe.remat region}}
+    pipe.report_loss %a : tensor<f32>
+    pipe.yield %a : tensor<f32>
+  }
+  return %r : tensor<f32>
+}
+
+// -----
+
+// pipe.remat is isolated from above: the region cannot read %x directly.
+func.func @remat_isolated(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-note @+1 {{required by region isolation constraints}}
+  %r = pipe.remat () : () -> tensor<4xf32> {
+    // expected-error @+1 {{'nn.relu' op using value defined outside the region}}
+    %t = nn.relu %x : tensor<4xf32>
+    pipe.yield %t : tensor<4xf32>
+  }
+  return %r : tensor<4xf32>
+}
+
+// -----
+
+// pipe.yield only terminates a pipe.remat.
+func.func @yield_outside(%x: tensor<4xf32>) {
+  // expected-error @+1 {{'pipe.yield' op expects parent op 'pipe.remat'}}
+  pipe.yield %x : tensor<4xf32>
+}
+
+// -----
+
+// pipe.schedule: stage >= 0.
+module {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op stage must be >= 0, got -1}}
+  pipe.schedule stage -1 forward @s backward @s update @s actions ["F0", "B0", "U"]
+}
+
+// -----
+
+// pipe.schedule: stage >= 0 even when its functions claim the same negative
+// stage.
+module attributes {pipe.stages = 1 : i64} {
+  func.func @s() attributes {pipe.stage = -1 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op stage must be >= 0, got -1}}
+  pipe.schedule stage -1 forward @s backward @s update @s actions ["F0", "B0", "U"]
+}
+
+// -----
+
+// pipe.schedule: an action that is not F<m>, B<m> or U.
+module {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op action #1 'W0' is not F<m>, B<m> or U}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "W0", "B0", "U"]
+}
+
+// -----
+
+// pipe.schedule: F and B need a micro-batch number.
+module {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op action #1 'B' has no micro-batch number}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "B", "U"]
+}
+
+// -----
+
+// pipe.schedule: the micro-batch number is decimal digits only.
+module {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op action #0 'F-1' has no micro-batch number}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions ["F-1", "B0", "U"]
+}
+
+// -----
+
+// pipe.schedule: the update is spelled "U" exactly.
+module {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op action #2 'U0' is not F<m>, B<m> or U}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "B0", "U0"]
+}
+
+// -----
+
+// pipe.schedule: a micro-batch's backward after its forward.
+module attributes {pipe.microbatches = 2 : i64} {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op action #1: B1 comes before F1}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "B1", "F1", "B0", "U"]
+}
+
+// -----
+
+// pipe.schedule: each action once.
+module attributes {pipe.microbatches = 2 : i64} {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op action #2 repeats F0}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "F1", "F0", "B1", "B0", "U"]
+}
+
+// -----
+
+module {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op action #2 repeats B0}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "B0", "B0", "U"]
+}
+
+// -----
+
+// pipe.schedule: every micro-batch's forward is there (M = 2: F1 missing).
+module attributes {pipe.microbatches = 2 : i64} {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op micro-batch 1 lacks its forward}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "B0", "U"]
+}
+
+// -----
+
+// pipe.schedule: every micro-batch's backward is there.
+module attributes {pipe.microbatches = 2 : i64} {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op micro-batch 0 lacks its backward}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "F1", "B1", "U"]
+}
+
+// -----
+
+// pipe.schedule: the update comes last.
+module {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op the update (action #1) must be last}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "U", "B0"]
+}
+
+// -----
+
+// pipe.schedule: exactly one update (a second one is not last... the first
+// is).
+module {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op the update (action #2) must be last}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "B0", "U", "U"]
+}
+
+// -----
+
+// pipe.schedule: an update is required.
+module {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op needs exactly one update action 'U'}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "B0"]
+}
+
+// -----
+
+// pipe.schedule: micro-batches are in [0, M) (M = 1 without pipe.microbatches).
+module {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op action #1 names micro-batch 1 but there are 1 (module attribute pipe.microbatches)}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "F1", "B0", "U"]
+}
+
+// -----
+
+module attributes {pipe.microbatches = 4 : i64} {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op action #4 names micro-batch 4 but there are 4 (module attribute pipe.microbatches)}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "F1", "F2", "F3", "F4", "B3", "B2", "B1", "B0", "U"]
+}
+
+// -----
+
+// pipe.schedule: the functions exist.
+module {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op backward function @missing does not exist}}
+  pipe.schedule stage 0 forward @s backward @missing update @s actions ["F0", "B0", "U"]
+}
+
+// -----
+
+// pipe.schedule: the functions belong to the schedule's stage.
+module {
+  func.func @s0() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @s1() attributes {pipe.stage = 1 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op update function @s1 does not belong to stage 0}}
+  pipe.schedule stage 0 forward @s0 backward @s0 update @s1 actions ["F0", "B0", "U"]
+}
+
+// -----
+
+// pipe.schedule: a function without pipe.stage belongs to no stage.
+module {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @plain() {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op forward function @plain does not belong to stage 0}}
+  pipe.schedule stage 0 forward @plain backward @s update @s actions ["F0", "B0", "U"]
 }

@@ -1,5 +1,6 @@
-// pipe.sgd_update and pipe.adam_update: parsed, printed and re-parsed; then
-// through the generic form.
+// Every pipe op (sgd_update, adam_update, send, recv, accumulate_grad,
+// accumulated_grad, report_loss, remat + yield, schedule): parsed, printed
+// and re-parsed; then through the generic form.
 // RUN: gpipe-opt %s | gpipe-opt | FileCheck %s
 // RUN: gpipe-opt %s --mlir-print-op-generic | gpipe-opt | FileCheck %s
 
@@ -37,4 +38,127 @@ func.func @adam(%g: tensor<f32>, %g2: tensor<2x3xf32>) {
   pipe.adam_update %s, %g {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = 0.0 : f64, decoupled = false} : tensor<f32>
   pipe.adam_update %w, %g2 {lr = 0.0 : f64, beta1 = 0.0 : f64, beta2 = 0.0 : f64, eps = 0.0 : f64, weight_decay = 0.01 : f64, decoupled = true} : tensor<2x3xf32>
   return
+}
+
+// pipe.send / pipe.recv: f32 and i64 tensors, any peer other than the
+// function's own stage (1), tag 0 and higher, extra attributes kept.
+// CHECK-LABEL: func.func @send_recv(
+// CHECK-SAME: %[[X:[^:]+]]: tensor<8x64xf32>, %[[L:[^:]+]]: tensor<8xi64>) -> tensor<8x64xf32> attributes {pipe.stage = 1 : i64}
+// CHECK-NEXT: pipe.send %[[X]] to 2 tag 0 : tensor<8x64xf32>
+// CHECK-NEXT: pipe.send %[[L]] to 0 tag 7 {note = "labels"} : tensor<8xi64>
+// CHECK-NEXT: %[[H:.+]] = pipe.recv from 0 tag 3 : tensor<8x64xf32>
+// CHECK-NEXT: %[[I:.+]] = pipe.recv from 2 tag 4 : tensor<8xi64>
+// CHECK-NEXT: return %[[H]] : tensor<8x64xf32>
+func.func @send_recv(%x: tensor<8x64xf32>, %l: tensor<8xi64>) -> tensor<8x64xf32> attributes {pipe.stage = 1 : i64} {
+  pipe.send %x to 2 tag 0 : tensor<8x64xf32>
+  pipe.send %l to 0 tag 7 {note = "labels"} : tensor<8xi64>
+  %h = pipe.recv from 0 tag 3 : tensor<8x64xf32>
+  %i = pipe.recv from 2 tag 4 : tensor<8xi64>
+  return %h : tensor<8x64xf32>
+}
+
+// Outside a staged function any peer is accepted (there is no own stage).
+// CHECK-LABEL: func.func @send_recv_unstaged(
+// CHECK-NEXT: pipe.send %{{.+}} to 0 tag 0 : tensor<2xf32>
+// CHECK-NEXT: pipe.recv from 0 tag 1 : tensor<2xf32>
+func.func @send_recv_unstaged(%x: tensor<2xf32>) {
+  pipe.send %x to 0 tag 0 : tensor<2xf32>
+  %y = pipe.recv from 0 tag 1 : tensor<2xf32>
+  return
+}
+
+// Gradient accumulation (a matrix and a scalar), reading the sum back, and
+// the loss report.
+// CHECK-LABEL: func.func @accumulate(
+// CHECK-SAME: %[[G:[^:]+]]: tensor<4x8xf32>, %[[S:[^:]+]]: tensor<f32>) -> tensor<4x8xf32>
+// CHECK-NEXT: pipe.accumulate_grad %[[G]] to "fc.weight" : tensor<4x8xf32>
+// CHECK-NEXT: pipe.accumulate_grad %[[S]] to "scale" : tensor<f32>
+// CHECK-NEXT: %[[A:.+]] = pipe.accumulated_grad "fc.weight" : tensor<4x8xf32>
+// CHECK-NEXT: pipe.report_loss %[[S]] : tensor<f32>
+// CHECK-NEXT: return %[[A]] : tensor<4x8xf32>
+func.func @accumulate(%g: tensor<4x8xf32>, %s: tensor<f32>) -> tensor<4x8xf32> {
+  pipe.accumulate_grad %g to "fc.weight" : tensor<4x8xf32>
+  pipe.accumulate_grad %s to "scale" : tensor<f32>
+  %a = pipe.accumulated_grad "fc.weight" : tensor<4x8xf32>
+  pipe.report_loss %s : tensor<f32>
+  return %a : tensor<4x8xf32>
+}
+
+// pipe.remat: two inputs (f32, i64) and two results, parameters and constants
+// re-declared inside; no results (the yield is implicit); no inputs.
+// CHECK-LABEL: func.func @remat(
+// CHECK-SAME: %[[X:[^:]+]]: tensor<4x8xf32>, %[[L:[^:]+]]: tensor<4xi64>)
+// CHECK-NEXT: %[[R:.+]]:2 = pipe.remat(%[[X]], %[[L]]) : (tensor<4x8xf32>, tensor<4xi64>) -> (tensor<4x16xf32>, tensor<4xi64>) {
+// CHECK-NEXT: ^bb0(%[[A:[^:]+]]: tensor<4x8xf32>, %[[B:[^:]+]]: tensor<4xi64>):
+// CHECK-NEXT: %[[W:.+]] = nn.param "w" : tensor<8x16xf32>
+// CHECK-NEXT: %[[C:.+]] = nn.constant dense<2.000000e+00> : tensor<f32>
+// CHECK-NEXT: %[[H:.+]] = nn.gemm %[[A]], %[[W]]
+// CHECK-NEXT: %[[M:.+]] = nn.mul %[[H]], %[[C]]
+// CHECK-NEXT: pipe.yield %[[M]], %[[B]] : tensor<4x16xf32>, tensor<4xi64>
+// CHECK-NEXT: }
+// CHECK-NEXT: pipe.remat(%[[X]]) : (tensor<4x8xf32>) -> () {
+// CHECK-NEXT: ^bb0(%{{[^:]+}}: tensor<4x8xf32>):
+// CHECK-NEXT: }
+// CHECK-NEXT: %[[Z:.+]] = pipe.remat() : () -> tensor<2xf32> {
+// CHECK-NEXT: %[[K:.+]] = nn.constant dense<[1.000000e+00, 2.000000e+00]> : tensor<2xf32>
+// CHECK-NEXT: pipe.yield %[[K]] : tensor<2xf32>
+// CHECK-NEXT: }
+// CHECK-NEXT: return %[[R]]#0, %[[R]]#1, %[[Z]]
+func.func @remat(%x: tensor<4x8xf32>, %l: tensor<4xi64>) -> (tensor<4x16xf32>, tensor<4xi64>, tensor<2xf32>) {
+  %r:2 = pipe.remat (%x, %l) : (tensor<4x8xf32>, tensor<4xi64>) -> (tensor<4x16xf32>, tensor<4xi64>) {
+  ^bb0(%a: tensor<4x8xf32>, %b: tensor<4xi64>):
+    %w = nn.param "w" : tensor<8x16xf32>
+    %c = nn.constant dense<2.0> : tensor<f32>
+    %h = nn.gemm %a, %w : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+    %m = nn.mul %h, %c : tensor<4x16xf32>, tensor<f32> -> tensor<4x16xf32>
+    pipe.yield %m, %b : tensor<4x16xf32>, tensor<4xi64>
+  }
+  pipe.remat (%x) : (tensor<4x8xf32>) -> () {
+  ^bb0(%a: tensor<4x8xf32>):
+  }
+  %z = pipe.remat () : () -> tensor<2xf32> {
+    %c = nn.constant dense<[1.0, 2.0]> : tensor<2xf32>
+    pipe.yield %c : tensor<2xf32>
+  }
+  return %r#0, %r#1, %z : tensor<4x16xf32>, tensor<4xi64>, tensor<2xf32>
+}
+
+// pipe.schedule in a module with M = 3 (its pipe.microbatches): GPipe's
+// order and an interleaved one (each forward before its backward, the
+// update last); the functions belong to the schedule's stage.
+// CHECK-LABEL: module @pipelined attributes {pipe.microbatches = 3 : i64, pipe.stages = 2 : i64}
+// CHECK: pipe.schedule stage 0 forward @f0 backward @b0 update @u0 actions ["F0", "F1", "F2", "B2", "B1", "B0", "U"]
+// CHECK-NEXT: pipe.schedule stage 1 forward @f1 backward @b1 update @u1 actions ["F0", "B0", "F1", "F2", "B1", "B2", "U"] {note = "1f1b"}
+module @pipelined attributes {pipe.microbatches = 3 : i64, pipe.stages = 2 : i64} {
+  func.func @f0() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @b0() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @u0() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @f1() attributes {pipe.stage = 1 : i64} {
+    return
+  }
+  func.func @b1() attributes {pipe.stage = 1 : i64} {
+    return
+  }
+  func.func @u1() attributes {pipe.stage = 1 : i64} {
+    return
+  }
+  pipe.schedule stage 0 forward @f0 backward @b0 update @u0 actions ["F0", "F1", "F2", "B2", "B1", "B0", "U"]
+  pipe.schedule stage 1 forward @f1 backward @b1 update @u1 actions ["F0", "B0", "F1", "F2", "B1", "B2", "U"] {note = "1f1b"}
+}
+
+// Without pipe.microbatches, M = 1; the same function may serve several
+// actions.
+// CHECK-LABEL: module @single
+// CHECK: pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "B0", "U"]
+module @single {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "B0", "U"]
 }

@@ -1,0 +1,260 @@
+// gpipe-check-schedule errors on hand-written modules: transfers that do not
+// pair up (no peer, another type, another micro-batch), schedules that
+// deadlock under blocking sends and receives (with a note at each blocked
+// transfer), and missing, duplicate or out-of-range schedules and peers.
+// RUN: gpipe-opt %s --split-input-file --gpipe-check-schedule --verify-diagnostics
+
+// Deadlock: stage 0 sends tag 0 then tag 1, stage 1 receives tag 1 first.
+// Every transfer has its partner, but neither stage can go on.
+module attributes {pipe.stages = 2 : i64} {
+  func.func @f0(%x: tensor<4xf32>) attributes {pipe.stage = 0 : i64} {
+    // expected-note @+1 {{stage 0 blocks in action F0 on pipe.send to stage 1 (tag 0, tensor<4xf32>)}}
+    pipe.send %x to 1 tag 0 : tensor<4xf32>
+    pipe.send %x to 1 tag 1 : tensor<4xf32>
+    return
+  }
+  func.func @f1() attributes {pipe.stage = 1 : i64} {
+    // expected-note @+1 {{stage 1 blocks in action F0 on pipe.recv from stage 0 (tag 1, tensor<4xf32>)}}
+    %b = pipe.recv from 0 tag 1 : tensor<4xf32>
+    %a = pipe.recv from 0 tag 0 : tensor<4xf32>
+    return
+  }
+  func.func @e0() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @e1() attributes {pipe.stage = 1 : i64} {
+    return
+  }
+  // expected-error @+1 {{the schedule deadlocks: stage 0 blocks in action F0 on pipe.send to stage 1 (tag 0, tensor<4xf32>)}}
+  pipe.schedule stage 0 forward @f0 backward @e0 update @e0 actions ["F0", "B0", "U"]
+  pipe.schedule stage 1 forward @f1 backward @e1 update @e1 actions ["F0", "B0", "U"]
+}
+
+// -----
+
+// Deadlock across actions: stage 1 runs one micro-batch's backward before
+// the next forward (1F1B) while stage 0 runs both forwards first; with
+// blocking sends, stage 0's second forward send and stage 1's first backward
+// send wait for each other. The deadlock is reported in the later actions.
+module attributes {pipe.microbatches = 2 : i64, pipe.stages = 2 : i64} {
+  func.func @f0(%x: tensor<4xf32>) attributes {pipe.stage = 0 : i64} {
+    // expected-note @+1 {{stage 0 blocks in action F1 on pipe.send to stage 1 (tag 0, tensor<4xf32>)}}
+    pipe.send %x to 1 tag 0 : tensor<4xf32>
+    return
+  }
+  func.func @b0() attributes {pipe.stage = 0 : i64} {
+    %g = pipe.recv from 1 tag 1 : tensor<4xf32>
+    return
+  }
+  func.func @f1() attributes {pipe.stage = 1 : i64} {
+    %x = pipe.recv from 0 tag 0 : tensor<4xf32>
+    return
+  }
+  func.func @b1(%g: tensor<4xf32>) attributes {pipe.stage = 1 : i64} {
+    // expected-note @+1 {{stage 1 blocks in action B0 on pipe.send to stage 0 (tag 1, tensor<4xf32>)}}
+    pipe.send %g to 0 tag 1 : tensor<4xf32>
+    return
+  }
+  func.func @u0() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @u1() attributes {pipe.stage = 1 : i64} {
+    return
+  }
+  // expected-error @+1 {{the schedule deadlocks: stage 0 blocks in action F1 on pipe.send to stage 1 (tag 0, tensor<4xf32>)}}
+  pipe.schedule stage 0 forward @f0 backward @b0 update @u0 actions ["F0", "F1", "B0", "B1", "U"]
+  pipe.schedule stage 1 forward @f1 backward @b1 update @u1 actions ["F0", "B0", "F1", "B1", "U"]
+}
+
+// -----
+
+// A send that stage 1 never receives.
+module attributes {pipe.stages = 2 : i64} {
+  func.func @f0(%x: tensor<4xf32>) attributes {pipe.stage = 0 : i64} {
+    // expected-note @+1 {{this transfer}}
+    pipe.send %x to 1 tag 0 : tensor<4xf32>
+    return
+  }
+  func.func @e0() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @e1() attributes {pipe.stage = 1 : i64} {
+    return
+  }
+  // expected-error @+1 {{stage 0, action F0 on pipe.send to stage 1 (tag 0, tensor<4xf32>): no matching pipe.recv in stage 1 (1 sends of this tag per step, 0 receives)}}
+  pipe.schedule stage 0 forward @f0 backward @e0 update @e0 actions ["F0", "B0", "U"]
+  pipe.schedule stage 1 forward @e1 backward @e1 update @e1 actions ["F0", "B0", "U"]
+}
+
+// -----
+
+// A receive with no send: stage 1 expects tag 3 from stage 0, which sends
+// tag 0 only (matched), over M = 2.
+module attributes {pipe.microbatches = 2 : i64, pipe.stages = 2 : i64} {
+  func.func @f0(%x: tensor<4xf32>) attributes {pipe.stage = 0 : i64} {
+    pipe.send %x to 1 tag 0 : tensor<4xf32>
+    return
+  }
+  func.func @f1() attributes {pipe.stage = 1 : i64} {
+    %a = pipe.recv from 0 tag 0 : tensor<4xf32>
+    // expected-note @+1 {{this transfer}}
+    %b = pipe.recv from 0 tag 3 : tensor<4xf32>
+    return
+  }
+  func.func @e0() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @e1() attributes {pipe.stage = 1 : i64} {
+    return
+  }
+  pipe.schedule stage 0 forward @f0 backward @e0 update @e0 actions ["F0", "F1", "B1", "B0", "U"]
+  // expected-error @+1 {{stage 1, action F0 on pipe.recv from stage 0 (tag 3, tensor<4xf32>): no matching pipe.send in stage 0 (2 receives of this tag per step, 0 sends)}}
+  pipe.schedule stage 1 forward @f1 backward @e1 update @e1 actions ["F0", "F1", "B1", "B0", "U"]
+}
+
+// -----
+
+// Stage 0 sends tag 0 in its forward only, stage 1 receives it in both its
+// forward and its backward: one send too few per micro-batch.
+module attributes {pipe.stages = 2 : i64} {
+  func.func @f0(%x: tensor<4xf32>) attributes {pipe.stage = 0 : i64} {
+    pipe.send %x to 1 tag 0 : tensor<4xf32>
+    return
+  }
+  func.func @f1() attributes {pipe.stage = 1 : i64} {
+    %a = pipe.recv from 0 tag 0 : tensor<4xf32>
+    return
+  }
+  func.func @b1() attributes {pipe.stage = 1 : i64} {
+    // expected-note @+1 {{this transfer}}
+    %a = pipe.recv from 0 tag 0 : tensor<4xf32>
+    return
+  }
+  func.func @e0() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @e1() attributes {pipe.stage = 1 : i64} {
+    return
+  }
+  pipe.schedule stage 0 forward @f0 backward @e0 update @e0 actions ["F0", "B0", "U"]
+  // expected-error @+1 {{stage 1, action B0 on pipe.recv from stage 0 (tag 0, tensor<4xf32>): no matching pipe.send in stage 0 (2 receives of this tag per step, 1 sends)}}
+  pipe.schedule stage 1 forward @f1 backward @b1 update @e1 actions ["F0", "B0", "U"]
+}
+
+// -----
+
+// The receive's type differs from the send's (same tag and peers).
+module attributes {pipe.stages = 2 : i64} {
+  func.func @f0(%x: tensor<4xf32>) attributes {pipe.stage = 0 : i64} {
+    pipe.send %x to 1 tag 0 : tensor<4xf32>
+    return
+  }
+  func.func @f1() attributes {pipe.stage = 1 : i64} {
+    // expected-error @+1 {{stage 1 receives 'tensor<2x2xf32>' with tag 0 but stage 0 sends 'tensor<4xf32>'}}
+    %a = pipe.recv from 0 tag 0 : tensor<2x2xf32>
+    return
+  }
+  func.func @e0() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @e1() attributes {pipe.stage = 1 : i64} {
+    return
+  }
+  pipe.schedule stage 0 forward @f0 backward @e0 update @e0 actions ["F0", "B0", "U"]
+  pipe.schedule stage 1 forward @f1 backward @e1 update @e1 actions ["F0", "B0", "U"]
+}
+
+// -----
+
+// The stages run the micro-batches' forwards in different orders: stage 1's
+// first receive (in F1) gets what stage 0 sent in F0.
+module attributes {pipe.microbatches = 2 : i64, pipe.stages = 2 : i64} {
+  func.func @f0(%x: tensor<4xf32>) attributes {pipe.stage = 0 : i64} {
+    pipe.send %x to 1 tag 0 : tensor<4xf32>
+    return
+  }
+  func.func @f1() attributes {pipe.stage = 1 : i64} {
+    %a = pipe.recv from 0 tag 0 : tensor<4xf32>
+    return
+  }
+  func.func @e0() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @e1() attributes {pipe.stage = 1 : i64} {
+    return
+  }
+  pipe.schedule stage 0 forward @f0 backward @e0 update @e0 actions ["F0", "F1", "B1", "B0", "U"]
+  // expected-error @+1 {{stage 1, action F1 on pipe.recv from stage 0 (tag 0, tensor<4xf32>) gets micro-batch 0 (sent in stage 0's action F0): the stages run micro-batches in different orders}}
+  pipe.schedule stage 1 forward @f1 backward @e1 update @e1 actions ["F1", "F0", "B1", "B0", "U"]
+}
+
+// -----
+
+// Stage 1 has no schedule.
+// expected-error @+1 {{stage 1 has no pipe.schedule}}
+module attributes {pipe.stages = 2 : i64} {
+  func.func @e0() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  pipe.schedule stage 0 forward @e0 backward @e0 update @e0 actions ["F0", "B0", "U"]
+}
+
+// -----
+
+// No schedule at all (pipe.stages absent: one stage).
+// expected-error @+1 {{stage 0 has no pipe.schedule}}
+module {
+  func.func @e0() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+}
+
+// -----
+
+// A schedule for a stage the module does not have.
+module attributes {pipe.stages = 2 : i64} {
+  func.func @e0() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @e1() attributes {pipe.stage = 1 : i64} {
+    return
+  }
+  func.func @e2() attributes {pipe.stage = 2 : i64} {
+    return
+  }
+  pipe.schedule stage 0 forward @e0 backward @e0 update @e0 actions ["F0", "B0", "U"]
+  pipe.schedule stage 1 forward @e1 backward @e1 update @e1 actions ["F0", "B0", "U"]
+  // expected-error @+1 {{schedule of stage 2 but the module has 2 stages}}
+  pipe.schedule stage 2 forward @e2 backward @e2 update @e2 actions ["F0", "B0", "U"]
+}
+
+// -----
+
+// Two schedules for stage 0.
+module {
+  func.func @e0() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  pipe.schedule stage 0 forward @e0 backward @e0 update @e0 actions ["F0", "B0", "U"]
+  // expected-error @+1 {{stage 0 has two schedules}}
+  pipe.schedule stage 0 forward @e0 backward @e0 update @e0 actions ["F0", "B0", "U"]
+}
+
+// -----
+
+// A transfer naming a stage the module does not have.
+module attributes {pipe.stages = 2 : i64} {
+  func.func @f0(%x: tensor<4xf32>) attributes {pipe.stage = 0 : i64} {
+    // expected-error @+1 {{stage 0 names stage 5 but there are 2 stages}}
+    pipe.send %x to 5 tag 0 : tensor<4xf32>
+    return
+  }
+  func.func @e0() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @e1() attributes {pipe.stage = 1 : i64} {
+    return
+  }
+  pipe.schedule stage 0 forward @f0 backward @e0 update @e0 actions ["F0", "B0", "U"]
+  pipe.schedule stage 1 forward @e1 backward @e1 update @e1 actions ["F0", "B0", "U"]
+}

@@ -1,0 +1,127 @@
+// gpipe-schedule: one pipe.schedule per stage, in stage order, naming the
+// stage's outlined functions; GPipe's actions: F0..F(M-1), then B(M-1)..B0,
+// then U, with M the module's pipe.microbatches (1 if absent); the module
+// gets pipe.schedule = "gpipe". The schedules it builds pass
+// gpipe-check-schedule.
+// RUN: gpipe-opt %s --split-input-file --gpipe-schedule | FileCheck %s
+// RUN: gpipe-opt %s --split-input-file --gpipe-schedule=schedule=gpipe | gpipe-opt --split-input-file --gpipe-check-schedule | FileCheck %s
+// The driver's whole pipeline on the example MLP, K = 3, M = 4 and M = 1:
+// RUN: gpipe-compile %examples/mlp.onnx --emit mlir -o - --stages 3 --microbatches 4 | FileCheck %s --check-prefix=M4
+// RUN: gpipe-compile %examples/mlp.onnx --emit mlir -o - --stages 3 --microbatches 1 --remat none | FileCheck %s --check-prefix=M1
+
+// M4: module attributes {pipe.batch_size = 32 : i64, pipe.microbatches = 4 : i64, pipe.remat = "stage", pipe.schedule = "gpipe", pipe.stages = 3 : i64}
+// M4: pipe.schedule stage 0 forward @stage0_forward backward @stage0_backward update @stage0_update actions ["F0", "F1", "F2", "F3", "B3", "B2", "B1", "B0", "U"]
+// M4-NEXT: pipe.schedule stage 1 forward @stage1_forward backward @stage1_backward update @stage1_update actions ["F0", "F1", "F2", "F3", "B3", "B2", "B1", "B0", "U"]
+// M4-NEXT: pipe.schedule stage 2 forward @stage2_forward backward @stage2_backward update @stage2_update actions ["F0", "F1", "F2", "F3", "B3", "B2", "B1", "B0", "U"]
+// M4-NEXT: }
+// M1: module attributes {pipe.batch_size = 32 : i64, pipe.microbatches = 1 : i64, pipe.schedule = "gpipe", pipe.stages = 3 : i64}
+// M1: pipe.schedule stage 0 forward @stage0_forward backward @stage0_backward update @stage0_update actions ["F0", "B0", "U"]
+// M1-NEXT: pipe.schedule stage 1 forward @stage1_forward backward @stage1_backward update @stage1_update actions ["F0", "B0", "U"]
+// M1-NEXT: pipe.schedule stage 2 forward @stage2_forward backward @stage2_backward update @stage2_update actions ["F0", "B0", "U"]
+// M1-NEXT: }
+
+// Three stages, M = 4, with transfers in both directions and a skip
+// (0 -> 2 forward, 2 -> 0 backward), in the order gpipe-outline-stages emits
+// them.
+// CHECK-LABEL: module attributes {pipe.microbatches = 4 : i64, pipe.schedule = "gpipe", pipe.stages = 3 : i64}
+// CHECK: func.func @s2_u()
+// CHECK-NEXT: return
+// CHECK-NEXT: }
+// CHECK-NEXT: pipe.schedule stage 0 forward @s0_f backward @s0_b update @s0_u actions ["F0", "F1", "F2", "F3", "B3", "B2", "B1", "B0", "U"]
+// CHECK-NEXT: pipe.schedule stage 1 forward @s1_f backward @s1_b update @s1_u actions ["F0", "F1", "F2", "F3", "B3", "B2", "B1", "B0", "U"]
+// CHECK-NEXT: pipe.schedule stage 2 forward @s2_f backward @s2_b update @s2_u actions ["F0", "F1", "F2", "F3", "B3", "B2", "B1", "B0", "U"]
+// CHECK-NEXT: }
+module attributes {pipe.microbatches = 4 : i64, pipe.stages = 3 : i64} {
+  func.func @s0_f(%x: tensor<4x8xf32>) attributes {pipe.phase = "forward", pipe.stage = 0 : i64} {
+    pipe.send %x to 1 tag 0 : tensor<4x8xf32>
+    pipe.send %x to 2 tag 1 : tensor<4x8xf32>
+    return
+  }
+  func.func @s0_b() attributes {pipe.phase = "backward", pipe.stage = 0 : i64} {
+    %a = pipe.recv from 2 tag 4 : tensor<4x8xf32>
+    %b = pipe.recv from 1 tag 5 : tensor<4x8xf32>
+    return
+  }
+  func.func @s0_u() attributes {pipe.phase = "update", pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @s1_f() attributes {pipe.phase = "forward", pipe.stage = 1 : i64} {
+    %a = pipe.recv from 0 tag 0 : tensor<4x8xf32>
+    pipe.send %a to 2 tag 2 : tensor<4x8xf32>
+    return
+  }
+  func.func @s1_b() attributes {pipe.phase = "backward", pipe.stage = 1 : i64} {
+    %g = pipe.recv from 2 tag 3 : tensor<4x8xf32>
+    pipe.send %g to 0 tag 5 : tensor<4x8xf32>
+    return
+  }
+  func.func @s1_u() attributes {pipe.phase = "update", pipe.stage = 1 : i64} {
+    return
+  }
+  func.func @s2_f(%l: tensor<4xi64>) attributes {pipe.phase = "forward", pipe.stage = 2 : i64} {
+    %a = pipe.recv from 0 tag 1 : tensor<4x8xf32>
+    %b = pipe.recv from 1 tag 2 : tensor<4x8xf32>
+    return
+  }
+  func.func @s2_b() attributes {pipe.phase = "backward", pipe.stage = 2 : i64} {
+    %g = nn.constant dense<1.0> : tensor<4x8xf32>
+    pipe.send %g to 1 tag 3 : tensor<4x8xf32>
+    pipe.send %g to 0 tag 4 : tensor<4x8xf32>
+    return
+  }
+  func.func @s2_u() attributes {pipe.phase = "update", pipe.stage = 2 : i64} {
+    return
+  }
+}
+
+// -----
+
+// Two stages, no pipe.microbatches: M = 1. The functions are found by their
+// pipe.stage / pipe.phase, whatever their names and order.
+// CHECK-LABEL: module attributes {pipe.schedule = "gpipe", pipe.stages = 2 : i64}
+// CHECK: pipe.schedule stage 0 forward @fwd0 backward @bwd0 update @upd0 actions ["F0", "B0", "U"]
+// CHECK-NEXT: pipe.schedule stage 1 forward @fwd1 backward @bwd1 update @upd1 actions ["F0", "B0", "U"]
+// CHECK-NEXT: }
+module attributes {pipe.stages = 2 : i64} {
+  func.func @upd1() attributes {pipe.phase = "update", pipe.stage = 1 : i64} {
+    return
+  }
+  func.func @bwd1() attributes {pipe.phase = "backward", pipe.stage = 1 : i64} {
+    %g = nn.constant dense<1.0> : tensor<2xf32>
+    pipe.send %g to 0 tag 1 : tensor<2xf32>
+    return
+  }
+  func.func @fwd1() attributes {pipe.phase = "forward", pipe.stage = 1 : i64} {
+    %a = pipe.recv from 0 tag 0 : tensor<2xf32>
+    return
+  }
+  func.func @fwd0(%x: tensor<2xf32>) attributes {pipe.phase = "forward", pipe.stage = 0 : i64} {
+    pipe.send %x to 1 tag 0 : tensor<2xf32>
+    return
+  }
+  func.func @bwd0() attributes {pipe.phase = "backward", pipe.stage = 0 : i64} {
+    %g = pipe.recv from 1 tag 1 : tensor<2xf32>
+    return
+  }
+  func.func @upd0() attributes {pipe.phase = "update", pipe.stage = 0 : i64} {
+    return
+  }
+}
+
+// -----
+
+// No pipe.stages: one stage; M = 1 given explicitly.
+// CHECK-LABEL: module attributes {pipe.microbatches = 1 : i64, pipe.schedule = "gpipe"}
+// CHECK: pipe.schedule stage 0 forward @f backward @b update @u actions ["F0", "B0", "U"]
+// CHECK-NOT: pipe.schedule
+module attributes {pipe.microbatches = 1 : i64} {
+  func.func @f() attributes {pipe.phase = "forward", pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @b() attributes {pipe.phase = "backward", pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @u() attributes {pipe.phase = "update", pipe.stage = 0 : i64} {
+    return
+  }
+}
