@@ -300,6 +300,7 @@ def gemm_sweep(a, quiet, width=1024, layers=8, reps=3):
           "(beta 1) | all three, time-weighted |" % (width, width, width, width))
     print("|--:|--:|--:|--:|--:|")
     quiet.wait()
+    times = {"fwd": [], "dX": [], "dW": []}
     for R in rows_list:
         X = rng.standard_normal((R, width), dtype=np.float32)
         Gr = rng.standard_normal((R, width), dtype=np.float32)
@@ -325,7 +326,18 @@ def gemm_sweep(a, quiet, width=1024, layers=8, reps=3):
                 best = min(best, (time.perf_counter() - t0) / (n * layers))
             rates[k] = flop / best / 1e9
         tot = 3 * flop / sum(flop / (rates[k] * 1e9) for k in rates) / 1e9
+        for k in rates:
+            times[k].append((R, flop / (rates[k] * 1e9) * 1e3))
         print("| %d | %.0f | %.0f | %.0f | %.0f |" % (R, rates["fwd"], rates["dX"], rates["dW"], tot))
+    # time per call = fixed + R * per_row (least squares): the fixed part is what every call
+    # pays whatever its rows (packing / streaming the 1024 x 1024 operand, reading and
+    # writing the 1024 x 1024 accumulator), the per-row part is the arithmetic.
+    print()
+    print("Least-squares fit of ms per call = fixed + R x per-row: " + "; ".join(
+        "%s %.2f ms + R x %.4f ms (= %.0f GFLOP/s marginal)"
+        % ((k,) + tuple(np.polyfit([r for r, _ in v], [t for _, t in v], 1)[::-1]) +
+           (2.0 * width * width / (np.polyfit([r for r, _ in v], [t for _, t in v], 1)[0] * 1e-3) / 1e9,))
+        for k, v in times.items()))
 
 
 # ---------------------------------------------------------------------------

@@ -258,7 +258,8 @@ std::string FuncEmitter::emitConstant(nn::ConstantOp op) {
 std::string FuncEmitter::ptr(Value v, bool isConst) {
   auto t = tensorType(v);
   std::string elem = t.getElementType().isF32() ? "float" : "int64_t";
-  std::string cast = std::string("((") + (isConst ? "const " : "") + elem + " *)";
+  std::string cast =
+      std::string("((") + (isConst ? "const " : "") + elem + " *)";
   const Storage &s = storage[v];
   switch (s.kind) {
   case Storage::Const:
@@ -271,9 +272,10 @@ std::string FuncEmitter::ptr(Value v, bool isConst) {
   return cast + "(A + " + std::to_string(s.offset) + "))";
 }
 
-FailureOr<std::string> FuncEmitter::lossNorm(
-    Operation *op, Value labels, std::optional<int64_t> ignore,
-    std::optional<uint64_t> microbatches) {
+FailureOr<std::string>
+FuncEmitter::lossNorm(Operation *op, Value labels,
+                      std::optional<int64_t> ignore,
+                      std::optional<uint64_t> microbatches) {
   if (!microbatches || *microbatches <= 1)
     return std::string("0.0"); // the mean over this call's labels
   int64_t n = tensorType(labels).getDimSize(0);
@@ -366,8 +368,8 @@ LogicalResult FuncEmitter::plan() {
 
   // The stash: the forward's results live in the micro-batch's slot, the
   // backward's arguments are that slot.
-  bool isForward = func->getAttrOfType<StringAttr>("pipe.phase").getValue() ==
-                   "forward";
+  bool isForward =
+      func->getAttrOfType<StringAttr>("pipe.phase").getValue() == "forward";
   if (isForward) {
     auto ret = block.getTerminator();
     for (auto [k, v] : llvm::enumerate(ret->getOperands())) {
@@ -775,8 +777,8 @@ LogicalResult FuncEmitter::emitOp(Operation *op) {
       return success(); // the GEMM accumulated into it
     int64_t n = tensorType(o.getGrad()).getNumElements();
     os << "  {\n    float *acc = (float *)(A + "
-       << stage.accumulator.lookup(o.getParam()) << ");\n    const float *g = "
-       << ptr(o.getGrad()) << ";\n";
+       << stage.accumulator.lookup(o.getParam())
+       << ");\n    const float *g = " << ptr(o.getGrad()) << ";\n";
     if (n >= kParallelMin)
       os << "#pragma omp parallel for schedule(static)\n";
     os << "    for (int64_t i = 0; i < " << n
@@ -794,8 +796,8 @@ LogicalResult FuncEmitter::run() {
   formUnits();
   if (failed(plan()))
     return failure();
-  bool isForward = func->getAttrOfType<StringAttr>("pipe.phase").getValue() ==
-                   "forward";
+  bool isForward =
+      func->getAttrOfType<StringAttr>("pipe.phase").getValue() == "forward";
   if (isForward)
     for (BlockArgument arg : block.getArguments())
       os << "  gp_load_input(ctx, " << arg.getArgNumber() << ", mb, "
@@ -863,7 +865,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
     }
     if (!fns[k])
       return module.emitError("stage ")
-             << stageIndex << " has no " << phases[k] << " function",
+                 << stageIndex << " has no " << phases[k] << " function",
              failure();
   }
   pipeline::ScheduleOp schedule;
@@ -966,20 +968,26 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   result.forwardFlops = costOf(forward);
   result.backwardFlops = costOf(backward);
   result.updateFlops = costOf(update);
-  result.flops = (result.forwardFlops + result.backwardFlops) *
-                     st.microbatches +
-                 result.updateFlops;
+  result.flops =
+      (result.forwardFlops + result.backwardFlops) * st.microbatches +
+      result.updateFlops;
   for (func::FuncOp f : {forward, backward})
     f.walk([&](Operation *op) {
       EmittedTransfer t;
       t.phase = f->getAttrOfType<StringAttr>("pipe.phase").getValue().str();
       if (auto s = dyn_cast<pipeline::SendOp>(op)) {
-        t = {true, t.phase, static_cast<int64_t>(s.getPeer()),
-             static_cast<int64_t>(s.getTag()), bytesOf(s.getValue()),
+        t = {true,
+             t.phase,
+             static_cast<int64_t>(s.getPeer()),
+             static_cast<int64_t>(s.getTag()),
+             bytesOf(s.getValue()),
              typeString(s.getValue().getType())};
       } else if (auto r = dyn_cast<pipeline::RecvOp>(op)) {
-        t = {false, t.phase, static_cast<int64_t>(r.getPeer()),
-             static_cast<int64_t>(r.getTag()), bytesOf(r.getValue()),
+        t = {false,
+             t.phase,
+             static_cast<int64_t>(r.getPeer()),
+             static_cast<int64_t>(r.getTag()),
+             bytesOf(r.getValue()),
              typeString(r.getValue().getType())};
       } else {
         return;
@@ -1016,10 +1024,9 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
     auto name =
         forward.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "nn.input");
     auto t = tensorType(arg);
-    EmittedInput in{name ? name.getValue().str() : "",
-                    t.getElementType().isF32(),
-                    std::vector<int64_t>(t.getShape().begin(),
-                                         t.getShape().end())};
+    EmittedInput in{
+        name ? name.getValue().str() : "", t.getElementType().isF32(),
+        std::vector<int64_t>(t.getShape().begin(), t.getShape().end())};
     ds << "  {\"" << in.name << "\", nullptr, "
        << (in.isFloat ? "GP_F32" : "GP_I64") << ", " << t.getRank() << ", "
        << st.shapeArray(t.getShape()) << ", 0},\n";
@@ -1028,9 +1035,9 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   ds << "  {nullptr, nullptr, GP_F32, 0, nullptr, 0}\n};\n";
   ds << "static const gp_tensor_desc kParams[] = {\n";
   for (auto &[name, t] : st.paramOrder) {
-    EmittedParam ep{name, weightFileName(name, takenWeightFiles),
-                    std::vector<int64_t>(t.getShape().begin(),
-                                         t.getShape().end())};
+    EmittedParam ep{
+        name, weightFileName(name, takenWeightFiles),
+        std::vector<int64_t>(t.getShape().begin(), t.getShape().end())};
     ds << "  {\"" << llvm::StringRef(ep.name) << "\", \"" << ep.file
        << "\", GP_F32, " << t.getRank() << ", " << st.shapeArray(t.getShape())
        << ", " << st.paramOffset.lookup(name) << "},\n";

@@ -34,15 +34,15 @@ struct EmittedTransfer {
 
 /// The static memory plan of a stage, all in bytes.
 struct MemoryPlan {
-  int64_t arenaBytes = 0;       // everything the stage allocates, once
-  int64_t parameterBytes = 0;   // parameters
-  int64_t optimizerBytes = 0;   // optimizer state (momentum, Adam moments)
-  int64_t gradientBytes = 0;    // gradient accumulators
+  int64_t arenaBytes = 0;     // everything the stage allocates, once
+  int64_t parameterBytes = 0; // parameters
+  int64_t optimizerBytes = 0; // optimizer state (momentum, Adam moments)
+  int64_t gradientBytes = 0;  // gradient accumulators
   int64_t stashBytesPerMicrobatch = 0; // kept from forward to backward
-  int64_t stashBytes = 0;       // that, for every in-flight micro-batch
-  int64_t inputBytes = 0;       // one micro-batch of the graph inputs read
-  int64_t transientBytes = 0;   // peak of the temporaries of any one action
-  int64_t constantBytes = 0;    // constants compiled into the executable
+  int64_t stashBytes = 0;              // that, for every in-flight micro-batch
+  int64_t inputBytes = 0;     // one micro-batch of the graph inputs read
+  int64_t transientBytes = 0; // peak of the temporaries of any one action
+  int64_t constantBytes = 0;  // constants compiled into the executable
 };
 
 struct EmittedStage {

@@ -351,9 +351,9 @@ LogicalResult buildExecutables(const CompileOptions &o, const std::string &dir,
       llvm::errs() << "\n";
     }
     bool failedToStart = false;
-    job.process = llvm::sys::ExecuteNoWait(*found, argRefs, std::nullopt,
-                                           redirects, 0, &startError,
-                                           &failedToStart);
+    job.process =
+        llvm::sys::ExecuteNoWait(*found, argRefs, std::nullopt, redirects, 0,
+                                 &startError, &failedToStart);
     if (failedToStart)
       break;
     jobs.push_back(std::move(job));
@@ -380,8 +380,8 @@ LogicalResult buildExecutables(const CompileOptions &o, const std::string &dir,
     errorLine() << "building " << failedName << " failed (exit " << failedRc
                 << ")" << (failedError.empty() ? "" : ": " + failedError)
                 << "; compiler output:\n";
-    if (auto buf = llvm::MemoryBuffer::getFile(dir + "/" + failedName +
-                                               ".build.log"))
+    if (auto buf =
+            llvm::MemoryBuffer::getFile(dir + "/" + failedName + ".build.log"))
       llvm::errs() << (*buf)->getBuffer().take_back(4000);
     return failure();
   }
@@ -522,9 +522,8 @@ void explainStage(int64_t index, func::FuncOp forward,
      << " bytes (64-byte aligned) = parameters " << m.parameterBytes
      << " + optimizer state " << m.optimizerBytes << " + gradients "
      << m.gradientBytes << " + activations " << m.stashBytes << " ("
-     << microbatches << " x " << m.stashBytesPerMicrobatch
-     << ") + temporaries " << m.transientBytes << " + alignment "
-     << m.arenaBytes - parts << "\n";
+     << microbatches << " x " << m.stashBytesPerMicrobatch << ") + temporaries "
+     << m.transientBytes << " + alignment " << m.arenaBytes - parts << "\n";
 }
 
 /// Prints diagnostics as "gpipe-compile: error: FILE: node 'N': message".
@@ -684,17 +683,17 @@ int gpipe::compile(const CompileOptions &o) {
       std::string err;
       if (!src || !npyWriteF32(weights + "/" + p.file, src->data.data(),
                                p.shape.data(), p.shape.size(), err)) {
-        errorLine() << "cannot write the weights of '" << p.name
-                    << "': " << err << "\n";
+        errorLine() << "cannot write the weights of '" << p.name << "': " << err
+                    << "\n";
         return cleanupAndFail();
       }
     }
   llvm::SmallString<256> srcAbs(o.modelPath);
   llvm::sys::fs::make_absolute(srcAbs);
   if (failed(writeFile(staging + "/model.onnx", model->originalModel)) ||
-      failed(writeFile(staging + "/pipeline.json",
-                       pipelineJson(o, *model, stages, remat,
-                                    srcAbs.str().str()))) ||
+      failed(writeFile(
+          staging + "/pipeline.json",
+          pipelineJson(o, *model, stages, remat, srcAbs.str().str()))) ||
       failed(writeFile(staging + "/pipeline.mlir", mlirText)))
     return cleanupAndFail();
   for (auto [name, stage] : llvm::zip(names, stages))

@@ -166,7 +166,8 @@ void AutodiffPass::runOnOperation() {
     if (!param)
       continue;
     if (Value g = grads.lookup(param.getOutput())) {
-      auto pg = nn::ParamGradOp::create(b, param.getLoc(), param.getOutput(), g);
+      auto pg =
+          nn::ParamGradOp::create(b, param.getLoc(), param.getOutput(), g);
       if (Attribute stage = param->getAttr("pipe.stage"))
         pg->setAttr("pipe.stage", stage);
     }

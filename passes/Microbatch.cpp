@@ -151,9 +151,8 @@ LogicalResult MicrobatchPass::propagate(Operation *op) {
       return fail("the loss's logits and labels must both carry the batch "
                   "on their first axis");
     if (microbatches > 1)
-      x.setMicrobatchesAttr(
-          IntegerAttr::get(IntegerType::get(op->getContext(), 64),
-                           microbatches));
+      x.setMicrobatchesAttr(IntegerAttr::get(
+          IntegerType::get(op->getContext(), 64), microbatches));
     return success(); // the loss is a scalar
   }
   return fail("'" + op->getName().getStringRef() +
@@ -166,7 +165,8 @@ void MicrobatchPass::runOnOperation() {
   if (func.isExternal())
     return;
   if (microbatches < 1) {
-    func.emitError("microbatches must be >= 1, got ") << static_cast<int64_t>(microbatches);
+    func.emitError("microbatches must be >= 1, got ")
+        << static_cast<int64_t>(microbatches);
     return signalPassFailure();
   }
   Block &block = func.getBody().front();

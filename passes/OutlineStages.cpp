@@ -194,9 +194,8 @@ Value Outliner::Builder::get(Value v) {
 /// peer, then by tag. With all receives at the start of an action and all
 /// sends at its end, that order cannot deadlock (gpipe-check-schedule
 /// verifies it).
-static SmallVector<const Edge *> orderedEdges(ArrayRef<Edge> edges,
-                                              int64_t stage, Phase phase,
-                                              bool outgoing) {
+static SmallVector<const Edge *>
+orderedEdges(ArrayRef<Edge> edges, int64_t stage, Phase phase, bool outgoing) {
   SmallVector<const Edge *> list;
   for (const Edge &e : edges)
     if (e.phase == phase && (outgoing ? e.from : e.to) == stage)
@@ -213,9 +212,9 @@ static SmallVector<const Edge *> orderedEdges(ArrayRef<Edge> edges,
 
 void Outliner::Builder::receiveAll() {
   for (const Edge *e : orderedEdges(o.edges, stage, phase, false))
-    map.map(e->value, pipeline::RecvOp::create(b, e->value.getLoc(),
-                                               e->value.getType(), e->from,
-                                               e->tag));
+    map.map(e->value,
+            pipeline::RecvOp::create(b, e->value.getLoc(), e->value.getType(),
+                                     e->from, e->tag));
 }
 
 void Outliner::Builder::sendAll() {
@@ -236,8 +235,8 @@ Operation *Outliner::Builder::cloneOp(Operation *op) {
 static func::FuncOp makeFunc(OpBuilder &b, Location loc, StringRef name,
                              TypeRange args, TypeRange results, int64_t stage,
                              Phase phase) {
-  auto func = func::FuncOp::create(b, loc, name,
-                                   b.getFunctionType(args, results));
+  auto func =
+      func::FuncOp::create(b, loc, name, b.getFunctionType(args, results));
   func->setAttr("pipe.stage", b.getI64IntegerAttr(stage));
   func->setAttr("pipe.phase", b.getStringAttr(phaseName(phase)));
   Block *body = func.addEntryBlock();
@@ -331,8 +330,8 @@ func::FuncOp Outliner::buildUpdate(int64_t s) {
       continue;
     Value param = op.getOperand(0), grad = op.getOperand(1);
     auto name = param.getDefiningOp<nn::ParamOp>().getName();
-    ub.map.map(grad, pipeline::AccumulatedGradOp::create(
-                         ub.b, op.getLoc(), grad.getType(), name));
+    ub.map.map(grad, pipeline::AccumulatedGradOp::create(ub.b, op.getLoc(),
+                                                         grad.getType(), name));
     ub.cloneOp(&op);
   }
   func::ReturnOp::create(ub.b, step.getLoc());
@@ -409,10 +408,9 @@ LogicalResult Outliner::run() {
 
   OpBuilder b(module.getContext());
   module->setAttr("pipe.stages", b.getI64IntegerAttr(numStages));
-  module->setAttr("pipe.microbatches",
-                  step->getAttr("pipe.microbatches")
-                      ? step->getAttr("pipe.microbatches")
-                      : b.getI64IntegerAttr(1));
+  module->setAttr("pipe.microbatches", step->getAttr("pipe.microbatches")
+                                           ? step->getAttr("pipe.microbatches")
+                                           : b.getI64IntegerAttr(1));
   if (Attribute batch = step->getAttr("pipe.batch_size"))
     module->setAttr("pipe.batch_size", batch);
   step.erase();
@@ -420,8 +418,7 @@ LogicalResult Outliner::run() {
 }
 
 namespace {
-struct OutlineStagesPass
-    : gpipe::impl::OutlineStagesBase<OutlineStagesPass> {
+struct OutlineStagesPass : gpipe::impl::OutlineStagesBase<OutlineStagesPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     SmallVector<func::FuncOp> steps;

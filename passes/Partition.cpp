@@ -85,7 +85,8 @@ void PartitionPass::runOnOperation() {
       compute.push_back(&op);
   if (static_cast<int64_t>(compute.size()) < stages) {
     func.emitError("cannot split ")
-        << compute.size() << " compute ops into " << static_cast<int64_t>(stages)
+        << compute.size() << " compute ops into "
+        << static_cast<int64_t>(stages)
         << " stages: every stage needs at least one op";
     return signalPassFailure();
   }

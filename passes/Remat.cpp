@@ -71,10 +71,10 @@ LogicalResult rematerialize(func::FuncOp forward, func::FuncOp backward) {
   for (Value v : newStash)
     newArgs.push_back(bwd.addArgument(v.getType(), v.getLoc()));
   OpBuilder b = OpBuilder::atBlockBegin(&bwd);
-  SmallVector<Type> stashTypes(llvm::map_range(
-      oldStash, [](Value v) { return v.getType(); }));
-  auto remat = pipeline::RematOp::create(b, forward.getLoc(), stashTypes,
-                                         newArgs);
+  SmallVector<Type> stashTypes(
+      llvm::map_range(oldStash, [](Value v) { return v.getType(); }));
+  auto remat =
+      pipeline::RematOp::create(b, forward.getLoc(), stashTypes, newArgs);
   Block *body = b.createBlock(&remat.getBody());
   IRMapping map;
   for (auto [v, arg] : llvm::zip(newStash, newArgs))
@@ -93,14 +93,13 @@ LogicalResult rematerialize(func::FuncOp forward, func::FuncOp backward) {
   erase.set(0, oldCount);
   if (failed(backward.eraseArguments(erase)))
     return failure();
-  backward.setType(FunctionType::get(backward.getContext(),
-                                     bwd.getArgumentTypes(), {}));
+  backward.setType(
+      FunctionType::get(backward.getContext(), bwd.getArgumentTypes(), {}));
 
   // Forward: return the boundary inputs.
   ret.getOperandsMutable().assign(newStash);
-  forward.setType(FunctionType::get(forward.getContext(),
-                                    fwd.getArgumentTypes(),
-                                    ret.getOperandTypes()));
+  forward.setType(FunctionType::get(
+      forward.getContext(), fwd.getArgumentTypes(), ret.getOperandTypes()));
   eraseDeadOps(forward);
   eraseDeadOps(backward);
   return success();

@@ -63,25 +63,33 @@ LogicalResult checkSchedules(ModuleOp module) {
     if (failed(actions))
       return failure();
     for (auto [i, a] : llvm::enumerate(*actions)) {
-      FlatSymbolRefAttr ref = a.kind == ScheduleOp::Action::Forward
-                                  ? sched.getForwardAttr()
-                              : a.kind == ScheduleOp::Action::Backward
-                                  ? sched.getBackwardAttr()
-                                  : sched.getUpdateAttr();
-      auto func = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(sched, ref);
+      FlatSymbolRefAttr ref =
+          a.kind == ScheduleOp::Action::Forward    ? sched.getForwardAttr()
+          : a.kind == ScheduleOp::Action::Backward ? sched.getBackwardAttr()
+                                                   : sched.getUpdateAttr();
+      auto func =
+          SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(sched, ref);
       if (!func)
         return sched.emitError("no function ") << ref;
       StringRef name = cast<StringAttr>(sched.getActions()[i]).getValue();
       WalkResult walk = func.walk([&](Operation *op) {
         Transfer t{false, 0, 0, a.microbatch, Type(), op, name};
         if (auto send = dyn_cast<pipeline::SendOp>(op)) {
-          t = {true, static_cast<int64_t>(send.getPeer()),
-               static_cast<int64_t>(send.getTag()), a.microbatch,
-               send.getValue().getType(), op, name};
+          t = {true,
+               static_cast<int64_t>(send.getPeer()),
+               static_cast<int64_t>(send.getTag()),
+               a.microbatch,
+               send.getValue().getType(),
+               op,
+               name};
         } else if (auto recv = dyn_cast<pipeline::RecvOp>(op)) {
-          t = {false, static_cast<int64_t>(recv.getPeer()),
-               static_cast<int64_t>(recv.getTag()), a.microbatch,
-               recv.getValue().getType(), op, name};
+          t = {false,
+               static_cast<int64_t>(recv.getPeer()),
+               static_cast<int64_t>(recv.getTag()),
+               a.microbatch,
+               recv.getValue().getType(),
+               op,
+               name};
         } else {
           return WalkResult::advance();
         }
@@ -104,8 +112,8 @@ LogicalResult checkSchedules(ModuleOp module) {
       sends, recvs;
   for (int64_t s = 0; s < k; ++s)
     for (const Transfer &t : transfers[s])
-      (t.isSend ? sends : recvs)[{t.isSend ? s : t.peer, t.isSend ? t.peer : s,
-                                  t.tag}]
+      (t.isSend ? sends
+                : recvs)[{t.isSend ? s : t.peer, t.isSend ? t.peer : s, t.tag}]
           .push_back(&t);
   auto check = [&](auto &mine, auto &theirs, bool isSend) -> LogicalResult {
     for (auto &[key, list] : mine) {
@@ -115,12 +123,14 @@ LogicalResult checkSchedules(ModuleOp module) {
       if (list.size() > matched) {
         const Transfer &t = *list[matched];
         int64_t me = isSend ? from : to;
-        return schedules[me].emitError("stage ")
+        return schedules[me]
+                   .emitError("stage ")
                    .append(me, ", ", describe(t), ": no matching ",
                            isSend ? "pipe.recv" : "pipe.send", " in stage ",
                            t.peer, " (", list.size(), " ",
-                           isSend ? "sends" : "receives", " of this tag per "
-                                                          "step, ",
+                           isSend ? "sends" : "receives",
+                           " of this tag per "
+                           "step, ",
                            matched, " ", isSend ? "receives" : "sends", ")")
                    .attachNote(t.op->getLoc())
                << "this transfer";
@@ -137,7 +147,8 @@ LogicalResult checkSchedules(ModuleOp module) {
           return schedules[to].emitError("stage ")
                  << to << ", " << describe(rcv) << " gets micro-batch "
                  << snd.microbatch << " (sent in stage " << from << "'s action "
-                 << snd.action << "): the stages run micro-batches in "
+                 << snd.action
+                 << "): the stages run micro-batches in "
                     "different orders";
       }
     }
@@ -173,9 +184,9 @@ LogicalResult checkSchedules(ModuleOp module) {
   if (blocked.empty())
     return success();
   int64_t first = blocked.front();
-  InFlightDiagnostic diag = schedules[first].emitError("the schedule deadlocks: stage ")
-                            << first << " blocks in "
-                            << describe(transfers[first][pos[first]]);
+  InFlightDiagnostic diag =
+      schedules[first].emitError("the schedule deadlocks: stage ")
+      << first << " blocks in " << describe(transfers[first][pos[first]]);
   for (int64_t s : blocked)
     diag.attachNote(transfers[s][pos[s]].op->getLoc())
         << "stage " << s << " blocks in " << describe(transfers[s][pos[s]]);

@@ -31,7 +31,8 @@ int main(int argc, char **argv) {
       "mini-batch size B: fixes a symbolic batch dimension of the graph "
       "inputs (default: the model's static batch)")(
       "stages,k", po::value(&o.stages)->default_value(1)->value_name("K"),
-      "pipeline stages K: the graph is cut into K cost-balanced stages, one executable each")(
+      "pipeline stages K: the graph is cut into K cost-balanced stages, one "
+      "executable each")(
       "microbatches,m",
       po::value(&o.microbatches)->default_value(1)->value_name("M"),
       "micro-batches M per mini-batch (must divide the batch size)")(
@@ -53,9 +54,8 @@ int main(int argc, char **argv) {
       "schedule",
       po::value(&o.schedule)->default_value("gpipe")->value_name("S"),
       "pipeline schedule: gpipe (all forwards, then all backwards, then the "
-      "update)")(
-      "explain", po::bool_switch(&o.explain),
-      "print each stage's ops, parameters, FLOPs and memory plan")(
+      "update)")("explain", po::bool_switch(&o.explain),
+                 "print each stage's ops, parameters, FLOPs and memory plan")(
       "cxx", po::value(&o.cxx)->value_name("PATH"),
       "host C++ compiler for the CPU target (default: $CXX, else the one "
       "gpipe-compile was built with)")(

@@ -93,8 +93,12 @@ static LogicalResult verifyPeer(Operation *op, int64_t peer, int64_t tag) {
   return success();
 }
 
-LogicalResult SendOp::verify() { return verifyPeer(*this, getPeer(), getTag()); }
-LogicalResult RecvOp::verify() { return verifyPeer(*this, getPeer(), getTag()); }
+LogicalResult SendOp::verify() {
+  return verifyPeer(*this, getPeer(), getTag());
+}
+LogicalResult RecvOp::verify() {
+  return verifyPeer(*this, getPeer(), getTag());
+}
 
 LogicalResult AccumulateGradOp::verify() {
   if (getParam().empty())
@@ -151,13 +155,15 @@ FailureOr<SmallVector<ScheduleOp::Action>> ScheduleOp::parseActions() {
     else if (s.consume_front("B"))
       a.kind = Action::Backward;
     else
-      return emitOpError("action #") << i << " '" << cast<StringAttr>(attr).getValue()
-                                      << "' is not F<m>, B<m> or U",
+      return emitOpError("action #")
+                 << i << " '" << cast<StringAttr>(attr).getValue()
+                 << "' is not F<m>, B<m> or U",
              failure();
     if (s.empty() || !llvm::all_of(s, llvm::isDigit) ||
         s.getAsInteger(10, a.microbatch))
-      return emitOpError("action #") << i << " '" << cast<StringAttr>(attr).getValue()
-                                      << "' has no micro-batch number",
+      return emitOpError("action #")
+                 << i << " '" << cast<StringAttr>(attr).getValue()
+                 << "' has no micro-batch number",
              failure();
     actions.push_back(a);
   }
@@ -194,9 +200,9 @@ LogicalResult ScheduleOp::verify() {
              << m << " (module attribute pipe.microbatches)";
     auto &at = a.kind == Action::Forward ? forwardAt : backwardAt;
     if (at[a.microbatch] >= 0)
-      return emitOpError("action #") << i << " repeats "
-                                     << (a.kind == Action::Forward ? "F" : "B")
-                                     << a.microbatch;
+      return emitOpError("action #")
+             << i << " repeats " << (a.kind == Action::Forward ? "F" : "B")
+             << a.microbatch;
     at[a.microbatch] = i;
     if (a.kind == Action::Backward && forwardAt[a.microbatch] < 0)
       return emitOpError("action #")
@@ -205,18 +211,18 @@ LogicalResult ScheduleOp::verify() {
   for (int64_t k = 0; k < m; ++k)
     if (forwardAt[k] < 0 || backwardAt[k] < 0)
       return emitOpError("micro-batch ")
-             << k << " lacks its " << (forwardAt[k] < 0 ? "forward" : "backward");
+             << k << " lacks its "
+             << (forwardAt[k] < 0 ? "forward" : "backward");
   if (updates != 1)
     return emitOpError("needs exactly one update action 'U'");
   return success();
 }
 
-LogicalResult
-ScheduleOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
-  for (auto [what, ref] : {std::pair<StringRef, FlatSymbolRefAttr>{
-                               "forward", getForwardAttr()},
-                           {"backward", getBackwardAttr()},
-                           {"update", getUpdateAttr()}}) {
+LogicalResult ScheduleOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  for (auto [what, ref] :
+       {std::pair<StringRef, FlatSymbolRefAttr>{"forward", getForwardAttr()},
+        {"backward", getBackwardAttr()},
+        {"update", getUpdateAttr()}}) {
     auto func = symbolTable.lookupNearestSymbolFrom<func::FuncOp>(*this, ref);
     if (!func)
       return emitOpError() << what << " function " << ref << " does not exist";

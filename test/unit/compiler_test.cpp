@@ -1,8 +1,8 @@
 // Unit tests of compiler pieces: weight file names, broadcasting, memory plan.
 #include "compiler/CppEmitter.h"
-#include "passes/Passes.h"
 #include "dialects/nn/NNOps.h"
 #include "dialects/pipe/PipeOps.h"
+#include "passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -109,9 +109,8 @@ TEST(MemoryPlan, StashAndSlotReuse) {
   // computes.
   const int64_t weight = 256 * 256 * 4;
   EXPECT_LE(m.transientBytes, 3 * weight + 3 * tensor);
-  EXPECT_EQ(stage->forwardFlops, depth * (2LL * 64 * 256 * 256 +
-                                          8LL * 64 * 256) +
-                                     6LL * 64 * 256);
+  EXPECT_EQ(stage->forwardFlops,
+            depth * (2LL * 64 * 256 * 256 + 8LL * 64 * 256) + 6LL * 64 * 256);
   EXPECT_EQ(stage->schedule, (std::vector<std::string>{"F0", "B0", "U"}));
 }
 
