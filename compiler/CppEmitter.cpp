@@ -345,7 +345,7 @@ LogicalResult FuncEmitter::plan() {
         it->second = stage.permanent(bytesOf(p.getOutput()));
         stage.paramOrder.push_back(
             {p.getName().str(), tensorType(p.getOutput())});
-        stage.result.memory.parameterBytes += bytesOf(p.getOutput());
+        stage.result.memory.parameterBytes += alignUp(bytesOf(p.getOutput()));
       }
       storage[p.getOutput()] = {Storage::Arena, it->second, ""};
     } else if (auto c = dyn_cast<nn::ConstantOp>(op)) {
@@ -903,7 +903,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
       if (inserted) {
         it->second = st.permanent(bytesOf(p.getOutput()));
         st.paramOrder.push_back({p.getName().str(), tensorType(p.getOutput())});
-        result.memory.parameterBytes += bytesOf(p.getOutput());
+        result.memory.parameterBytes += alignUp(bytesOf(p.getOutput()));
       }
     });
   update.walk([&](Operation *op) {
@@ -918,7 +918,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
     }
     for (int k = 0; k < buffers; ++k) {
       st.optimizerState[op].push_back(st.permanent(bytesOf(param)));
-      result.memory.optimizerBytes += bytesOf(param);
+      result.memory.optimizerBytes += alignUp(bytesOf(param));
     }
   });
   st.accumulatorBegin = st.cursor;

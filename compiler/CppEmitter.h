@@ -35,7 +35,7 @@ struct EmittedTransfer {
 /// The static memory plan of a stage, all in bytes.
 struct MemoryPlan {
   int64_t arenaBytes = 0;     // everything the stage allocates, once
-  int64_t parameterBytes = 0; // parameters
+  int64_t parameterBytes = 0; // parameters (each 64-byte aligned, as all)
   int64_t optimizerBytes = 0; // optimizer state (momentum, Adam moments)
   int64_t gradientBytes = 0;  // gradient accumulators
   int64_t stashBytesPerMicrobatch = 0; // kept from forward to backward

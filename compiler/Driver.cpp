@@ -559,6 +559,8 @@ int gpipe::compile(const CompileOptions &o) {
 
   MLIRContext ctx;
   ctx.loadDialect<nn::NNDialect, pipeline::PipeDialect, func::FuncDialect>();
+  // Diagnostics name the node; a dump of the op would drown the message.
+  ctx.printOpOnDiagnostic(false);
   ScopedDiagnosticHandler handler(&ctx, printDiagnostic);
 
   ImportOptions io;

@@ -83,13 +83,6 @@ void PartitionPass::runOnOperation() {
   for (Operation &op : block.without_terminator())
     if (!isa<nn::ParamOp, nn::ConstantOp>(op))
       compute.push_back(&op);
-  if (static_cast<int64_t>(compute.size()) < stages) {
-    func.emitError("cannot split ")
-        << compute.size() << " compute ops into "
-        << static_cast<int64_t>(stages)
-        << " stages: every stage needs at least one op";
-    return signalPassFailure();
-  }
   // The loss goes last, so it lands on the last stage (nothing reads it: any
   // op after it in the block is independent of it).
   Operation *ret = block.getTerminator();
@@ -102,17 +95,41 @@ void PartitionPass::runOnOperation() {
           compute.push_back(loss);
         }
       }
+  // Reshapes are views that compute nothing: each rides with the op before
+  // it (or after it, at the start), so every stage does real work.
+  SmallVector<SmallVector<Operation *>> units;
+  bool onlyViews = false;
+  for (Operation *op : compute) {
+    bool view = isa<nn::ReshapeOp>(op);
+    if (units.empty() || (!view && !onlyViews)) {
+      units.push_back({op});
+      onlyViews = view;
+      continue;
+    }
+    units.back().push_back(op);
+    onlyViews &= view;
+  }
+  if (static_cast<int64_t>(units.size()) < stages) {
+    func.emitError("cannot split ")
+        << units.size() << " compute ops into " << static_cast<int64_t>(stages)
+        << " stages: every stage needs at least one op (reshapes do not count)";
+    return signalPassFailure();
+  }
   SmallVector<double> cost;
-  for (Operation *op : compute)
-    cost.push_back(estimateCost(op));
+  for (auto &unit : units) {
+    cost.push_back(0.0);
+    for (Operation *op : unit)
+      cost.back() += estimateCost(op);
+  }
   SmallVector<size_t> starts = balancedCuts(cost, stages);
 
   OpBuilder b(func.getContext());
   int64_t stage = 0;
-  for (auto [i, op] : llvm::enumerate(compute)) {
+  for (auto [i, unit] : llvm::enumerate(units)) {
     while (stage + 1 < stages && i >= starts[stage + 1])
       ++stage;
-    op->setAttr("pipe.stage", b.getI64IntegerAttr(stage));
+    for (Operation *op : unit)
+      op->setAttr("pipe.stage", b.getI64IntegerAttr(stage));
   }
   // Parameters live on the stage of their users.
   for (Operation &op : block) {

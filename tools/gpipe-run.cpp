@@ -547,10 +547,12 @@ int main(int argc, char **argv) {
     } else if (auto found = llvm::sys::findProgramByName(name)) {
       mpirun = *found;
     } else {
-      return fail("cannot find '" + name + "' in PATH: a " +
-                  std::to_string(numStages) +
-                  "-stage pipeline runs under Open MPI's mpirun (apt-get "
-                  "install openmpi-bin, or set GPIPE_MPIRUN)");
+      return fail("cannot find '" + name + "' in PATH: " +
+                  (numStages > 1
+                       ? "a " + std::to_string(numStages) + "-stage pipeline"
+                       : std::string("--hostfile")) +
+                  " runs under Open MPI's mpirun (apt-get install "
+                  "openmpi-bin, or set GPIPE_MPIRUN)");
     }
   }
 
