@@ -411,6 +411,10 @@ def main():
     print("- libblas.so.3: %s; %s; %s" % (blas, sh("mpirun --version | head -1"),
                                            sh("c++ --version | head -1")))
     print("- date: %s, kernel %s" % (time.strftime("%Y-%m-%d %H:%M:%S"), platform.release()))
+    print("- source: %s (git describe --always --dirty); %s built %s"
+          % (sh("git -C %s describe --always --dirty" % shlex.quote(REPO)), a.bin,
+             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(
+                 os.path.getmtime(os.path.join(a.bin, "gpipe-compile"))))))
     print(flush=True)
 
     # export + data (as bench_step.py)

@@ -20,6 +20,7 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/raw_ostream.h"
@@ -148,6 +149,18 @@ struct StageState {
   llvm::DenseMap<Operation *, llvm::SmallVector<int64_t>> optimizerState;
   llvm::StringMap<int64_t> accumulator;
   int64_t accumulatorBegin = 0, accumulatorEnd = 0;
+  /// A weight gradient dW = G^T X whose GEMM waits for the update: each
+  /// micro-batch's backward copies G and X into row blocks of `gOffset` and
+  /// `xOffset`, and the update runs one GEMM over all M micro-batches (full
+  /// size, instead of M small ones that each stream the weight-sized
+  /// accumulator).
+  struct DeferredGemm {
+    std::string param;
+    int64_t rows = 0, gCols = 0, xCols = 0; // per micro-batch: G [rows, gCols]
+    int64_t gOffset = 0, xOffset = 0;
+  };
+  llvm::MapVector<Operation *, DeferredGemm> deferred;
+  int64_t deferredBytes = 0;
   // Stash slot of the micro-batch: offsets relative to S, the slot's base.
   int64_t stashBase = 0, stashBytes = 0;
   llvm::SmallVector<int64_t> stashOffsetOfResult; // forward result k
@@ -359,7 +372,10 @@ LogicalResult FuncEmitter::plan() {
   for (Operation &op : block)
     if (auto acc = dyn_cast<pipeline::AccumulateGradOp>(op)) {
       auto gemm = acc.getGrad().getDefiningOp<nn::GemmOp>();
-      if (gemm && !gemm.getC() && acc.getGrad().hasOneUse()) {
+      if (gemm && !gemm.getC() && acc.getGrad().hasOneUse() &&
+          (!stage.deferred.count(gemm) ||
+           // deferred: the result is never written
+           true)) {
         accumulateInPlace.insert(acc.getGrad());
         storage[acc.getGrad()] = {Storage::Arena,
                                   stage.accumulator.lookup(acc.getParam()), ""};
@@ -581,6 +597,19 @@ LogicalResult FuncEmitter::emitOp(Operation *op) {
   os << "\n";
   if (scalarExpr(op, {}))
     return emitElementwise(ArrayRef<Operation *>(op)), success();
+  if (auto it = stage.deferred.find(op); it != stage.deferred.end()) {
+    const StageState::DeferredGemm &d = it->second;
+    auto o = cast<nn::GemmOp>(op);
+    os << "  // weight gradient of '" << d.param
+       << "': operands kept for the update's GEMM\n";
+    os << "  std::memcpy(A + " << d.gOffset << " + mb * "
+       << d.rows * d.gCols * 4 << "LL, " << ptr(o.getA()) << ", "
+       << d.rows * d.gCols * 4 << ");\n";
+    os << "  std::memcpy(A + " << d.xOffset << " + mb * "
+       << d.rows * d.xCols * 4 << "LL, " << ptr(o.getB()) << ", "
+       << d.rows * d.xCols * 4 << ");\n";
+    return success();
+  }
   if (auto o = dyn_cast<nn::GemmOp>(op)) {
     auto at = tensorType(o.getA()), bt = tensorType(o.getB());
     auto out = tensorType(o.getOutput());
@@ -939,6 +968,25 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
         st.accumulator[name] = st.permanent(bytesOf(v));
     });
   st.accumulatorEnd = st.cursor;
+  if (st.microbatches > 1)
+    backward.walk([&](pipeline::AccumulateGradOp acc) {
+      auto gemm = acc.getGrad().getDefiningOp<nn::GemmOp>();
+      if (!gemm || !gemm.getTransA() || gemm.getTransB() || gemm.getC() ||
+          gemm.getAlpha().convertToFloat() != 1.f ||
+          !acc.getGrad().hasOneUse() ||
+          !tensorType(gemm.getA()).getElementType().isF32())
+        return;
+      StageState::DeferredGemm d;
+      d.param = acc.getParam().str();
+      d.rows = tensorType(gemm.getA()).getDimSize(0);
+      d.gCols = tensorType(gemm.getA()).getDimSize(1);
+      d.xCols = tensorType(gemm.getB()).getDimSize(1);
+      d.gOffset = st.permanent(st.microbatches * d.rows * d.gCols * 4);
+      d.xOffset = st.permanent(st.microbatches * d.rows * d.xCols * 4);
+      st.deferredBytes += alignUp(st.microbatches * d.rows * d.gCols * 4) +
+                          alignUp(st.microbatches * d.rows * d.xCols * 4);
+      st.deferred[gemm] = d;
+    });
 
   // The stash: one slot per in-flight micro-batch, holding the forward's
   // results (their storage roots, through reshapes).
@@ -1008,7 +1056,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   }
 
   MemoryPlan &m = result.memory;
-  m.gradientBytes = st.accumulatorEnd - st.accumulatorBegin;
+  m.gradientBytes = st.accumulatorEnd - st.accumulatorBegin + st.deferredBytes;
   m.stashBytesPerMicrobatch = st.stashBytes;
   m.stashBytes = st.stashBytes * st.microbatches;
   m.transientBytes = peak;
@@ -1082,11 +1130,22 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   ss << "// The optimizer update, once per mini-batch; then the gradient\n"
      << "// accumulators start again from zero.\n"
      << "static void update(gp_step_ctx *ctx) {\n"
-     << "  unsigned char *A = ctx->arena;\n  (void)A;\n"
-     << bodies[2];
-  if (m.gradientBytes)
+     << "  unsigned char *A = ctx->arena;\n  (void)A;\n";
+  for (auto &entry : st.deferred) {
+    const StageState::DeferredGemm &d = entry.second;
+    int64_t rows = d.rows * st.microbatches;
+    ss << "  // weight gradient of '" << d.param << "' over all "
+       << st.microbatches << " micro-batches\n"
+       << "  gp_gemm(1, 0, " << d.gCols << ", " << d.xCols << ", " << rows
+       << ", 1.0f, (const float *)(A + " << d.gOffset << "), " << d.gCols
+       << ", (const float *)(A + " << d.xOffset << "), " << d.xCols
+       << ", 1.0f, (float *)(A + " << st.accumulator.lookup(d.param) << "), "
+       << d.xCols << ");\n";
+  }
+  ss << bodies[2];
+  if (st.accumulatorEnd > st.accumulatorBegin)
     ss << "  std::memset(A + " << st.accumulatorBegin << ", 0, "
-       << m.gradientBytes << ");\n";
+       << st.accumulatorEnd - st.accumulatorBegin << ");\n";
   ss << "}\n\n";
   ss << "static const gp_program kProgram = {\"" << programName << "\", "
      << stageIndex << ", " << numStages << ", " << st.microbatches << ", "

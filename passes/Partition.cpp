@@ -17,10 +17,10 @@ using namespace gpipe;
 namespace {
 
 // A first cost model: a 100 GFLOP/s core, 20 GB/s of memory bandwidth, and
-// a backward that costs twice the forward.
+// a backward that costs one forward per operand that needs a gradient (one
+// that depends on a parameter): a GEMM on the data input skips its dX.
 constexpr double kFlopsPerSecond = 100e9;
 constexpr double kBytesPerSecond = 20e9;
-constexpr double kForwardAndBackward = 3.0;
 
 struct PartitionPass : gpipe::impl::PartitionBase<PartitionPass> {
   using PartitionBase::PartitionBase;
@@ -29,14 +29,17 @@ struct PartitionPass : gpipe::impl::PartitionBase<PartitionPass> {
 
 } // namespace
 
-/// Estimated seconds of one op's forward and backward.
-static double estimateCost(Operation *op) {
+/// Estimated seconds of one op's forward and backward; `active` holds the
+/// values that depend on a parameter.
+static double estimateCost(Operation *op, const llvm::DenseSet<Value> &active) {
   auto cost = dyn_cast<nn::CostOpInterface>(op);
   if (!cost)
     return 0.0;
   double t = std::max(cost.getFlops() / kFlopsPerSecond,
                       cost.getBytesAccessed() / kBytesPerSecond);
-  return kForwardAndBackward * t;
+  int64_t gradients = llvm::count_if(
+      op->getOperands(), [&](Value v) { return active.contains(v); });
+  return t * (1 + gradients);
 }
 
 /// Cuts `cost` into `k` contiguous non-empty groups minimising the largest
@@ -115,11 +118,17 @@ void PartitionPass::runOnOperation() {
         << " stages: every stage needs at least one op (reshapes do not count)";
     return signalPassFailure();
   }
+  llvm::DenseSet<Value> active;
+  for (Operation &op : block.without_terminator())
+    if (isa<nn::ParamOp>(op) || llvm::any_of(op.getOperands(), [&](Value v) {
+          return active.contains(v);
+        }))
+      active.insert(op.getResults().begin(), op.getResults().end());
   SmallVector<double> cost;
   for (auto &unit : units) {
     cost.push_back(0.0);
     for (Operation *op : unit)
-      cost.back() += estimateCost(op);
+      cost.back() += estimateCost(op, active);
   }
   SmallVector<size_t> starts = balancedCuts(cost, stages);
 

@@ -74,9 +74,10 @@ def Partition : Pass<"gpipe-partition", "mlir::func::FuncOp"> {
     gradient op on its forward op's stage; `gpipe-optimizer` puts each update
     on its parameter's stage). Compute ops, in program (topological) order,
     are cut into `stages` contiguous groups that minimise the largest group's
-    estimated cost: per op, forward plus backward time estimated as
-    3 * max(FLOPs / 100 GFLOP/s, bytes / 20 GB/s) from the op's cost
-    interface. The loss is on the last stage. Each op gets `pipe.stage`;
+    estimated cost: per op, t = max(FLOPs / 100 GFLOP/s, bytes / 20 GB/s)
+    from the op's cost interface for the forward, plus t for each operand
+    that needs a gradient (depends on a parameter) for the backward.
+    Reshapes compute nothing and stay with the op before them. The loss is on the last stage. Each op gets `pipe.stage`;
     parameters get the stage of their users (a parameter used on two stages
     is an error).
   }];

@@ -9,5 +9,5 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools \
   libonnx-dev libprotobuf-dev protobuf-compiler \
   libboost-program-options-dev libopenmpi-dev openmpi-bin \
-  libopenblas-dev libopenblas0-pthread libgtest-dev \
+  libdnnl-dev libopenblas-dev libopenblas0-pthread libgtest-dev \
   python3 python3-numpy python3-onnx python3-torch > /dev/null

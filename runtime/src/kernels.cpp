@@ -3,7 +3,7 @@
 #include "gpipe/runtime.h"
 #include "internal.h"
 
-#include <cblas.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
 #include <cmath>
@@ -66,6 +66,18 @@ constexpr int64_t kParallelMin = 1 << 15;
 
 extern "C" {
 
+/// oneDNN reports bad arguments as a status: a code generator bug.
+static void checkDnnl(dnnl_status_t status, int64_t m, int64_t n, int64_t k) {
+  if (status == dnnl_success)
+    return;
+  std::fprintf(stderr,
+               "gpipe: error: internal: oneDNN sgemm (%lld x %lld x %lld) "
+               "failed with status %d\n",
+               static_cast<long long>(m), static_cast<long long>(n),
+               static_cast<long long>(k), static_cast<int>(status));
+  std::abort();
+}
+
 void gp_gemm(int transA, int transB, int64_t M, int64_t N, int64_t K,
              float alpha, const float *A, int64_t lda, const float *B,
              int64_t ldb, float beta, float *C, int64_t ldc) {
@@ -86,11 +98,31 @@ void gp_gemm(int transA, int transB, int64_t M, int64_t N, int64_t K,
     ldb = std::max(ldb, colsB);
   if (M == 1)
     ldc = std::max(ldc, N);
-  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
-              transB ? CblasTrans : CblasNoTrans, static_cast<blasint>(M),
-              static_cast<blasint>(N), static_cast<blasint>(K), alpha, A,
-              static_cast<blasint>(lda), B, static_cast<blasint>(ldb), beta, C,
-              static_cast<blasint>(ldc));
+  // A few rows against a wide transposed operand (a micro-batch times a
+  // Linear weight): oneDNN, like every BLAS, re-packs the big operand on each
+  // call and runs at about half speed. Computing the transposed product
+  // T = B * A^T instead streams the weight once; T is small.
+  if (!transA && transB && M * 4 <= N && M * 4 <= K) {
+    thread_local std::vector<float> scratch;
+    if (scratch.size() < static_cast<size_t>(M * N))
+      scratch.resize(static_cast<size_t>(M * N));
+    float *t = scratch.data();
+    checkDnnl(dnnl_sgemm('N', 'T', N, M, K, alpha, B, ldb, A, lda, 0.f, t, M),
+              N, M, K);
+    // C = T^T + beta * C, in tiles that stay in cache.
+    constexpr int64_t kTile = 32;
+    for (int64_t jb = 0; jb < N; jb += kTile)
+      for (int64_t i = 0; i < M; ++i) {
+        float *c = C + i * ldc;
+        int64_t jEnd = std::min(N, jb + kTile);
+        for (int64_t j = jb; j < jEnd; ++j)
+          c[j] = t[j * M + i] + (beta == 0.f ? 0.f : beta * c[j]);
+      }
+    return;
+  }
+  checkDnnl(dnnl_sgemm(transA ? 'T' : 'N', transB ? 'T' : 'N', M, N, K, alpha,
+                       A, lda, B, ldb, beta, C, ldc),
+            M, N, K);
 }
 
 void gp_reduce_to(const float *in, const int64_t *in_shape, float *out,

@@ -17,9 +17,6 @@
 #include <sys/stat.h>
 #include <vector>
 
-// OpenBLAS' cblas.h declares it too, but the runtime's includes must not
-// depend on which cblas.h is found first.
-extern "C" void openblas_set_num_threads(int num_threads);
 
 namespace gpipe {
 
@@ -411,7 +408,6 @@ int StageRun::run() {
     return 2;
   }
 
-  openblas_set_num_threads(static_cast<int>(opt_.threads));
   // Generated elementwise loops and the update kernels use OpenMP.
   omp_set_num_threads(static_cast<int>(opt_.threads));
 

@@ -267,38 +267,51 @@ TEST(Npy, RejectsBadFiles) {
 //===----------------------------------------------------------------------===//
 
 TEST(Kernels, GemmAllTransposes) {
-  const int64_t M = 3, N = 5, K = 4;
-  for (int ta = 0; ta < 2; ++ta) {
-    for (int tb = 0; tb < 2; ++tb) {
-      // Stored shapes: A is [M,K] or [K,M], B is [K,N] or [N,K]; pad rows.
-      int64_t aRows = ta ? K : M, aCols = ta ? M : K;
-      int64_t bRows = tb ? N : K, bCols = tb ? K : N;
-      int64_t lda = aCols + 3, ldb = bCols + 2, ldc = N + 4;
-      std::vector<float> A = randomVec(aRows * lda, 1 + ta);
-      std::vector<float> B = randomVec(bRows * ldb, 3 + tb);
-      std::vector<float> C = randomVec(M * ldc, 5);
-      std::vector<float> C0 = C;
-      const float alpha = 1.5f, beta = -0.5f;
-      gp_gemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta,
-              C.data(), ldc);
-      for (int64_t i = 0; i < M; ++i) {
-        for (int64_t j = 0; j < N; ++j) {
-          double s = 0;
-          for (int64_t k = 0; k < K; ++k) {
-            double a = ta ? A[k * lda + i] : A[i * lda + k];
-            double b = tb ? B[j * ldb + k] : B[k * ldb + j];
-            s += a * b;
+  // The second shape (few rows, a wide transposed B) takes the transposed
+  // product path; beta 0 must ignore C, even NaN.
+  struct Shape {
+    int64_t M, N, K;
+    float beta;
+  };
+  for (Shape shape : {Shape{3, 5, 4, -0.5f}, Shape{5, 40, 24, -0.5f},
+                      Shape{5, 40, 24, 1.0f}, Shape{6, 70, 33, 0.0f}})
+    for (int ta = 0; ta < 2; ++ta) {
+      for (int tb = 0; tb < 2; ++tb) {
+        const int64_t M = shape.M, N = shape.N, K = shape.K;
+        // Stored shapes: A is [M,K] or [K,M], B is [K,N] or [N,K]; pad rows.
+        int64_t aRows = ta ? K : M, aCols = ta ? M : K;
+        int64_t bRows = tb ? N : K, bCols = tb ? K : N;
+        int64_t lda = aCols + 3, ldb = bCols + 2, ldc = N + 4;
+        std::vector<float> A = randomVec(aRows * lda, 1 + ta);
+        std::vector<float> B = randomVec(bRows * ldb, 3 + tb);
+        std::vector<float> C = randomVec(M * ldc, 5);
+        if (shape.beta == 0.0f)
+          for (int64_t i = 0; i < M; ++i)
+            for (int64_t j = 0; j < N; ++j)
+              C[i * ldc + j] = NAN;
+        std::vector<float> C0 = C;
+        const float alpha = 1.5f, beta = shape.beta;
+        gp_gemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta,
+                C.data(), ldc);
+        for (int64_t i = 0; i < M; ++i) {
+          for (int64_t j = 0; j < N; ++j) {
+            double s = 0;
+            for (int64_t k = 0; k < K; ++k) {
+              double a = ta ? A[k * lda + i] : A[i * lda + k];
+              double b = tb ? B[j * ldb + k] : B[k * ldb + j];
+              s += a * b;
+            }
+            double want =
+                alpha * s + (beta == 0.0f ? 0.0 : beta * C0[i * ldc + j]);
+            EXPECT_NEAR(C[i * ldc + j], want, 1e-4)
+                << "ta=" << ta << " tb=" << tb << " i=" << i << " j=" << j;
           }
-          double want = alpha * s + beta * C0[i * ldc + j];
-          EXPECT_NEAR(C[i * ldc + j], want, 1e-5)
-              << "ta=" << ta << " tb=" << tb << " i=" << i << " j=" << j;
+          // Padding columns are untouched.
+          for (int64_t j = N; j < ldc; ++j)
+            EXPECT_EQ(C[i * ldc + j], C0[i * ldc + j]);
         }
-        // Padding columns are untouched.
-        for (int64_t j = N; j < ldc; ++j)
-          EXPECT_EQ(C[i * ldc + j], C0[i * ldc + j]);
       }
     }
-  }
 }
 
 TEST(Kernels, GemmBetaZeroAndEmptyK) {
