@@ -64,6 +64,9 @@ bool isIgnored(int64_t label, int32_t hasIgnore, int64_t ignoreIndex) {
 // the OpenMP team costs more than the loop.
 constexpr int64_t kParallelMin = 1 << 15;
 
+/// The few-row cases, where M rows of A meet a large B: at most this many.
+constexpr int64_t kFewRows = 64;
+
 extern "C" {
 
 /// oneDNN reports bad arguments as a status: a code generator bug.
@@ -98,11 +101,11 @@ void gp_gemm(int transA, int transB, int64_t M, int64_t N, int64_t K,
     ldb = std::max(ldb, colsB);
   if (M == 1)
     ldc = std::max(ldc, N);
-  // A few rows against a wide transposed operand (a micro-batch times a
-  // Linear weight): oneDNN, like every BLAS, re-packs the big operand on each
-  // call and runs at about half speed. Computing the transposed product
-  // T = B * A^T instead streams the weight once; T is small.
-  if (!transA && transB && M * 4 <= N && M * 4 <= K) {
+  // A few rows times a wide transposed weight (a Linear layer's forward on a
+  // micro-batch): oneDNN, like every BLAS, re-packs the weight on each call
+  // and runs at about half speed. The transposed product T = B * A^T [N, M]
+  // streams the weight once and is small; then C = T^T + beta * C.
+  if (M <= kFewRows && N >= 4 * M && K >= 4 * M && !transA && transB) {
     thread_local std::vector<float> scratch;
     if (scratch.size() < static_cast<size_t>(M * N))
       scratch.resize(static_cast<size_t>(M * N));

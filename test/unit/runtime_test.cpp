@@ -274,7 +274,8 @@ TEST(Kernels, GemmAllTransposes) {
     float beta;
   };
   for (Shape shape : {Shape{3, 5, 4, -0.5f}, Shape{5, 40, 24, -0.5f},
-                      Shape{5, 40, 24, 1.0f}, Shape{6, 70, 33, 0.0f}})
+                      Shape{5, 40, 24, 1.0f}, Shape{6, 70, 33, 0.0f},
+                      Shape{20, 100, 90, 0.5f}, Shape{40, 170, 160, 0.0f}})
     for (int ta = 0; ta < 2; ++ta) {
       for (int tb = 0; tb < 2; ++tb) {
         const int64_t M = shape.M, N = shape.N, K = shape.K;
