@@ -487,7 +487,7 @@ int main(int argc, char **argv) {
       "weights-out", po::value(&weightsOut)->value_name("DIR"),
       "where the trained weights go (default OUT/trained)")(
       "threads", po::value(&threads)->default_value(1)->value_name("T"),
-      "CPU threads per stage (BLAS and OpenMP)")(
+      "CPU threads per stage process (oneDNN GEMMs and OpenMP loops)")(
       "hostfile", po::value(&hostfile)->value_name("FILE"),
       "run the stages under mpirun on the hosts of this Open MPI hostfile "
       "(OUT and the data at the same paths on every host)")(
@@ -591,9 +591,10 @@ int main(int argc, char **argv) {
     return a;
   };
 
-  // BLAS and OpenMP threads are pinned before the libraries start their
-  // pools; idle OpenMP threads sleep rather than spin, so they do not compete
-  // with OpenBLAS's threads for the cores (the user's OMP_WAIT_POLICY wins).
+  // Threads are pinned before the libraries start their pools (OpenMP, which
+  // oneDNN uses too; OPENBLAS_NUM_THREADS only matters to programs built on
+  // a BLAS); idle OpenMP threads sleep rather than spin (the user's
+  // OMP_WAIT_POLICY wins).
   std::vector<std::string> env;
   bool waitPolicySet = false, singleCopySet = false;
   for (char **e = environ; *e; ++e) {

@@ -51,7 +51,7 @@ const char kUsage[] =
     "  --weights-out DIR   write the trained parameters there at the end\n"
     "  --log-json FILE     one JSON object per step: "
     "{\"step\":1,\"loss\":..,\"ms\":..} (loss stage only)\n"
-    "  --threads T         BLAS and OpenMP threads (default 1)\n"
+    "  --threads T         OpenMP threads (oneDNN GEMMs, generated loops; default 1)\n"
     "  --status-file FILE  \"exit <code>\" at the end, \"signal <n>\" on a "
     "crash\n"
     "  --quiet             no per-step lines on stdout\n"
