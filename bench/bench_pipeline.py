@@ -9,12 +9,17 @@ One export, five compiles of it (gpipe-compile --batch-size 256):
   b   --stages K --microbatches M --remat none      pipelined, activations kept
   c   --stages K --microbatches M --remat stage     pipelined, the default remat for K > 1
   d   --stages 1 --microbatches M --remat none      1 stage, M micro-batches: what the
-                                                    smaller GEMMs and per-micro-batch
-                                                    gradient accumulation cost, no pipeline
+                                                    smaller forward and dX GEMMs and the
+                                                    deferred weight gradients (operand
+                                                    copies, one dW GEMM over all B rows
+                                                    per step) cost, no pipeline
   e   --stages 1 --microbatches M --remat stage     as d plus the forward recompute
 
-Every variant runs with gpipe-run --threads 1 (each stage process: OpenBLAS and OpenMP
-pinned to 1 thread; the environment also says OPENBLAS_NUM_THREADS=OMP_NUM_THREADS=1), so
+The stages' GEMMs are the runtime's gp_gemm, i.e. oneDNN's dnnl_sgemm (libdnnl.so.2, OpenMP
+threading); a forward X*W^T on at most 64 rows runs as the transposed product W*X^T, and with
+M > 1 each weight gradient dW = G^T X is one GEMM over all B rows in the update.
+Every variant runs with gpipe-run --threads 1 (each stage process: OpenMP, hence oneDNN, pinned
+to 1 thread; the environment also says OPENBLAS_NUM_THREADS=OMP_NUM_THREADS=1), so
 with K = 2 processes on a 2-core machine the speedup b/a or c/a isolates pipeline
 efficiency.  Beside them: a with --threads 2 (what the second core buys without a pipeline).
 
@@ -34,10 +39,15 @@ Correctness: every variant must give the loss curve of a within 1e-5 relative (f
 sums in another order), and every variant must repeat its own curve exactly across rounds.
 
 Breakdown (unless --no-trace): one more run of each variant with bench/pipeline_trace.c
-preloaded (LD_PRELOAD), which times every cblas_sgemm and MPI_Send/Probe/Recv call of
-every stage process; per stage and step it reports GEMM time by shape (and GFLOP/s), time
-blocked in send and in probe+recv (pipeline bubbles and transfer), and the rest
-(generated elementwise loops, gradient accumulation, update).
+preloaded (LD_PRELOAD), which times every dnnl_sgemm (and cblas_sgemm, for older builds) and
+MPI_Send/Probe/Recv call of every stage process; per stage and step it reports GEMM time by
+call shape (and GFLOP/s), time blocked in send and in probe+recv (pipeline bubbles and
+transfer), and the rest (generated elementwise loops, the transpose-back of the transposed
+forward path, the copies of the deferred dW operands, the update).
+
+GEMM sweep (unless --no-sweep): bench/gemm_sweep.c, linked against the build's
+libgpipe_runtime.a, times one-thread gp_gemm (the function the stages call) for one
+1024 x 1024 Linear's GEMMs at R rows, plus the plain dnnl_sgemm forward.
 
 Usage:
   /usr/bin/python3 bench/bench_pipeline.py --bin build/bin [--steps 20] [--warmup 3] [--repeat 5]
@@ -61,7 +71,7 @@ sys.dont_write_bytecode = True  # importing bench_step must not leave bench/__py
 
 import numpy as np  # noqa: E402
 
-from bench_step import blas_choice, cpu_model, env_for, sh  # noqa: E402
+from bench_step import cpu_model, env_for, sh  # noqa: E402
 
 HZ = os.sysconf("SC_CLK_TCK")
 LOSS_TOL = 1e-5
@@ -149,14 +159,33 @@ def compile_variant(a, model_path, out_dir, stages, micro, remat):
         return json.load(f)
 
 
-def ideal_speedup(pj, ref_flops):
+def deferred_dw_flops(out_dir, stage):
+    """FLOPs of the weight-gradient GEMMs that stage `stage` runs in its update (the deferred
+    dW = G^T X over all micro-batches, gp_gemm(1, 0, m, n, k, ...) in update()); 0 if none."""
+    import re
+    try:
+        src = open(os.path.join(out_dir, "stage%d.cpp" % stage)).read()
+    except OSError:
+        return 0
+    i = src.find("static void update(")
+    if i < 0:
+        return 0
+    body = src[i:src.find("\n}\n", i)]
+    return sum(2 * int(m) * int(n) * int(k) for m, n, k in
+               re.findall(r"gp_gemm\(1, 0, (\d+), (\d+), (\d+),", body))
+
+
+def ideal_speedup(pj, ref_flops, out_dir):
     """ref_flops / makespan of the stages' schedules when time = FLOPs (equal GEMM
     efficiency everywhere, free transfers): the best this partition, schedule and remat
-    mode can do against the 1-stage program."""
+    mode can do against the 1-stage program.  The deferred dW GEMMs (counted in
+    backward_flops_per_microbatch) run in the update: moved there."""
     stages = pj["stages"]
     K = len(stages)
+    M = pj["microbatches"]
     F = [s["forward_flops_per_microbatch"] for s in stages]
-    B = [s["backward_flops_per_microbatch"] for s in stages]
+    U = [deferred_dw_flops(out_dir, i) for i in range(K)]
+    B = [s["backward_flops_per_microbatch"] - U[i] / M for i, s in enumerate(stages)]
     done = {}  # (kind, stage, mb) -> finish time
     clock = [0.0] * K
     pos = [0] * K
@@ -175,7 +204,7 @@ def ideal_speedup(pj, ref_flops):
                     dep = done.get(("B", s + 1, mb)) if s < K - 1 else 0.0
                     dur = B[s]
                 else:
-                    dep, dur = 0.0, 0.0
+                    dep, dur = 0.0, U[s]
                 if dep is None:
                     break
                 clock[s] = max(clock[s], dep) + dur
@@ -204,16 +233,28 @@ def build_tracer(workdir):
 
 
 def gemm_class(ev):
-    M, N, K, ta, tb = ev[3:8]
+    """A GEMM call as recorded (M, N, K of the call; 'T' flags).  gp_gemm makes a Linear
+    forward X[m, k] * W[n, k]^T either directly ('N','T', M=m rows, N=n) or, for m <= 64 rows
+    against a wide weight (n, k >= 4m), as the transposed product W * X^T ('N','T', M=n,
+    N=m, beta 0), recognized here by that shape; dX = G * W is 'N','N' (M = rows); dW = G^T X
+    is 'T','N' with K = the rows (all B rows once per step when the dW is deferred)."""
+    M, N, K, ta, tb, acc = ev[3:9]
+    lib = "" if len(ev) > 9 and ev[9] else " (cblas)"
     if not ta and tb:
-        name = "fwd x*W^T"
+        if N <= 64 and M >= 4 * N and K >= 4 * N and not acc:
+            name = "fwd W*x^T (transposed path, %d rows)" % N
+        else:
+            name = "fwd x*W^T"
     elif not ta and not tb:
         name = "dX g*W"
     elif ta and not tb:
         name = "dW g^T*x"
     else:
         name = "other"
-    return "%s %dx%dx%d" % (name, M, N, K)
+    return "%s %dx%dx%d%s" % (name, M, N, K, lib)
+
+
+OTHER = "other (elementwise, transpose-back, dW operand copies, update)"
 
 
 def analyse_traces(trace_dir, steps, warmup):
@@ -227,7 +268,7 @@ def analyse_traces(trace_dir, steps, warmup):
             evs = []
             for line in f:
                 p = line.split("\t")
-                evs.append((p[0], int(p[1]), int(p[2])) + tuple(int(x) for x in p[3:9]))
+                evs.append((p[0], int(p[1]), int(p[2])) + tuple(int(x) for x in p[3:]))
         if rank < 0:
             rank = 0
         n = len(evs)
@@ -255,8 +296,7 @@ def analyse_traces(trace_dir, steps, warmup):
                 cats[k] = cats.get(k, 0.0) + d
                 counts[k] = counts.get(k, 0) + 1
                 accounted += d
-            cats["other (elementwise, accumulate, update)"] = \
-                cats.get("other (elementwise, accumulate, update)", 0.0) + span - accounted
+            cats[OTHER] = cats.get(OTHER, 0.0) + span - accounted
         ns = len(used)
         per_stage[rank] = {
             "span_ms": float(np.mean(spans)) if spans else float("nan"),
@@ -271,73 +311,96 @@ def analyse_traces(trace_dir, steps, warmup):
 # single-GEMM sweep: the stage programs' GEMM shapes at several micro-batch sizes
 # ---------------------------------------------------------------------------
 
-def gemm_sweep(a, quiet, width=1024, layers=8, reps=3):
-    """GFLOP/s of one-thread cblas_sgemm (the libopenblas.so.0 the stages link) for the
-    three GEMMs of a Linear layer at R rows, cycling over `layers` distinct weight and
-    gradient matrices as a stage does (8 x 4 MiB: not cache-resident)."""
+def onednn_version():
     import ctypes
+
+    class V(ctypes.Structure):
+        _fields_ = [("major", ctypes.c_int), ("minor", ctypes.c_int), ("patch", ctypes.c_int),
+                    ("hash", ctypes.c_char_p), ("cpu_runtime", ctypes.c_uint),
+                    ("gpu_runtime", ctypes.c_uint)]
     try:
-        lib = ctypes.CDLL("libopenblas.so.0")
+        lib = ctypes.CDLL("libdnnl.so.2")
     except OSError as e:
-        print("(no GEMM sweep: %s)" % e)
+        return "oneDNN: (%s)" % e
+    lib.dnnl_version.restype = ctypes.POINTER(V)
+    v = lib.dnnl_version().contents
+    return "oneDNN %d.%d.%d (libdnnl.so.2, dnnl_sgemm)" % (v.major, v.minor, v.patch)
+
+
+def build_sweep(a):
+    """bench/gemm_sweep.c linked against the build's libgpipe_runtime.a (gp_gemm)."""
+    cands = [os.path.join(a.bin, "..", "runtime", "libgpipe_runtime.a"),
+             os.path.join(a.bin, "..", "lib", "gpipe", "libgpipe_runtime.a"),
+             os.path.join(a.bin, "runtime", "libgpipe_runtime.a")]
+    rt = next((os.path.normpath(c) for c in cands if os.path.exists(c)), None)
+    if not rt:
+        print("(no GEMM sweep: libgpipe_runtime.a not found next to %s)" % a.bin)
+        return None, None
+    exe = os.path.join(a.workdir, "gemm_sweep")
+    cmd = (["cc", "-O2", "-o", exe, os.path.join(HERE, "gemm_sweep.c"), rt, "-ldnnl", "-fopenmp",
+            "-lstdc++", "-lm"] + sh("mpicc --showme:link").split())
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if p.returncode != 0:
+        print("(no GEMM sweep: building it failed: %s)" % p.stdout.decode(errors="replace"))
+        return None, None
+    return exe, rt
+
+
+def gemm_sweep(a, quiet, width=1024, layers=8, reps=3):
+    """ms per call of one-thread gp_gemm (the runtime function the stages call: oneDNN
+    dnnl_sgemm, with the transposed-product forward for <= 64 rows) for the three GEMMs of a
+    Linear layer at R rows, cycling over `layers` distinct weight and gradient matrices as a
+    stage does (8 x 4 MiB: not cache-resident); then what one layer costs per step when the
+    batch is cut into B/R micro-batches."""
+    exe, rt = build_sweep(a)
+    if not exe:
         return
-    lib.openblas_set_num_threads(1)
-    f = ctypes.c_float
-    P = ctypes.POINTER(ctypes.c_float)
-    lib.cblas_sgemm.argtypes = [ctypes.c_int] * 6 + [f, P, ctypes.c_int, P, ctypes.c_int, f, P,
-                                                      ctypes.c_int]
-    rng = np.random.default_rng(0)
-    W = [rng.standard_normal((width, width), dtype=np.float32) * 0.03 for _ in range(layers)]
-    G = [np.zeros((width, width), np.float32) for _ in range(layers)]
-    ptr = lambda x: x.ctypes.data_as(P)
-    RM, NT, T = 101, 111, 112
-    rows_list = sorted({32, 64, 128, 256, a.batch_size // a.microbatches, a.batch_size})
-    print()
-    print("### Single GEMM speed by micro-batch rows R (1 thread, libopenblas.so.0, %d distinct "
-          "%dx%d weights cycled; GFLOP/s, best of %d passes)" % (layers, width, width, reps))
-    print()
-    print("| R | fwd X*W^T [R x %d] (beta 1) | dX G*W [R x %d] (beta 0) | dW G^T*X [%d x %d], K=R "
-          "(beta 1) | all three, time-weighted |" % (width, width, width, width))
-    print("|--:|--:|--:|--:|--:|")
+    B = a.batch_size
+    rows_list = sorted({32, 64, 128, 256, B // a.microbatches, B})
     quiet.wait()
-    times = {"fwd": [], "dX": [], "dW": []}
+    p = subprocess.run([exe, str(width), str(layers), str(reps)] + [str(r) for r in rows_list],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env_for(1))
+    if p.returncode != 0:
+        print("(no GEMM sweep: gemm_sweep failed: %s)" % p.stdout.decode(errors="replace"))
+        return
+    t = {}
+    for line in p.stdout.decode().splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        v = line.split()
+        t[int(v[0])] = dict(zip(("fwd", "fwd_plain", "dX", "dW"), (float(x) for x in v[1:])))
+    gf = lambda R, ms: 2.0 * R * width * width / (ms * 1e-3) / 1e9
+    print()
+    print("### Single GEMM speed by rows R (1 thread; bench/gemm_sweep.c calling gp_gemm from %s, "
+          "i.e. oneDNN dnnl_sgemm; %d distinct %dx%d weights cycled; GFLOP/s, best of %d passes)"
+          % (os.path.relpath(rt, REPO) if rt.startswith(REPO) else rt, layers, width, width, reps))
+    print()
+    print("| R | fwd X*W^T via gp_gemm [R x %d] (beta 1; transposed product W*X^T for R <= 64) | "
+          "fwd, plain dnnl_sgemm('N','T') | dX G*W (beta 0) | dW G^T*X, K=R (beta 1) | "
+          "one layer per step, B=%d as B/R micro-batches, dW deferred: ms (rate vs R=B) | "
+          "same, dW per micro-batch |" % (width, B))
+    print("|--:|--:|--:|--:|--:|--:|--:|")
+    ref = t[B]["fwd"] + t[B]["dX"] + t[B]["dW"] if B in t else None
     for R in rows_list:
-        X = rng.standard_normal((R, width), dtype=np.float32)
-        Gr = rng.standard_normal((R, width), dtype=np.float32)
-        C = np.zeros((R, width), np.float32)
-        flop = 2.0 * R * width * width
-        calls = {
-            "fwd": lambda l: lib.cblas_sgemm(RM, NT, T, R, width, width, 1.0, ptr(X), width,
-                                             ptr(W[l]), width, 1.0, ptr(C), width),
-            "dX": lambda l: lib.cblas_sgemm(RM, NT, NT, R, width, width, 1.0, ptr(Gr), width,
-                                            ptr(W[l]), width, 0.0, ptr(C), width),
-            "dW": lambda l: lib.cblas_sgemm(RM, T, NT, width, width, R, 1.0, ptr(Gr), width,
-                                            ptr(X), width, 1.0, ptr(G[l]), width),
-        }
-        n = max(2, int(2e9 // (flop * layers)))  # ~2 GFLOP per pass
-        rates = {}
-        for k, fn in calls.items():
-            best = float("inf")
-            for _ in range(reps):
-                t0 = time.perf_counter()
-                for _ in range(n):
-                    for l in range(layers):
-                        fn(l)
-                best = min(best, (time.perf_counter() - t0) / (n * layers))
-            rates[k] = flop / best / 1e9
-        tot = 3 * flop / sum(flop / (rates[k] * 1e9) for k in rates) / 1e9
-        for k in rates:
-            times[k].append((R, flop / (rates[k] * 1e9) * 1e3))
-        print("| %d | %.0f | %.0f | %.0f | %.0f |" % (R, rates["fwd"], rates["dX"], rates["dW"], tot))
+        x = t[R]
+        n = B // R
+        step = n * (x["fwd"] + x["dX"]) + (t[B]["dW"] if B in t else float("nan"))
+        step_nd = n * (x["fwd"] + x["dX"] + x["dW"])
+        print("| %d | %.0f | %.0f | %.0f | %.0f | %.2f (%.2f) | %.2f (%.2f) |"
+              % (R, gf(R, x["fwd"]), gf(R, x["fwd_plain"]), gf(R, x["dX"]), gf(R, x["dW"]),
+                 step, ref / step if ref else float("nan"), step_nd,
+                 ref / step_nd if ref else float("nan")))
     # time per call = fixed + R * per_row (least squares): the fixed part is what every call
     # pays whatever its rows (packing / streaming the 1024 x 1024 operand, reading and
     # writing the 1024 x 1024 accumulator), the per-row part is the arithmetic.
     print()
-    print("Least-squares fit of ms per call = fixed + R x per-row: " + "; ".join(
-        "%s %.2f ms + R x %.4f ms (= %.0f GFLOP/s marginal)"
-        % ((k,) + tuple(np.polyfit([r for r, _ in v], [t for _, t in v], 1)[::-1]) +
-           (2.0 * width * width / (np.polyfit([r for r, _ in v], [t for _, t in v], 1)[0] * 1e-3) / 1e9,))
-        for k, v in times.items()))
+    fits = []
+    for k in ("fwd_plain", "dX", "dW"):  # not fwd: two code paths (R <= 64 or not)
+        slope, icpt = np.polyfit(rows_list, [t[R][k] for R in rows_list], 1)
+        fits.append("%s %.3f ms + R x %.5f ms (= %.0f GFLOP/s marginal)"
+                    % (k, icpt, slope, 2.0 * width * width / (slope * 1e-3) / 1e9))
+    print("Least-squares fit of ms per call = fixed + R x per-row over R = %s: %s"
+          % (", ".join(map(str, rows_list)), "; ".join(fits)))
 
 
 # ---------------------------------------------------------------------------
@@ -396,7 +459,6 @@ def main():
     os.makedirs(os.path.join(a.workdir, "data"), exist_ok=True)
     t_begin = time.time()
 
-    blas, _ = blas_choice()
     print("## gpipe-compile pipeline-efficiency benchmark")
     print()
     print("- model: mlp_deep, 8 x (Linear 1024 + ReLU) + Linear 1024->10, cross-entropy; "
@@ -408,8 +470,8 @@ def main():
           % (cpu_model(), os.cpu_count(), len(os.sched_getaffinity(0)),
              "; ".join(" ".join(l.split()) for l in sh("lscpu").splitlines()
                        if l.startswith(("L2 cache", "L3 cache", "Hypervisor vendor")))))
-    print("- libblas.so.3: %s; %s; %s" % (blas, sh("mpirun --version | head -1"),
-                                           sh("c++ --version | head -1")))
+    print("- GEMM: %s; %s; %s" % (onednn_version(), sh("mpirun --version | head -1"),
+                                   sh("c++ --version | head -1")))
     print("- date: %s, kernel %s" % (time.strftime("%Y-%m-%d %H:%M:%S"), platform.release()))
     print("- source: %s (git describe --always --dirty); %s built %s"
           % (sh("git -C %s describe --always --dirty" % shlex.quote(REPO)), a.bin,
@@ -523,7 +585,8 @@ def main():
     print("|---|--:|--:|---|--:|--:|--:|---|--:|--:|---|")
     for name, desc, st, mb, remat, thr, key in variants:
         rw = rows[name]
-        bound = ideal_speedup(pj[name], ref_flops) * (thr if name == "a2" else 1)
+        bound = ideal_speedup(pj[name], ref_flops, os.path.join(a.workdir, "out_" + key)) * \
+            (thr if name == "a2" else 1)
         print("| %s: %s | %d | %.1f | %s | %s | %.1f | **%.2f** | %s | %s | %.2f | %s |"
               % (name, desc, thr, rw["ms"], ", ".join("%.0f" % v for v in rw["per_round"]),
                  "-" if rw["wall"] is None else "%.1f" % rw["wall"], rw["best"],
@@ -536,11 +599,13 @@ def main():
           "transfers); a2: 2 x.")
     print("Fastest-step speedups: b %.2f, c %.2f (fastest step of a / fastest step of b, c)."
           % (rows["a"]["best"] / rows["b"]["best"], rows["a"]["best"] / rows["c"]["best"]))
-    print("Pipeline efficiency against the 1-stage micro-batched program: b vs d %.2f, c vs e %.2f "
-          "(median of per-round ratios; the ideal of both is %.2f)"
-          % (med([x["med"] / y["med"] for x, y in zip(results["d"], results["b"])]),
-             med([x["med"] / y["med"] for x, y in zip(results["e"], results["c"])]),
-             K * M / (M + K - 1)))
+    bd = [x["med"] / y["med"] for x, y in zip(results["d"], results["b"])]
+    ce = [x["med"] / y["med"] for x, y in zip(results["e"], results["c"])]
+    print("Pipeline efficiency against the 1-stage micro-batched program (same micro-batches, same "
+          "GEMM sizes): b vs d **%.2f** (per round %s), c vs e **%.2f** (per round %s); median of "
+          "per-round ratios; the ideal of both is %.2f"
+          % (med(bd), ", ".join("%.2f" % v for v in bd), med(ce),
+             ", ".join("%.2f" % v for v in ce), K * M / (M + K - 1)))
     print("Quiet-machine waits: %.0f s in all; %d run(s) repeated because other processes used "
           "more than %.2f cores during them; runs kept with more than that: %d."
           % (quiet.waited, repeated, a.max_foreign,
