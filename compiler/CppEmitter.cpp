@@ -879,10 +879,9 @@ static std::string typeString(Type t) {
   return s;
 }
 
-FailureOr<EmittedStage>
-gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
-                    const std::string &programName,
-                    std::vector<std::string> &takenWeightFiles) {
+FailureOr<EmittedStage> gpipe::emitStageCpp(
+    ModuleOp module, int64_t stageIndex, const std::string &programName,
+    std::vector<std::string> &takenWeightFiles, const std::string &buildId) {
   func::FuncOp fns[3];
   const char *phases[] = {"forward", "backward", "update"};
   for (int k = 0; k < 3; ++k) {
@@ -1104,6 +1103,11 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
         cast<StringAttr>(schedule.getActions()[i]).getValue().str());
   }
   ds << "};\n";
+  ds << "static const gp_transfer kTransfers[] = {\n";
+  for (const EmittedTransfer &t : result.transfers)
+    ds << "  {" << (t.isSend ? 1 : 0) << ", " << (t.phase == "backward" ? 1 : 0)
+       << ", " << t.peer << ", " << t.tag << ", " << t.bytes << "LL},\n";
+  ds << "  {0, 0, 0, 0, 0}\n};\n";
 
   auto &src = result.source;
   llvm::raw_string_ostream ss(src);
@@ -1152,7 +1156,8 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
      << batch << "LL, " << result.inputs.size() << ", kInputs, "
      << result.params.size() << ", kParams, " << m.arenaBytes << "LL, "
      << actions->size() << ", kActions, forward, backward, update, "
-     << (result.hasLoss ? 1 : 0) << "};\n\n"
+     << (result.hasLoss ? 1 : 0) << ", \"" << buildId << "\", "
+     << result.transfers.size() << ", kTransfers};\n\n"
      << "int main(int argc, char **argv) { return gp_main(argc, argv, "
         "&kProgram); }\n";
   return std::move(result);

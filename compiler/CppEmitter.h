@@ -57,14 +57,16 @@ struct EmittedStage {
   int64_t flops = 0; // one training step (all micro-batches)
 };
 
-/// Emits the program of `stage` of the outlined, scheduled `module`.
+/// Emits the program of `stage` of the outlined, scheduled `module`;
+/// `buildId` identifies the compile (also written to pipeline.json).
 /// Reports unsupported ops as located errors and returns failure. Inlines
 /// the stage's pipe.remat regions (the IR is modified). Weight file names
 /// are made unique across the calls sharing `takenWeightFiles`.
 mlir::FailureOr<EmittedStage>
 emitStageCpp(mlir::ModuleOp module, int64_t stage,
              const std::string &programName,
-             std::vector<std::string> &takenWeightFiles);
+             std::vector<std::string> &takenWeightFiles,
+             const std::string &buildId = "");
 
 /// Maps a parameter name to a portable file name ("fc1.weight" ->
 /// "fc1.weight.npy", "a/b:c" -> "a_b_c.npy"), unique within `taken`.

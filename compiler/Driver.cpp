@@ -148,7 +148,8 @@ LogicalResult writeFile(const std::string &path, llvm::StringRef contents) {
 /// stage, for people and tools.
 std::string pipelineJson(const CompileOptions &o, const ImportedModel &model,
                          const std::vector<EmittedStage> &stages,
-                         const std::string &remat, const std::string &srcAbs) {
+                         const std::string &remat, const std::string &srcAbs,
+                         const std::string &buildId) {
   std::string s;
   llvm::raw_string_ostream os(s);
   llvm::json::OStream j(os, 2);
@@ -159,6 +160,7 @@ std::string pipelineJson(const CompileOptions &o, const ImportedModel &model,
   j.object([&] {
     j.attribute("format", "gpipe-pipeline");
     j.attribute("version", 2);
+    j.attribute("build_id", buildId);
     j.attribute("model", "model.onnx");
     j.attribute("source_model", srcAbs);
     j.attribute("target", o.target);
@@ -290,8 +292,9 @@ FailureOr<RuntimePaths> findRuntime() {
   if (auto env = llvm::sys::Process::GetEnv("GPIPE_RUNTIME_DIR")) {
     if (auto p = complete(*env))
       return *p;
-    fail("GPIPE_RUNTIME_DIR=" + *env +
-         " has no include/gpipe/runtime.h and lib/gpipe/libgpipe_runtime.a");
+    (void)fail(
+        "GPIPE_RUNTIME_DIR=" + *env +
+        " has no include/gpipe/runtime.h and lib/gpipe/libgpipe_runtime.a");
     return failure();
   }
   static int anchor;
@@ -654,6 +657,23 @@ int gpipe::compile(const CompileOptions &o) {
                ? cleanupAndFail()
                : finish("pipeline.mlir");
 
+  // Identifies this compile in pipeline.json and in every stage program,
+  // which checks it at start-up: a hash of the stage IR and the options.
+  std::string buildId;
+  {
+    uint64_t h = 1469598103934665603ULL; // FNV-1a
+    auto mix = [&](llvm::StringRef text) {
+      for (unsigned char c : text) {
+        h ^= c;
+        h *= 1099511628211ULL;
+      }
+    };
+    mix(mlirText);
+    mix(o.target);
+    mix(o.cpuArch);
+    mix(model->originalModel);
+    buildId = llvm::utohexstr(h, /*LowerCase=*/true);
+  }
   // The explanation reads the forward functions, which emission leaves as
   // they are.
   std::vector<EmittedStage> stages;
@@ -662,7 +682,7 @@ int gpipe::compile(const CompileOptions &o) {
   for (int64_t s = 0; s < o.stages; ++s) {
     names.push_back("stage" + std::to_string(s));
     FailureOr<EmittedStage> stage =
-        emitStageCpp(module, s, names.back(), takenFiles);
+        emitStageCpp(module, s, names.back(), takenFiles, buildId);
     if (failed(stage))
       return cleanupAndFail();
     stages.push_back(std::move(*stage));
@@ -693,9 +713,9 @@ int gpipe::compile(const CompileOptions &o) {
   llvm::SmallString<256> srcAbs(o.modelPath);
   llvm::sys::fs::make_absolute(srcAbs);
   if (failed(writeFile(staging + "/model.onnx", model->originalModel)) ||
-      failed(writeFile(
-          staging + "/pipeline.json",
-          pipelineJson(o, *model, stages, remat, srcAbs.str().str()))) ||
+      failed(writeFile(staging + "/pipeline.json",
+                       pipelineJson(o, *model, stages, remat,
+                                    srcAbs.str().str(), buildId))) ||
       failed(writeFile(staging + "/pipeline.mlir", mlirText)))
     return cleanupAndFail();
   for (auto [name, stage] : llvm::zip(names, stages))

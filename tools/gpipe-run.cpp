@@ -584,6 +584,10 @@ int main(int argc, char **argv) {
                                   statusPath(s)};
     if (!data.empty())
       a.insert(a.end(), {"--data", data});
+    // Each stage checks that the description matches what it was compiled
+    // with (version 1 predates the check).
+    if (p.version >= 2)
+      a.insert(a.end(), {"--pipeline", out + "/pipeline.json"});
     if (!logJson.empty())
       a.insert(a.end(), {"--log-json", logJson});
     if (quiet)

@@ -47,6 +47,12 @@ void printError(int32_t stage, const std::string &msg);
 bool openInputs(Runtime &rt, const std::string &dataDir, int64_t &numBatches,
                 std::string &err);
 
+/// Checks that the pipeline.json at PATH describes `p` (describe.cpp):
+/// format, build id, stages, batch and micro-batches, and this stage's entry
+/// (index, rank, schedule, boundaries). On failure sets `err`.
+bool checkPipelineFile(const gp_program &p, const std::string &path,
+                       std::string &err);
+
 //===----------------------------------------------------------------------===//
 // Status file (status.cpp): "exit <code>" at the end, "signal <n>" on a crash.
 //===----------------------------------------------------------------------===//

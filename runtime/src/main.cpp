@@ -17,7 +17,6 @@
 #include <sys/stat.h>
 #include <vector>
 
-
 namespace gpipe {
 
 void printError(int32_t stage, const std::string &msg) {
@@ -51,9 +50,13 @@ const char kUsage[] =
     "  --weights-out DIR   write the trained parameters there at the end\n"
     "  --log-json FILE     one JSON object per step: "
     "{\"step\":1,\"loss\":..,\"ms\":..} (loss stage only)\n"
-    "  --threads T         OpenMP threads (oneDNN GEMMs, generated loops; default 1)\n"
+    "  --threads T         OpenMP threads (oneDNN GEMMs, generated loops; "
+    "default 1)\n"
     "  --status-file FILE  \"exit <code>\" at the end, \"signal <n>\" on a "
     "crash\n"
+    "  --pipeline FILE     check that FILE (the pipeline.json compiled with "
+    "this\n"
+    "                      executable) describes it\n"
     "  --quiet             no per-step lines on stdout\n"
     "  --help              this message\n"
     "Stage %d of %d: a multi-stage pipeline runs under MPI, one rank per "
@@ -67,6 +70,7 @@ struct Options {
   std::string weightsOut;
   std::string logJson;
   std::string statusFile;
+  std::string pipeline;
   int64_t threads = 1;
   bool quiet = false;
   bool help = false;
@@ -108,7 +112,8 @@ bool parseArgs(int argc, char **argv, Options &opt, std::string &err) {
     }
     if (flag != "--data" && flag != "--steps" && flag != "--weights-in" &&
         flag != "--weights-out" && flag != "--log-json" &&
-        flag != "--threads" && flag != "--status-file") {
+        flag != "--threads" && flag != "--status-file" &&
+        flag != "--pipeline") {
       if (arg.rfind("-", 0) == 0)
         err = "unknown flag '" + flag + "' (see --help)";
       else
@@ -147,6 +152,8 @@ bool parseArgs(int argc, char **argv, Options &opt, std::string &err) {
       opt.weightsOut = value;
     } else if (flag == "--status-file") {
       opt.statusFile = value;
+    } else if (flag == "--pipeline") {
+      opt.pipeline = value;
     } else {
       opt.logJson = value;
     }
@@ -227,7 +234,8 @@ int StageRun::checkProgram() {
   const gp_program &p = *program_;
   if (p.arena_bytes < 0 || p.num_inputs < 0 || p.num_params < 0 ||
       p.num_actions < 0 || (p.num_inputs > 0 && !p.inputs) ||
-      (p.num_params > 0 && !p.params) || (p.num_actions > 0 && !p.actions))
+      (p.num_params > 0 && !p.params) || (p.num_actions > 0 && !p.actions) ||
+      p.num_transfers < 0 || (p.num_transfers > 0 && !p.transfers))
     return error("invalid program description");
   if (p.microbatches < 1 || p.batch_size < 1 ||
       p.batch_size % p.microbatches != 0)
@@ -395,6 +403,11 @@ int StageRun::writeParams() {
 int StageRun::run() {
   if (int rc = checkProgram())
     return rc;
+  if (!opt_.pipeline.empty()) {
+    std::string err;
+    if (!checkPipelineFile(*program_, opt_.pipeline, err))
+      return error(err);
+  }
   if (program_->num_stages > 1) {
     if (int rc = agreeWithOtherStages())
       return rc;

@@ -15,8 +15,8 @@ enum gp_dtype : int32_t { GP_F32 = 0, GP_I64 = 1 };
 /// One tensor the runtime must fill (graph input) or load/store (parameter).
 /// `offset` is the byte offset of its storage inside the stage arena.
 struct gp_tensor_desc {
-  const char *name;     // ONNX name ("x", "fc1.weight")
-  const char *file;     // parameters: weight file name inside the weights dir
+  const char *name; // ONNX name ("x", "fc1.weight")
+  const char *file; // parameters: weight file name inside the weights dir
   gp_dtype dtype;
   int32_t rank;
   const int64_t *shape; // inputs: shape[0] is the mini-batch size B
@@ -25,8 +25,9 @@ struct gp_tensor_desc {
 
 /// Per-step context handed to the generated stage functions.
 struct gp_step_ctx {
-  unsigned char *arena; // program->arena_bytes bytes, 64-byte aligned, zeroed once
-  int64_t step;         // 1-based optimizer step number
+  unsigned char
+      *arena;   // program->arena_bytes bytes, 64-byte aligned, zeroed once
+  int64_t step; // 1-based optimizer step number
   int64_t first_sample; // index (in the data files) of the first row of the
                         // micro-batch being run (forward/backward), else of
                         // the mini-batch
@@ -37,10 +38,24 @@ struct gp_step_ctx {
 };
 
 /// One entry of a stage's schedule.
-enum gp_action_kind : int32_t { GP_FORWARD = 0, GP_BACKWARD = 1, GP_UPDATE = 2 };
+enum gp_action_kind : int32_t {
+  GP_FORWARD = 0,
+  GP_BACKWARD = 1,
+  GP_UPDATE = 2
+};
 struct gp_action {
   gp_action_kind kind;
   int32_t microbatch; // forward/backward: which micro-batch; update: -1
+};
+
+/// One tensor crossing the stage's boundary, as the compiler checked it and
+/// wrote it in pipeline.json ("boundaries").
+struct gp_transfer {
+  int32_t is_send;  // 1: this stage sends it, 0: receives it
+  int32_t backward; // 0: in the forward, 1: in the backward
+  int32_t peer;     // the other stage
+  int32_t tag;      // the boundary tensor's tag
+  int64_t bytes;
 };
 
 /// The stage program. gp_main runs `actions` in order once per optimizer
@@ -48,12 +63,12 @@ struct gp_action {
 /// The generated functions move tensors with gp_send / gp_recv and read graph
 /// inputs with gp_load_input themselves, in the order the compiler checked.
 struct gp_program {
-  const char *name;         // "stage1"
-  int32_t stage;            // this stage's index = its MPI rank
-  int32_t num_stages;       // K
-  int32_t microbatches;     // M
-  int64_t batch_size;       // B, the mini-batch (B/M rows per micro-batch)
-  int32_t num_inputs;       // graph inputs this stage reads
+  const char *name;             // "stage1"
+  int32_t stage;                // this stage's index = its MPI rank
+  int32_t num_stages;           // K
+  int32_t microbatches;         // M
+  int64_t batch_size;           // B, the mini-batch (B/M rows per micro-batch)
+  int32_t num_inputs;           // graph inputs this stage reads
   const gp_tensor_desc *inputs; // shape[0] is the micro-batch size B/M;
                                 // offset is unused (gp_load_input copies)
   int32_t num_params;
@@ -64,20 +79,30 @@ struct gp_program {
   void (*forward)(gp_step_ctx *ctx, int64_t microbatch);
   void (*backward)(gp_step_ctx *ctx, int64_t microbatch);
   void (*update)(gp_step_ctx *ctx);
-  int32_t has_loss; // 1 on the stage that computes the loss (prints it)
+  int32_t has_loss;     // 1 on the stage that computes the loss (prints it)
+  const char *build_id; // also in pipeline.json: which compile made it (null:
+                        // not generated; --pipeline then skips the build id
+                        // and boundary checks)
+  int32_t num_transfers;
+  const gp_transfer *transfers; // in the order of pipeline.json's boundaries
 };
 
 /// Entry point of every stage executable: parses the command line, joins the
 /// other stages (MPI, when num_stages > 1), loads weights and data, runs the
 /// steps, logs, writes the trained weights of this stage's parameters.
-///   --data DIR          one <input name>.npy per graph input (first axis = sample)
-///   --steps N           optimizer steps (mini-batches taken in order, wrapping)
+///   --data DIR          one <input name>.npy per graph input (first axis =
+///   sample)
+///   --steps N           optimizer steps (mini-batches taken in order,
+///   wrapping)
 ///   --weights-in DIR    initial parameters (<desc.file>, .npy float32)
 ///   --weights-out DIR   trained parameters written there at the end
 ///   --log-json FILE     one JSON object per step: {"step":1,"loss":..,"ms":..}
 ///                       (written by the loss stage only)
 ///   --threads T         BLAS and OpenMP threads of this stage (default 1)
 ///   --status-file FILE  "exit <code>" at the end, "signal <n>" on a crash
+///   --pipeline FILE     the pipeline.json compiled with this executable: the
+///                       stage checks it describes this program (build id,
+///                       stages, micro-batches, its schedule and boundaries)
 ///   --quiet             no per-step lines on stdout
 /// Returns the process exit code; every error prints one line
 /// "gpipe: error: stage S: ..." naming the file / input / flag / peer, and
