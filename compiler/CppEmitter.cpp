@@ -52,7 +52,9 @@ std::string gpipe::weightFileName(const std::string &name,
 
 namespace {
 
-constexpr int64_t kAlign = 64;
+// Tensors in the arena start at multiples of this (CPU: a cache line; CUDA:
+// what cuBLASLt's fastest kernels assume).
+constexpr int64_t kCpuAlign = 64, kCudaAlign = 256;
 // Loops with at least this many elements are split over the stage's threads
 // (OpenMP); smaller ones cost more to wake a team for than they save.
 constexpr int64_t kParallelMin = 1 << 15;
@@ -96,7 +98,9 @@ std::optional<std::string> scalarExpr(Operation *op, ArrayRef<std::string> a) {
          "))";
 }
 
-int64_t alignUp(int64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+int64_t alignUp(int64_t x, int64_t align) {
+  return (x + align - 1) / align * align;
+}
 
 RankedTensorType tensorType(Value v) {
   return cast<RankedTensorType>(v.getType());
@@ -110,9 +114,10 @@ int64_t bytesOf(Value v) {
 /// First-fit allocator over arena offsets.
 class SlotAllocator {
 public:
-  explicit SlotAllocator(int64_t base) : base(base), top(base) {}
+  SlotAllocator(int64_t base, int64_t align)
+      : base(base), top(base), align(align) {}
   int64_t allocate(int64_t size) {
-    size = alignUp(std::max<int64_t>(size, 1));
+    size = alignUp(std::max<int64_t>(size, 1), align);
     int64_t offset = base;
     for (auto [start, len] : live) {
       if (start - offset >= size)
@@ -133,13 +138,15 @@ public:
   int64_t peak() const { return top; }
 
 private:
-  int64_t base, top;
+  int64_t base, top, align;
   std::set<std::pair<int64_t, int64_t>> live;
 };
 
 /// What the functions of one stage share: the arena's long-lived parts, the
 /// generated globals, and the stash layout.
 struct StageState {
+  EmitOptions options;
+  int64_t align = kCpuAlign;
   std::string globals;
   llvm::raw_string_ostream gs{globals};
   int counter = 0;
@@ -171,11 +178,24 @@ struct StageState {
   int64_t microbatches = 1;
   EmittedStage result;
 
+  /// The gp_math of the GEMMs.
+  const char *mathMode() const {
+    return options.bf16        ? "GP_MATH_BF16"
+           : options.allowTf32 ? "GP_MATH_TF32"
+                               : "GP_MATH_F32";
+  }
   int64_t permanent(int64_t bytes) {
     int64_t at = cursor;
-    cursor += alignUp(bytes);
+    cursor += alignUp(bytes, align);
     return at;
   }
+  int64_t aligned(int64_t bytes) const { return alignUp(bytes, align); }
+  // CUDA: constants live in the arena (uploaded by init), at these offsets.
+  llvm::DenseMap<Operation *, int64_t> constantOffset;
+  // CUDA, bf16: the bf16 copy of each parameter a GEMM reads.
+  llvm::StringMap<int64_t> shadowOffset;
+  int64_t scratchBytes = 0; // the largest GEMM's bf16 operand copies
+  std::string initBody;     // statements of init(ctx), null when empty
   std::string shapeArray(ArrayRef<int64_t> shape) {
     std::string name = "shape" + std::to_string(counter++);
     gs << "static const int64_t " << name << "[] = {";
@@ -211,12 +231,70 @@ private:
   LogicalResult emitOp(Operation *op);
   std::string ptr(Value v, bool isConst = true);
   void formUnits();
+  /// A pointer a loop or kernel reads or writes, named `name` inside it.
+  struct LoopArg {
+    std::string name, elem;
+    bool isConst;
+    std::string ptr; // its value in the caller
+  };
+  /// Runs `body` (statements over the element index: `i`, or i0..i(r-1)
+  /// when not `flat`) for every index of `shape`: loops (CPU, OpenMP when
+  /// large) or a generated kernel launched on the compute stream (CUDA).
+  void emitForAll(ArrayRef<int64_t> shape, ArrayRef<LoopArg> args, bool flat,
+                  const std::string &body);
   void emitLoop(ArrayRef<int64_t> shape, ArrayRef<Value> ins,
                 ArrayRef<Value> outs,
                 const std::function<std::string(ArrayRef<std::string>,
                                                 ArrayRef<std::string>)> &body);
   void emitElementwise(ArrayRef<Operation *> group);
   std::string emitConstant(nn::ConstantOp op);
+  /// CUDA device code calls the float math functions by their C names.
+  std::string deviceMath(std::string expr) const {
+    if (!stage.options.cuda)
+      return expr;
+    for (auto [from, to] :
+         {std::pair<std::string, std::string>{"std::tanh(", "tanhf("},
+          {"std::exp(", "expf("},
+          {"std::erf(", "erff("}})
+      for (size_t at = expr.find(from); at != std::string::npos;
+           at = expr.find(from, at))
+        expr.replace(at, from.size(), to);
+    return expr;
+  }
+  /// After an update: the parameter's bf16 copy follows its new value.
+  void emitShadowUpdate(Value param) {
+    std::string shadow = shadowOf(param);
+    if (shadow != "nullptr")
+      os << "  gp_cast_bf16(" << ptr(param) << ", (void *)" << shadow.substr(14)
+         << ", " << tensorType(param).getNumElements() << ");\n";
+  }
+  /// The bf16 copy of a parameter (through views) a bf16 GEMM can read.
+  std::string shadowOf(Value v) const {
+    while (auto r = v.getDefiningOp<nn::ReshapeOp>())
+      v = r.getInput();
+    if (auto p = v.getDefiningOp<nn::ParamOp>())
+      if (auto it = stage.shadowOffset.find(p.getName());
+          it != stage.shadowOffset.end())
+        return "(const void *)(A + " + std::to_string(it->second) + ")";
+    return "nullptr";
+  }
+  /// init's upload of a host array to the arena.
+  static std::string copyToDevice(int64_t offset, const std::string &src,
+                                  int64_t bytes) {
+    return "  gp_cuda_check(cudaMemcpyAsync(A + " + std::to_string(offset) +
+           ", " + src + ", " + std::to_string(bytes) +
+           ", cudaMemcpyHostToDevice, gp_cuda_stream()));\n";
+  }
+  /// A copy of `bytes` bytes inside the arena.
+  std::string copyCall(const std::string &dst, const std::string &src,
+                       int64_t bytes) const {
+    if (stage.options.cuda)
+      return "  gp_cuda_check(cudaMemcpyAsync(" + dst + ", " + src + ", " +
+             std::to_string(bytes) +
+             ", cudaMemcpyDeviceToDevice, gp_cuda_stream()));\n";
+    return "  std::memcpy(" + dst + ", " + src + ", " + std::to_string(bytes) +
+           ");\n";
+  }
   std::string shapeArray(ArrayRef<int64_t> shape) {
     return stage.shapeArray(shape);
   }
@@ -358,11 +436,20 @@ LogicalResult FuncEmitter::plan() {
         it->second = stage.permanent(bytesOf(p.getOutput()));
         stage.paramOrder.push_back(
             {p.getName().str(), tensorType(p.getOutput())});
-        stage.result.memory.parameterBytes += alignUp(bytesOf(p.getOutput()));
+        stage.result.memory.parameterBytes +=
+            stage.aligned(bytesOf(p.getOutput()));
       }
       storage[p.getOutput()] = {Storage::Arena, it->second, ""};
     } else if (auto c = dyn_cast<nn::ConstantOp>(op)) {
-      storage[c.getOutput()] = {Storage::Const, 0, emitConstant(c)};
+      std::string name = emitConstant(c);
+      if (stage.options.cuda) {
+        // Kernels cannot read host arrays: init copies it into the arena.
+        int64_t at = stage.constantOffset.lookup(c);
+        storage[c.getOutput()] = {Storage::Arena, at, ""};
+        stage.initBody += copyToDevice(at, name, bytesOf(c.getOutput()));
+      } else {
+        storage[c.getOutput()] = {Storage::Const, 0, name};
+      }
     } else if (auto g = dyn_cast<pipeline::AccumulatedGradOp>(op)) {
       storage[g.getGrad()] = {Storage::Arena,
                               stage.accumulator.lookup(g.getParam()), ""};
@@ -409,7 +496,7 @@ LogicalResult FuncEmitter::plan() {
       Value r = rootOf(operand);
       lastUse[r] = std::max<int64_t>(lastUse.lookup(r), unitOf[&op]);
     }
-  SlotAllocator slots(stage.transientBase);
+  SlotAllocator slots(stage.transientBase, stage.align);
   std::vector<std::pair<Value, int64_t>> temporaries; // (value, defining unit)
   // Graph inputs not kept in the stash are loaded into temporaries first.
   for (BlockArgument arg : block.getArguments())
@@ -500,7 +587,7 @@ void FuncEmitter::emitElementwise(ArrayRef<Operation *> group) {
                  args.push_back(names.lookup(v));
                std::string var = "v" + std::to_string(k);
                text += "      const float " + var + " = " +
-                       *scalarExpr(op, args) + ";\n";
+                       deviceMath(*scalarExpr(op, args)) + ";\n";
                names[op->getResult(0)] = var;
              }
              for (auto [k, v] : llvm::enumerate(outs))
@@ -509,19 +596,74 @@ void FuncEmitter::emitElementwise(ArrayRef<Operation *> group) {
            });
 }
 
+void FuncEmitter::emitForAll(ArrayRef<int64_t> shape, ArrayRef<LoopArg> args,
+                             bool flat, const std::string &body) {
+  int64_t rank = shape.size();
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  if (n == 0)
+    return;
+  if (stage.options.cuda) {
+    // A kernel of its own: one thread per element, grid-stride.
+    std::string name = "kernel" + std::to_string(stage.counter++);
+    auto &gs = stage.gs;
+    gs << "__global__ void __launch_bounds__(256) " << name << "(";
+    for (auto [k, a] : llvm::enumerate(args))
+      gs << (k ? ", " : "") << (a.isConst ? "const " : "") << a.elem
+         << " *__restrict__ " << a.name;
+    gs << ") {\n  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + "
+          "threadIdx.x; i < "
+       << n << "LL; i += (int64_t)gridDim.x * blockDim.x) {\n";
+    if (!flat && rank > 0) {
+      gs << "    int64_t r = i;\n";
+      for (int64_t d = rank - 1; d >= 0; --d) {
+        if (d == 0) {
+          gs << "    const int64_t i0 = r;\n";
+          break;
+        }
+        gs << "    const int64_t i" << d << " = r % " << shape[d] << "LL;\n"
+           << "    r /= " << shape[d] << "LL;\n";
+      }
+    }
+    gs << body << "  }\n}\n";
+    int64_t blocks = std::min<int64_t>((n + 255) / 256, 65535);
+    os << "  " << name << "<<<" << blocks << ", 256, 0, gp_cuda_stream()>>>(";
+    for (auto [k, a] : llvm::enumerate(args))
+      os << (k ? ", " : "") << a.ptr;
+    os << ");\n";
+    return;
+  }
+  os << "  {\n";
+  for (const LoopArg &a : args)
+    os << "    " << (a.isConst ? "const " : "") << a.elem << " *" << a.name
+       << " = " << a.ptr << ";\n";
+  if (flat || rank == 0) {
+    if (n >= kParallelMin)
+      os << "#pragma omp parallel for schedule(static)\n";
+    os << "    for (int64_t i = 0; i < " << n << "; ++i) {\n"
+       << body << "    }\n  }\n";
+    return;
+  }
+  if (n >= kParallelMin && shape[0] > 1)
+    os << "#pragma omp parallel for schedule(static)\n";
+  for (int64_t d = 0; d < rank; ++d)
+    os << std::string(4 + 2 * d, ' ') << "for (int64_t i" << d << " = 0; i" << d
+       << " < " << shape[d] << "; ++i" << d << ")"
+       << (d + 1 == rank ? " {" : "") << "\n";
+  os << body << "    }\n  }\n";
+}
+
 void FuncEmitter::emitLoop(
     ArrayRef<int64_t> shape, ArrayRef<Value> ins, ArrayRef<Value> outs,
     const std::function<std::string(ArrayRef<std::string>,
                                     ArrayRef<std::string>)> &body) {
   int64_t rank = shape.size();
-  int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
-  os << "  {\n";
+  llvm::SmallVector<LoopArg> args;
   for (auto [k, v] : llvm::enumerate(outs))
-    os << "    float *o" << k << " = " << ptr(v, false) << ";\n";
+    args.push_back({"o" + std::to_string(k), "float", false, ptr(v, false)});
   for (auto [k, v] : llvm::enumerate(ins))
-    os << "    const float *x" << k << " = " << ptr(v) << ";\n";
+    args.push_back({"x" + std::to_string(k), "float", true, ptr(v)});
   // One flat loop unless an operand broadcasts along some (not all) dims.
   auto isScalar = [](Value v) { return tensorType(v).getNumElements() == 1; };
   bool flat = llvm::all_of(ins, [&](Value v) {
@@ -535,14 +677,11 @@ void FuncEmitter::emitLoop(
           (isScalar(v) && tensorType(v).getShape() != shape ? "[0]" : "[i]"));
     for (size_t k = 0; k < outs.size(); ++k)
       outRefs.push_back("o" + std::to_string(k) + "[i]");
-    if (n >= kParallelMin)
-      os << "#pragma omp parallel for schedule(static)\n";
-    os << "    for (int64_t i = 0; i < " << n << "; ++i) {\n"
-       << body(inRefs, outRefs) << "    }\n  }\n";
+    emitForAll(shape, args, /*flat=*/true, body(inRefs, outRefs));
     return;
   }
-  // Broadcast: nested loops; each operand indexed with stride 0 on the
-  // dimensions it broadcasts along.
+  // Broadcast: each operand indexed with stride 0 on the dimensions it
+  // broadcasts along.
   for (auto [k, v] : llvm::enumerate(ins)) {
     auto vs = tensorType(v).getShape();
     int64_t lead = rank - vs.size();
@@ -567,13 +706,7 @@ void FuncEmitter::emitLoop(
   }
   for (size_t k = 0; k < outs.size(); ++k)
     outRefs.push_back("o" + std::to_string(k) + "[" + outIdx + "]");
-  if (n >= kParallelMin && shape[0] > 1)
-    os << "#pragma omp parallel for schedule(static)\n";
-  for (int64_t d = 0; d < rank; ++d)
-    os << std::string(4 + 2 * d, ' ') << "for (int64_t i" << d << " = 0; i" << d
-       << " < " << shape[d] << "; ++i" << d << ")"
-       << (d + 1 == rank ? " {" : "") << "\n";
-  os << body(inRefs, outRefs) << "    }\n  }\n";
+  emitForAll(shape, args, /*flat=*/false, body(inRefs, outRefs));
 }
 
 static std::string floatLit(double v) {
@@ -602,12 +735,12 @@ LogicalResult FuncEmitter::emitOp(Operation *op) {
     auto o = cast<nn::GemmOp>(op);
     os << "  // weight gradient of '" << d.param
        << "': operands kept for the update's GEMM\n";
-    os << "  std::memcpy(A + " << d.gOffset << " + mb * "
-       << d.rows * d.gCols * 4 << "LL, " << ptr(o.getA()) << ", "
-       << d.rows * d.gCols * 4 << ");\n";
-    os << "  std::memcpy(A + " << d.xOffset << " + mb * "
-       << d.rows * d.xCols * 4 << "LL, " << ptr(o.getB()) << ", "
-       << d.rows * d.xCols * 4 << ");\n";
+    os << copyCall("A + " + std::to_string(d.gOffset) + " + mb * " +
+                       std::to_string(d.rows * d.gCols * 4) + "LL",
+                   ptr(o.getA()), d.rows * d.gCols * 4);
+    os << copyCall("A + " + std::to_string(d.xOffset) + " + mb * " +
+                       std::to_string(d.rows * d.xCols * 4) + "LL",
+                   ptr(o.getB()), d.rows * d.xCols * 4);
     return success();
   }
   if (auto o = dyn_cast<nn::GemmOp>(op)) {
@@ -616,7 +749,15 @@ LogicalResult FuncEmitter::emitOp(Operation *op) {
     int64_t m = out.getDimSize(0), n = out.getDimSize(1);
     int64_t k = o.getTransA() ? at.getDimSize(0) : at.getDimSize(1);
     float beta = accumulateInPlace.contains(o.getOutput()) ? 1.f : 0.f;
-    if (o.getC()) {
+    std::string bias = "nullptr";
+    if (stage.options.cuda && o.getC() && o.getBeta().convertToFloat() == 1.f) {
+      // A bias row added to every output row: cuBLASLt's bias epilogue.
+      auto ct = tensorType(o.getC());
+      if ((ct.getRank() == 1 && ct.getDimSize(0) == n) ||
+          (ct.getRank() == 2 && ct.getDimSize(0) == 1 && ct.getDimSize(1) == n))
+        bias = ptr(o.getC());
+    }
+    if (o.getC() && bias == "nullptr") {
       // out = beta * broadcast(C), then the GEMM accumulates into it.
       float cb = o.getBeta().convertToFloat();
       Value c = o.getC();
@@ -628,12 +769,16 @@ LogicalResult FuncEmitter::emitOp(Operation *op) {
                });
       beta = 1.f;
     }
-    os << "  gp_gemm(" << o.getTransA() << ", " << o.getTransB() << ", " << m
-       << ", " << n << ", " << k << ", "
+    os << (stage.options.cuda ? "  gp_gemm_ex(" : "  gp_gemm(") << o.getTransA()
+       << ", " << o.getTransB() << ", " << m << ", " << n << ", " << k << ", "
        << floatLit(o.getAlpha().convertToFloat()) << ", " << ptr(o.getA())
        << ", " << at.getDimSize(1) << ", " << ptr(o.getB()) << ", "
        << bt.getDimSize(1) << ", " << floatLit(beta) << ", "
-       << ptr(o.getOutput(), false) << ", " << n << ");\n";
+       << ptr(o.getOutput(), false) << ", " << n;
+    if (stage.options.cuda)
+      os << ", " << bias << ", " << stage.mathMode() << ", "
+         << shadowOf(o.getA()) << ", " << shadowOf(o.getB());
+    os << ");\n";
     return success();
   }
   if (auto o = dyn_cast<nn::ReduceToOp>(op)) {
@@ -641,8 +786,7 @@ LogicalResult FuncEmitter::emitOp(Operation *op) {
     llvm::SmallVector<int64_t> padded(in.getRank() - out.getRank(), 1);
     padded.append(out.getShape().begin(), out.getShape().end());
     if (in.getRank() == 0) {
-      os << "  " << ptr(o.getOutput(), false) << "[0] = " << ptr(o.getInput())
-         << "[0];\n";
+      os << copyCall(ptr(o.getOutput(), false), ptr(o.getInput()), 4);
       return success();
     }
     os << "  gp_reduce_to(" << ptr(o.getInput()) << ", "
@@ -670,7 +814,7 @@ LogicalResult FuncEmitter::emitOp(Operation *op) {
   };
   if (auto o = dyn_cast<nn::TransposeOp>(op)) {
     auto in = tensorType(o.getInput()), out = tensorType(o.getOutput());
-    const char *elem = in.getElementType().isF32() ? "float" : "int64_t";
+    std::string elem = in.getElementType().isF32() ? "float" : "int64_t";
     int64_t rank = in.getRank();
     llvm::SmallVector<int64_t> inStride(rank, 1);
     for (int64_t d = rank - 2; d >= 0; --d)
@@ -685,13 +829,12 @@ LogicalResult FuncEmitter::emitOp(Operation *op) {
                std::to_string(inStride[o.getPermutation()[d]]);
       stride *= out.getDimSize(d);
     }
-    os << "  {\n    " << elem << " *o = " << ptr(o.getOutput(), false)
-       << ";\n    const " << elem << " *x0 = " << ptr(o.getInput()) << ";\n";
-    for (int64_t d = 0; d < rank; ++d)
-      os << std::string(4 + 2 * d, ' ') << "for (int64_t i" << d << " = 0; i"
-         << d << " < " << out.getDimSize(d) << "; ++i" << d << ")\n";
-    os << std::string(4 + 2 * rank, ' ') << "o[" << (rank ? outIdx : "0")
-       << "] = x0[" << (rank ? inIdx : "0") << "];\n  }\n";
+    emitForAll(out.getShape(),
+               {{"o", elem, false, ptr(o.getOutput(), false)},
+                {"x0", elem, true, ptr(o.getInput())}},
+               /*flat=*/rank == 0,
+               "      o[" + (rank ? outIdx : std::string("i")) + "] = x0[" +
+                   (rank ? inIdx : std::string("i")) + "];\n");
     return success();
   }
   if (auto o = dyn_cast<nn::ConcatOp>(op)) {
@@ -730,12 +873,19 @@ LogicalResult FuncEmitter::emitOp(Operation *op) {
     while (auto r = labels.getDefiningOp<nn::ReshapeOp>())
       labels = r.getInput();
     if (auto arg = dyn_cast<BlockArgument>(labels))
-      if (auto name =
-              func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "nn.input"))
-        os << "  gp_check_labels(ctx, " << ptr(o.getLabels()) << ", "
-           << lt.getDimSize(0) << ", " << lt.getDimSize(1) << ", "
-           << ignoreArgs(o.getIgnoreIndex()) << ", \"" << name.getValue()
-           << "\");\n";
+      if (auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                        "nn.input")) {
+        // CUDA: the host checks the data file's rows, not the device copy.
+        if (stage.options.cuda)
+          os << "  gp_check_input_labels(ctx, " << arg.getArgNumber()
+             << ", mb, " << lt.getDimSize(1) << ", "
+             << ignoreArgs(o.getIgnoreIndex()) << ");\n";
+        else
+          os << "  gp_check_labels(ctx, " << ptr(o.getLabels()) << ", "
+             << lt.getDimSize(0) << ", " << lt.getDimSize(1) << ", "
+             << ignoreArgs(o.getIgnoreIndex()) << ", \"" << name.getValue()
+             << "\");\n";
+      }
     FailureOr<std::string> norm =
         lossNorm(op, o.getLabels(), o.getIgnoreIndex(), o.getMicrobatches());
     if (failed(norm))
@@ -772,6 +922,7 @@ LogicalResult FuncEmitter::emitOp(Operation *op) {
        << floatLit(o.getMomentum().convertToDouble()) << ", "
        << floatLit(o.getWeightDecay().convertToDouble()) << ", "
        << o.getNesterov() << ", ctx->step);\n";
+    emitShadowUpdate(o.getParam());
     return success();
   }
   if (auto o = dyn_cast<pipeline::AdamUpdateOp>(op)) {
@@ -784,6 +935,7 @@ LogicalResult FuncEmitter::emitOp(Operation *op) {
        << floatLit(o.getEps().convertToDouble()) << ", "
        << floatLit(o.getWeightDecay().convertToDouble()) << ", "
        << o.getDecoupled() << ", ctx->step);\n";
+    emitShadowUpdate(o.getParam());
     return success();
   }
   auto bytes = [](Value v) { return std::to_string(bytesOf(v)); };
@@ -798,20 +950,19 @@ LogicalResult FuncEmitter::emitOp(Operation *op) {
     return success();
   }
   if (auto o = dyn_cast<pipeline::ReportLossOp>(op)) {
-    os << "  ctx->loss += " << ptr(o.getLoss()) << "[0];\n";
+    os << "  gp_report_loss(ctx, " << ptr(o.getLoss()) << ");\n";
     return success();
   }
   if (auto o = dyn_cast<pipeline::AccumulateGradOp>(op)) {
     if (accumulateInPlace.contains(o.getGrad()))
       return success(); // the GEMM accumulated into it
-    int64_t n = tensorType(o.getGrad()).getNumElements();
-    os << "  {\n    float *acc = (float *)(A + "
-       << stage.accumulator.lookup(o.getParam())
-       << ");\n    const float *g = " << ptr(o.getGrad()) << ";\n";
-    if (n >= kParallelMin)
-      os << "#pragma omp parallel for schedule(static)\n";
-    os << "    for (int64_t i = 0; i < " << n
-       << "; ++i)\n      acc[i] += g[i];\n  }\n";
+    emitForAll(
+        tensorType(o.getGrad()).getShape(),
+        {{"acc", "float", false,
+          "((float *)(A + " +
+              std::to_string(stage.accumulator.lookup(o.getParam())) + "))"},
+         {"g", "float", true, ptr(o.getGrad())}},
+        /*flat=*/true, "      acc[i] += g[i];\n");
     return success();
   }
   return op->emitError("code generation does not support '")
@@ -879,9 +1030,11 @@ static std::string typeString(Type t) {
   return s;
 }
 
-FailureOr<EmittedStage> gpipe::emitStageCpp(
-    ModuleOp module, int64_t stageIndex, const std::string &programName,
-    std::vector<std::string> &takenWeightFiles, const std::string &buildId) {
+FailureOr<EmittedStage>
+gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
+                    const std::string &programName,
+                    std::vector<std::string> &takenWeightFiles,
+                    const std::string &buildId, const EmitOptions &options) {
   func::FuncOp fns[3];
   const char *phases[] = {"forward", "backward", "update"};
   for (int k = 0; k < 3; ++k) {
@@ -911,6 +1064,8 @@ FailureOr<EmittedStage> gpipe::emitStageCpp(
   inlineRematRegions(backward);
 
   StageState st;
+  st.options = options;
+  st.align = options.cuda ? kCudaAlign : kCpuAlign;
   EmittedStage &result = st.result;
   auto intAttr = [&](StringRef name, int64_t dflt) {
     auto a = module->getAttrOfType<IntegerAttr>(name);
@@ -931,7 +1086,7 @@ FailureOr<EmittedStage> gpipe::emitStageCpp(
       if (inserted) {
         it->second = st.permanent(bytesOf(p.getOutput()));
         st.paramOrder.push_back({p.getName().str(), tensorType(p.getOutput())});
-        result.memory.parameterBytes += alignUp(bytesOf(p.getOutput()));
+        result.memory.parameterBytes += st.aligned(bytesOf(p.getOutput()));
       }
     });
   update.walk([&](Operation *op) {
@@ -946,7 +1101,7 @@ FailureOr<EmittedStage> gpipe::emitStageCpp(
     }
     for (int k = 0; k < buffers; ++k) {
       st.optimizerState[op].push_back(st.permanent(bytesOf(param)));
-      result.memory.optimizerBytes += alignUp(bytesOf(param));
+      result.memory.optimizerBytes += st.aligned(bytesOf(param));
     }
   });
   st.accumulatorBegin = st.cursor;
@@ -982,10 +1137,55 @@ FailureOr<EmittedStage> gpipe::emitStageCpp(
       d.xCols = tensorType(gemm.getB()).getDimSize(1);
       d.gOffset = st.permanent(st.microbatches * d.rows * d.gCols * 4);
       d.xOffset = st.permanent(st.microbatches * d.rows * d.xCols * 4);
-      st.deferredBytes += alignUp(st.microbatches * d.rows * d.gCols * 4) +
-                          alignUp(st.microbatches * d.rows * d.xCols * 4);
+      st.deferredBytes += st.aligned(st.microbatches * d.rows * d.gCols * 4) +
+                          st.aligned(st.microbatches * d.rows * d.xCols * 4);
       st.deferred[gemm] = d;
     });
+
+  if (options.cuda) {
+    // Constants: kernels read them from the arena.
+    for (func::FuncOp f : fns)
+      f.walk([&](nn::ConstantOp c) {
+        st.constantOffset[c] = st.permanent(bytesOf(c.getOutput()));
+      });
+    // bf16: a bf16 copy of every parameter a GEMM reads, kept by the update
+    // (fp32 master weights); every other operand is rounded into the
+    // scratch when the GEMM runs.
+    auto paramOf = [](Value v) -> nn::ParamOp {
+      while (auto r = v.getDefiningOp<nn::ReshapeOp>())
+        v = r.getInput();
+      return v.getDefiningOp<nn::ParamOp>();
+    };
+    auto bf16Bytes = [&](Value v) {
+      return st.aligned(tensorType(v).getNumElements() * 2);
+    };
+    if (options.bf16) {
+      for (func::FuncOp f : fns)
+        f.walk([&](nn::GemmOp g) {
+          for (Value v : {g.getA(), g.getB()})
+            if (nn::ParamOp p = paramOf(v))
+              if (!st.shadowOffset.count(p.getName())) {
+                st.shadowOffset[p.getName()] = st.permanent(bf16Bytes(v));
+                result.memory.shadowBytes += bf16Bytes(v);
+              }
+        });
+      for (func::FuncOp f : fns)
+        f.walk([&](nn::GemmOp g) {
+          int64_t need = 0;
+          for (Value v : {g.getA(), g.getB()})
+            if (!paramOf(v))
+              need += bf16Bytes(v);
+          st.scratchBytes = std::max(st.scratchBytes, need);
+        });
+      for (auto &entry : st.deferred) {
+        const StageState::DeferredGemm &d = entry.second;
+        st.scratchBytes =
+            std::max(st.scratchBytes,
+                     st.aligned(st.microbatches * d.rows * d.gCols * 2) +
+                         st.aligned(st.microbatches * d.rows * d.xCols * 2));
+      }
+    }
+  }
 
   // The stash: one slot per in-flight micro-batch, holding the forward's
   // results (their storage roots, through reshapes).
@@ -996,7 +1196,7 @@ FailureOr<EmittedStage> gpipe::emitStageCpp(
         v = r.getInput();
       auto [it, inserted] = rootOffset.try_emplace(v, st.stashBytes);
       if (inserted)
-        st.stashBytes += alignUp(bytesOf(v));
+        st.stashBytes += st.aligned(bytesOf(v));
       st.stashOffsetOfResult.push_back(it->second);
     }
   }
@@ -1060,6 +1260,14 @@ FailureOr<EmittedStage> gpipe::emitStageCpp(
   m.stashBytes = st.stashBytes * st.microbatches;
   m.transientBytes = peak;
   m.arenaBytes = st.transientBase + peak;
+  m.scratchBytes = st.scratchBytes;
+  if (options.cuda) {
+    // The runtime double-buffers every tensor it sends (gp_send).
+    std::set<std::pair<int64_t, int64_t>> sent;
+    for (const EmittedTransfer &t : result.transfers)
+      if (t.isSend && sent.insert({t.peer, t.tag}).second)
+        m.sendStagingBytes += 2 * t.bytes;
+  }
   for (BlockArgument arg : fwd.getArguments())
     m.inputBytes += bytesOf(arg);
 
@@ -1114,8 +1322,9 @@ FailureOr<EmittedStage> gpipe::emitStageCpp(
   ss << "// Generated by gpipe-compile: stage program '" << programName
      << "' (stage " << stageIndex << " of " << numStages << ", "
      << st.microbatches << " micro-batch(es)). Do not edit.\n"
-     << "#include \"gpipe/runtime.h\"\n\n#include <cmath>\n#include "
-        "<cstdint>\n#include <cstring>\n\n";
+     << (options.cuda ? "#include \"gpipe/runtime_cuda.h\"\n"
+                      : "#include \"gpipe/runtime.h\"\n")
+     << "\n#include <cmath>\n#include <cstdint>\n#include <cstring>\n\n";
   ss << st.globals << "\n" << desc << "\n";
   auto stashPtr = [&] {
     return "  unsigned char *S = A + " + std::to_string(st.stashBase) +
@@ -1140,24 +1349,46 @@ FailureOr<EmittedStage> gpipe::emitStageCpp(
     int64_t rows = d.rows * st.microbatches;
     ss << "  // weight gradient of '" << d.param << "' over all "
        << st.microbatches << " micro-batches\n"
-       << "  gp_gemm(1, 0, " << d.gCols << ", " << d.xCols << ", " << rows
-       << ", 1.0f, (const float *)(A + " << d.gOffset << "), " << d.gCols
-       << ", (const float *)(A + " << d.xOffset << "), " << d.xCols
-       << ", 1.0f, (float *)(A + " << st.accumulator.lookup(d.param) << "), "
-       << d.xCols << ");\n";
+       << (options.cuda ? "  gp_gemm_ex(1, 0, " : "  gp_gemm(1, 0, ") << d.gCols
+       << ", " << d.xCols << ", " << rows << ", 1.0f, (const float *)(A + "
+       << d.gOffset << "), " << d.gCols << ", (const float *)(A + " << d.xOffset
+       << "), " << d.xCols << ", 1.0f, (float *)(A + "
+       << st.accumulator.lookup(d.param) << "), " << d.xCols
+       << (options.cuda ? std::string(", nullptr, ") + st.mathMode() +
+                              ", nullptr, nullptr"
+                        : std::string())
+       << ");\n";
   }
   ss << bodies[2];
   if (st.accumulatorEnd > st.accumulatorBegin)
-    ss << "  std::memset(A + " << st.accumulatorBegin << ", 0, "
-       << st.accumulatorEnd - st.accumulatorBegin << ");\n";
+    ss << (options.cuda ? "  gp_cuda_check(cudaMemsetAsync(A + "
+                        : "  std::memset(A + ")
+       << st.accumulatorBegin << ", 0, "
+       << st.accumulatorEnd - st.accumulatorBegin
+       << (options.cuda ? ", gp_cuda_stream()));\n" : ");\n");
   ss << "}\n\n";
+  // bf16: the parameters' bf16 copies start from the loaded weights.
+  for (auto &[name, t] : st.paramOrder)
+    if (auto it = st.shadowOffset.find(name); it != st.shadowOffset.end())
+      st.initBody += "  gp_cast_bf16((const float *)(A + " +
+                     std::to_string(st.paramOffset.lookup(name)) +
+                     "), (void *)(A + " + std::to_string(it->second) + "), " +
+                     std::to_string(t.getNumElements()) + ");\n";
+  if (!st.initBody.empty())
+    ss << "// Once, after the parameters are loaded: constants and bf16 "
+          "copies.\nstatic void init(gp_step_ctx *ctx) {\n"
+       << "  unsigned char *A = ctx->arena;\n"
+       << st.initBody << "}\n\n";
   ss << "static const gp_program kProgram = {\"" << programName << "\", "
      << stageIndex << ", " << numStages << ", " << st.microbatches << ", "
      << batch << "LL, " << result.inputs.size() << ", kInputs, "
      << result.params.size() << ", kParams, " << m.arenaBytes << "LL, "
      << actions->size() << ", kActions, forward, backward, update, "
      << (result.hasLoss ? 1 : 0) << ", \"" << buildId << "\", "
-     << result.transfers.size() << ", kTransfers};\n\n"
+     << result.transfers.size() << ", kTransfers, "
+     << (options.cuda ? "GP_TARGET_CUDA" : "GP_TARGET_CPU") << ", "
+     << st.scratchBytes << "LL, " << (st.initBody.empty() ? "nullptr" : "init")
+     << "};\n\n"
      << "int main(int argc, char **argv) { return gp_main(argc, argv, "
         "&kProgram); }\n";
   return std::move(result);

@@ -43,10 +43,23 @@ struct MemoryPlan {
   int64_t inputBytes = 0;     // one micro-batch of the graph inputs read
   int64_t transientBytes = 0; // peak of the temporaries of any one action
   int64_t constantBytes = 0;  // constants compiled into the executable
+  // CUDA: bf16 copies of the parameters that GEMMs read (inside the arena).
+  int64_t shadowBytes = 0;
+  // CUDA, outside the arena: the kernels' scratch (bf16 GEMM operands) and
+  // the double-buffered staging of the tensors this stage sends.
+  int64_t scratchBytes = 0;
+  int64_t sendStagingBytes = 0;
+};
+
+/// What the stage programs run on, and how they compute.
+struct EmitOptions {
+  bool cuda = false;      // CUDA C++ on the CUDA runtime, else C++ on the CPU
+  bool bf16 = false;      // GEMMs on bf16 operands (CUDA; fp32 elsewhere)
+  bool allowTf32 = false; // fp32 GEMMs may round their inputs to TF32 (CUDA)
 };
 
 struct EmittedStage {
-  std::string source; // a complete C++17 translation unit
+  std::string source; // a complete C++17 (CPU) or CUDA C++ translation unit
   std::vector<EmittedParam> params;
   std::vector<EmittedInput> inputs;
   std::vector<EmittedTransfer> transfers;
@@ -62,11 +75,10 @@ struct EmittedStage {
 /// Reports unsupported ops as located errors and returns failure. Inlines
 /// the stage's pipe.remat regions (the IR is modified). Weight file names
 /// are made unique across the calls sharing `takenWeightFiles`.
-mlir::FailureOr<EmittedStage>
-emitStageCpp(mlir::ModuleOp module, int64_t stage,
-             const std::string &programName,
-             std::vector<std::string> &takenWeightFiles,
-             const std::string &buildId = "");
+mlir::FailureOr<EmittedStage> emitStageCpp(
+    mlir::ModuleOp module, int64_t stage, const std::string &programName,
+    std::vector<std::string> &takenWeightFiles, const std::string &buildId = "",
+    const EmitOptions &options = EmitOptions());
 
 /// Maps a parameter name to a portable file name ("fc1.weight" ->
 /// "fc1.weight.npy", "a/b:c" -> "a_b_c.npy"), unique within `taken`.

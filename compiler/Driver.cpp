@@ -68,6 +68,27 @@ LogicalResult fail(const llvm::Twine &msg) {
   return failure();
 }
 
+/// The SM versions of --cuda-arch ("80,90" -> {80, 90}).
+FailureOr<std::vector<int>> cudaArchitectures(const std::string &list) {
+  std::vector<int> archs;
+  llvm::SmallVector<llvm::StringRef> parts;
+  llvm::StringRef(list).split(parts, ',');
+  for (llvm::StringRef part : parts) {
+    part = part.trim();
+    part.consume_front("sm_");
+    int arch = 0;
+    if (part.getAsInteger(10, arch) || arch < 50 || arch > 200) {
+      (void)fail("--cuda-arch must be a comma-separated list of SM versions "
+                 "such as 80,90 (sm_80 also works), got '" +
+                 list + "'");
+      return failure();
+    }
+    if (!llvm::is_contained(archs, arch))
+      archs.push_back(arch);
+  }
+  return archs;
+}
+
 LogicalResult validate(const CompileOptions &o) {
   auto &opt = o.optimizer;
   if (o.stages < 1)
@@ -75,10 +96,19 @@ LogicalResult validate(const CompileOptions &o) {
   if (o.microbatches < 1)
     return fail("--microbatches must be >= 1, got " +
                 llvm::Twine(o.microbatches));
-  if (o.target == "cuda")
-    return fail("--target cuda is not implemented yet; use --target cpu");
-  if (o.target != "cpu")
+  if (o.target != "cpu" && o.target != "cuda")
     return fail("--target must be cpu or cuda, got '" + o.target + "'");
+  if (o.precision != "fp32" && o.precision != "bf16")
+    return fail("--precision must be fp32 or bf16, got '" + o.precision + "'");
+  if (o.target == "cpu" && o.precision != "fp32")
+    return fail("--precision " + o.precision +
+                " needs --target cuda (the CPU target computes in fp32)");
+  if (o.target == "cpu" && o.allowTf32)
+    return fail("--allow-tf32 needs --target cuda");
+  if (o.precision == "bf16" && o.allowTf32)
+    return fail("--allow-tf32 applies to --precision fp32 only");
+  if (o.target == "cuda" && failed(cudaArchitectures(o.cudaArch)))
+    return failure();
   if (o.emit != "exe" && o.emit != "cpp" && o.emit != "mlir" &&
       o.emit != "import")
     return fail("--emit must be exe, cpp, mlir or import, got '" + o.emit +
@@ -164,6 +194,15 @@ std::string pipelineJson(const CompileOptions &o, const ImportedModel &model,
     j.attribute("model", "model.onnx");
     j.attribute("source_model", srcAbs);
     j.attribute("target", o.target);
+    if (o.target == "cuda") {
+      j.attribute("precision", o.precision);
+      j.attribute("allow_tf32", o.allowTf32);
+      std::vector<int> archs = *cudaArchitectures(o.cudaArch);
+      j.attributeArray("cuda_arch", [&] {
+        for (int a : archs)
+          j.value(static_cast<int64_t>(a));
+      });
+    }
     j.attribute("batch_size", model.batchSize);
     j.attribute("microbatches", o.microbatches);
     j.attribute("microbatch_size", model.batchSize / o.microbatches);
@@ -241,6 +280,11 @@ std::string pipelineJson(const CompileOptions &o, const ImportedModel &model,
             j.attribute("transient_peak_bytes", m.transientBytes);
             j.attribute("input_bytes_per_microbatch", m.inputBytes);
             j.attribute("constant_bytes", m.constantBytes);
+            if (o.target == "cuda") {
+              j.attribute("bf16_copy_bytes", m.shadowBytes);
+              j.attribute("scratch_bytes", m.scratchBytes);
+              j.attribute("send_staging_bytes", m.sendStagingBytes);
+            }
           });
           j.attributeArray("boundaries", [&] {
             for (const EmittedTransfer &t : stage.transfers)
@@ -272,18 +316,30 @@ std::string findCxx(const CompileOptions &o) {
   return GPIPE_HOST_CXX;
 }
 
+/// The CUDA compiler: --nvcc, $NVCC, else the one the runtime was built with
+/// (empty when gpipe-compile was built without the CUDA target).
+std::string findNvcc(const CompileOptions &o) {
+  if (!o.nvcc.empty())
+    return o.nvcc;
+  if (auto env = llvm::sys::Process::GetEnv("NVCC"))
+    return *env;
+  return GPIPE_CUDA_COMPILER;
+}
+
 struct RuntimePaths {
   std::string includeDir, library;
 };
 
 /// Where the stage programs' runtime is: $GPIPE_RUNTIME_DIR (a prefix with
-/// include/gpipe/runtime.h and lib/gpipe/libgpipe_runtime.a), else next to
-/// an installed gpipe-compile (<prefix>/bin/../{include,lib/gpipe}), else the
-/// build tree gpipe-compile was built in.
-FailureOr<RuntimePaths> findRuntime() {
-  auto complete = [](const std::string &prefix) -> std::optional<RuntimePaths> {
-    RuntimePaths p{prefix + "/include",
-                   prefix + "/lib/gpipe/libgpipe_runtime.a"};
+/// include/gpipe/runtime.h and lib/gpipe/libgpipe_runtime.a, or
+/// libgpipe_runtime_cuda.a for the CUDA target), else next to an installed
+/// gpipe-compile (<prefix>/bin/../{include,lib/gpipe}), else the build tree
+/// gpipe-compile was built in.
+FailureOr<RuntimePaths> findRuntime(bool cuda) {
+  std::string lib = cuda ? "libgpipe_runtime_cuda.a" : "libgpipe_runtime.a";
+  auto complete =
+      [&](const std::string &prefix) -> std::optional<RuntimePaths> {
+    RuntimePaths p{prefix + "/include", prefix + "/lib/gpipe/" + lib};
     if (llvm::sys::fs::exists(p.includeDir + "/gpipe/runtime.h") &&
         llvm::sys::fs::exists(p.library))
       return p;
@@ -292,9 +348,8 @@ FailureOr<RuntimePaths> findRuntime() {
   if (auto env = llvm::sys::Process::GetEnv("GPIPE_RUNTIME_DIR")) {
     if (auto p = complete(*env))
       return *p;
-    (void)fail(
-        "GPIPE_RUNTIME_DIR=" + *env +
-        " has no include/gpipe/runtime.h and lib/gpipe/libgpipe_runtime.a");
+    (void)fail("GPIPE_RUNTIME_DIR=" + *env +
+               " has no include/gpipe/runtime.h and lib/gpipe/" + lib);
     return failure();
   }
   static int anchor;
@@ -302,28 +357,38 @@ FailureOr<RuntimePaths> findRuntime() {
   llvm::StringRef bin = llvm::sys::path::parent_path(exe);
   if (auto p = complete(llvm::sys::path::parent_path(bin).str()))
     return *p;
-  RuntimePaths built{GPIPE_RUNTIME_INCLUDE_DIR, GPIPE_RUNTIME_LIBRARY};
-  if (llvm::sys::fs::exists(built.library))
+  RuntimePaths built{GPIPE_RUNTIME_INCLUDE_DIR,
+                     cuda ? GPIPE_RUNTIME_CUDA_LIBRARY : GPIPE_RUNTIME_LIBRARY};
+  if (!built.library.empty() && llvm::sys::fs::exists(built.library))
     return built;
-  fail("cannot find the runtime library (libgpipe_runtime.a): install "
-       "gpipe-compile or set GPIPE_RUNTIME_DIR");
+  (void)fail("cannot find the runtime library (" + lib +
+             "): install gpipe-compile or set GPIPE_RUNTIME_DIR");
   return failure();
 }
 
-/// Compiles and links the stage programs with the host C++ compiler, all at
-/// once (one compiler process per stage).
+/// Compiles and links the stage programs with the host C++ compiler (CPU) or
+/// nvcc (CUDA), all at once (one compiler process per stage).
 LogicalResult buildExecutables(const CompileOptions &o, const std::string &dir,
                                const std::vector<std::string> &names) {
-  std::string cxx = findCxx(o);
+  bool cuda = o.target == "cuda";
+  std::string cxx = cuda ? findNvcc(o) : findCxx(o);
+  if (cuda && cxx.empty())
+    return fail("--target cuda: this gpipe-compile was built without the "
+                "CUDA target (no nvcc, cuBLASLt or NCCL at build time); use "
+                "--target cpu, or rebuild where the CUDA toolkit is installed");
   auto found = llvm::sys::findProgramByName(cxx);
   if (!found)
-    return fail("cannot find the C++ compiler '" + cxx +
-                "' (set --cxx or CXX)");
-  FailureOr<RuntimePaths> runtime = findRuntime();
+    return fail(
+        cuda
+            ? "cannot find the CUDA compiler '" + cxx + "' (set --nvcc or NVCC)"
+            : "cannot find the C++ compiler '" + cxx + "' (set --cxx or CXX)");
+  FailureOr<RuntimePaths> runtime = findRuntime(cuda);
   if (failed(runtime))
     return failure();
   llvm::SmallVector<llvm::StringRef> linkFlags;
-  llvm::StringRef(GPIPE_RUNTIME_LINK_FLAGS).split(linkFlags, ';', -1, false);
+  llvm::StringRef(cuda ? GPIPE_RUNTIME_CUDA_LINK_FLAGS
+                       : GPIPE_RUNTIME_LINK_FLAGS)
+      .split(linkFlags, ';', -1, false);
   struct Job {
     std::string name, log;
     llvm::sys::ProcessInfo process;
@@ -331,16 +396,30 @@ LogicalResult buildExecutables(const CompileOptions &o, const std::string &dir,
   std::vector<Job> jobs;
   std::string startError;
   for (const std::string &name : names) {
-    std::vector<std::string> args = {*found,
-                                     "-std=c++17",
-                                     "-O3",
-                                     "-march=" + o.cpuArch,
-                                     "-fopenmp",
-                                     "-I" + runtime->includeDir,
-                                     dir + "/" + name + ".cpp",
-                                     "-o",
-                                     dir + "/" + name,
-                                     runtime->library};
+    std::vector<std::string> args;
+    if (cuda) {
+      args = {*found, "-std=c++17", "-O3", "-I" + runtime->includeDir};
+      // SASS for every architecture, plus PTX of the newest for later GPUs.
+      std::vector<int> archs = *cudaArchitectures(o.cudaArch);
+      for (int a : archs)
+        args.push_back("-gencode=arch=compute_" + std::to_string(a) +
+                       ",code=sm_" + std::to_string(a));
+      args.push_back("-gencode=arch=compute_" + std::to_string(archs.back()) +
+                     ",code=compute_" + std::to_string(archs.back()));
+      args.insert(args.end(), {dir + "/" + name + ".cu", "-o", dir + "/" + name,
+                               runtime->library});
+    } else {
+      args = {*found,
+              "-std=c++17",
+              "-O3",
+              "-march=" + o.cpuArch,
+              "-fopenmp",
+              "-I" + runtime->includeDir,
+              dir + "/" + name + ".cpp",
+              "-o",
+              dir + "/" + name,
+              runtime->library};
+    }
     for (llvm::StringRef f : linkFlags)
       args.push_back(f.str());
     std::vector<llvm::StringRef> argRefs(args.begin(), args.end());
@@ -378,7 +457,8 @@ LogicalResult buildExecutables(const CompileOptions &o, const std::string &dir,
     }
   }
   if (jobs.size() != names.size())
-    return fail("cannot run the C++ compiler " + *found + ": " + startError);
+    return fail(std::string("cannot run the ") + (cuda ? "CUDA" : "C++") +
+                " compiler " + *found + ": " + startError);
   if (!failedName.empty()) {
     errorLine() << "building " << failedName << " failed (exit " << failedRc
                 << ")" << (failedError.empty() ? "" : ": " + failedError)
@@ -402,7 +482,7 @@ bool ownedByCompiler(llvm::StringRef name) {
   if (digits.empty())
     return false;
   name = name.drop_front(digits.size());
-  return name.empty() || name == ".cpp" || name == ".mlir" ||
+  return name.empty() || name == ".cpp" || name == ".cu" || name == ".mlir" ||
          name == ".import.mlir" || name == ".build.log";
 }
 
@@ -671,6 +751,11 @@ int gpipe::compile(const CompileOptions &o) {
     mix(mlirText);
     mix(o.target);
     mix(o.cpuArch);
+    if (o.target == "cuda") {
+      mix(o.cudaArch);
+      mix(o.precision);
+      mix(o.allowTf32 ? "tf32" : "");
+    }
     mix(model->originalModel);
     buildId = llvm::utohexstr(h, /*LowerCase=*/true);
   }
@@ -681,8 +766,12 @@ int gpipe::compile(const CompileOptions &o) {
   std::vector<func::FuncOp> forwards;
   for (int64_t s = 0; s < o.stages; ++s) {
     names.push_back("stage" + std::to_string(s));
+    EmitOptions eo;
+    eo.cuda = o.target == "cuda";
+    eo.bf16 = o.precision == "bf16";
+    eo.allowTf32 = o.allowTf32;
     FailureOr<EmittedStage> stage =
-        emitStageCpp(module, s, names.back(), takenFiles, buildId);
+        emitStageCpp(module, s, names.back(), takenFiles, buildId, eo);
     if (failed(stage))
       return cleanupAndFail();
     stages.push_back(std::move(*stage));
@@ -719,7 +808,9 @@ int gpipe::compile(const CompileOptions &o) {
       failed(writeFile(staging + "/pipeline.mlir", mlirText)))
     return cleanupAndFail();
   for (auto [name, stage] : llvm::zip(names, stages))
-    if (failed(writeFile(staging + "/" + name + ".cpp", stage.source)))
+    if (failed(writeFile(staging + "/" + name +
+                             (o.target == "cuda" ? ".cu" : ".cpp"),
+                         stage.source)))
       return cleanupAndFail();
 
   if (o.explain)

@@ -31,6 +31,10 @@ struct CompileOptions {
   OptimizerConfig optimizer;
   std::string cxx;                // host C++ compiler for the CPU target
   std::string cpuArch = "native"; // -march= for the stage programs
+  std::string cudaArch = "80,90"; // --cuda-arch: SM versions to build for
+  std::string precision = "fp32"; // fp32 | bf16 (CUDA)
+  bool allowTf32 = false;         // CUDA fp32 GEMMs may use TF32
+  std::string nvcc;               // CUDA compiler (default: the build's)
   bool explain = false;           // print the stage plan (ops, memory, cost)
   bool verbose = false;           // print the build commands
 };

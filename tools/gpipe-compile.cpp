@@ -37,7 +37,22 @@ int main(int argc, char **argv) {
       po::value(&o.microbatches)->default_value(1)->value_name("M"),
       "micro-batches M per mini-batch (must divide the batch size)")(
       "target", po::value(&o.target)->default_value("cpu")->value_name("T"),
-      "cpu (cuda: not in this release)")(
+      "cpu (C++ with oneDNN and OpenMP) or cuda (CUDA with cuBLASLt, NCCL "
+      "between stages)")(
+      "cuda-arch",
+      po::value(&o.cudaArch)->default_value("80,90")->value_name("LIST"),
+      "CUDA target: SM versions to build for, comma-separated (80 = A100, "
+      "90 = H100/H200); SASS for each plus PTX of the last")(
+      "precision",
+      po::value(&o.precision)->default_value("fp32")->value_name("P"),
+      "CUDA target: fp32, or bf16 (bf16 GEMM operands with fp32 "
+      "accumulation; fp32 master weights, gradients and optimizer state)")(
+      "allow-tf32", po::bool_switch(&o.allowTf32),
+      "CUDA target, fp32: let GEMMs round their inputs to TF32 (off by "
+      "default: fp32 results match the CPU target)")(
+      "nvcc", po::value(&o.nvcc)->value_name("PATH"),
+      "CUDA compiler for the CUDA target (default: $NVCC, else the one the "
+      "CUDA runtime was built with)")(
       "loss", po::value(&o.lossName)->value_name("NAME"),
       "graph output to train (default: the only float32 scalar output)")(
       "emit", po::value(&o.emit)->default_value("exe")->value_name("WHAT"),

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <sys/stat.h>
+#include <vector>
 
 namespace gpipe {
 namespace {
@@ -98,6 +99,24 @@ bool openInputs(Runtime &rt, const std::string &dataDir, int64_t &numBatches,
   return true;
 }
 
+void checkLabels(const gp_step_ctx *ctx, const int64_t *labels, int64_t n,
+                 int64_t classes, int32_t hasIgnore, int64_t ignoreIndex,
+                 const char *input, int64_t rowOffset) {
+  for (int64_t r = 0; r < n; ++r) {
+    int64_t label = labels[r];
+    if ((label >= 0 && label < classes) || (hasIgnore && label == ignoreIndex))
+      continue;
+    std::string msg = std::string("graph input '") + input + "', sample " +
+                      std::to_string(ctx->first_sample + rowOffset + r) +
+                      " (step " + std::to_string(ctx->step) + "): label " +
+                      std::to_string(label) + " is outside [0, " +
+                      std::to_string(classes) + ")" +
+                      (hasIgnore ? " and is not the ignore_index" : "");
+    // Names the stage, writes its status, tears the other stages down.
+    fatal(ctx, 1, msg);
+  }
+}
+
 } // namespace gpipe
 
 using gpipe::fatal;
@@ -112,8 +131,33 @@ extern "C" void gp_load_input(gp_step_ctx *ctx, int32_t input,
               std::to_string(microbatch) + "; the pipeline has " +
               std::to_string(rt.program->microbatches));
   int64_t first = rt.miniFirst + microbatch * rt.microRows;
-  std::memcpy(dst, in.file.data() + first * in.rowBytes,
-              static_cast<size_t>(rt.microRows * in.rowBytes));
+  gpipe::deviceLoadInput(ctx, input, microbatch, dst,
+                         in.file.data() + first * in.rowBytes,
+                         rt.microRows * in.rowBytes);
+}
+
+extern "C" void gp_check_input_labels(const gp_step_ctx *ctx, int32_t input,
+                                      int64_t microbatch, int64_t classes,
+                                      int32_t has_ignore,
+                                      int64_t ignore_index) {
+  const gpipe::Runtime &rt = gpipe::runtimeOf(ctx, "gp_check_input_labels");
+  const gpipe::InputData &in =
+      gpipe::inputOf(ctx, rt, input, "gp_check_input_labels");
+  const gp_tensor_desc &d = rt.program->inputs[input];
+  if (d.dtype != GP_I64 || microbatch < 0 ||
+      microbatch >= rt.program->microbatches)
+    fatal(ctx, 1,
+          std::string("invalid program: gp_check_input_labels of graph "
+                      "input '") +
+              d.name + "', micro-batch " + std::to_string(microbatch));
+  int64_t first = rt.miniFirst + microbatch * rt.microRows;
+  int64_t n = rt.microRows * in.rowBytes / 8;
+  // Rows of a mapped .npy may be unaligned: copy before reading int64s.
+  std::vector<int64_t> labels(static_cast<size_t>(n));
+  std::memcpy(labels.data(), in.file.data() + first * in.rowBytes,
+              static_cast<size_t>(n * 8));
+  gpipe::checkLabels(ctx, labels.data(), n, classes, has_ignore, ignore_index,
+                     d.name, first - ctx->first_sample);
 }
 
 extern "C" int64_t gp_count_labels(gp_step_ctx *ctx, int32_t input,

@@ -7,7 +7,10 @@
 #include "gpipe/runtime.h"
 #include "npy.h"
 
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -30,6 +33,22 @@ struct Runtime {
   std::vector<InputData> inputs; // parallel to program->inputs
 };
 
+/// Python hands torch its hyper-parameters as doubles, but the generated code
+/// passes floats. Recovers the shortest decimal that rounds to the float
+/// (0.9f -> 0.9) so that the optimizers' double scalar math (both targets)
+/// matches torch bit for bit.
+inline double pyDouble(float f) {
+  if (!std::isfinite(f))
+    return f;
+  char buf[32];
+  for (int prec = 1; prec <= 9; ++prec) {
+    std::snprintf(buf, sizeof(buf), "%.*g", prec, static_cast<double>(f));
+    if (std::strtof(buf, nullptr) == f)
+      return std::strtod(buf, nullptr);
+  }
+  return f;
+}
+
 /// Prints "gpipe: error: stage S: MSG" (or "gpipe: error: MSG" when stage < 0)
 /// on stderr and flushes it.
 void printError(int32_t stage, const std::string &msg);
@@ -39,6 +58,8 @@ void printError(int32_t stage, const std::string &msg);
 /// or exit(CODE). `ctx` may be null or carry no runtime (unit tests).
 [[noreturn]] void fatal(const gp_step_ctx *ctx, int code,
                         const std::string &msg);
+/// The same, for code that has no step context (stage < 0: none named).
+[[noreturn]] void fatalInStage(int32_t stage, int code, const std::string &msg);
 
 /// Maps and checks this stage's data files (data.cpp): one <name>.npy per
 /// program input under DIR, row shape and dtype as declared, at least B rows,
@@ -46,6 +67,12 @@ void printError(int32_t stage, const std::string &msg);
 /// `err` (a message naming the file, without the "gpipe: error:" prefix).
 bool openInputs(Runtime &rt, const std::string &dataDir, int64_t &numBatches,
                 std::string &err);
+
+/// The label check of gp_check_labels / gp_check_input_labels (data.cpp):
+/// sample numbers are ctx->first_sample + rowOffset + row.
+void checkLabels(const gp_step_ctx *ctx, const int64_t *labels, int64_t n,
+                 int64_t classes, int32_t hasIgnore, int64_t ignoreIndex,
+                 const char *input, int64_t rowOffset);
 
 /// Checks that the pipeline.json at PATH describes `p` (describe.cpp):
 /// format, build id, stages, batch and micro-batches, and this stage's entry
@@ -73,10 +100,27 @@ void statusReset();
 // Transport (transport.cpp): MPI between the stages.
 //===----------------------------------------------------------------------===//
 
-/// MPI_Init (thread level FUNNELED), errors returned rather than fatal on
-/// MPI_COMM_WORLD. Sets `rank` and `size`. On failure sets `err`.
+/// MPI_Init (thread level FUNNELED, or MULTIPLE when `multiThreaded`: the
+/// CUDA runtime calls MPI from stream callbacks), errors returned rather than
+/// fatal on MPI_COMM_WORLD. Sets `rank` and `size`. On failure sets `err`.
 bool transportInit(int *argc, char ***argv, int &rank, int &size,
-                   std::string &err);
+                   bool multiThreaded, std::string &err);
+/// This rank's index among the ranks on its node (MPI shared-memory split);
+/// 0 without MPI.
+int transportLocalRank();
+/// Blocking MPI transfers of `bytes` bytes with stage `peer`, checked (sizes
+/// agree, peer and tag valid); errors end the run naming both stages.
+void mpiSend(gp_step_ctx *ctx, int32_t peer, int32_t tag, const void *buf,
+             int64_t bytes);
+void mpiRecv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
+             int64_t bytes);
+/// Plain MPI transfers for set-up messages (no checks of a running program).
+bool transportSendBytes(int32_t peer, int32_t tag, const void *buf,
+                        int64_t bytes, std::string &err);
+bool transportRecvBytes(int32_t peer, int32_t tag, void *buf, int64_t bytes,
+                        std::string &err);
+/// A tag above every boundary tensor's, for the runtime's own messages.
+int32_t transportSetupTag();
 /// Whether MPI is initialised and not yet finalised.
 bool transportActive();
 /// Gathers `n` int64 values from every rank (rank-major into `all`).
@@ -89,6 +133,41 @@ void transportFinalize();
 /// MPI_Abort(MPI_COMM_WORLD, code) when other ranks exist, else MPI_Finalize
 /// and exit(code).
 [[noreturn]] void transportAbort(int code);
+
+//===----------------------------------------------------------------------===//
+// Device (device_cpu.cpp, or cuda/device.cu): where the arena lives and how
+// the host reaches it. gp_main calls these in this order: deviceInit (after
+// the transport joined, when K > 1), deviceAllocArena, deviceUpload (the
+// parameters), init, the steps (each ends with deviceStepEnd),
+// deviceDownload (the trained parameters), deviceShutdown.
+//===----------------------------------------------------------------------===//
+
+/// The target this runtime library runs (GP_TARGET_CPU or GP_TARGET_CUDA).
+gp_target deviceTarget();
+/// Binds the device and creates what the kernels and transfers need.
+/// `threads` is --threads, `device` is --device (-1: automatic). Collective
+/// over the stages when K > 1 (CUDA: NCCL communicators). On failure sets
+/// `err`.
+bool deviceInit(const gp_program &p, int64_t threads, int64_t device,
+                std::string &err);
+/// One line for the log: "cpu, 1 thread", "cuda:0 (NVIDIA H100 80GB HBM3)".
+std::string deviceDescription();
+/// The zeroed arena of `bytes` bytes (256-byte aligned), or null with `err`.
+unsigned char *deviceAllocArena(int64_t bytes, std::string &err);
+/// Synchronous copies between host memory and the arena.
+bool deviceUpload(unsigned char *dst, const void *src, int64_t bytes,
+                  std::string &err);
+bool deviceDownload(void *dst, const unsigned char *src, int64_t bytes,
+                    std::string &err);
+/// gp_load_input's copy of one micro-batch of graph input `input` from the
+/// mapped data file (`src`) to `dst` in the arena.
+void deviceLoadInput(gp_step_ctx *ctx, int32_t input, int64_t microbatch,
+                     void *dst, const void *src, int64_t bytes);
+/// Ends a step: waits for its work, then sets ctx->loss from what
+/// gp_report_loss saw. On a device error sets `err`.
+bool deviceStepEnd(gp_step_ctx &ctx, std::string &err);
+/// Frees the arena and everything deviceInit created (before MPI_Finalize).
+void deviceShutdown();
 
 } // namespace gpipe
 

@@ -14,22 +14,9 @@
 #include <string>
 #include <vector>
 
-namespace {
+using gpipe::pyDouble;
 
-/// Python hands torch its hyper-parameters as doubles, but the generated code
-/// passes floats. Recover the shortest decimal that rounds to the float
-/// (0.9f -> 0.9) so the double scalar math below matches torch bit for bit.
-double pyDouble(float f) {
-  if (!std::isfinite(f))
-    return f;
-  char buf[32];
-  for (int prec = 1; prec <= 9; ++prec) {
-    std::snprintf(buf, sizeof(buf), "%.*g", prec, static_cast<double>(f));
-    if (std::strtof(buf, nullptr) == f)
-      return std::strtod(buf, nullptr);
-  }
-  return f;
-}
+namespace {
 
 /// C = beta * C with BLAS semantics (beta == 0 overwrites, even NaNs).
 void scaleMatrix(float *C, int64_t M, int64_t N, int64_t ldc, float beta) {
@@ -225,20 +212,8 @@ void gp_copy_blocks(void *dst, int64_t dst_stride, const void *src,
 void gp_check_labels(const gp_step_ctx *ctx, const int64_t *labels, int64_t n,
                      int64_t classes, int32_t has_ignore, int64_t ignore_index,
                      const char *input) {
-  for (int64_t r = 0; r < n; ++r) {
-    int64_t label = labels[r];
-    if ((label >= 0 && label < classes) ||
-        (has_ignore && label == ignore_index))
-      continue;
-    std::string msg = std::string("graph input '") + input + "', sample " +
-                      std::to_string(ctx->first_sample + r) + " (step " +
-                      std::to_string(ctx->step) + "): label " +
-                      std::to_string(label) + " is outside [0, " +
-                      std::to_string(classes) + ")" +
-                      (has_ignore ? " and is not the ignore_index" : "");
-    // Names the stage, writes its status, tears the other stages down.
-    gpipe::fatal(ctx, 1, msg);
-  }
+  gpipe::checkLabels(ctx, labels, n, classes, has_ignore, ignore_index, input,
+                     0);
 }
 
 void gp_softmax_xent_fwd(const float *logits, const int64_t *labels, int64_t N,

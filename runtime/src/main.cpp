@@ -2,8 +2,6 @@
 // schedule loop, logging and weight output of a generated stage program.
 #include "internal.h"
 
-#include <omp.h>
-
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -30,7 +28,11 @@ void printError(int32_t stage, const std::string &msg) {
 void fatal(const gp_step_ctx *ctx, int code, const std::string &msg) {
   const Runtime *rt =
       ctx ? static_cast<const Runtime *>(ctx->runtime) : nullptr;
-  printError(rt ? rt->stage : -1, msg);
+  fatalInStage(rt ? rt->stage : -1, code, msg);
+}
+
+void fatalInStage(int32_t stage, int code, const std::string &msg) {
+  printError(stage, msg);
   std::fflush(stdout);
   statusWriteExit(code);
   if (transportActive())
@@ -50,8 +52,12 @@ const char kUsage[] =
     "  --weights-out DIR   write the trained parameters there at the end\n"
     "  --log-json FILE     one JSON object per step: "
     "{\"step\":1,\"loss\":..,\"ms\":..} (loss stage only)\n"
-    "  --threads T         OpenMP threads (oneDNN GEMMs, generated loops; "
-    "default 1)\n"
+    "  --threads T         CPU target: OpenMP threads (oneDNN GEMMs, generated "
+    "loops;\n"
+    "                      default 1)\n"
+    "  --device N          CUDA target: the GPU to use (default: the stage's "
+    "rank on\n"
+    "                      its node modulo the visible GPUs)\n"
     "  --status-file FILE  \"exit <code>\" at the end, \"signal <n>\" on a "
     "crash\n"
     "  --pipeline FILE     check that FILE (the pipeline.json compiled with "
@@ -72,6 +78,7 @@ struct Options {
   std::string statusFile;
   std::string pipeline;
   int64_t threads = 1;
+  int64_t device = -1;
   bool quiet = false;
   bool help = false;
 };
@@ -113,7 +120,7 @@ bool parseArgs(int argc, char **argv, Options &opt, std::string &err) {
     if (flag != "--data" && flag != "--steps" && flag != "--weights-in" &&
         flag != "--weights-out" && flag != "--log-json" &&
         flag != "--threads" && flag != "--status-file" &&
-        flag != "--pipeline") {
+        flag != "--pipeline" && flag != "--device") {
       if (arg.rfind("-", 0) == 0)
         err = "unknown flag '" + flag + "' (see --help)";
       else
@@ -144,6 +151,12 @@ bool parseArgs(int argc, char **argv, Options &opt, std::string &err) {
       if (!parseInt(value, 1, opt.threads) || opt.threads > 4096) {
         err = "invalid value '" + value +
               "' for --threads (expected an integer in [1, 4096])";
+        return false;
+      }
+    } else if (flag == "--device") {
+      if (!parseInt(value, 0, opt.device) || opt.device > 1024) {
+        err = "invalid value '" + value +
+              "' for --device (expected an integer in [0, 1024])";
         return false;
       }
     } else if (flag == "--weights-in") {
@@ -179,10 +192,6 @@ int64_t numElements(const gp_tensor_desc &d) {
   return n;
 }
 
-struct FreeDeleter {
-  void operator()(unsigned char *p) const { std::free(p); }
-};
-
 /// One run of a stage program; every error prints its line and returns the
 /// exit code.
 class StageRun {
@@ -190,9 +199,15 @@ public:
   StageRun(const gp_program *program, const Options &opt)
       : program_(program), opt_(opt), stage_(program->stage) {}
 
-  int run();
+  /// Runs the stage, then releases the device (before MPI_Finalize).
+  int run() {
+    int rc = runSteps();
+    deviceShutdown();
+    return rc;
+  }
 
 private:
+  int runSteps();
   int error(const std::string &msg) {
     printError(stage_, msg);
     return 1;
@@ -209,7 +224,7 @@ private:
   int32_t stage_;
   int32_t lossStage_ = -1; // the stage with has_loss, -1 if none
   bool logger_ = false;    // prints the steps: the loss stage, else stage 0
-  std::unique_ptr<unsigned char, FreeDeleter> arena_;
+  unsigned char *arena_ = nullptr; // owned by the device
   Runtime rt_;
 };
 
@@ -236,6 +251,17 @@ int StageRun::checkProgram() {
       p.num_actions < 0 || (p.num_inputs > 0 && !p.inputs) ||
       (p.num_params > 0 && !p.params) || (p.num_actions > 0 && !p.actions) ||
       p.num_transfers < 0 || (p.num_transfers > 0 && !p.transfers))
+    return error("invalid program description");
+  if (p.target != deviceTarget()) {
+    auto name = [](int32_t t) {
+      return t == GP_TARGET_CPU    ? std::string("cpu")
+             : t == GP_TARGET_CUDA ? std::string("cuda")
+                                   : "unknown (" + std::to_string(t) + ")";
+    };
+    return error("invalid program: compiled for target " + name(p.target) +
+                 " but linked with the " + name(deviceTarget()) + " runtime");
+  }
+  if (p.scratch_bytes < 0)
     return error("invalid program description");
   if (p.microbatches < 1 || p.batch_size < 1 ||
       p.batch_size % p.microbatches != 0)
@@ -371,8 +397,8 @@ int StageRun::loadParams() {
                    shapeToString(d.shape, static_cast<size_t>(d.rank)) +
                    " for parameter '" + d.name + "', found " +
                    shapeToString(f.shape()));
-    std::memcpy(arena_.get() + d.offset, f.data(),
-                static_cast<size_t>(f.dataBytes()));
+    if (!deviceUpload(arena_ + d.offset, f.data(), f.dataBytes(), err))
+      return error("loading " + path + ": " + err);
   }
   return 0;
 }
@@ -383,24 +409,29 @@ int StageRun::writeParams() {
   if (ec)
     return error("cannot create directory " + opt_.weightsOut + ": " +
                  ec.message());
+  std::vector<float> host;
   for (int32_t i = 0; i < program_->num_params; ++i) {
     const gp_tensor_desc &d = program_->params[i];
     std::string path = joinPath(opt_.weightsOut, d.file);
+    host.resize(static_cast<size_t>(numElements(d)));
+    std::string err;
+    if (!deviceDownload(host.data(), arena_ + d.offset,
+                        numElements(d) * static_cast<int64_t>(sizeof(float)),
+                        err))
+      return error("reading parameter '" + std::string(d.name) + "': " + err);
     // The file name may contain directories of its own.
     std::filesystem::create_directories(
         std::filesystem::path(path).parent_path(), ec);
     if (ec)
       return error("cannot create directory for " + path + ": " + ec.message());
-    std::string err;
-    if (!npyWriteF32(path,
-                     reinterpret_cast<const float *>(arena_.get() + d.offset),
-                     d.shape, static_cast<size_t>(d.rank), err))
+    if (!npyWriteF32(path, host.data(), d.shape, static_cast<size_t>(d.rank),
+                     err))
       return error(err);
   }
   return 0;
 }
 
-int StageRun::run() {
+int StageRun::runSteps() {
   if (int rc = checkProgram())
     return rc;
   if (!opt_.pipeline.empty()) {
@@ -421,20 +452,13 @@ int StageRun::run() {
     return 2;
   }
 
-  // Generated elementwise loops and the update kernels use OpenMP.
-  omp_set_num_threads(static_cast<int>(opt_.threads));
-
-  // The arena: 64-byte aligned (aligned_alloc needs a multiple of the
-  // alignment), zeroed once.
-  size_t arenaSize =
-      (static_cast<size_t>(program_->arena_bytes) + 63) / 64 * 64;
-  if (arenaSize == 0)
-    arenaSize = 64;
-  arena_.reset(static_cast<unsigned char *>(std::aligned_alloc(64, arenaSize)));
+  std::string err;
+  if (!deviceInit(*program_, opt_.threads, opt_.device, err))
+    return error(err);
+  // The arena, allocated once and zeroed: nothing is allocated in the steps.
+  arena_ = deviceAllocArena(program_->arena_bytes, err);
   if (!arena_)
-    return error("cannot allocate the " + std::to_string(arenaSize) +
-                 "-byte arena");
-  std::memset(arena_.get(), 0, arenaSize);
+    return error(err);
 
   if (int rc = loadParams())
     return rc;
@@ -444,7 +468,6 @@ int StageRun::run() {
   rt_.batchSize = program_->batch_size;
   rt_.microRows = program_->batch_size / program_->microbatches;
   int64_t numBatches = 0;
-  std::string err;
   if (!openInputs(rt_, opt_.data, numBatches, err))
     return error(err);
   if (program_->num_stages > 1)
@@ -463,8 +486,13 @@ int StageRun::run() {
       log, [](FILE *f) { return f ? std::fclose(f) : 0; });
 
   gp_step_ctx ctx{};
-  ctx.arena = arena_.get();
+  ctx.arena = arena_;
   ctx.runtime = &rt_;
+  if (program_->init) {
+    program_->init(&ctx);
+    if (!deviceStepEnd(ctx, err))
+      return error(err);
+  }
   double totalMs = 0.0;
   for (int64_t s = 1; s <= opt_.steps; ++s) {
     // Stages without data files (middle stages) still count steps; their
@@ -490,6 +518,9 @@ int StageRun::run() {
       else
         program_->backward(&ctx, a.microbatch);
     }
+    // Asynchronous targets finish the step's work here, and report its loss.
+    if (!deviceStepEnd(ctx, err))
+      return error("step " + std::to_string(s) + ": " + err);
     auto t1 = std::chrono::steady_clock::now();
     double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
     totalMs += ms;
@@ -525,9 +556,10 @@ int StageRun::run() {
                    std::strerror(errno));
   }
   if (logger_)
-    std::fprintf(stderr, "gpipe: %lld steps, mean %.3f ms/step\n",
+    std::fprintf(stderr, "gpipe: %lld steps, mean %.3f ms/step (%s)\n",
                  static_cast<long long>(opt_.steps),
-                 opt_.steps ? totalMs / static_cast<double>(opt_.steps) : 0.0);
+                 opt_.steps ? totalMs / static_cast<double>(opt_.steps) : 0.0,
+                 deviceDescription().c_str());
 
   if (opt_.weightsOut.empty())
     return 0;
@@ -580,7 +612,9 @@ extern "C" int gp_main(int argc, char **argv, const gp_program *program) {
     // other stages down instead of leaving them blocked in a receive.
     int rank = 0, size = 0;
     std::string err;
-    if (!transportInit(&argc, &argv, rank, size, err)) {
+    if (!transportInit(&argc, &argv, rank, size,
+                       /*multiThreaded=*/deviceTarget() == GP_TARGET_CUDA,
+                       err)) {
       printError(stage, err);
       return finish(1);
     }

@@ -46,11 +46,11 @@ void checkTransfer(gp_step_ctx *ctx, const char *what, int32_t peer,
           std::string("invalid program: ") + what + " with stage " +
               std::to_string(peer) + " (tag " + std::to_string(tag) +
               "); the pipeline has stages 0.." + std::to_string(k - 1));
-  if (tag < 0 || tag > gTagUb)
+  if (tag < 0 || tag >= gTagUb)
     fatal(ctx, 1,
           std::string("invalid program: ") + what + " tag " +
               std::to_string(tag) + " is outside [0, " +
-              std::to_string(gTagUb) + "]");
+              std::to_string(gTagUb) + ")");
   if (bytes < 0 || (bytes > 0 && !buf))
     fatal(ctx, 1,
           std::string("invalid program: ") + what + " of " +
@@ -61,11 +61,18 @@ void checkTransfer(gp_step_ctx *ctx, const char *what, int32_t peer,
 } // namespace
 
 bool transportInit(int *argc, char ***argv, int &rank, int &size,
-                   std::string &err) {
+                   bool multiThreaded, std::string &err) {
   int provided = 0;
-  int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  int wanted = multiThreaded ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED;
+  int rc = MPI_Init_thread(argc, argv, wanted, &provided);
   if (rc != MPI_SUCCESS) {
     err = "MPI_Init failed: " + mpiError(rc);
+    return false;
+  }
+  if (provided < wanted) {
+    MPI_Finalize();
+    err = "the MPI library does not support MPI_THREAD_MULTIPLE, which the "
+          "CUDA runtime's host-staged transfers need";
     return false;
   }
   gInitialized = true;
@@ -90,6 +97,42 @@ bool transportInit(int *argc, char ***argv, int &rank, int &size,
 }
 
 bool transportActive() { return gInitialized; }
+
+int transportLocalRank() {
+  if (!gInitialized)
+    return 0;
+  MPI_Comm node;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0,
+                          MPI_INFO_NULL, &node) != MPI_SUCCESS)
+    return 0;
+  int rank = 0;
+  MPI_Comm_rank(node, &rank);
+  MPI_Comm_free(&node);
+  return rank;
+}
+
+int32_t transportSetupTag() { return gTagUb; }
+
+bool transportSendBytes(int32_t peer, int32_t tag, const void *buf,
+                        int64_t bytes, std::string &err) {
+  int rc = MPI_Send(buf, static_cast<int>(bytes), MPI_BYTE, peer, tag,
+                    MPI_COMM_WORLD);
+  if (rc != MPI_SUCCESS)
+    err = "sending set-up data to stage " + std::to_string(peer) +
+          " failed: " + mpiError(rc);
+  return rc == MPI_SUCCESS;
+}
+
+bool transportRecvBytes(int32_t peer, int32_t tag, void *buf, int64_t bytes,
+                        std::string &err) {
+  MPI_Status st;
+  int rc = MPI_Recv(buf, static_cast<int>(bytes), MPI_BYTE, peer, tag,
+                    MPI_COMM_WORLD, &st);
+  if (rc != MPI_SUCCESS)
+    err = "receiving set-up data from stage " + std::to_string(peer) +
+          " failed: " + mpiError(rc);
+  return rc == MPI_SUCCESS;
+}
 
 bool transportAllGather(const int64_t *mine, int n, std::vector<int64_t> &all,
                         std::string &err) {
@@ -131,33 +174,29 @@ void transportAbort(int code) {
   std::exit(code);
 }
 
-} // namespace gpipe
-
-using gpipe::fatal;
-
-extern "C" void gp_send(gp_step_ctx *ctx, int32_t peer, int32_t tag,
-                        const void *buf, int64_t bytes) {
-  gpipe::checkTransfer(ctx, "gp_send", peer, tag, buf, bytes);
+void mpiSend(gp_step_ctx *ctx, int32_t peer, int32_t tag, const void *buf,
+             int64_t bytes) {
+  checkTransfer(ctx, "gp_send", peer, tag, buf, bytes);
   const char *p = static_cast<const char *>(buf);
   int64_t off = 0;
   // One message per chunk (at least one, also for 0 bytes); messages between
   // two ranks with one tag arrive in order.
   do {
-    int n = static_cast<int>(std::min(bytes - off, gpipe::kChunk));
+    int n = static_cast<int>(std::min(bytes - off, kChunk));
     int rc =
         MPI_Send(p ? p + off : nullptr, n, MPI_BYTE, peer, tag, MPI_COMM_WORLD);
     if (rc != MPI_SUCCESS)
       fatal(ctx, 1,
             "sending " + std::to_string(bytes) + " bytes to stage " +
                 std::to_string(peer) + " (tag " + std::to_string(tag) +
-                ") failed: " + gpipe::mpiError(rc));
+                ") failed: " + mpiError(rc));
     off += n;
   } while (off < bytes);
 }
 
-extern "C" void gp_recv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
-                        int64_t bytes) {
-  gpipe::checkTransfer(ctx, "gp_recv", peer, tag, buf, bytes);
+void mpiRecv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
+             int64_t bytes) {
+  checkTransfer(ctx, "gp_recv", peer, tag, buf, bytes);
   char *p = static_cast<char *>(buf);
   int64_t off = 0;
   auto mismatch = [&](int64_t got) {
@@ -170,10 +209,10 @@ extern "C" void gp_recv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
     fatal(ctx, 1,
           std::string(call) + " of " + std::to_string(bytes) +
               " bytes from stage " + std::to_string(peer) + " (tag " +
-              std::to_string(tag) + ") failed: " + gpipe::mpiError(rc));
+              std::to_string(tag) + ") failed: " + mpiError(rc));
   };
   do {
-    int want = static_cast<int>(std::min(bytes - off, gpipe::kChunk));
+    int want = static_cast<int>(std::min(bytes - off, kChunk));
     // Probe first: a message of the wrong size is reported with both sizes
     // instead of being truncated into the buffer.
     MPI_Status st;
@@ -203,3 +242,5 @@ extern "C" void gp_recv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
     off += want;
   } while (off < bytes);
 }
+
+} // namespace gpipe

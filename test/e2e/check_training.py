@@ -122,6 +122,11 @@ def parse_args(argv):
                          "(default: on when --stages > 1 or --microbatches > 1)")
     cs.add_argument("--no-compare-single", dest="compare_single", action="store_false",
                     help="do not run the 1-stage comparison")
+    ap.add_argument("--target", choices=["cpu", "cuda"], default="cpu",
+                    help="gpipe-compile --target of the run under test; with cuda the "
+                    "reference program (--compare-single) is the same configuration "
+                    "compiled for the CPU target")
+    ap.add_argument("--cuda-arch", default=None, help="gpipe-compile --cuda-arch (cuda)")
     ap.add_argument("--timeout", type=float, default=900.0,
                     help="seconds allowed for each of gpipe-compile / gpipe-run")
     a = ap.parse_args(argv)
@@ -158,6 +163,8 @@ def parse_args(argv):
                  % (a.batch_size, a.microbatches))
     if a.compare_single is None:
         a.compare_single = (a.stages or 1) > 1 or (a.microbatches or 1) > 1
+    if a.target == "cuda":
+        a.compare_single = True
     return a
 
 
@@ -175,6 +182,7 @@ def pipeline_flags(a):
 
 # The reference program of --compare-single: one stage, no micro-batching, no recomputation.
 SINGLE_FLAGS = ["--stages", "1", "--microbatches", "1", "--remat", "none"]
+REF = "1-stage program"  # what --compare-single compares against (run_check sets it)
 
 
 def find_tool(bindir, name):
@@ -355,6 +363,21 @@ def check_pipeline_json(out_dir, stages, microbatches, remat):
     return fails
 
 
+def target_flags(a, target):
+    f = ["--target", target]
+    if target == "cuda" and a.cuda_arch:
+        f += ["--cuda-arch", a.cuda_arch]
+    return f
+
+
+def reference_flags(a):
+    """The reference program: the 1-stage CPU program, or for --target cuda the same
+    pipeline compiled for the CPU."""
+    if a.target == "cuda":
+        return pipeline_flags(a) + target_flags(a, "cpu")
+    return SINGLE_FLAGS + target_flags(a, "cpu")
+
+
 def compile_and_run(a, compile_bin, run_bin, model_path, data_dir, wd, suffix, extra_flags):
     """gpipe-compile (+ extra_flags) into WORKDIR/out<suffix>, then gpipe-run it.
 
@@ -368,8 +391,8 @@ def compile_and_run(a, compile_bin, run_bin, model_path, data_dir, wd, suffix, e
             os.remove(p)
     if os.path.isdir(out_dir):
         shutil.rmtree(out_dir)
-    run_tool([compile_bin, model_path, "-o", out_dir, "--batch-size", str(a.batch_size),
-              "--target", "cpu"] + extra_flags + optimizer_flags(a),
+    run_tool([compile_bin, model_path, "-o", out_dir, "--batch-size", str(a.batch_size)]
+             + extra_flags + optimizer_flags(a),
              os.path.join(wd, "compile%s.log" % suffix), a.timeout)
     run_cmd = [run_bin, out_dir, "--data", data_dir, "--steps", str(a.steps),
                "--log-json", log_path, "--save-onnx", trained_path]
@@ -419,6 +442,8 @@ def main(argv=None):
 
 def run_check(a):
     """Run the whole check; return 0/1, or raise CheckFailed on a fatal error."""
+    global REF
+    REF = "CPU-target program" if a.target == "cuda" else "1-stage program"
     import onnx
     failures = []
     compile_bin = find_tool(a.bin, "gpipe-compile")
@@ -480,16 +505,22 @@ def run_check(a):
 
     # 4. gpipe-compile + gpipe-run (the configuration under test)
     out_dir, gp_losses, ms, run_out, trained_path = compile_and_run(
-        a, compile_bin, run_bin, model_path, data_dir, wd, "", pipeline_flags(a))
+        a, compile_bin, run_bin, model_path, data_dir, wd, "",
+        pipeline_flags(a) + target_flags(a, a.target))
     failures += check_pipeline_json(out_dir, a.stages, a.microbatches, a.remat)
 
     # 4b. the 1-stage reference program on the same model.onnx and data
     single = None
     if a.compare_single:
-        log("1-stage reference:")
+        log("%s (reference):" % REF)
         s_out, s_losses, _, s_run_out, s_trained_path = compile_and_run(
-            a, compile_bin, run_bin, model_path, data_dir, wd, "_single", SINGLE_FLAGS)
-        failures += ["1-stage reference: " + f for f in check_pipeline_json(s_out, 1, 1, None)]
+            a, compile_bin, run_bin, model_path, data_dir, wd, "_single", reference_flags(a))
+        if a.target == "cuda":
+            failures += ["CPU reference: " + f for f in
+                         check_pipeline_json(s_out, a.stages, a.microbatches, a.remat)]
+        else:
+            failures += ["1-stage reference: " + f
+                         for f in check_pipeline_json(s_out, 1, 1, None)]
         try:
             check_stdout_steps(s_run_out, s_losses, a.tol)
         except CheckFailed as e:
@@ -562,8 +593,8 @@ def run_check(a):
                 e1 = rel_err(g, single[name])
                 col1 = " %12.3e" % e1
                 if not (e1 <= a.tol):
-                    failures.append("%s: relative error %.3e vs the 1-stage program > tol %.1e"
-                                    % (name, e1, a.tol))
+                    failures.append("%s: relative error %.3e vs the %s > tol %.1e"
+                                    % (name, e1, REF, a.tol))
                     status = status or "FAIL(1stage)"
                 if e1 > worst_single[0] or worst_single[1] is None:
                     worst_single = (e1, name)
@@ -574,8 +605,8 @@ def run_check(a):
             else:
                 col1 = " %12s" % "MISSING"
                 if name in single:
-                    failures.append("%s: shape %s in the 1-stage program, %s here"
-                                    % (name, single[name].shape, g.shape))
+                    failures.append("%s: shape %s in the %s, %s here"
+                                    % (name, single[name].shape, REF, g.shape))
                 status = status or "FAIL(1stage)"
         if name in ref_params:
             t = ref_params[name]
@@ -650,19 +681,19 @@ def run_check(a):
         failures.append("loss mismatch at %d step(s) %s (tol %.1e * max(1,|l|))"
                         % (len(bad_steps), bad_steps[:10], a.tol))
     if bad_steps1:
-        failures.append("loss differs from the 1-stage program at %d step(s) %s "
-                        "(tol %.1e * max(1,|l|))" % (len(bad_steps1), bad_steps1[:10], a.tol))
+        failures.append("loss differs from the %s at %d step(s) %s "
+                        "(tol %.1e * max(1,|l|))" % (REF, len(bad_steps1), bad_steps1[:10], a.tol))
 
     med_ms = float(np.median(ms[1:] if len(ms) > 1 else ms))
     log("")
     log("worst initializer rel_err: %.3e (%s)" % worst_param)
     log("worst loss abs_err:        %.3e (step %d)" % worst_loss)
     if single is not None:
-        log("worst rel_err vs 1-stage:  %.3e (%s)" % worst_single)
-        log("worst loss err vs 1-stage: %.3e (step %d)" % worst_loss1)
+        log("worst rel_err vs %s:  %.3e (%s)" % ((REF,) + worst_single))
+        log("worst loss err vs %s: %.3e (step %d)" % ((REF,) + worst_loss1))
         s_worst_loss = max(abs(x - y) if math.isfinite(x) else float("inf")
                            for x, y in zip(s_losses, ref_losses))
-        log("(1-stage vs torch:         rel_err %.3e (%s), loss abs_err %.3e)"
+        log("(%s vs torch: rel_err" % REF + " %.3e (%s), loss abs_err %.3e)"
             % (worst_single_torch + (s_worst_loss,)))
     log("largest torch rel change:  %.3e" % max_torch_chg)
     log("gpipe-run median ms/step:  %.3f" % med_ms)

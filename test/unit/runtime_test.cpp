@@ -891,7 +891,8 @@ TEST(GpMain, TrainsLogsAndWritesWeights) {
   EXPECT_EQ(r.out, "step 1 loss 0.500000\nstep 2 loss 2.500000\n"
                    "step 3 loss 0.500000\n");
   EXPECT_NE(r.err.find("gpipe: 3 steps, mean "), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find(" ms/step\n"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(" ms/step (cpu, 1 thread)\n"), std::string::npos)
+      << r.err;
   EXPECT_EQ(readText(dir / "status"), "exit 0\n");
 
   std::istringstream log(readText(dir / "log.jsonl"));

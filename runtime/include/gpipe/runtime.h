@@ -12,6 +12,11 @@ extern "C" {
 
 enum gp_dtype : int32_t { GP_F32 = 0, GP_I64 = 1 };
 
+/// The runtime a stage program was generated for: the CPU runtime
+/// (libgpipe_runtime.a) or the CUDA one (libgpipe_runtime_cuda.a). Each
+/// refuses a program of the other target.
+enum gp_target : int32_t { GP_TARGET_CPU = 0, GP_TARGET_CUDA = 1 };
+
 /// One tensor the runtime must fill (graph input) or load/store (parameter).
 /// `offset` is the byte offset of its storage inside the stage arena.
 struct gp_tensor_desc {
@@ -85,6 +90,11 @@ struct gp_program {
                         // and boundary checks)
   int32_t num_transfers;
   const gp_transfer *transfers; // in the order of pipeline.json's boundaries
+  gp_target target;             // which runtime it needs
+  int64_t scratch_bytes; // CUDA: device scratch of the kernels (bf16 copies
+                         // of GEMM operands), allocated once beside the arena
+  void (*init)(gp_step_ctx *ctx); // null, or run once after the parameters
+                                  // are loaded (e.g. their bf16 shadows)
 };
 
 /// Entry point of every stage executable: parses the command line, joins the
@@ -98,7 +108,10 @@ struct gp_program {
 ///   --weights-out DIR   trained parameters written there at the end
 ///   --log-json FILE     one JSON object per step: {"step":1,"loss":..,"ms":..}
 ///                       (written by the loss stage only)
-///   --threads T         BLAS and OpenMP threads of this stage (default 1)
+///   --threads T         BLAS and OpenMP threads of this stage (default 1;
+///                       CPU target)
+///   --device N          CUDA target: the GPU to use (default: the rank on
+///                       its node modulo the visible GPUs)
 ///   --status-file FILE  "exit <code>" at the end, "signal <n>" on a crash
 ///   --pipeline FILE     the pipeline.json compiled with this executable: the
 ///                       stage checks it describes this program (build id,
@@ -114,13 +127,27 @@ int gp_main(int argc, char **argv, const gp_program *program);
 void gp_load_input(gp_step_ctx *ctx, int32_t input, int64_t microbatch,
                    void *dst);
 
-/// Blocking point-to-point transfers between stages (MPI ranks). `tag`
-/// identifies the boundary tensor; `bytes` must agree on both sides, or the
-/// run ends with an error naming both stages and the tag.
+/// Point-to-point transfers between stages (MPI ranks). `tag` identifies the
+/// boundary tensor; `bytes` must agree on both sides, or the run ends with an
+/// error naming both stages and the tag. CPU: blocking MPI. CUDA: enqueued on
+/// the communication stream (NCCL, or host-staged MPI between stages that
+/// share a GPU), ordered after the compute that produced `buf` and before
+/// the compute that reads a received one.
 void gp_send(gp_step_ctx *ctx, int32_t peer, int32_t tag, const void *buf,
              int64_t bytes);
 void gp_recv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
              int64_t bytes);
+
+/// Adds the scalar loss at `loss` (arena) to the step's loss (ctx->loss once
+/// the step's work is done): the loss stage calls it once per micro-batch.
+void gp_report_loss(gp_step_ctx *ctx, const float *loss);
+
+/// Checks micro-batch `microbatch` of graph input `input` (int64 labels, in
+/// the data file) as gp_check_labels does, reading the file itself: for
+/// targets whose arena the host cannot read.
+void gp_check_input_labels(const gp_step_ctx *ctx, int32_t input,
+                           int64_t microbatch, int64_t classes,
+                           int32_t has_ignore, int64_t ignore_index);
 
 /// Labels of graph input `input` in the whole current mini-batch (all M
 /// micro-batches) that are not ignore_index (all of them when has_ignore == 0):

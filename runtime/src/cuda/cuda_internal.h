@@ -1,0 +1,59 @@
+// State the CUDA runtime's sources share: the device, its streams, the
+// cuBLASLt handle and workspace, the bf16 scratch. Not installed.
+#ifndef GPIPE_RUNTIME_CUDA_INTERNAL_H
+#define GPIPE_RUNTIME_CUDA_INTERNAL_H
+
+#include "gpipe/runtime_cuda.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace gpipe {
+namespace cuda {
+
+struct DeviceState {
+  int device = -1;                // the GPU this stage bound
+  cudaStream_t compute = nullptr; // every kernel
+  cudaStream_t comm = nullptr;    // sends and receives
+  cublasLtHandle_t lt = nullptr;
+  void *workspace = nullptr; // cuBLASLt workspace
+  size_t workspaceBytes = 0;
+  void *scratch = nullptr; // bf16 copies of GEMM operands (gp_gemm_ex)
+  size_t scratchBytes = 0;
+  int32_t defaultMath = GP_MATH_F32; // what plain gp_gemm uses
+};
+
+/// The process's device state (one stage per process).
+DeviceState &state();
+
+/// Ends the process after a failed CUDA / cuBLASLt / NCCL call:
+/// "gpipe: error: stage S: CUDA error in WHAT (FILE:LINE): DETAIL".
+[[noreturn]] void fail(const char *what, const char *detail, const char *file,
+                       int line);
+
+} // namespace cuda
+} // namespace gpipe
+
+#define GP_CUDA_CHECK(call)                                                    \
+  do {                                                                         \
+    cudaError_t gp_err_ = (call);                                              \
+    if (gp_err_ != cudaSuccess)                                                \
+      ::gpipe::cuda::fail(#call, cudaGetErrorString(gp_err_), __FILE__,        \
+                          __LINE__);                                           \
+  } while (0)
+
+#define GP_CUBLAS_CHECK(call)                                                  \
+  do {                                                                         \
+    cublasStatus_t gp_st_ = (call);                                            \
+    if (gp_st_ != CUBLAS_STATUS_SUCCESS)                                       \
+      ::gpipe::cuda::fail(#call, cublasLtGetStatusString(gp_st_), __FILE__,    \
+                          __LINE__);                                           \
+  } while (0)
+
+/// After a kernel launch: reports a bad launch configuration at once.
+#define GP_CUDA_LAUNCHED() GP_CUDA_CHECK(cudaGetLastError())
+
+#endif // GPIPE_RUNTIME_CUDA_INTERNAL_H

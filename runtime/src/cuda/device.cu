@@ -1,0 +1,569 @@
+// The CUDA runtime's device: binds the stage's GPU, owns the streams, the
+// cuBLASLt handle, the arena (one cudaMalloc, before step 1) and the
+// transfers between stages.
+//
+// Streams: every kernel runs on the compute stream; sends and receives run on
+// the communication stream, so a send overlaps the compute that follows it.
+// Order between the two is kept with events:
+//  - a send first copies its tensor (on the compute stream) into a staging
+//    slot of its own, double-buffered per boundary tensor, so the compute
+//    that follows may reuse the tensor's memory at once; the communication
+//    stream waits for the copy, then sends from the slot;
+//  - a receive waits for the compute enqueued before it (earlier readers of
+//    its destination), and the compute after it waits for the receive.
+// One stream per direction keeps every stage's transfers in program order:
+// the blocking-rendezvous model the compiler's deadlock check proves safe.
+//
+// Transports: NCCL (ncclSend/ncclRecv) between stages on different GPUs, one
+// two-rank communicator per pair that exchanges tensors. NCCL refuses two
+// ranks on one GPU, so stages sharing a GPU (or all stages, with
+// GPIPE_TRANSPORT=host) stage through pinned host memory and MPI, called from
+// host functions enqueued on the communication stream.
+#include "cuda_internal.h"
+#include "internal.h"
+
+#include <nccl.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+namespace gpipe {
+namespace cuda {
+namespace {
+
+DeviceState gState;
+int32_t gStage = -1;
+std::string gDeviceName;
+
+#define GP_NCCL_CHECK(call)                                                    \
+  do {                                                                         \
+    ncclResult_t gp_nr_ = (call);                                              \
+    if (gp_nr_ != ncclSuccess)                                                 \
+      ::gpipe::cuda::fail(#call, ncclGetErrorString(gp_nr_), __FILE__,         \
+                          __LINE__);                                           \
+  } while (0)
+
+/// A boundary tensor this stage sends: two device slots (and, host-staged,
+/// two pinned host buffers) used in turn.
+struct SendSlots {
+  int32_t peer = 0, tag = 0;
+  int64_t bytes = 0;
+  void *device[2] = {nullptr, nullptr};
+  void *host[2] = {nullptr, nullptr};
+  cudaEvent_t free[2] = {nullptr, nullptr}; // the slot's last send is done
+  int next = 0;
+};
+
+/// A boundary tensor this stage receives (host-staged: its pinned buffer).
+struct RecvBuffer {
+  int32_t peer = 0, tag = 0;
+  int64_t bytes = 0;
+  void *host = nullptr;
+};
+
+/// What a host-staged transfer's host function needs; lives as long as the
+/// run (one per slot / buffer, never changed after set-up).
+struct HostTransfer {
+  gp_step_ctx *ctx = nullptr;
+  int32_t peer = 0, tag = 0;
+  void *buf = nullptr;
+  int64_t bytes = 0;
+};
+
+struct Peer {
+  bool nccl = false;
+  ncclComm_t comm = nullptr;
+  int rankInComm = 0; // the peer's rank in the two-rank communicator
+};
+
+struct Transfers {
+  std::map<int32_t, Peer> peers;
+  std::map<std::pair<int32_t, int32_t>, SendSlots> sends; // (peer, tag)
+  std::map<std::pair<int32_t, int32_t>, RecvBuffer> recvs;
+  // Host functions' arguments: stable addresses.
+  std::vector<std::unique_ptr<HostTransfer>> hostOps;
+  std::map<const void *, HostTransfer *> hostSendOp; // by pinned buffer
+  std::map<std::pair<int32_t, int32_t>, HostTransfer *> hostRecvOp;
+  cudaEvent_t computeDone = nullptr; // compute -> communication order
+  cudaEvent_t commDone = nullptr;    // communication -> compute order
+} gTransfers;
+
+unsigned char *gArena = nullptr;
+// Pinned staging of the graph inputs: one buffer per (input, micro-batch).
+std::vector<std::vector<void *>> gInputStaging;
+// The loss of each micro-batch, copied back as the loss stage reports it.
+float *gLossHost = nullptr;
+std::vector<bool> gLossSeen;
+int32_t gMicrobatches = 1;
+
+std::string cudaMessage(cudaError_t e) {
+  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+}
+
+void hostSend(void *arg) {
+  auto *op = static_cast<HostTransfer *>(arg);
+  mpiSend(op->ctx, op->peer, op->tag, op->buf, op->bytes);
+}
+
+void hostRecv(void *arg) {
+  auto *op = static_cast<HostTransfer *>(arg);
+  mpiRecv(op->ctx, op->peer, op->tag, op->buf, op->bytes);
+}
+
+/// The send slots / receive buffers of this stage's boundary tensors, and the
+/// check that each peer describes the same tensors with the same sizes (NCCL
+/// would not notice a mismatch).
+bool setUpBuffers(const gp_program &p, std::string &err) {
+  std::map<int32_t, std::vector<int64_t>> table; // peer -> (dir, bwd, tag, B)
+  for (int32_t i = 0; i < p.num_transfers; ++i) {
+    const gp_transfer &t = p.transfers[i];
+    std::vector<int64_t> &row = table[t.peer];
+    row.insert(row.end(), {t.is_send, t.backward, t.tag, t.bytes});
+    std::pair<int32_t, int32_t> key{t.peer, t.tag};
+    bool host = !gTransfers.peers[t.peer].nccl;
+    if (t.is_send) {
+      SendSlots &s = gTransfers.sends[key];
+      s.peer = t.peer;
+      s.tag = t.tag;
+      s.bytes = t.bytes;
+      size_t n = static_cast<size_t>(std::max<int64_t>(t.bytes, 1));
+      for (int k = 0; k < 2; ++k) {
+        GP_CUDA_CHECK(cudaMalloc(&s.device[k], n));
+        GP_CUDA_CHECK(
+            cudaEventCreateWithFlags(&s.free[k], cudaEventDisableTiming));
+        GP_CUDA_CHECK(cudaEventRecord(s.free[k], gState.comm));
+        if (host) {
+          GP_CUDA_CHECK(cudaMallocHost(&s.host[k], n));
+          auto op = std::make_unique<HostTransfer>();
+          *op = {nullptr, t.peer, t.tag, s.host[k], t.bytes};
+          gTransfers.hostSendOp[s.host[k]] = op.get();
+          gTransfers.hostOps.push_back(std::move(op));
+        }
+      }
+    } else {
+      RecvBuffer &r = gTransfers.recvs[key];
+      r.peer = t.peer;
+      r.tag = t.tag;
+      r.bytes = t.bytes;
+      if (host) {
+        GP_CUDA_CHECK(cudaMallocHost(
+            &r.host, static_cast<size_t>(std::max<int64_t>(t.bytes, 1))));
+        auto op = std::make_unique<HostTransfer>();
+        *op = {nullptr, t.peer, t.tag, r.host, t.bytes};
+        gTransfers.hostRecvOp[key] = op.get();
+        gTransfers.hostOps.push_back(std::move(op));
+      }
+    }
+  }
+  // Each side sends its table to the peer and checks the peer's against its
+  // own, mirrored: in increasing peer order, lower stage first, so the
+  // blocking exchanges pair up without a cycle.
+  int32_t tag = transportSetupTag();
+  for (auto &entry : table) {
+    const int32_t peer = entry.first;
+    const std::vector<int64_t> &mine = entry.second;
+    int64_t n = static_cast<int64_t>(mine.size()), theirN = 0;
+    std::vector<int64_t> theirs;
+    auto sendMine = [&] {
+      return transportSendBytes(peer, tag, &n, sizeof n, err) &&
+             transportSendBytes(peer, tag, mine.data(), n * 8, err);
+    };
+    auto recvTheirs = [&] {
+      if (!transportRecvBytes(peer, tag, &theirN, sizeof theirN, err))
+        return false;
+      theirs.resize(static_cast<size_t>(std::max<int64_t>(theirN, 0)));
+      return transportRecvBytes(peer, tag, theirs.data(), theirN * 8, err);
+    };
+    bool ok =
+        gStage < peer ? sendMine() && recvTheirs() : recvTheirs() && sendMine();
+    if (!ok)
+      return false;
+    std::vector<std::vector<int64_t>> a, b;
+    for (size_t i = 0; i + 3 < mine.size(); i += 4)
+      a.push_back({1 - mine[i], mine[i + 1], mine[i + 2], mine[i + 3]});
+    for (size_t i = 0; i + 3 < theirs.size(); i += 4)
+      b.push_back({theirs[i], theirs[i + 1], theirs[i + 2], theirs[i + 3]});
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    if (a != b) {
+      err = "stage " + std::to_string(peer) +
+            " expects other tensors (tags or sizes) across their boundary "
+            "than this stage: were they compiled together?";
+      return false;
+    }
+  }
+  return true;
+}
+
+/// Creates the transports: which peers share this GPU, and a two-rank NCCL
+/// communicator with each peer on another GPU.
+bool setUpTransports(const gp_program &p, std::string &err) {
+  // (host, GPU) of every stage, to find the pairs that share a GPU.
+  cudaDeviceProp prop;
+  GP_CUDA_CHECK(cudaGetDeviceProperties(&prop, gState.device));
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  uint64_t hostHash = 1469598103934665603ull;
+  for (const char *c = host; *c; ++c)
+    hostHash = (hostHash ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
+  int64_t uuid[2];
+  std::memcpy(uuid, prop.uuid.bytes, sizeof uuid);
+  int64_t mine[3] = {static_cast<int64_t>(hostHash), uuid[0], uuid[1]};
+  std::vector<int64_t> all;
+  if (!transportAllGather(mine, 3, all, err))
+    return false;
+  const char *forced = std::getenv("GPIPE_TRANSPORT");
+  bool forceHost = forced && std::string(forced) == "host";
+  if (forced && !forceHost && std::string(forced) != "auto") {
+    err = "GPIPE_TRANSPORT must be 'auto' or 'host', got '" +
+          std::string(forced) + "'";
+    return false;
+  }
+  for (int32_t i = 0; i < p.num_transfers; ++i) {
+    int32_t peer = p.transfers[i].peer;
+    if (peer < 0 || peer >= p.num_stages || peer == gStage) {
+      err = "invalid program: a transfer with stage " + std::to_string(peer);
+      return false;
+    }
+    const int64_t *theirs = &all[static_cast<size_t>(peer) * 3];
+    bool sameGpu =
+        theirs[0] == mine[0] && theirs[1] == mine[1] && theirs[2] == mine[2];
+    gTransfers.peers[peer].nccl = !sameGpu && !forceHost;
+  }
+  // One communicator per pair, created in increasing peer order on both
+  // sides (pairs in lexicographic order: no two stages wait on each other).
+  int32_t tag = transportSetupTag();
+  for (auto &[peer, info] : gTransfers.peers) {
+    if (!info.nccl)
+      continue;
+    ncclUniqueId id;
+    if (gStage < peer) {
+      GP_NCCL_CHECK(ncclGetUniqueId(&id));
+      if (!transportSendBytes(peer, tag, &id, sizeof id, err))
+        return false;
+    } else if (!transportRecvBytes(peer, tag, &id, sizeof id, err)) {
+      return false;
+    }
+    int me = gStage < peer ? 0 : 1;
+    ncclResult_t r = ncclCommInitRank(&info.comm, 2, id, me);
+    if (r != ncclSuccess) {
+      err = "creating the NCCL communicator with stage " +
+            std::to_string(peer) + " failed: " + ncclGetErrorString(r);
+      return false;
+    }
+    info.rankInComm = 1 - me;
+  }
+  return true;
+}
+
+void checkTransferCall(gp_step_ctx *ctx, const char *what, int32_t peer,
+                       int32_t tag, const void *buf, int64_t bytes,
+                       int64_t expected, bool found) {
+  if (!found || bytes != expected || (bytes > 0 && !buf))
+    fatal(ctx, 1,
+          std::string("invalid program: ") + what + " of " +
+              std::to_string(bytes) + " bytes with stage " +
+              std::to_string(peer) + " (tag " + std::to_string(tag) +
+              ") is not one of the program's boundary tensors");
+}
+
+} // namespace
+
+DeviceState &state() { return gState; }
+
+void fail(const char *what, const char *detail, const char *file, int line) {
+  const char *base = std::strrchr(file, '/');
+  fatalInStage(gStage, 1,
+               std::string("CUDA error in ") + what + " (" +
+                   (base ? base + 1 : file) + ":" + std::to_string(line) +
+                   "): " + detail);
+}
+
+/// Sets up device 0 as deviceInit would for a stage program (unit tests).
+void testInitDevice(size_t scratchBytes) {
+  gState.device = 0;
+  GP_CUDA_CHECK(cudaSetDevice(0));
+  GP_CUDA_CHECK(
+      cudaStreamCreateWithFlags(&gState.compute, cudaStreamNonBlocking));
+  GP_CUDA_CHECK(cudaStreamCreateWithFlags(&gState.comm, cudaStreamNonBlocking));
+  GP_CUBLAS_CHECK(cublasLtCreate(&gState.lt));
+  gState.workspaceBytes = size_t(32) << 20;
+  GP_CUDA_CHECK(cudaMalloc(&gState.workspace, gState.workspaceBytes));
+  gState.scratchBytes = scratchBytes;
+  if (scratchBytes)
+    GP_CUDA_CHECK(cudaMalloc(&gState.scratch, scratchBytes));
+}
+
+} // namespace cuda
+
+using cuda::gState;
+using cuda::gTransfers;
+
+gp_target deviceTarget() { return GP_TARGET_CUDA; }
+
+bool deviceInit(const gp_program &p, int64_t threads, int64_t device,
+                std::string &err) {
+  (void)threads; // host threads do not matter: the work is on the GPU
+  cuda::gStage = p.stage;
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    err = "no CUDA device (" +
+          (e != cudaSuccess ? cuda::cudaMessage(e)
+                            : std::string("cudaGetDeviceCount found none")) +
+          "): this stage program was compiled with --target cuda";
+    return false;
+  }
+  if (device >= count) {
+    err = "--device " + std::to_string(device) + ": only " +
+          std::to_string(count) + " CUDA device(s) are visible";
+    return false;
+  }
+  // Each stage binds its node-local GPU; stages beyond the GPUs share them.
+  gState.device =
+      device >= 0 ? static_cast<int>(device) : transportLocalRank() % count;
+  GP_CUDA_CHECK(cudaSetDevice(gState.device));
+  cudaDeviceProp prop;
+  GP_CUDA_CHECK(cudaGetDeviceProperties(&prop, gState.device));
+  cuda::gDeviceName =
+      "cuda:" + std::to_string(gState.device) + " (" + prop.name + ")";
+  GP_CUDA_CHECK(
+      cudaStreamCreateWithFlags(&gState.compute, cudaStreamNonBlocking));
+  // Transfers get priority: a send that waits holds up the next stage.
+  int least = 0, greatest = 0;
+  GP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  GP_CUDA_CHECK(cudaStreamCreateWithPriority(&gState.comm,
+                                             cudaStreamNonBlocking, greatest));
+  GP_CUBLAS_CHECK(cublasLtCreate(&gState.lt));
+  // cuBLASLt's recommended workspace on Hopper; allocated once, here.
+  gState.workspaceBytes = size_t(32) << 20;
+  GP_CUDA_CHECK(cudaMalloc(&gState.workspace, gState.workspaceBytes));
+  gState.scratchBytes = static_cast<size_t>(p.scratch_bytes);
+  if (gState.scratchBytes)
+    GP_CUDA_CHECK(cudaMalloc(&gState.scratch, gState.scratchBytes));
+  GP_CUDA_CHECK(cudaEventCreateWithFlags(&gTransfers.computeDone,
+                                         cudaEventDisableTiming));
+  GP_CUDA_CHECK(
+      cudaEventCreateWithFlags(&gTransfers.commDone, cudaEventDisableTiming));
+
+  // Pinned staging of the graph inputs and the loss.
+  cuda::gMicrobatches = p.microbatches;
+  int64_t rows = p.batch_size / p.microbatches;
+  cuda::gInputStaging.assign(static_cast<size_t>(p.num_inputs), {});
+  for (int32_t i = 0; i < p.num_inputs; ++i) {
+    const gp_tensor_desc &d = p.inputs[i];
+    int64_t bytes = rows * (d.dtype == GP_F32 ? 4 : 8);
+    for (int32_t k = 1; k < d.rank; ++k)
+      bytes *= d.shape[k];
+    for (int32_t m = 0; m < p.microbatches; ++m) {
+      void *buf = nullptr;
+      GP_CUDA_CHECK(cudaMallocHost(
+          &buf, static_cast<size_t>(std::max<int64_t>(bytes, 1))));
+      cuda::gInputStaging[static_cast<size_t>(i)].push_back(buf);
+    }
+  }
+  GP_CUDA_CHECK(cudaMallocHost(
+      &cuda::gLossHost, sizeof(float) * static_cast<size_t>(p.microbatches)));
+  cuda::gLossSeen.assign(static_cast<size_t>(p.microbatches), false);
+
+  if (p.num_stages > 1 && !cuda::setUpTransports(p, err))
+    return false;
+  return p.num_stages == 1 || cuda::setUpBuffers(p, err);
+}
+
+std::string deviceDescription() { return cuda::gDeviceName; }
+
+unsigned char *deviceAllocArena(int64_t bytes, std::string &err) {
+  size_t size = static_cast<size_t>(std::max<int64_t>(bytes, 256));
+  cudaError_t e = cudaMalloc(&cuda::gArena, size);
+  if (e != cudaSuccess) {
+    size_t freeBytes = 0, total = 0;
+    cudaMemGetInfo(&freeBytes, &total);
+    err = "cannot allocate the " + std::to_string(size) + "-byte arena on " +
+          cuda::gDeviceName + " (" + std::to_string(freeBytes) +
+          " bytes free): " + cuda::cudaMessage(e);
+    cuda::gArena = nullptr;
+    return nullptr;
+  }
+  GP_CUDA_CHECK(cudaMemset(cuda::gArena, 0, size));
+  return cuda::gArena;
+}
+
+bool deviceUpload(unsigned char *dst, const void *src, int64_t bytes,
+                  std::string &err) {
+  cudaError_t e =
+      cudaMemcpy(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice);
+  if (e != cudaSuccess)
+    err = cuda::cudaMessage(e);
+  return e == cudaSuccess;
+}
+
+bool deviceDownload(void *dst, const unsigned char *src, int64_t bytes,
+                    std::string &err) {
+  cudaError_t e = cudaStreamSynchronize(gState.compute);
+  if (e == cudaSuccess)
+    e = cudaMemcpy(dst, src, static_cast<size_t>(bytes),
+                   cudaMemcpyDeviceToHost);
+  if (e != cudaSuccess)
+    err = cuda::cudaMessage(e);
+  return e == cudaSuccess;
+}
+
+void deviceLoadInput(gp_step_ctx *, int32_t input, int64_t microbatch,
+                     void *dst, const void *src, int64_t bytes) {
+  // The previous step's copy out of this buffer finished at its end
+  // (deviceStepEnd synchronises).
+  void *staging = cuda::gInputStaging[static_cast<size_t>(input)]
+                                     [static_cast<size_t>(microbatch)];
+  std::memcpy(staging, src, static_cast<size_t>(bytes));
+  GP_CUDA_CHECK(cudaMemcpyAsync(dst, staging, static_cast<size_t>(bytes),
+                                cudaMemcpyHostToDevice, gState.compute));
+}
+
+bool deviceStepEnd(gp_step_ctx &ctx, std::string &err) {
+  // A bad launch is not sticky: it is only reported by the next check.
+  cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess)
+    e = cudaStreamSynchronize(gState.compute);
+  if (e == cudaSuccess)
+    e = cudaStreamSynchronize(gState.comm);
+  if (e != cudaSuccess) {
+    err = "CUDA error: " + cuda::cudaMessage(e);
+    return false;
+  }
+  // Summed in micro-batch order, in double, as the CPU target does.
+  double loss = 0.0;
+  bool any = false;
+  for (int32_t m = 0; m < cuda::gMicrobatches; ++m)
+    if (cuda::gLossSeen[static_cast<size_t>(m)]) {
+      loss += static_cast<double>(cuda::gLossHost[m]);
+      cuda::gLossSeen[static_cast<size_t>(m)] = false;
+      any = true;
+    }
+  if (any)
+    ctx.loss = loss;
+  return true;
+}
+
+void deviceShutdown() {
+  if (gState.device < 0)
+    return;
+  cudaStreamSynchronize(gState.compute);
+  cudaStreamSynchronize(gState.comm);
+  for (auto &entry : gTransfers.peers)
+    if (entry.second.comm)
+      ncclCommDestroy(entry.second.comm);
+  gTransfers.peers.clear();
+  for (auto &entry : gTransfers.sends)
+    for (int k = 0; k < 2; ++k) {
+      cudaFree(entry.second.device[k]);
+      cudaFreeHost(entry.second.host[k]);
+      cudaEventDestroy(entry.second.free[k]);
+    }
+  gTransfers.sends.clear();
+  for (auto &entry : gTransfers.recvs)
+    cudaFreeHost(entry.second.host);
+  gTransfers.recvs.clear();
+  for (auto &buffers : cuda::gInputStaging)
+    for (void *b : buffers)
+      cudaFreeHost(b);
+  cuda::gInputStaging.clear();
+  cudaFreeHost(cuda::gLossHost);
+  cuda::gLossHost = nullptr;
+  cudaFree(cuda::gArena);
+  cuda::gArena = nullptr;
+  cudaFree(gState.scratch);
+  cudaFree(gState.workspace);
+  cublasLtDestroy(gState.lt);
+  cudaEventDestroy(gTransfers.computeDone);
+  cudaEventDestroy(gTransfers.commDone);
+  cudaStreamDestroy(gState.comm);
+  cudaStreamDestroy(gState.compute);
+  gState = cuda::DeviceState();
+}
+
+} // namespace gpipe
+
+using gpipe::fatal;
+using gpipe::cuda::gState;
+using gpipe::cuda::gTransfers;
+
+extern "C" cudaStream_t gp_cuda_stream(void) { return gState.compute; }
+
+extern "C" void gp_cuda_check(cudaError_t err) {
+  if (err != cudaSuccess)
+    gpipe::cuda::fail("generated code", cudaGetErrorString(err), "stage", 0);
+}
+
+extern "C" void gp_report_loss(gp_step_ctx *ctx, const float *loss) {
+  int64_t m = ctx->microbatch;
+  if (m < 0 || m >= gpipe::cuda::gMicrobatches)
+    fatal(ctx, 1,
+          "invalid program: gp_report_loss of micro-batch " +
+              std::to_string(m));
+  GP_CUDA_CHECK(cudaMemcpyAsync(gpipe::cuda::gLossHost + m, loss, sizeof(float),
+                                cudaMemcpyDeviceToHost, gState.compute));
+  gpipe::cuda::gLossSeen[static_cast<size_t>(m)] = true;
+}
+
+extern "C" void gp_send(gp_step_ctx *ctx, int32_t peer, int32_t tag,
+                        const void *buf, int64_t bytes) {
+  auto it = gTransfers.sends.find({peer, tag});
+  bool found = it != gTransfers.sends.end();
+  gpipe::cuda::checkTransferCall(ctx, "gp_send", peer, tag, buf, bytes,
+                                 found ? it->second.bytes : -1, found);
+  gpipe::cuda::SendSlots &s = it->second;
+  int k = s.next;
+  s.next ^= 1;
+  // The slot's previous send must be done before the copy overwrites it.
+  GP_CUDA_CHECK(cudaStreamWaitEvent(gState.compute, s.free[k], 0));
+  GP_CUDA_CHECK(cudaMemcpyAsync(s.device[k], buf, static_cast<size_t>(bytes),
+                                cudaMemcpyDeviceToDevice, gState.compute));
+  GP_CUDA_CHECK(cudaEventRecord(gTransfers.computeDone, gState.compute));
+  GP_CUDA_CHECK(cudaStreamWaitEvent(gState.comm, gTransfers.computeDone, 0));
+  const gpipe::cuda::Peer &p = gTransfers.peers[peer];
+  if (p.nccl) {
+    GP_NCCL_CHECK(ncclSend(s.device[k], static_cast<size_t>(bytes), ncclInt8,
+                           p.rankInComm, p.comm, gState.comm));
+  } else {
+    GP_CUDA_CHECK(cudaMemcpyAsync(s.host[k], s.device[k],
+                                  static_cast<size_t>(bytes),
+                                  cudaMemcpyDeviceToHost, gState.comm));
+    gpipe::cuda::HostTransfer *op = gTransfers.hostSendOp[s.host[k]];
+    op->ctx = ctx;
+    GP_CUDA_CHECK(cudaLaunchHostFunc(gState.comm, gpipe::cuda::hostSend, op));
+  }
+  GP_CUDA_CHECK(cudaEventRecord(s.free[k], gState.comm));
+}
+
+extern "C" void gp_recv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
+                        int64_t bytes) {
+  auto it = gTransfers.recvs.find({peer, tag});
+  bool found = it != gTransfers.recvs.end();
+  gpipe::cuda::checkTransferCall(ctx, "gp_recv", peer, tag, buf, bytes,
+                                 found ? it->second.bytes : -1, found);
+  // Compute enqueued so far may still read the destination.
+  GP_CUDA_CHECK(cudaEventRecord(gTransfers.computeDone, gState.compute));
+  GP_CUDA_CHECK(cudaStreamWaitEvent(gState.comm, gTransfers.computeDone, 0));
+  const gpipe::cuda::Peer &p = gTransfers.peers[peer];
+  if (p.nccl) {
+    GP_NCCL_CHECK(ncclRecv(buf, static_cast<size_t>(bytes), ncclInt8,
+                           p.rankInComm, p.comm, gState.comm));
+  } else {
+    gpipe::cuda::HostTransfer *op = gTransfers.hostRecvOp[{peer, tag}];
+    op->ctx = ctx;
+    GP_CUDA_CHECK(cudaLaunchHostFunc(gState.comm, gpipe::cuda::hostRecv, op));
+    GP_CUDA_CHECK(cudaMemcpyAsync(buf, it->second.host,
+                                  static_cast<size_t>(bytes),
+                                  cudaMemcpyHostToDevice, gState.comm));
+  }
+  GP_CUDA_CHECK(cudaEventRecord(gTransfers.commDone, gState.comm));
+  GP_CUDA_CHECK(cudaStreamWaitEvent(gState.compute, gTransfers.commDone, 0));
+}

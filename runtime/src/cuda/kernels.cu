@@ -1,0 +1,1039 @@
+// CUDA implementations of the runtime's kernels (gpipe/runtime.h, section
+// "Kernels") and of gpipe/runtime_cuda.h: cuBLASLt GEMMs, broadcast
+// reductions, block copies, the softmax cross-entropy and the optimizers.
+//
+// Every pointer is a device pointer; everything is enqueued on the compute
+// stream and returns at once: nothing here synchronises or allocates device
+// memory. The semantics are those of the CPU reference (kernels.cpp); the
+// optimizer updates repeat its float operations one by one (no FMA
+// contraction), so that a CUDA stage trains like a CPU one.
+#include "cuda_internal.h"
+#include "internal.h"
+
+#include <cuda_bf16.h>
+#include <math_constants.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+
+namespace {
+
+using gpipe::pyDouble;
+using gpipe::cuda::fail;
+using gpipe::cuda::state;
+
+//===----------------------------------------------------------------------===//
+// Launch helpers
+//===----------------------------------------------------------------------===//
+
+/// Threads per block of the elementwise and reduction kernels.
+constexpr int kThreads = 256;
+constexpr int kWarpsPerBlock = kThreads / 32;
+
+/// Grid-stride kernels never need more blocks than this to fill any current
+/// GPU; more would only add block scheduling overhead.
+constexpr int64_t kMaxBlocks = 8192;
+
+/// Blocks for a grid-stride loop over `work` items handled `perBlock` at a
+/// time (at least one block, so that kernels with a scalar result still run).
+unsigned blocksFor(int64_t work, int64_t perBlock = kThreads) {
+  int64_t blocks = (work + perBlock - 1) / perBlock;
+  return static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, kMaxBlocks));
+}
+
+cudaStream_t stream() { return state().compute; }
+
+/// fail() with a printf-style detail: the errors here are code-generator
+/// bugs, and the message must name the shapes involved.
+[[noreturn]] __attribute__((format(printf, 4, 5))) void
+failf(const char *what, const char *file, int line, const char *fmt, ...) {
+  char detail[512];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(detail, sizeof(detail), fmt, args);
+  va_end(args);
+  fail(what, detail, file, line);
+}
+
+__device__ __forceinline__ int64_t globalThread() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+
+__device__ __forceinline__ int64_t gridThreads() {
+  return static_cast<int64_t>(gridDim.x) * blockDim.x;
+}
+
+//===----------------------------------------------------------------------===//
+// Deterministic warp / block reductions
+//===----------------------------------------------------------------------===//
+
+/// Butterfly sum: every lane ends with the same, bitwise identical value
+/// (each step adds the same two operands in every lane of a group), so lanes
+/// may use it independently.
+template <typename T> __device__ __forceinline__ T warpSum(T v) {
+  for (int offset = 16; offset > 0; offset >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__device__ __forceinline__ float warpMax(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+/// Sum over the block (blockDim.x a multiple of 32), in a fixed order so that
+/// a run is reproducible. The result is valid in warp 0. `shared` holds at
+/// least 32 elements; every thread of the block must call this.
+template <typename T> __device__ T blockSum(T v, T *shared) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int warps = blockDim.x >> 5;
+  v = warpSum(v);
+  if (lane == 0)
+    shared[warp] = v;
+  __syncthreads();
+  if (warp == 0)
+    v = warpSum(lane < warps ? shared[lane] : T(0));
+  // `shared` may be reused as soon as this returns.
+  __syncthreads();
+  return v;
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise kernels
+//===----------------------------------------------------------------------===//
+
+__global__ void castBf16Kernel(const float *__restrict__ in,
+                               __nv_bfloat16 *__restrict__ out, int64_t n) {
+  for (int64_t i = globalThread(); i < n; i += gridThreads())
+    out[i] = __float2bfloat16_rn(in[i]);
+}
+
+/// C = beta * C (+ bias on every row): the GEMM with K == 0 (BLAS semantics:
+/// beta == 0 overwrites C, NaNs included), and with beta == 1 the bias of a
+/// GEMM whose bias cuBLASLt could not take.
+__global__ void scaleMatrixKernel(float *C, int64_t M, int64_t N, int64_t ldc,
+                                  float beta, const float *__restrict__ bias) {
+  for (int64_t e = globalThread(); e < M * N; e += gridThreads()) {
+    const int64_t i = e / N, j = e % N;
+    float &c = C[i * ldc + j];
+    float v = beta == 0.0f ? 0.0f : __fmul_rn(c, beta);
+    if (bias)
+      v = __fadd_rn(v, bias[j]);
+    c = v;
+  }
+}
+
+// The optimizer updates use the _rn intrinsics throughout: they pin the
+// rounding of each operation of the CPU loops, which nvcc would otherwise
+// fuse into FMAs.
+
+__global__ void sgdKernel(float *__restrict__ p, const float *__restrict__ g,
+                          float *__restrict__ buf, int64_t n, float lr,
+                          float momentum, float weightDecay, bool useMomentum,
+                          bool nesterov, bool firstStep) {
+  for (int64_t i = globalThread(); i < n; i += gridThreads()) {
+    const float pi = p[i];
+    float d = g[i];
+    if (weightDecay != 0.0f)
+      d = __fadd_rn(d, __fmul_rn(weightDecay, pi));
+    if (useMomentum) {
+      // torch starts the buffer as a clone of the first gradient.
+      const float b = firstStep ? d : __fadd_rn(__fmul_rn(buf[i], momentum), d);
+      buf[i] = b;
+      d = nesterov ? __fadd_rn(d, __fmul_rn(momentum, b)) : b;
+    }
+    p[i] = __fadd_rn(pi, __fmul_rn(-lr, d));
+  }
+}
+
+/// The float scalars of one Adam step, derived on the host in double as the
+/// CPU code (and torch) does.
+struct AdamScalars {
+  float beta1, beta2, eps, weightDecay;
+  float negStepSize; // -(lr / (1 - beta1^step))
+  float bc2Sqrt;     // sqrt(1 - beta2^step)
+  float oneMinusB1, oneMinusB2;
+  float decay; // AdamW: 1 - lr * weight_decay
+  bool decoupled, coupledDecay;
+};
+
+__global__ void adamKernel(float *__restrict__ p, const float *__restrict__ g,
+                           float *__restrict__ m, float *__restrict__ v,
+                           int64_t n, AdamScalars s) {
+  for (int64_t i = globalThread(); i < n; i += gridThreads()) {
+    float pi = p[i];
+    float gi = g[i];
+    if (s.decoupled)
+      pi = __fmul_rn(pi, s.decay);
+    else if (s.coupledDecay)
+      gi = __fadd_rn(gi, __fmul_rn(s.weightDecay, pi));
+    const float mi =
+        __fadd_rn(__fmul_rn(m[i], s.beta1), __fmul_rn(s.oneMinusB1, gi));
+    const float vi = __fadd_rn(__fmul_rn(v[i], s.beta2),
+                               __fmul_rn(__fmul_rn(s.oneMinusB2, gi), gi));
+    m[i] = mi;
+    v[i] = vi;
+    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), s.bc2Sqrt), s.eps);
+    p[i] = __fadd_rn(pi, __fdiv_rn(__fmul_rn(s.negStepSize, mi), denom));
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions (gp_reduce_to)
+//===----------------------------------------------------------------------===//
+
+constexpr int32_t kMaxRank = 8;
+
+/// Rows at least this long get a block (or several) each, shorter a warp.
+constexpr int64_t kLongRow = 1024;
+/// Elements a block sums at least when a row is split across blocks.
+constexpr int64_t kMinChunk = 4096;
+/// With fewer rows than this, long rows are split across blocks.
+constexpr int64_t kFewRows = 512;
+/// Partial sums of split rows: rows * split never exceeds this.
+constexpr int64_t kMaxPartials = 1024;
+
+// Kernels that combine partial sums across blocks without a second launch
+// keep them here: module memory, not an allocation. Only one such kernel runs
+// at a time, as they are all ordered by the compute stream; the last block
+// to finish resets the counter for the next launch.
+__device__ double gRowPartials[kMaxPartials];
+__device__ unsigned int gRowBlocksDone;
+
+/// out[r] = sum of the `len` contiguous floats of row r: one warp per row.
+__global__ void sumRowsWarpKernel(const float *__restrict__ in,
+                                  float *__restrict__ out, int64_t rows,
+                                  int64_t len) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = gridThreads() >> 5;
+  for (int64_t r = globalThread() >> 5; r < rows; r += warps) {
+    const float *src = in + r * len;
+    double s = 0.0;
+    for (int64_t j = lane; j < len; j += 32)
+      s += src[j];
+    s = warpSum(s);
+    if (lane == 0)
+      out[r] = static_cast<float>(s);
+  }
+}
+
+/// Long rows, many of them: one block per row.
+__global__ void sumRowsBlockKernel(const float *__restrict__ in,
+                                   float *__restrict__ out, int64_t rows,
+                                   int64_t len) {
+  __shared__ double shared[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float *src = in + r * len;
+    double s = 0.0;
+    for (int64_t j = threadIdx.x; j < len; j += blockDim.x)
+      s += src[j];
+    s = blockSum(s, shared);
+    if (threadIdx.x == 0)
+      out[r] = static_cast<float>(s);
+  }
+}
+
+/// Long rows, few of them (a full reduction to a scalar): `split` blocks per
+/// row, block b summing chunk b % split of row b / split. The last block to
+/// finish adds each row's partials in chunk order, so the result does not
+/// depend on the order in which blocks ran. Launched with rows * split
+/// blocks exactly (<= kMaxPartials).
+__global__ void sumRowsSplitKernel(const float *__restrict__ in,
+                                   float *__restrict__ out, int64_t rows,
+                                   int64_t len, int64_t split) {
+  __shared__ double shared[32];
+  __shared__ bool isLast;
+  const int64_t row = blockIdx.x / split, part = blockIdx.x % split;
+  const int64_t chunk = (len + split - 1) / split;
+  const int64_t begin = part * chunk;
+  const int64_t end = begin + chunk < len ? begin + chunk : len;
+  const float *src = in + row * len;
+  double s = 0.0;
+  for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x)
+    s += src[j];
+  s = blockSum(s, shared);
+  if (threadIdx.x == 0) {
+    gRowPartials[blockIdx.x] = s;
+    // Publish the partial before counting this block as done.
+    __threadfence();
+    isLast = atomicAdd(&gRowBlocksDone, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!isLast)
+    return;
+  for (int64_t r = 0; r < rows; ++r) {
+    double total = 0.0;
+    // __ldcg: read the other blocks' partials from L2, never a stale L1.
+    for (int64_t t = threadIdx.x; t < split; t += blockDim.x)
+      total += __ldcg(&gRowPartials[r * split + t]);
+    total = blockSum(total, shared);
+    if (threadIdx.x == 0)
+      out[r] = static_cast<float>(total);
+  }
+  if (threadIdx.x == 0)
+    gRowBlocksDone = 0;
+}
+
+/// Threads of a column-sum block.
+constexpr int kColumnThreads = 512;
+
+/// out[o, j] = sum over r of in[o, r, j] for an [outer, rows, cols] input:
+/// the sum over the rows of row-major matrices, e.g. a bias gradient. A block
+/// owns `width` adjacent columns of one matrix; its threads form `height`
+/// groups of `width` that stride over the rows, so that consecutive threads
+/// read consecutive floats. The groups' partial sums are combined by a tree
+/// in a fixed order.
+__global__ void sumColumnsKernel(const float *__restrict__ in,
+                                 float *__restrict__ out, int64_t outer,
+                                 int64_t rows, int64_t cols, int width) {
+  __shared__ double partial[kColumnThreads];
+  const int t = threadIdx.x;
+  const int height = blockDim.x / width;
+  const int c = t % width, g = t / width;
+  const bool active = g < height; // blockDim.x need not divide by width
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * width + c;
+  for (int64_t o = blockIdx.y; o < outer; o += gridDim.y) {
+    double s = 0.0;
+    if (active && j < cols) {
+      const float *src = in + o * rows * cols + j;
+      for (int64_t r = g; r < rows; r += height)
+        s += src[r * cols];
+    }
+    partial[t] = s;
+    __syncthreads();
+    for (int n = height; n > 1;) {
+      const int half = (n + 1) / 2;
+      if (active && g < n - half)
+        partial[t] += partial[t + half * width];
+      __syncthreads();
+      n = half;
+    }
+    if (g == 0 && j < cols)
+      out[o * cols + j] = static_cast<float>(partial[c]);
+    // `partial` is rewritten for the next matrix.
+    __syncthreads();
+  }
+}
+
+/// Any other reduction, as merged dims: the output enumerates the kept dims
+/// (row-major), each output sums over all the reduced ones. Passed by value.
+struct ReduceGeometry {
+  int32_t numKept = 0, numReduced = 0;
+  int64_t keptSize[kMaxRank], keptStride[kMaxRank];
+  int64_t redSize[kMaxRank], redStride[kMaxRank];
+  int64_t outSize = 1, redTotal = 1;
+};
+
+/// One warp per output element; the lanes split the reduced index space.
+__global__ void sumGeneralKernel(const float *__restrict__ in,
+                                 float *__restrict__ out, ReduceGeometry geo) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = gridThreads() >> 5;
+  for (int64_t o = globalThread() >> 5; o < geo.outSize; o += warps) {
+    int64_t base = 0, rest = o;
+    for (int d = geo.numKept - 1; d >= 0; --d) {
+      base += rest % geo.keptSize[d] * geo.keptStride[d];
+      rest /= geo.keptSize[d];
+    }
+    double s = 0.0;
+    for (int64_t r = lane; r < geo.redTotal; r += 32) {
+      int64_t off = base, q = r;
+      for (int d = geo.numReduced - 1; d >= 0; --d) {
+        off += q % geo.redSize[d] * geo.redStride[d];
+        q /= geo.redSize[d];
+      }
+      s += in[off];
+    }
+    s = warpSum(s);
+    if (lane == 0)
+      out[o] = static_cast<float>(s);
+  }
+}
+
+/// out[r] = sum of contiguous row r, picking the kernel for the row shape.
+void launchSumRows(const float *in, float *out, int64_t rows, int64_t len) {
+  if (len < kLongRow) {
+    sumRowsWarpKernel<<<blocksFor(rows, kWarpsPerBlock), kThreads, 0,
+                        stream()>>>(in, out, rows, len);
+    GP_CUDA_LAUNCHED();
+    return;
+  }
+  int64_t split = 1;
+  if (rows < kFewRows)
+    split = std::min((len + kMinChunk - 1) / kMinChunk, kMaxPartials / rows);
+  if (split <= 1) {
+    sumRowsBlockKernel<<<blocksFor(rows, 1), kThreads, 0, stream()>>>(
+        in, out, rows, len);
+    GP_CUDA_LAUNCHED();
+    return;
+  }
+  sumRowsSplitKernel<<<static_cast<unsigned>(rows * split), kThreads, 0,
+                       stream()>>>(in, out, rows, len, split);
+  GP_CUDA_LAUNCHED();
+}
+
+/// out[o, j] = sum over r of in[o, r, j].
+void launchSumColumns(const float *in, float *out, int64_t outer, int64_t rows,
+                      int64_t cols) {
+  // Enough blocks to keep a large GPU busy: narrower column tiles make more
+  // blocks; 8 floats (one 32-byte sector) per row and tile stay efficient.
+  constexpr int64_t kTargetBlocks = 256;
+  int width;
+  if (cols < 8) {
+    width = static_cast<int>(cols);
+  } else {
+    width = 32;
+    while (width > 8 && (cols + width - 1) / width * outer < kTargetBlocks)
+      width /= 2;
+  }
+  dim3 grid(static_cast<unsigned>((cols + width - 1) / width),
+            static_cast<unsigned>(std::min<int64_t>(outer, 65535)));
+  sumColumnsKernel<<<grid, kColumnThreads, 0, stream()>>>(in, out, outer, rows,
+                                                          cols, width);
+  GP_CUDA_LAUNCHED();
+}
+
+//===----------------------------------------------------------------------===//
+// Softmax cross-entropy
+//===----------------------------------------------------------------------===//
+
+/// Blocks of the forward kernel at most (its per-block partials live in
+/// module memory).
+constexpr int64_t kXentMaxBlocks = 1024;
+__device__ double gXentTotal[kXentMaxBlocks];
+__device__ long long gXentCount[kXentMaxBlocks];
+__device__ unsigned int gXentBlocksDone;
+/// Non-ignored labels, counted for the backward's divisor.
+__device__ long long gXentLabelCount;
+
+__device__ __forceinline__ bool isIgnored(int64_t label, int32_t hasIgnore,
+                                          int64_t ignoreIndex) {
+  return hasIgnore != 0 && label == ignoreIndex;
+}
+
+/// Row max and sum of exp(x - max) (in double, as the CPU), shared by the
+/// forward and backward so that the gradient is that of exactly the computed
+/// loss. Called by a whole warp; every lane gets the same values.
+__device__ void rowStats(const float *__restrict__ x, int64_t C, int lane,
+                         float &mx, double &sumExp) {
+  float m = -CUDART_INF_F;
+  for (int64_t j = lane; j < C; j += 32)
+    m = fmaxf(m, x[j]);
+  m = warpMax(m);
+  double s = 0.0;
+  for (int64_t j = lane; j < C; j += 32)
+    s += static_cast<double>(expf(x[j] - m));
+  sumExp = warpSum(s);
+  mx = m;
+}
+
+/// One warp per row. Each block leaves the sum and count of its rows' losses;
+/// the last block to finish combines them in block order (reproducible) and
+/// writes the loss.
+__global__ void xentFwdKernel(const float *__restrict__ logits,
+                              const int64_t *__restrict__ labels, int64_t N,
+                              int64_t C, int32_t hasIgnore, int64_t ignoreIndex,
+                              double norm, float *__restrict__ loss,
+                              float *__restrict__ logProb) {
+  __shared__ double sharedTotal[32];
+  __shared__ long long sharedCount[32];
+  __shared__ bool isLast;
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = gridThreads() >> 5;
+  double total = 0.0;
+  long long count = 0;
+  for (int64_t i = globalThread() >> 5; i < N; i += warps) {
+    const float *x = logits + i * C;
+    float mx;
+    double sumExp;
+    rowStats(x, C, lane, mx, sumExp);
+    const double logSum = log(sumExp);
+    if (logProb) {
+      const float lse = mx + static_cast<float>(logSum);
+      for (int64_t j = lane; j < C; j += 32)
+        logProb[i * C + j] = x[j] - lse;
+    }
+    const int64_t y = labels[i];
+    if (isIgnored(y, hasIgnore, ignoreIndex))
+      continue;
+    ++count;
+    // An out-of-range label has no defined loss (torch raises); poison it.
+    if (y < 0 || y >= C)
+      total += CUDART_NAN;
+    else
+      total += (static_cast<double>(mx) - x[y]) + logSum;
+  }
+  // Every lane holds its warp's sums: count each warp once.
+  if (lane != 0) {
+    total = 0.0;
+    count = 0;
+  }
+  total = blockSum(total, sharedTotal);
+  count = blockSum(count, sharedCount);
+  if (threadIdx.x == 0) {
+    gXentTotal[blockIdx.x] = total;
+    gXentCount[blockIdx.x] = count;
+    __threadfence();
+    isLast = atomicAdd(&gXentBlocksDone, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!isLast)
+    return;
+  total = 0.0;
+  count = 0;
+  for (unsigned b = threadIdx.x; b < gridDim.x; b += blockDim.x) {
+    total += __ldcg(&gXentTotal[b]);
+    count += __ldcg(&gXentCount[b]);
+  }
+  total = blockSum(total, sharedTotal);
+  count = blockSum(count, sharedCount);
+  if (threadIdx.x == 0) {
+    // norm > 0: this call's share of a loss normalised over a larger batch
+    // (micro-batching); a share with every label ignored is 0.
+    if (norm > 0.0)
+      *loss = static_cast<float>(total / norm);
+    else
+      *loss = count ? static_cast<float>(total / static_cast<double>(count))
+                    : CUDART_NAN_F;
+    gXentBlocksDone = 0;
+  }
+}
+
+__global__ void countLabelsKernel(const int64_t *__restrict__ labels, int64_t N,
+                                  int32_t hasIgnore, int64_t ignoreIndex) {
+  __shared__ long long shared[32];
+  long long count = 0;
+  for (int64_t i = threadIdx.x; i < N; i += blockDim.x)
+    count += !isIgnored(labels[i], hasIgnore, ignoreIndex);
+  count = blockSum(count, shared);
+  if (threadIdx.x == 0)
+    gXentLabelCount = count;
+}
+
+/// One warp per row. The divisor is `norm`, or (norm <= 0) the label count
+/// countLabelsKernel left. All labels ignored: every row is zero, as torch's
+/// gradient of its NaN loss.
+__global__ void xentBwdKernel(const float *__restrict__ logits,
+                              const int64_t *__restrict__ labels, int64_t N,
+                              int64_t C, int32_t hasIgnore, int64_t ignoreIndex,
+                              double norm, const float *__restrict__ dloss,
+                              float *__restrict__ dlogits) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = gridThreads() >> 5;
+  const double divisor =
+      norm > 0.0 ? norm : static_cast<double>(gXentLabelCount);
+  const float scale = static_cast<float>(static_cast<double>(*dloss) / divisor);
+  for (int64_t i = globalThread() >> 5; i < N; i += warps) {
+    const float *x = logits + i * C;
+    float *dx = dlogits + i * C;
+    const int64_t y = labels[i];
+    const bool ignored = isIgnored(y, hasIgnore, ignoreIndex);
+    if (ignored || y < 0 || y >= C) {
+      const float fill = ignored ? 0.0f : CUDART_NAN_F;
+      for (int64_t j = lane; j < C; j += 32)
+        dx[j] = fill;
+      continue;
+    }
+    float mx;
+    double sumExp;
+    rowStats(x, C, lane, mx, sumExp);
+    const float inv = static_cast<float>(1.0 / sumExp);
+    for (int64_t j = lane; j < C; j += 32) {
+      const float prob = __fmul_rn(expf(x[j] - mx), inv);
+      dx[j] = __fmul_rn(j == y ? __fsub_rn(prob, 1.0f) : prob, scale);
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// GEMM (cuBLASLt)
+//===----------------------------------------------------------------------===//
+
+/// The largest power of two (at most 256) dividing the address: what
+/// cuBLASLt may assume of an operand.
+uint32_t alignmentOf(const void *p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  if (a == 0)
+    return 256;
+  return static_cast<uint32_t>(std::min<uintptr_t>(a & (~a + 1), 256));
+}
+
+/// Everything the descriptors and the heuristic's choice depend on.
+struct GemmKey {
+  int64_t M, N, K, lda, ldb, ldc;
+  int32_t transA, transB, math, hasBias;
+  uint32_t alignA, alignB, alignC, alignBias;
+
+  auto fields() const {
+    return std::tie(M, N, K, lda, ldb, ldc, transA, transB, math, hasBias,
+                    alignA, alignB, alignC, alignBias);
+  }
+  bool operator==(const GemmKey &o) const { return fields() == o.fields(); }
+};
+
+struct GemmKeyHash {
+  size_t operator()(const GemmKey &k) const {
+    const uint64_t words[] = {uint64_t(k.M),
+                              uint64_t(k.N),
+                              uint64_t(k.K),
+                              uint64_t(k.lda),
+                              uint64_t(k.ldb),
+                              uint64_t(k.ldc),
+                              uint64_t(k.transA) << 32 | uint32_t(k.transB),
+                              uint64_t(k.math) << 32 | uint32_t(k.hasBias),
+                              uint64_t(k.alignA) << 32 | k.alignB,
+                              uint64_t(k.alignC) << 32 | k.alignBias};
+    size_t h = 0;
+    for (uint64_t w : words)
+      h ^= std::hash<uint64_t>()(w) + 0x9e3779b97f4a7c15ull + (h << 6) +
+           (h >> 2);
+    return h;
+  }
+};
+
+/// The descriptors of one GEMM shape and the algorithm the heuristic chose.
+/// Lives until exit; destroying descriptors only frees host memory.
+struct GemmPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool biasKernel = false; // bias added by scaleMatrixKernel after the GEMM
+
+  GemmPlan() = default;
+  GemmPlan(const GemmPlan &) = delete;
+  GemmPlan &operator=(const GemmPlan &) = delete;
+  ~GemmPlan() {
+    if (c)
+      cublasLtMatrixLayoutDestroy(c);
+    if (b)
+      cublasLtMatrixLayoutDestroy(b);
+    if (a)
+      cublasLtMatrixLayoutDestroy(a);
+    if (desc)
+      cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+template <typename T>
+void setDescAttr(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr,
+                 const T &value) {
+  GP_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
+}
+
+/// Owns a heuristic preference for the duration of one query.
+struct Preference {
+  cublasLtMatmulPreference_t pref = nullptr;
+  Preference() { GP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref)); }
+  Preference(const Preference &) = delete;
+  Preference &operator=(const Preference &) = delete;
+  ~Preference() { cublasLtMatmulPreferenceDestroy(pref); }
+};
+
+template <typename T>
+void setPrefAttr(cublasLtMatmulPreference_t pref,
+                 cublasLtMatmulPreferenceAttributes_t attr, const T &value) {
+  GP_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)));
+}
+
+const char *mathName(int32_t math) {
+  switch (math) {
+  case GP_MATH_F32:
+    return "f32";
+  case GP_MATH_TF32:
+    return "tf32";
+  default:
+    return "bf16";
+  }
+}
+
+// The row-major product C[M,N] = op(A) op(B) is computed as the column-major
+// C^T[N,M] = op(B)^T op(A)^T: a row-major matrix with row stride ld is the
+// column-major transpose with leading dimension ld, so no data moves. The Lt
+// "A" operand is the row-major B (op = transB), the Lt "B" operand the
+// row-major A (op = transA), m = N, n = M, and the bias, which the epilogue
+// broadcasts along the columns of the column-major D (length m), is the
+// per-column bias[N] of the row-major C.
+std::unique_ptr<GemmPlan> makeGemmPlan(const GemmKey &k, const float *bias) {
+  auto plan = std::make_unique<GemmPlan>();
+  const cublasComputeType_t compute = k.math == GP_MATH_TF32
+                                          ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                          : CUBLAS_COMPUTE_32F;
+  const cudaDataType_t abType =
+      k.math == GP_MATH_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+  GP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, compute, CUDA_R_32F));
+  const cublasOperation_t opA = k.transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t opB = k.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+  setDescAttr(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, opA);
+  setDescAttr(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, opB);
+  const cublasLtEpilogue_t epilogue =
+      k.hasBias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  setDescAttr(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+  // The heuristic reads the bias pointer's alignment (part of the key); the
+  // bias type defaults to D's, fp32.
+  if (k.hasBias)
+    setDescAttr(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+
+  // Layouts describe the stored matrices, before op.
+  const uint64_t M = k.M, N = k.N, K = k.K;
+  GP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, abType, k.transB ? K : N,
+                                             k.transB ? N : K, k.ldb));
+  GP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, abType, k.transA ? M : K,
+                                             k.transA ? K : M, k.lda));
+  GP_CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&plan->c, CUDA_R_32F, N, M, k.ldc));
+
+  Preference holder;
+  const cublasLtMatmulPreference_t pref = holder.pref;
+  const uint64_t workspace = state().workspaceBytes;
+  setPrefAttr(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace);
+  // Lt A is the row-major B and vice versa.
+  setPrefAttr(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, k.alignB);
+  setPrefAttr(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, k.alignA);
+  setPrefAttr(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, k.alignC);
+  setPrefAttr(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k.alignC);
+
+  cublasLtMatmulHeuristicResult_t result{};
+  auto query = [&] {
+    int found = 0;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
+        state().lt, plan->desc, plan->a, plan->b, plan->c, plan->c, pref, 1,
+        &result, &found);
+    if (st != CUBLAS_STATUS_SUCCESS)
+      return st;
+    return found > 0 ? result.state : CUBLAS_STATUS_NOT_SUPPORTED;
+  };
+  cublasStatus_t st = query();
+  // The bias epilogue wants an aligned bias (16 bytes on some GPUs); the
+  // arena need not give one. Then a kernel adds the bias instead.
+  if (st != CUBLAS_STATUS_SUCCESS && k.hasBias) {
+    setDescAttr(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                CUBLASLT_EPILOGUE_DEFAULT);
+    setDescAttr(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                static_cast<const float *>(nullptr));
+    plan->biasKernel = true;
+    st = query();
+  }
+  if (st != CUBLAS_STATUS_SUCCESS)
+    failf("cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__,
+          "no cuBLASLt algorithm for the %s GEMM M=%lld N=%lld K=%lld "
+          "transA=%d transB=%d lda=%lld ldb=%lld ldc=%lld bias=%d "
+          "(alignments A=%u B=%u C=%u bias=%u, workspace %llu bytes): %s",
+          mathName(k.math), static_cast<long long>(k.M),
+          static_cast<long long>(k.N), static_cast<long long>(k.K), k.transA,
+          k.transB, static_cast<long long>(k.lda),
+          static_cast<long long>(k.ldb), static_cast<long long>(k.ldc),
+          k.hasBias, k.alignA, k.alignB, k.alignC, k.alignBias,
+          static_cast<unsigned long long>(workspace),
+          cublasLtGetStatusString(st));
+  plan->algo = result.algo;
+  return plan;
+}
+
+/// Rounds a stored fp32 operand (rows x cols, row stride ld) to bf16 in the
+/// scratch at byte offset `used` (rounded up to 256), keeping its layout: the
+/// span from the first to the last element is converted, gaps included.
+const void *bf16Copy(const float *src, int64_t rows, int64_t cols, int64_t ld,
+                     size_t &used, const char *operand) {
+  const auto &st = state();
+  const int64_t span = (rows - 1) * ld + cols;
+  const size_t bytes = static_cast<size_t>(span) * sizeof(__nv_bfloat16);
+  const size_t at = (used + 255) & ~size_t(255);
+  if (st.scratch == nullptr || at + bytes > st.scratchBytes)
+    failf("gp_gemm_ex", __FILE__, __LINE__,
+          "the bf16 copy of operand %s (%lld x %lld, row stride %lld) needs "
+          "%zu bytes of scratch at offset %zu, but the scratch has %zu bytes "
+          "(a code generator bug: program scratch_bytes is too small)",
+          operand, static_cast<long long>(rows), static_cast<long long>(cols),
+          static_cast<long long>(ld), bytes, at, st.scratchBytes);
+  void *dst = static_cast<unsigned char *>(st.scratch) + at;
+  gp_cast_bf16(src, dst, span);
+  used = at + bytes;
+  return dst;
+}
+
+} // namespace
+
+extern "C" {
+
+void gp_gemm(int transA, int transB, int64_t M, int64_t N, int64_t K,
+             float alpha, const float *A, int64_t lda, const float *B,
+             int64_t ldb, float beta, float *C, int64_t ldc) {
+  gp_gemm_ex(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+             nullptr, state().defaultMath, nullptr, nullptr);
+}
+
+void gp_gemm_ex(int transA, int transB, int64_t M, int64_t N, int64_t K,
+                float alpha, const float *A, int64_t lda, const float *B,
+                int64_t ldb, float beta, float *C, int64_t ldc,
+                const float *bias, int32_t math, const void *A16,
+                const void *B16) {
+  if (math != GP_MATH_F32 && math != GP_MATH_TF32 && math != GP_MATH_BF16)
+    failf("gp_gemm_ex", __FILE__, __LINE__, "unknown math mode %d",
+          static_cast<int>(math));
+  if (M <= 0 || N <= 0)
+    return;
+  // BLAS rejects ld < 1 (e.g. K == 0), so the degenerate product is done
+  // here.
+  if (K <= 0) {
+    scaleMatrixKernel<<<blocksFor(M * N), kThreads, 0, stream()>>>(C, M, N, ldc,
+                                                                   beta, bias);
+    GP_CUDA_LAUNCHED();
+    return;
+  }
+  transA = transA != 0;
+  transB = transB != 0;
+  // As the CPU gp_gemm: the stride of a single stored row is irrelevant and
+  // callers may pass anything, but cuBLASLt checks ld >= stored columns.
+  const int64_t rowsA = transA ? K : M, colsA = transA ? M : K;
+  const int64_t rowsB = transB ? N : K, colsB = transB ? K : N;
+  if (rowsA == 1)
+    lda = std::max(lda, colsA);
+  if (rowsB == 1)
+    ldb = std::max(ldb, colsB);
+  if (M == 1)
+    ldc = std::max(ldc, N);
+
+  const void *a = A, *b = B;
+  if (math == GP_MATH_BF16) {
+    size_t used = 0;
+    a = A16 ? A16 : bf16Copy(A, rowsA, colsA, lda, used, "A");
+    b = B16 ? B16 : bf16Copy(B, rowsB, colsB, ldb, used, "B");
+  }
+
+  const GemmKey key{M,
+                    N,
+                    K,
+                    lda,
+                    ldb,
+                    ldc,
+                    transA,
+                    transB,
+                    math,
+                    bias != nullptr,
+                    alignmentOf(a),
+                    alignmentOf(b),
+                    alignmentOf(C),
+                    bias ? alignmentOf(bias) : 256u};
+  // Stage programs call kernels from one thread; the lock only keeps the
+  // cache (and the per-call bias attribute of a shared descriptor) sound if
+  // that ever changes. Uncontended, it costs nanoseconds.
+  static std::mutex mutex;
+  static std::unordered_map<GemmKey, std::unique_ptr<GemmPlan>, GemmKeyHash>
+      plans;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = plans.find(key);
+  if (it == plans.end())
+    it = plans.emplace(key, makeGemmPlan(key, bias)).first;
+  const GemmPlan &plan = *it->second;
+  // The descriptor is read when the call is enqueued, so the bias pointer of
+  // this call can be set on the cached descriptor.
+  if (bias && !plan.biasKernel)
+    setDescAttr(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  const auto &st = state();
+  GP_CUBLAS_CHECK(cublasLtMatmul(st.lt, plan.desc, &alpha, b, plan.a, a, plan.b,
+                                 &beta, C, plan.c, C, plan.c, &plan.algo,
+                                 st.workspace, st.workspaceBytes, st.compute));
+  if (bias && plan.biasKernel) {
+    scaleMatrixKernel<<<blocksFor(M * N), kThreads, 0, st.compute>>>(
+        C, M, N, ldc, 1.0f, bias);
+    GP_CUDA_LAUNCHED();
+  }
+}
+
+void gp_cast_bf16(const float *in, void *out, int64_t n) {
+  if (n <= 0)
+    return;
+  castBf16Kernel<<<blocksFor(n), kThreads, 0, stream()>>>(
+      in, static_cast<__nv_bfloat16 *>(out), n);
+  GP_CUDA_LAUNCHED();
+}
+
+void gp_reduce_to(const float *in, const int64_t *in_shape, float *out,
+                  const int64_t *out_shape, int32_t rank) {
+  if (rank < 0 || rank > kMaxRank)
+    failf("gp_reduce_to", __FILE__, __LINE__,
+          "rank %d is outside the CUDA runtime's [0, %d]",
+          static_cast<int>(rank), static_cast<int>(kMaxRank));
+  int64_t inSize = 1, outSize = 1;
+  for (int32_t d = 0; d < rank; ++d) {
+    if (out_shape[d] != in_shape[d] && out_shape[d] != 1)
+      failf("gp_reduce_to", __FILE__, __LINE__,
+            "dim %d: output extent %lld is neither the input's %lld nor 1",
+            static_cast<int>(d), static_cast<long long>(out_shape[d]),
+            static_cast<long long>(in_shape[d]));
+    inSize *= in_shape[d];
+    outSize *= out_shape[d];
+  }
+  if (outSize == 0)
+    return;
+  if (inSize == 0) {
+    GP_CUDA_CHECK(cudaMemsetAsync(
+        out, 0, static_cast<size_t>(outSize) * sizeof(float), stream()));
+    return;
+  }
+  if (inSize == outSize) {
+    if (in != out)
+      GP_CUDA_CHECK(cudaMemcpyAsync(out, in,
+                                    static_cast<size_t>(inSize) * sizeof(float),
+                                    cudaMemcpyDeviceToDevice, stream()));
+    return;
+  }
+
+  // Drop size-1 dims and merge neighbours of the same kind (kept or summed),
+  // leaving an alternating list of at most rank dims (as kernels.cpp).
+  struct Dim {
+    int64_t size;
+    bool reduced;
+  };
+  Dim dims[kMaxRank];
+  int nd = 0;
+  for (int32_t d = 0; d < rank; ++d) {
+    if (in_shape[d] == 1)
+      continue;
+    const bool reduced = out_shape[d] == 1;
+    if (nd > 0 && dims[nd - 1].reduced == reduced)
+      dims[nd - 1].size *= in_shape[d];
+    else
+      dims[nd++] = {in_shape[d], reduced};
+  }
+
+  // The common shapes: [K, R] -> [K] (rows, incl. a full reduction), and
+  // [O, R, N] -> [O, N] (bias gradients: O == 1).
+  if (nd == 1) { // inSize != outSize: the one dim is reduced
+    launchSumRows(in, out, 1, dims[0].size);
+    return;
+  }
+  if (nd == 2 && !dims[0].reduced) {
+    launchSumRows(in, out, dims[0].size, dims[1].size);
+    return;
+  }
+  if (nd == 2) {
+    launchSumColumns(in, out, 1, dims[0].size, dims[1].size);
+    return;
+  }
+  if (nd == 3 && !dims[0].reduced) {
+    launchSumColumns(in, out, dims[0].size, dims[1].size, dims[2].size);
+    return;
+  }
+
+  ReduceGeometry geo;
+  int64_t stride = 1;
+  for (int d = nd - 1; d >= 0; --d) {
+    if (dims[d].reduced) {
+      geo.redSize[geo.numReduced] = dims[d].size;
+      geo.redStride[geo.numReduced++] = stride;
+      geo.redTotal *= dims[d].size;
+    } else {
+      geo.keptSize[geo.numKept] = dims[d].size;
+      geo.keptStride[geo.numKept++] = stride;
+      geo.outSize *= dims[d].size;
+    }
+    stride *= dims[d].size;
+  }
+  // Collected innermost first; the kernel wants outermost first.
+  std::reverse(geo.keptSize, geo.keptSize + geo.numKept);
+  std::reverse(geo.keptStride, geo.keptStride + geo.numKept);
+  std::reverse(geo.redSize, geo.redSize + geo.numReduced);
+  std::reverse(geo.redStride, geo.redStride + geo.numReduced);
+  sumGeneralKernel<<<blocksFor(geo.outSize, kWarpsPerBlock), kThreads, 0,
+                     stream()>>>(in, out, geo);
+  GP_CUDA_LAUNCHED();
+}
+
+void gp_copy_blocks(void *dst, int64_t dst_stride, const void *src,
+                    int64_t src_stride, int64_t outer, int64_t count,
+                    int64_t elem_bytes) {
+  if (outer <= 0 || count <= 0)
+    return;
+  const size_t rowBytes = static_cast<size_t>(count * elem_bytes);
+  if (outer == 1 || (dst_stride == count && src_stride == count)) {
+    GP_CUDA_CHECK(cudaMemcpyAsync(dst, src,
+                                  rowBytes * static_cast<size_t>(outer),
+                                  cudaMemcpyDeviceToDevice, stream()));
+    return;
+  }
+  GP_CUDA_CHECK(cudaMemcpy2DAsync(
+      dst, static_cast<size_t>(dst_stride * elem_bytes), src,
+      static_cast<size_t>(src_stride * elem_bytes), rowBytes,
+      static_cast<size_t>(outer), cudaMemcpyDeviceToDevice, stream()));
+}
+
+void gp_softmax_xent_fwd(const float *logits, const int64_t *labels, int64_t N,
+                         int64_t C, int32_t has_ignore, int64_t ignore_index,
+                         double norm, float *loss, float *log_prob) {
+  // Always launched, even for N == 0: the loss is still written.
+  const unsigned blocks = static_cast<unsigned>(std::clamp<int64_t>(
+      (N + kWarpsPerBlock - 1) / kWarpsPerBlock, 1, kXentMaxBlocks));
+  xentFwdKernel<<<blocks, kThreads, 0, stream()>>>(
+      logits, labels, N, C, has_ignore, ignore_index, norm, loss, log_prob);
+  GP_CUDA_LAUNCHED();
+}
+
+void gp_softmax_xent_bwd(const float *logits, const int64_t *labels, int64_t N,
+                         int64_t C, int32_t has_ignore, int64_t ignore_index,
+                         double norm, const float *dloss, float *dlogits) {
+  if (N <= 0 || C <= 0)
+    return;
+  if (norm <= 0.0) {
+    countLabelsKernel<<<1, 1024, 0, stream()>>>(labels, N, has_ignore,
+                                                ignore_index);
+    GP_CUDA_LAUNCHED();
+  }
+  xentBwdKernel<<<blocksFor(N, kWarpsPerBlock), kThreads, 0, stream()>>>(
+      logits, labels, N, C, has_ignore, ignore_index, norm, dloss, dlogits);
+  GP_CUDA_LAUNCHED();
+}
+
+void gp_sgd_update(float *p, const float *g, float *buf, int64_t n, float lr,
+                   float momentum, float weight_decay, int32_t nesterov,
+                   int64_t step) {
+  if (n <= 0)
+    return;
+  const bool useMomentum = momentum != 0.0f && buf != nullptr;
+  sgdKernel<<<blocksFor(n), kThreads, 0, stream()>>>(p, g, buf, n, lr, momentum,
+                                                     weight_decay, useMomentum,
+                                                     nesterov != 0, step <= 1);
+  GP_CUDA_LAUNCHED();
+}
+
+void gp_adam_update(float *p, const float *g, float *m, float *v, int64_t n,
+                    float lr, float beta1, float beta2, float eps,
+                    float weight_decay, int32_t decoupled, int64_t step) {
+  if (n <= 0)
+    return;
+  // Scalars follow torch 1.13 _single_tensor_adam(w): Python double math,
+  // rounded to float when applied to the float tensors (as kernels.cpp).
+  const double lrD = pyDouble(lr), b1 = pyDouble(beta1), b2 = pyDouble(beta2);
+  const double wdD = pyDouble(weight_decay);
+  const double stepD = static_cast<double>(step);
+  const double biasCorrection1 = 1.0 - std::pow(b1, stepD);
+  const double biasCorrection2Sqrt = std::sqrt(1.0 - std::pow(b2, stepD));
+  AdamScalars s;
+  s.beta1 = beta1;
+  s.beta2 = beta2;
+  s.eps = eps;
+  s.weightDecay = weight_decay;
+  s.negStepSize = static_cast<float>(-(lrD / biasCorrection1));
+  s.bc2Sqrt = static_cast<float>(biasCorrection2Sqrt);
+  s.oneMinusB1 = static_cast<float>(1.0 - b1);
+  s.oneMinusB2 = static_cast<float>(1.0 - b2);
+  s.decay = static_cast<float>(1.0 - lrD * wdD);
+  s.decoupled = decoupled != 0;
+  s.coupledDecay = !decoupled && weight_decay != 0.0f;
+  adamKernel<<<blocksFor(n), kThreads, 0, stream()>>>(p, g, m, v, n, s);
+  GP_CUDA_LAUNCHED();
+}
+
+} // extern "C"

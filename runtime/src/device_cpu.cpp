@@ -1,0 +1,89 @@
+// The CPU runtime's device: the arena is host memory, copies are memcpy,
+// transfers are blocking MPI, and the loss is read as soon as it is reported.
+#include "internal.h"
+
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace gpipe {
+namespace {
+unsigned char *gArena = nullptr;
+int64_t gThreads = 1;
+} // namespace
+
+gp_target deviceTarget() { return GP_TARGET_CPU; }
+
+bool deviceInit(const gp_program &, int64_t threads, int64_t device,
+                std::string &err) {
+  if (device >= 0) {
+    err = "--device selects a GPU: this stage program was compiled for the "
+          "CPU (--target cpu)";
+    return false;
+  }
+  // Generated elementwise loops, oneDNN's GEMMs and the update kernels use
+  // OpenMP.
+  gThreads = threads;
+  omp_set_num_threads(static_cast<int>(threads));
+  return true;
+}
+
+std::string deviceDescription() {
+  return "cpu, " + std::to_string(gThreads) +
+         (gThreads == 1 ? " thread" : " threads");
+}
+
+unsigned char *deviceAllocArena(int64_t bytes, std::string &err) {
+  // aligned_alloc needs a multiple of the alignment.
+  size_t size = (static_cast<size_t>(bytes) + 255) / 256 * 256;
+  if (size == 0)
+    size = 256;
+  gArena = static_cast<unsigned char *>(std::aligned_alloc(256, size));
+  if (!gArena) {
+    err = "cannot allocate the " + std::to_string(size) + "-byte arena";
+    return nullptr;
+  }
+  std::memset(gArena, 0, size);
+  return gArena;
+}
+
+bool deviceUpload(unsigned char *dst, const void *src, int64_t bytes,
+                  std::string &) {
+  std::memcpy(dst, src, static_cast<size_t>(bytes));
+  return true;
+}
+
+bool deviceDownload(void *dst, const unsigned char *src, int64_t bytes,
+                    std::string &) {
+  std::memcpy(dst, src, static_cast<size_t>(bytes));
+  return true;
+}
+
+void deviceLoadInput(gp_step_ctx *, int32_t, int64_t, void *dst,
+                     const void *src, int64_t bytes) {
+  std::memcpy(dst, src, static_cast<size_t>(bytes));
+}
+
+bool deviceStepEnd(gp_step_ctx &, std::string &) { return true; }
+
+void deviceShutdown() {
+  std::free(gArena);
+  gArena = nullptr;
+}
+
+} // namespace gpipe
+
+extern "C" void gp_report_loss(gp_step_ctx *ctx, const float *loss) {
+  ctx->loss += static_cast<double>(*loss);
+}
+
+extern "C" void gp_send(gp_step_ctx *ctx, int32_t peer, int32_t tag,
+                        const void *buf, int64_t bytes) {
+  gpipe::mpiSend(ctx, peer, tag, buf, bytes);
+}
+
+extern "C" void gp_recv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
+                        int64_t bytes) {
+  gpipe::mpiRecv(ctx, peer, tag, buf, bytes);
+}

@@ -1,0 +1,750 @@
+// GPU unit test of the CUDA runtime's kernels (runtime/src/cuda/kernels.cu):
+// each kernel against a naive host reference. A plain program rather than a
+// gtest one: it prints one line per check with its max error, exits 77
+// (ctest's SKIP_RETURN_CODE) when there is no CUDA device and 1 when a check
+// fails. Links against the CUDA runtime library (device.cu provides
+// testInitDevice).
+#include "gpipe/runtime_cuda.h"
+#include "internal.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace gpipe {
+namespace cuda {
+/// Sets up device 0 (streams, cuBLASLt handle, workspace, bf16 scratch) as a
+/// stage program's start does (device.cu).
+void testInitDevice(size_t scratchBytes);
+} // namespace cuda
+} // namespace gpipe
+
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+int gFailures = 0;
+
+/// Records one check: passes when err <= tol (a NaN error fails).
+void check(const std::string &name, double err, double tol) {
+  const bool ok = err <= tol;
+  std::printf("%s  %-66s max err %.3e (tol %.0e)\n", ok ? "PASS" : "FAIL",
+              name.c_str(), err, tol);
+  if (!ok)
+    ++gFailures;
+}
+
+#define CUDA_OK(call)                                                          \
+  do {                                                                         \
+    cudaError_t err_ = (call);                                                 \
+    if (err_ != cudaSuccess) {                                                 \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,       \
+                   cudaGetErrorString(err_));                                  \
+      std::exit(1);                                                            \
+    }                                                                          \
+  } while (0)
+
+void sync() { CUDA_OK(cudaStreamSynchronize(gp_cuda_stream())); }
+
+/// A device array. Copies go through the compute stream: it does not
+/// synchronise with the legacy default stream that plain cudaMemcpy uses.
+template <typename T> class DeviceBuffer {
+public:
+  explicit DeviceBuffer(size_t n) : n_(n) {
+    CUDA_OK(cudaMalloc(&ptr_, std::max<size_t>(n, 1) * sizeof(T)));
+  }
+  explicit DeviceBuffer(const std::vector<T> &host)
+      : DeviceBuffer(host.size()) {
+    upload(host);
+  }
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+  ~DeviceBuffer() { cudaFree(ptr_); }
+
+  T *get() const { return ptr_; }
+  void upload(const std::vector<T> &host) {
+    CUDA_OK(cudaMemcpyAsync(ptr_, host.data(), host.size() * sizeof(T),
+                            cudaMemcpyHostToDevice, gp_cuda_stream()));
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(n_);
+    CUDA_OK(cudaMemcpyAsync(host.data(), ptr_, n_ * sizeof(T),
+                            cudaMemcpyDeviceToHost, gp_cuda_stream()));
+    sync();
+    return host;
+  }
+
+private:
+  T *ptr_ = nullptr;
+  size_t n_;
+};
+
+std::mt19937 gRng(20240607);
+
+std::vector<float> randomVector(size_t n, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float &x : v)
+    x = dist(gRng);
+  return v;
+}
+
+/// |got - ref| / scale, where matching NaNs count as exact and a NaN on one
+/// side only as an infinite error.
+double relErr(double got, double ref, double scale) {
+  if (std::isnan(got) || std::isnan(ref))
+    return std::isnan(got) && std::isnan(ref)
+               ? 0.0
+               : std::numeric_limits<double>::infinity();
+  if (got == ref)
+    return 0.0;
+  return std::fabs(got - ref) / std::max(scale, 1e-30);
+}
+
+/// fp32 -> bf16 -> fp32, round to nearest even (what __float2bfloat16_rn
+/// does, NaNs aside).
+float roundBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return f;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  u &= 0xffff0000u;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+uint16_t bf16Bits(float f) {
+  const float r = roundBf16(f);
+  uint32_t u;
+  std::memcpy(&u, &r, sizeof(u));
+  return static_cast<uint16_t>(u >> 16);
+}
+
+//===----------------------------------------------------------------------===//
+// gp_cast_bf16
+//===----------------------------------------------------------------------===//
+
+void testCast() {
+  std::vector<float> in = randomVector(4096, -1000.0f, 1000.0f);
+  // Exact ties (both parities), signed zeros, infinities, a subnormal, the
+  // overflow of the largest float, NaN.
+  const uint32_t specials[] = {0x3f808000u, 0x3f818000u, 0xbf808000u,
+                               0x00000000u, 0x80000000u, 0x7f800000u,
+                               0xff800000u, 0x00000123u, 0x7f7fffffu,
+                               0x7fc00000u, 0x3f80ffffu, 0x3f807fffu};
+  for (uint32_t bits : specials) {
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    in.push_back(f);
+  }
+  DeviceBuffer<float> dIn(in);
+  DeviceBuffer<uint16_t> dOut(in.size());
+  gp_cast_bf16(dIn.get(), dOut.get(), static_cast<int64_t>(in.size()));
+  const std::vector<uint16_t> out = dOut.download();
+  double wrong = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (std::isnan(in[i]))
+      wrong += !((out[i] & 0x7f80u) == 0x7f80u && (out[i] & 0x7fu) != 0);
+    else
+      wrong += out[i] != bf16Bits(in[i]);
+  }
+  check("cast_bf16: 4108 values incl. ties, inf, NaN (count of mismatches)",
+        wrong, 0);
+}
+
+//===----------------------------------------------------------------------===//
+// GEMM
+//===----------------------------------------------------------------------===//
+
+struct GemmCase {
+  std::string name;
+  int transA, transB;
+  int64_t M, N, K;
+  int64_t padA = 0, padB = 0, padC = 0; // row stride beyond the stored columns
+  float alpha = 1.0f, beta = 0.0f;
+  bool bias = false;
+  int32_t math = GP_MATH_F32;
+  bool plain = false;      // through gp_gemm (default math, f32)
+  bool bf16Copies = false; // bf16: the caller passes A16 / B16
+  int64_t offsetA = 0;     // A starts this many floats into its buffer
+  int64_t offsetBias = 0;  // likewise the bias
+};
+
+/// Reference of one row-major product element, in double; also the sum of
+/// the magnitudes of its terms, the scale of its rounding error.
+struct GemmRef {
+  std::vector<double> value, magnitude;
+};
+
+GemmRef gemmReference(const GemmCase &c, const std::vector<float> &A,
+                      int64_t lda, const std::vector<float> &B, int64_t ldb,
+                      const std::vector<float> &C0, int64_t ldc,
+                      const std::vector<float> &bias, bool bf16Inputs) {
+  GemmRef ref;
+  ref.value.resize(c.M * c.N);
+  ref.magnitude.resize(c.M * c.N);
+  for (int64_t i = 0; i < c.M; ++i)
+    for (int64_t j = 0; j < c.N; ++j) {
+      double s = 0, mag = 0;
+      for (int64_t k = 0; k < c.K; ++k) {
+        float a =
+            c.transA ? A[c.offsetA + k * lda + i] : A[c.offsetA + i * lda + k];
+        float b = c.transB ? B[j * ldb + k] : B[k * ldb + j];
+        if (bf16Inputs) {
+          a = roundBf16(a);
+          b = roundBf16(b);
+        }
+        s += double(a) * b;
+        mag += std::fabs(double(a) * b);
+      }
+      double v = double(c.alpha) * s;
+      mag *= std::fabs(c.alpha);
+      if (c.beta != 0.0f) {
+        v += double(c.beta) * C0[i * ldc + j];
+        mag += std::fabs(double(c.beta) * C0[i * ldc + j]);
+      }
+      if (c.bias) {
+        v += bias[j];
+        mag += std::fabs(bias[j]);
+      }
+      ref.value[i * c.N + j] = v;
+      ref.magnitude[i * c.N + j] = mag;
+    }
+  return ref;
+}
+
+void runGemm(const GemmCase &c) {
+  const int64_t rowsA = c.transA ? c.K : c.M, colsA = c.transA ? c.M : c.K;
+  const int64_t rowsB = c.transB ? c.N : c.K, colsB = c.transB ? c.K : c.N;
+  const int64_t lda = colsA + c.padA, ldb = colsB + c.padB;
+  const int64_t ldc = c.N + c.padC;
+  // Row padding holds NaN: a GEMM that read it would poison C.
+  std::vector<float> A(c.offsetA + rowsA * lda, kNaN);
+  std::vector<float> B(rowsB * ldb, kNaN);
+  for (int64_t r = 0; r < rowsA; ++r)
+    for (int64_t q = 0; q < colsA; ++q)
+      A[c.offsetA + r * lda + q] = randomVector(1)[0];
+  for (int64_t r = 0; r < rowsB; ++r)
+    for (int64_t q = 0; q < colsB; ++q)
+      B[r * ldb + q] = randomVector(1)[0];
+  DeviceBuffer<float> dA(A), dB(B);
+  const float *aPtr = dA.get() + c.offsetA;
+
+  // bf16 copies in the operands' own layout, made by the runtime's cast.
+  const int64_t spanA = c.K > 0 ? (rowsA - 1) * lda + colsA : 0;
+  const int64_t spanB = c.K > 0 ? (rowsB - 1) * ldb + colsB : 0;
+  DeviceBuffer<uint16_t> dA16(spanA), dB16(spanB);
+  if (c.bf16Copies) {
+    gp_cast_bf16(aPtr, dA16.get(), spanA);
+    gp_cast_bf16(dB.get(), dB16.get(), spanB);
+  }
+
+  // Twice: the second call reuses the cached plan, with new C and bias.
+  for (int rep = 0; rep < 2; ++rep) {
+    std::vector<float> C0(c.M * ldc, 12345.0f); // padding sentinel
+    for (int64_t i = 0; i < c.M; ++i)
+      for (int64_t j = 0; j < c.N; ++j)
+        // beta == 0 must overwrite C without reading it, NaNs included.
+        C0[i * ldc + j] = c.beta != 0.0f ? randomVector(1)[0] : kNaN;
+    const std::vector<float> bias = randomVector(c.N);
+    std::vector<float> biasStorage(c.offsetBias, kNaN);
+    biasStorage.insert(biasStorage.end(), bias.begin(), bias.end());
+    DeviceBuffer<float> dC(C0), dBias(biasStorage);
+    const float *biasPtr = c.bias ? dBias.get() + c.offsetBias : nullptr;
+    if (c.plain)
+      gp_gemm(c.transA, c.transB, c.M, c.N, c.K, c.alpha, aPtr, lda, dB.get(),
+              ldb, c.beta, dC.get(), ldc);
+    else
+      gp_gemm_ex(c.transA, c.transB, c.M, c.N, c.K, c.alpha, aPtr, lda,
+                 dB.get(), ldb, c.beta, dC.get(), ldc, biasPtr, c.math,
+                 c.bf16Copies ? dA16.get() : nullptr,
+                 c.bf16Copies ? dB16.get() : nullptr);
+    const std::vector<float> C = dC.download();
+
+    const std::string name = "gemm " + c.name + (rep ? " (cached plan)" : "");
+    auto compare = [&](const GemmRef &ref) {
+      double err = 0;
+      for (int64_t i = 0; i < c.M; ++i)
+        for (int64_t j = 0; j < c.N; ++j)
+          err = std::max(err, relErr(C[i * ldc + j], ref.value[i * c.N + j],
+                                     ref.magnitude[i * c.N + j]));
+      return err;
+    };
+    const GemmRef exact = gemmReference(c, A, lda, B, ldb, C0, ldc, bias,
+                                        /*bf16Inputs=*/false);
+    switch (c.math) {
+    case GP_MATH_F32:
+      // Also proves that f32 does not use TF32: that errs by ~1e-3.
+      check(name, compare(exact), 1e-5);
+      break;
+    case GP_MATH_TF32:
+      check(name + " vs f32", compare(exact), 1e-2);
+      break;
+    case GP_MATH_BF16:
+      check(name + " vs f32", compare(exact), 2e-2);
+      check(name + " vs bf16 inputs",
+            compare(gemmReference(c, A, lda, B, ldb, C0, ldc, bias,
+                                  /*bf16Inputs=*/true)),
+            1e-5);
+      break;
+    }
+    if (c.padC > 0) {
+      double changed = 0;
+      for (int64_t i = 0; i < c.M; ++i)
+        for (int64_t j = c.N; j < ldc; ++j)
+          changed += C[i * ldc + j] != 12345.0f;
+      check(name + ": ldc padding untouched (count)", changed, 0);
+    }
+  }
+}
+
+void testGemm() {
+  std::vector<GemmCase> cases;
+  auto add = [&](std::string name, int tA, int tB, int64_t M, int64_t N,
+                 int64_t K) -> GemmCase & {
+    cases.push_back(GemmCase{std::move(name), tA, tB, M, N, K});
+    return cases.back();
+  };
+  {
+    GemmCase &c = add("NN 37x53x29 padded lda/ldb/ldc, beta=0 (gp_gemm)", 0, 0,
+                      37, 53, 29);
+    c.padA = 3, c.padB = 5, c.padC = 7, c.plain = true;
+  }
+  add("NT 64x48x80 beta=1", 0, 1, 64, 48, 80).beta = 1.0f;
+  {
+    GemmCase &c = add("TN 33x65x17 alpha=0.5 beta=1 padded", 1, 0, 33, 65, 17);
+    c.alpha = 0.5f, c.beta = 1.0f, c.padA = 2, c.padC = 4;
+  }
+  {
+    GemmCase &c = add("TT 20x31x45 beta=0 padded", 1, 1, 20, 31, 45);
+    c.padA = 1, c.padB = 2, c.padC = 3;
+  }
+  add("NN 128x96x64 bias", 0, 0, 128, 96, 64).bias = true;
+  {
+    GemmCase &c = add("NT 50x70x40 bias beta=1", 0, 1, 50, 70, 40);
+    c.bias = true, c.beta = 1.0f;
+  }
+  add("TN 40x24x36 A 4-byte aligned", 1, 0, 40, 24, 36).offsetA = 1;
+  add("NT 1x70x40 one row", 0, 1, 1, 70, 40).bias = true;
+  {
+    // The bias epilogue may refuse it: then a kernel adds the bias.
+    GemmCase &c = add("NT 24x36x20 bias 4-byte aligned", 0, 1, 24, 36, 20);
+    c.bias = true, c.offsetBias = 1;
+  }
+  {
+    GemmCase &c = add("NN 5x6x0 K=0 beta=0.5 bias", 0, 0, 5, 6, 0);
+    c.beta = 0.5f, c.bias = true;
+  }
+  add("NN 256x192x160 tf32", 0, 0, 256, 192, 160).math = GP_MATH_TF32;
+  {
+    GemmCase &c =
+        add("NT 96x80x112 bf16 scratch copies bias beta=1", 0, 1, 96, 80, 112);
+    c.math = GP_MATH_BF16, c.bias = true, c.beta = 1.0f;
+  }
+  {
+    GemmCase &c =
+        add("TN 64x72x48 bf16 caller copies padded", 1, 0, 64, 72, 48);
+    c.math = GP_MATH_BF16, c.bf16Copies = true, c.padA = 8, c.padB = 3;
+  }
+  {
+    GemmCase &c = add("TT 33x17x20 bf16 scratch copies", 1, 1, 33, 17, 20);
+    c.math = GP_MATH_BF16;
+  }
+  add("NN 512x384x256 f32 (gp_gemm)", 0, 0, 512, 384, 256).plain = true;
+  for (const GemmCase &c : cases)
+    runGemm(c);
+}
+
+//===----------------------------------------------------------------------===//
+// gp_reduce_to
+//===----------------------------------------------------------------------===//
+
+void runReduce(const std::vector<int64_t> &inShape,
+               const std::vector<int64_t> &outShape) {
+  const int rank = static_cast<int>(inShape.size());
+  int64_t inSize = 1, outSize = 1;
+  for (int d = 0; d < rank; ++d) {
+    inSize *= inShape[d];
+    outSize *= outShape[d];
+  }
+  const std::vector<float> in = randomVector(inSize);
+  std::vector<double> ref(outSize, 0.0), mag(outSize, 0.0);
+  std::vector<int64_t> idx(rank, 0);
+  for (int64_t e = 0; e < inSize; ++e) {
+    int64_t o = 0;
+    for (int d = 0; d < rank; ++d)
+      o = o * outShape[d] + (outShape[d] == 1 ? 0 : idx[d]);
+    ref[o] += in[e];
+    mag[o] += std::fabs(in[e]);
+    for (int d = rank - 1; d >= 0 && ++idx[d] == inShape[d]; --d)
+      idx[d] = 0;
+  }
+  DeviceBuffer<float> dIn(in);
+  DeviceBuffer<float> dOut(std::vector<float>(outSize, kNaN));
+  gp_reduce_to(dIn.get(), inShape.data(), dOut.get(), outShape.data(), rank);
+  const std::vector<float> out = dOut.download();
+  double err = 0;
+  for (int64_t o = 0; o < outSize; ++o)
+    err = std::max(err, relErr(out[o], ref[o], mag[o]));
+
+  auto shape = [](const std::vector<int64_t> &s) {
+    std::string text = "[";
+    for (size_t d = 0; d < s.size(); ++d)
+      text += (d ? "," : "") + std::to_string(s[d]);
+    return text + "]";
+  };
+  check("reduce_to " + shape(inShape) + " -> " + shape(outShape), err, 1e-5);
+}
+
+void testReduce() {
+  runReduce({1000, 300}, {1, 300});   // bias gradient
+  runReduce({4096, 7}, {1, 7});       // narrow columns
+  runReduce({3000, 2048}, {1, 2048}); // wide bias gradient
+  runReduce({6, 1, 8}, {1, 1, 8});    // a size-1 dim
+  runReduce({5, 40, 33}, {5, 1, 33}); // columns of several matrices
+  runReduce({500, 77}, {500, 1});     // short rows: a warp each
+  runReduce({2000, 3000}, {2000, 1}); // long rows: a block each
+  runReduce({3, 100000}, {3, 1});     // few long rows: split across blocks
+  runReduce({37, 41}, {1, 1});        // to a scalar
+  runReduce({8, 300, 500}, {1, 1, 1});
+  runReduce({1 << 20}, {1});
+  runReduce({6, 50, 9}, {1, 50, 1}); // the general kernel
+  runReduce({2, 3, 4, 5}, {2, 1, 4, 1});
+  runReduce({4, 5}, {4, 5}); // nothing to reduce: a copy
+  runReduce({}, {});         // rank 0
+  runReduce({0, 5}, {1, 5}); // empty input: zeros
+}
+
+//===----------------------------------------------------------------------===//
+// gp_copy_blocks
+//===----------------------------------------------------------------------===//
+
+template <typename T>
+void runCopyBlocks(const char *name, int64_t dstStride, int64_t srcStride,
+                   int64_t outer, int64_t count) {
+  std::vector<T> src(std::max<int64_t>(outer - 1, 0) * srcStride + count);
+  for (size_t i = 0; i < src.size(); ++i)
+    src[i] = static_cast<T>(i * 7 + 1);
+  const size_t dstSize = std::max<int64_t>(outer - 1, 0) * dstStride + count;
+  std::vector<T> expect(dstSize + 3, static_cast<T>(-5)); // + a tail
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < count; ++j)
+      expect[o * dstStride + j] = src[o * srcStride + j];
+  DeviceBuffer<T> dSrc(src);
+  DeviceBuffer<T> dDst(std::vector<T>(expect.size(), static_cast<T>(-5)));
+  gp_copy_blocks(dDst.get(), dstStride, dSrc.get(), srcStride, outer, count,
+                 sizeof(T));
+  const std::vector<T> dst = dDst.download();
+  double wrong = 0;
+  for (size_t i = 0; i < dst.size(); ++i)
+    wrong += dst[i] != expect[i];
+  check(std::string("copy_blocks ") + name + " (count of mismatches)", wrong,
+        0);
+}
+
+void testCopyBlocks() {
+  runCopyBlocks<float>("f32 7 rows of 5, strides dst 12 src 9", 12, 9, 7, 5);
+  runCopyBlocks<int64_t>("i64 contiguous 3 rows of 4", 4, 4, 3, 4);
+  runCopyBlocks<float>("f32 one row, strides 0", 0, 0, 1, 11);
+}
+
+//===----------------------------------------------------------------------===//
+// Softmax cross-entropy
+//===----------------------------------------------------------------------===//
+
+struct XentCase {
+  std::string name;
+  int64_t N, C;
+  int32_t hasIgnore = 0;
+  int64_t ignoreIndex = -100;
+  double ignoreFraction = 0.0; // of the labels, when hasIgnore
+  double norm = 0.0;
+  int64_t badRow = -1; // this row gets the out-of-range label C
+  bool logProb = true;
+};
+
+bool ignored(int64_t y, const XentCase &c) {
+  return c.hasIgnore && y == c.ignoreIndex;
+}
+
+/// The CPU kernels' row statistics (kernels.cpp).
+void rowStats(const float *x, int64_t C, float &mx, double &sumExp) {
+  mx = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < C; ++j)
+    mx = std::max(mx, x[j]);
+  sumExp = 0.0;
+  for (int64_t j = 0; j < C; ++j)
+    sumExp += std::exp(x[j] - mx);
+}
+
+void runXent(const XentCase &c) {
+  const std::vector<float> logits = randomVector(c.N * c.C, -4.0f, 4.0f);
+  std::vector<int64_t> labels(c.N);
+  std::uniform_int_distribution<int64_t> cls(0, std::max<int64_t>(c.C - 1, 0));
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int64_t i = 0; i < c.N; ++i)
+    labels[i] =
+        c.hasIgnore && u(gRng) < c.ignoreFraction ? c.ignoreIndex : cls(gRng);
+  if (c.badRow >= 0)
+    labels[c.badRow] = c.C;
+
+  // Host reference: the CPU kernels' computation.
+  std::vector<float> refLogProb(c.N * c.C);
+  double total = 0.0;
+  int64_t count = 0;
+  for (int64_t i = 0; i < c.N; ++i) {
+    const float *x = &logits[i * c.C];
+    float mx;
+    double sumExp;
+    rowStats(x, c.C, mx, sumExp);
+    const double logSum = std::log(sumExp);
+    const float lse = mx + static_cast<float>(logSum);
+    for (int64_t j = 0; j < c.C; ++j)
+      refLogProb[i * c.C + j] = x[j] - lse;
+    const int64_t y = labels[i];
+    if (ignored(y, c))
+      continue;
+    ++count;
+    if (y < 0 || y >= c.C)
+      total = std::numeric_limits<double>::quiet_NaN();
+    else
+      total += (static_cast<double>(mx) - x[y]) + logSum;
+  }
+  const float refLoss =
+      c.norm > 0.0 ? static_cast<float>(total / c.norm)
+      : count      ? static_cast<float>(total / static_cast<double>(count))
+                   : kNaN;
+
+  const float dloss = 0.75f;
+  const double divisor = c.norm > 0.0 ? c.norm : static_cast<double>(count);
+  const float scale = static_cast<float>(dloss / divisor);
+  std::vector<float> refGrad(c.N * c.C, 0.0f);
+  for (int64_t i = 0; i < c.N && count > 0; ++i) {
+    const float *x = &logits[i * c.C];
+    float *dx = &refGrad[i * c.C];
+    const int64_t y = labels[i];
+    if (ignored(y, c))
+      continue;
+    if (y < 0 || y >= c.C) {
+      std::fill(dx, dx + c.C, kNaN);
+      continue;
+    }
+    float mx;
+    double sumExp;
+    rowStats(x, c.C, mx, sumExp);
+    const float inv = static_cast<float>(1.0 / sumExp);
+    for (int64_t j = 0; j < c.C; ++j)
+      dx[j] = std::exp(x[j] - mx) * inv * scale;
+    dx[y] = (std::exp(x[y] - mx) * inv - 1.0f) * scale;
+  }
+
+  DeviceBuffer<float> dLogits(logits);
+  DeviceBuffer<int64_t> dLabels(labels);
+  DeviceBuffer<float> dLoss(std::vector<float>{-12345.0f}); // not written?
+  DeviceBuffer<float> dLogProb(std::vector<float>(c.N * c.C, kNaN));
+  DeviceBuffer<float> dDloss(std::vector<float>{dloss});
+  DeviceBuffer<float> dGrad(std::vector<float>(c.N * c.C, -7.0f));
+  gp_softmax_xent_fwd(dLogits.get(), dLabels.get(), c.N, c.C, c.hasIgnore,
+                      c.ignoreIndex, c.norm, dLoss.get(),
+                      c.logProb ? dLogProb.get() : nullptr);
+  gp_softmax_xent_bwd(dLogits.get(), dLabels.get(), c.N, c.C, c.hasIgnore,
+                      c.ignoreIndex, c.norm, dDloss.get(), dGrad.get());
+
+  const float loss = dLoss.download()[0];
+  check("xent " + c.name + ": loss", relErr(loss, refLoss, std::fabs(refLoss)),
+        1e-5);
+  if (c.logProb) {
+    const std::vector<float> logProb = dLogProb.download();
+    double err = 0;
+    for (size_t e = 0; e < logProb.size(); ++e)
+      err = std::max(err, relErr(logProb[e], refLogProb[e],
+                                 std::max(1.0f, std::fabs(refLogProb[e]))));
+    check("xent " + c.name + ": log_prob", err, 1e-5);
+  }
+  const std::vector<float> grad = dGrad.download();
+  double err = 0;
+  // Gradients are probabilities times `scale`; all ignored: exact zeros.
+  const double gradScale = std::isfinite(scale) ? std::fabs(scale) : 1e-30;
+  for (size_t e = 0; e < grad.size(); ++e)
+    err = std::max(err, relErr(grad[e], refGrad[e], gradScale));
+  check("xent " + c.name + ": dlogits", err, 1e-5);
+}
+
+void testXent() {
+  std::vector<XentCase> cases;
+  auto add = [&](std::string name, int64_t N, int64_t C) -> XentCase & {
+    cases.push_back(XentCase{std::move(name), N, C});
+    return cases.back();
+  };
+  add("N=67 C=129", 67, 129);
+  {
+    XentCase &c = add("N=67 C=129 ignore_index, no log_prob", 67, 129);
+    c.hasIgnore = 1, c.ignoreFraction = 0.2, c.logProb = false;
+  }
+  {
+    XentCase &c = add("N=67 C=129 ignore_index norm=200", 67, 129);
+    c.hasIgnore = 1, c.ignoreFraction = 0.2, c.norm = 200.0;
+  }
+  {
+    XentCase &c = add("N=20000 C=12 ignore_index (many blocks)", 20000, 12);
+    c.hasIgnore = 1, c.ignoreIndex = 3, c.ignoreFraction = 0.1;
+  }
+  add("N=5 C=5000", 5, 5000);
+  {
+    XentCase &c = add("N=16 C=10 all ignored (NaN loss)", 16, 10);
+    c.hasIgnore = 1, c.ignoreIndex = -1, c.ignoreFraction = 2.0;
+  }
+  {
+    XentCase &c = add("N=16 C=10 all ignored norm=32 (zero loss)", 16, 10);
+    c.hasIgnore = 1, c.ignoreIndex = -1, c.ignoreFraction = 2.0;
+    c.norm = 32.0;
+  }
+  add("N=10 C=10 label out of range (NaN)", 10, 10).badRow = 4;
+  add("N=0 (NaN loss)", 0, 10);
+  for (const XentCase &c : cases)
+    runXent(c);
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizers
+//===----------------------------------------------------------------------===//
+
+double maxRelErr(const std::vector<float> &got, const std::vector<float> &ref) {
+  double err = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    err = std::max(err, relErr(got[i], ref[i], std::fabs(ref[i])));
+  return err;
+}
+
+/// The CPU gp_sgd_update loop.
+void sgdReference(std::vector<float> &p, const std::vector<float> &g,
+                  std::vector<float> &buf, float lr, float momentum,
+                  float weightDecay, bool nesterov, int64_t step) {
+  for (size_t i = 0; i < p.size(); ++i) {
+    float d = g[i];
+    if (weightDecay != 0.0f)
+      d = d + weightDecay * p[i];
+    if (momentum != 0.0f) {
+      float b = step <= 1 ? d : buf[i] * momentum + d;
+      buf[i] = b;
+      d = nesterov ? d + momentum * b : b;
+    }
+    p[i] = p[i] + -lr * d;
+  }
+}
+
+void runSgd(const std::string &name, float lr, float momentum,
+            float weightDecay, bool nesterov) {
+  const size_t n = 1000;
+  std::vector<float> p = randomVector(n), buf(n, 0.0f);
+  DeviceBuffer<float> dP(p), dBuf(buf);
+  for (int64_t step = 1; step <= 2; ++step) {
+    const std::vector<float> g = randomVector(n);
+    DeviceBuffer<float> dG(g);
+    sgdReference(p, g, buf, lr, momentum, weightDecay, nesterov, step);
+    gp_sgd_update(dP.get(), dG.get(), momentum != 0.0f ? dBuf.get() : nullptr,
+                  n, lr, momentum, weightDecay, nesterov, step);
+    const std::string what = "sgd " + name + " step " + std::to_string(step);
+    check(what + ": p", maxRelErr(dP.download(), p), 1e-6);
+    if (momentum != 0.0f)
+      check(what + ": momentum buffer", maxRelErr(dBuf.download(), buf), 1e-6);
+  }
+}
+
+/// The CPU gp_adam_update.
+void adamReference(std::vector<float> &p, const std::vector<float> &g,
+                   std::vector<float> &m, std::vector<float> &v, float lr,
+                   float beta1, float beta2, float eps, float weightDecay,
+                   bool decoupled, int64_t step) {
+  const double lrD = gpipe::pyDouble(lr), b1 = gpipe::pyDouble(beta1),
+               b2 = gpipe::pyDouble(beta2);
+  const double wdD = gpipe::pyDouble(weightDecay);
+  const double stepD = static_cast<double>(step);
+  const double biasCorrection1 = 1.0 - std::pow(b1, stepD);
+  const double biasCorrection2Sqrt = std::sqrt(1.0 - std::pow(b2, stepD));
+  const float negStepSize = static_cast<float>(-(lrD / biasCorrection1));
+  const float bc2Sqrt = static_cast<float>(biasCorrection2Sqrt);
+  const float oneMinusB1 = static_cast<float>(1.0 - b1);
+  const float oneMinusB2 = static_cast<float>(1.0 - b2);
+  const float decay = static_cast<float>(1.0 - lrD * wdD);
+  const bool coupledDecay = !decoupled && weightDecay != 0.0f;
+  for (size_t i = 0; i < p.size(); ++i) {
+    float gi = g[i];
+    if (decoupled)
+      p[i] = p[i] * decay;
+    else if (coupledDecay)
+      gi = gi + weightDecay * p[i];
+    m[i] = m[i] * beta1 + oneMinusB1 * gi;
+    v[i] = v[i] * beta2 + oneMinusB2 * gi * gi;
+    float denom = std::sqrt(v[i]) / bc2Sqrt + eps;
+    p[i] = p[i] + negStepSize * m[i] / denom;
+  }
+}
+
+void runAdam(const std::string &name, bool decoupled) {
+  const size_t n = 1000;
+  const float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  const float weightDecay = 0.01f;
+  std::vector<float> p = randomVector(n), m(n, 0.0f), v(n, 0.0f);
+  DeviceBuffer<float> dP(p), dM(m), dV(v);
+  for (int64_t step = 1; step <= 2; ++step) {
+    const std::vector<float> g = randomVector(n);
+    DeviceBuffer<float> dG(g);
+    adamReference(p, g, m, v, lr, beta1, beta2, eps, weightDecay, decoupled,
+                  step);
+    gp_adam_update(dP.get(), dG.get(), dM.get(), dV.get(), n, lr, beta1, beta2,
+                   eps, weightDecay, decoupled, step);
+    const std::string what = name + " step " + std::to_string(step);
+    check(what + ": p", maxRelErr(dP.download(), p), 1e-6);
+    check(what + ": m", maxRelErr(dM.download(), m), 1e-6);
+    check(what + ": v", maxRelErr(dV.download(), v), 1e-6);
+  }
+}
+
+void testOptimizers() {
+  runSgd("momentum=0.9 nesterov wd=1e-4", 0.1f, 0.9f, 1e-4f, true);
+  runSgd("momentum=0.8 wd=0.01", 0.05f, 0.8f, 0.01f, false);
+  runSgd("plain", 0.1f, 0.0f, 0.0f, false);
+  runAdam("adam wd=0.01", false);
+  runAdam("adamw wd=0.01", true);
+}
+
+} // namespace
+
+int main() {
+  int devices = 0;
+  const cudaError_t err = cudaGetDeviceCount(&devices);
+  if (err != cudaSuccess || devices == 0) {
+    std::printf(
+        "SKIPPED: no CUDA device (%s)\n",
+        cudaGetErrorString(err != cudaSuccess ? err : cudaErrorNoDevice));
+    return 77;
+  }
+  gpipe::cuda::testInitDevice(size_t(16) << 20);
+
+  testCast();
+  testGemm();
+  testReduce();
+  testCopyBlocks();
+  testXent();
+  testOptimizers();
+  CUDA_OK(cudaDeviceSynchronize());
+
+  if (gFailures) {
+    std::printf("%d check(s) FAILED\n", gFailures);
+    return 1;
+  }
+  std::printf("all checks passed\n");
+  return 0;
+}
