@@ -23,6 +23,7 @@
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
@@ -156,6 +157,10 @@ struct StageState {
   llvm::DenseMap<Operation *, llvm::SmallVector<int64_t>> optimizerState;
   llvm::StringMap<int64_t> accumulator;
   int64_t accumulatorBegin = 0, accumulatorEnd = 0;
+  // Accumulators a single GEMM writes (one micro-batch): [accumulatorBegin,
+  // clearedBegin); the update clears only [clearedBegin, accumulatorEnd).
+  llvm::StringSet<> overwritten;
+  int64_t clearedBegin = 0;
   /// A weight gradient dW = G^T X whose GEMM waits for the update: each
   /// micro-batch's backward copies G and X into row blocks of `gOffset` and
   /// `xOffset`, and the update runs one GEMM over all M micro-batches (full
@@ -311,6 +316,8 @@ private:
   llvm::DenseSet<Value> transient;
   // GEMM results accumulated straight into their parameter's accumulator.
   llvm::DenseSet<Value> accumulateInPlace;
+  // ... of which these are the accumulator's only value: written, not added.
+  llvm::DenseSet<Value> overwriteInPlace;
   std::vector<llvm::SmallVector<Operation *>> units;
   llvm::DenseMap<Operation *, int64_t> unitOf;
   llvm::DenseSet<Value> fusedAway;
@@ -464,6 +471,8 @@ LogicalResult FuncEmitter::plan() {
            // deferred: the result is never written
            true)) {
         accumulateInPlace.insert(acc.getGrad());
+        if (stage.overwritten.contains(acc.getParam()))
+          overwriteInPlace.insert(acc.getGrad());
         storage[acc.getGrad()] = {Storage::Arena,
                                   stage.accumulator.lookup(acc.getParam()), ""};
       }
@@ -748,7 +757,10 @@ LogicalResult FuncEmitter::emitOp(Operation *op) {
     auto out = tensorType(o.getOutput());
     int64_t m = out.getDimSize(0), n = out.getDimSize(1);
     int64_t k = o.getTransA() ? at.getDimSize(0) : at.getDimSize(1);
-    float beta = accumulateInPlace.contains(o.getOutput()) ? 1.f : 0.f;
+    float beta = accumulateInPlace.contains(o.getOutput()) &&
+                         !overwriteInPlace.contains(o.getOutput())
+                     ? 1.f
+                     : 0.f;
     std::string bias = "nullptr";
     if (stage.options.cuda && o.getC() && o.getBeta().convertToFloat() == 1.f) {
       // A bias row added to every output row: cuBLASLt's bias epilogue.
@@ -873,18 +885,12 @@ LogicalResult FuncEmitter::emitOp(Operation *op) {
     while (auto r = labels.getDefiningOp<nn::ReshapeOp>())
       labels = r.getInput();
     if (auto arg = dyn_cast<BlockArgument>(labels))
-      if (auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
-                                                        "nn.input")) {
-        // CUDA: the host checks the data file's rows, not the device copy.
-        if (stage.options.cuda)
-          os << "  gp_check_input_labels(ctx, " << arg.getArgNumber()
-             << ", mb, " << lt.getDimSize(1) << ", "
-             << ignoreArgs(o.getIgnoreIndex()) << ");\n";
-        else
-          os << "  gp_check_labels(ctx, " << ptr(o.getLabels()) << ", "
-             << lt.getDimSize(0) << ", " << lt.getDimSize(1) << ", "
-             << ignoreArgs(o.getIgnoreIndex()) << ", \"" << name.getValue()
-             << "\");\n";
+      if (func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "nn.input")) {
+        // Checked on the host, in the data file's rows (a device arena is
+        // not readable from the host).
+        os << "  gp_check_input_labels(ctx, " << arg.getArgNumber() << ", mb, "
+           << lt.getDimSize(1) << ", " << ignoreArgs(o.getIgnoreIndex())
+           << ");\n";
       }
     FailureOr<std::string> norm =
         lossNorm(op, o.getLabels(), o.getIgnoreIndex(), o.getMicrobatches());
@@ -1105,6 +1111,23 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
     }
   });
   st.accumulatorBegin = st.cursor;
+  // One micro-batch: a gradient that is the single output of one GEMM is
+  // written by that GEMM (beta 0) instead of being added to a zeroed
+  // accumulator. Those accumulators come first; only the rest is cleared.
+  if (st.microbatches == 1) {
+    llvm::StringMap<int> contributions;
+    backward.walk([&](pipeline::AccumulateGradOp acc) {
+      ++contributions[acc.getParam()];
+    });
+    backward.walk([&](pipeline::AccumulateGradOp acc) {
+      auto gemm = acc.getGrad().getDefiningOp<nn::GemmOp>();
+      if (gemm && !gemm.getC() && acc.getGrad().hasOneUse() &&
+          contributions.lookup(acc.getParam()) == 1 &&
+          st.overwritten.insert(acc.getParam()).second)
+        st.accumulator[acc.getParam()] = st.permanent(bytesOf(acc.getGrad()));
+    });
+  }
+  st.clearedBegin = st.cursor;
   for (func::FuncOp f : fns)
     f.walk([&](Operation *op) {
       StringRef name;
@@ -1360,11 +1383,10 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
        << ");\n";
   }
   ss << bodies[2];
-  if (st.accumulatorEnd > st.accumulatorBegin)
+  if (st.accumulatorEnd > st.clearedBegin)
     ss << (options.cuda ? "  gp_cuda_check(cudaMemsetAsync(A + "
                         : "  std::memset(A + ")
-       << st.accumulatorBegin << ", 0, "
-       << st.accumulatorEnd - st.accumulatorBegin
+       << st.clearedBegin << ", 0, " << st.accumulatorEnd - st.clearedBegin
        << (options.cuda ? ", gp_cuda_stream()));\n" : ");\n");
   ss << "}\n\n";
   // bf16: the parameters' bf16 copies start from the loaded weights.
