@@ -1170,6 +1170,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
     for (func::FuncOp f : fns)
       f.walk([&](nn::ConstantOp c) {
         st.constantOffset[c] = st.permanent(bytesOf(c.getOutput()));
+        result.memory.arenaConstantBytes += st.aligned(bytesOf(c.getOutput()));
       });
     // bf16: a bf16 copy of every parameter a GEMM reads, kept by the update
     // (fp32 master weights); every other operand is rounded into the

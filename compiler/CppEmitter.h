@@ -43,8 +43,10 @@ struct MemoryPlan {
   int64_t inputBytes = 0;     // one micro-batch of the graph inputs read
   int64_t transientBytes = 0; // peak of the temporaries of any one action
   int64_t constantBytes = 0;  // constants compiled into the executable
-  // CUDA: bf16 copies of the parameters that GEMMs read (inside the arena).
+  // CUDA: bf16 copies of the parameters that GEMMs read, and the constants
+  // (uploaded once), inside the arena.
   int64_t shadowBytes = 0;
+  int64_t arenaConstantBytes = 0;
   // CUDA, outside the arena: the kernels' scratch (bf16 GEMM operands) and
   // the double-buffered staging of the tensors this stage sends.
   int64_t scratchBytes = 0;

@@ -282,6 +282,7 @@ std::string pipelineJson(const CompileOptions &o, const ImportedModel &model,
             j.attribute("constant_bytes", m.constantBytes);
             if (o.target == "cuda") {
               j.attribute("bf16_copy_bytes", m.shadowBytes);
+              j.attribute("arena_constant_bytes", m.arenaConstantBytes);
               j.attribute("scratch_bytes", m.scratchBytes);
               j.attribute("send_staging_bytes", m.sendStagingBytes);
             }
@@ -543,7 +544,7 @@ LogicalResult publish(const std::string &staging, const std::string &out) {
 /// schedule and its memory plan.
 void explainStage(int64_t index, func::FuncOp forward,
                   const EmittedStage &stage, const std::string &remat,
-                  int64_t microbatches) {
+                  int64_t microbatches, bool cuda) {
   const MemoryPlan &m = stage.memory;
   llvm::raw_ostream &os = llvm::outs();
   llvm::SmallVector<Operation *> ops;
@@ -600,13 +601,22 @@ void explainStage(int64_t index, func::FuncOp forward,
   os << "  activation memory per in-flight micro-batch: "
      << m.stashBytesPerMicrobatch << " bytes (remat " << remat << ")\n";
   int64_t parts = m.parameterBytes + m.optimizerBytes + m.gradientBytes +
-                  m.stashBytes + m.transientBytes;
-  os << "  memory: arena " << m.arenaBytes
-     << " bytes (64-byte aligned) = parameters " << m.parameterBytes
+                  m.stashBytes + m.transientBytes + m.arenaConstantBytes +
+                  m.shadowBytes;
+  os << "  memory: arena " << m.arenaBytes << " bytes (" << (cuda ? 256 : 64)
+     << "-byte aligned) = parameters " << m.parameterBytes
      << " + optimizer state " << m.optimizerBytes << " + gradients "
      << m.gradientBytes << " + activations " << m.stashBytes << " ("
      << microbatches << " x " << m.stashBytesPerMicrobatch << ") + temporaries "
-     << m.transientBytes << " + alignment " << m.arenaBytes - parts << "\n";
+     << m.transientBytes;
+  if (cuda)
+    os << " + constants " << m.arenaConstantBytes << " + bf16 copies "
+       << m.shadowBytes;
+  os << " + alignment " << m.arenaBytes - parts << "\n";
+  if (cuda)
+    os << "  device memory outside the arena: bf16 scratch " << m.scratchBytes
+       << " + send staging " << m.sendStagingBytes
+       << " bytes (+ the runtime's 32 MiB cuBLASLt workspace)\n";
 }
 
 /// Prints diagnostics as "gpipe-compile: error: FILE: node 'N': message".
@@ -815,7 +825,8 @@ int gpipe::compile(const CompileOptions &o) {
 
   if (o.explain)
     for (auto [s, stage] : llvm::enumerate(stages))
-      explainStage(s, forwards[s], stage, remat, o.microbatches);
+      explainStage(s, forwards[s], stage, remat, o.microbatches,
+                   o.target == "cuda");
 
   if (o.emit == "exe" && failed(buildExecutables(o, staging, names)))
     return cleanupAndFail();
