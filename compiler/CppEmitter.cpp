@@ -252,6 +252,8 @@ private:
                 const std::function<std::string(ArrayRef<std::string>,
                                                 ArrayRef<std::string>)> &body);
   void emitElementwise(ArrayRef<Operation *> group);
+  /// A GEMM, with `relu` (CUDA) applied in its epilogue.
+  void emitGemm(nn::GemmOp gemm, nn::ReluOp relu);
   std::string emitConstant(nn::ConstantOp op);
   /// CUDA device code calls the float math functions by their C names.
   std::string deviceMath(std::string expr) const {
@@ -391,8 +393,22 @@ FuncEmitter::lossNorm(Operation *op, Value labels,
 
 void FuncEmitter::formUnits() {
   Block &block = func.getBody().front();
-  int64_t open = -1; // the elementwise group still accepting ops
+  int64_t open = -1;     // the elementwise group still accepting ops
+  int64_t lastCode = -1; // the last unit that emits code
   for (Operation &op : block) {
+    // CUDA: a relu that is the only reader of the GEMM just before it runs in
+    // that GEMM's epilogue (their unit is the GEMM, then the relu).
+    if (stage.options.cuda && isa<nn::ReluOp>(op) && lastCode >= 0 &&
+        units[lastCode].size() == 1) {
+      auto gemm = dyn_cast<nn::GemmOp>(units[lastCode].front());
+      if (gemm && op.getOperand(0) == gemm.getOutput() &&
+          gemm.getOutput().hasOneUse() && !stage.deferred.count(gemm)) {
+        units[lastCode].push_back(&op);
+        unitOf[&op] = lastCode;
+        open = -1;
+        continue;
+      }
+    }
     bool elementwise = scalarExpr(&op, {}).has_value();
     if (elementwise && open >= 0 &&
         tensorType(op.getResult(0)).getShape() ==
@@ -406,6 +422,7 @@ void FuncEmitter::formUnits() {
     // Parameters and constants emit no code: a group continues past them.
     if (isa<nn::ParamOp, nn::ConstantOp>(op))
       continue;
+    lastCode = int64_t(units.size()) - 1;
     open = elementwise ? int64_t(units.size()) - 1 : -1;
   }
   for (auto &unit : units) {
@@ -727,6 +744,49 @@ static std::string floatLit(double v) {
   return s + "f";
 }
 
+void FuncEmitter::emitGemm(nn::GemmOp o, nn::ReluOp relu) {
+  // With a fused relu the GEMM writes the relu's result (its own is never
+  // stored).
+  Value result = relu ? relu.getOutput() : o.getOutput();
+  auto at = tensorType(o.getA()), bt = tensorType(o.getB());
+  auto out = tensorType(o.getOutput());
+  int64_t m = out.getDimSize(0), n = out.getDimSize(1);
+  int64_t k = o.getTransA() ? at.getDimSize(0) : at.getDimSize(1);
+  float beta = accumulateInPlace.contains(o.getOutput()) &&
+                       !overwriteInPlace.contains(o.getOutput())
+                   ? 1.f
+                   : 0.f;
+  std::string bias = "nullptr";
+  if (stage.options.cuda && o.getC() && o.getBeta().convertToFloat() == 1.f) {
+    // A bias row added to every output row: cuBLASLt's bias epilogue.
+    auto ct = tensorType(o.getC());
+    if ((ct.getRank() == 1 && ct.getDimSize(0) == n) ||
+        (ct.getRank() == 2 && ct.getDimSize(0) == 1 && ct.getDimSize(1) == n))
+      bias = ptr(o.getC());
+  }
+  if (o.getC() && bias == "nullptr") {
+    // out = beta * broadcast(C), then the GEMM accumulates into it.
+    float cb = o.getBeta().convertToFloat();
+    Value c = o.getC();
+    emitLoop(out.getShape(), {c}, {result},
+             [cb](ArrayRef<std::string> in, ArrayRef<std::string> out) {
+               return "      " + out[0] + " = " +
+                      (cb == 1.f ? in[0] : floatLit(cb) + " * " + in[0]) +
+                      ";\n";
+             });
+    beta = 1.f;
+  }
+  os << (stage.options.cuda ? "  gp_gemm_ex(" : "  gp_gemm(") << o.getTransA()
+     << ", " << o.getTransB() << ", " << m << ", " << n << ", " << k << ", "
+     << floatLit(o.getAlpha().convertToFloat()) << ", " << ptr(o.getA()) << ", "
+     << at.getDimSize(1) << ", " << ptr(o.getB()) << ", " << bt.getDimSize(1)
+     << ", " << floatLit(beta) << ", " << ptr(result, false) << ", " << n;
+  if (stage.options.cuda)
+    os << ", " << bias << ", " << (relu ? 1 : 0) << ", " << stage.mathMode()
+       << ", " << shadowOf(o.getA()) << ", " << shadowOf(o.getB());
+  os << ");\n";
+}
+
 LogicalResult FuncEmitter::emitOp(Operation *op) {
   // Ops that only name storage (views, values) emit nothing.
   if (isa<nn::ParamOp, nn::ConstantOp, nn::ReshapeOp, func::ReturnOp,
@@ -752,47 +812,8 @@ LogicalResult FuncEmitter::emitOp(Operation *op) {
                    ptr(o.getB()), d.rows * d.xCols * 4);
     return success();
   }
-  if (auto o = dyn_cast<nn::GemmOp>(op)) {
-    auto at = tensorType(o.getA()), bt = tensorType(o.getB());
-    auto out = tensorType(o.getOutput());
-    int64_t m = out.getDimSize(0), n = out.getDimSize(1);
-    int64_t k = o.getTransA() ? at.getDimSize(0) : at.getDimSize(1);
-    float beta = accumulateInPlace.contains(o.getOutput()) &&
-                         !overwriteInPlace.contains(o.getOutput())
-                     ? 1.f
-                     : 0.f;
-    std::string bias = "nullptr";
-    if (stage.options.cuda && o.getC() && o.getBeta().convertToFloat() == 1.f) {
-      // A bias row added to every output row: cuBLASLt's bias epilogue.
-      auto ct = tensorType(o.getC());
-      if ((ct.getRank() == 1 && ct.getDimSize(0) == n) ||
-          (ct.getRank() == 2 && ct.getDimSize(0) == 1 && ct.getDimSize(1) == n))
-        bias = ptr(o.getC());
-    }
-    if (o.getC() && bias == "nullptr") {
-      // out = beta * broadcast(C), then the GEMM accumulates into it.
-      float cb = o.getBeta().convertToFloat();
-      Value c = o.getC();
-      emitLoop(tensorType(o.getOutput()).getShape(), {c}, {o.getOutput()},
-               [cb](ArrayRef<std::string> in, ArrayRef<std::string> out) {
-                 return "      " + out[0] + " = " +
-                        (cb == 1.f ? in[0] : floatLit(cb) + " * " + in[0]) +
-                        ";\n";
-               });
-      beta = 1.f;
-    }
-    os << (stage.options.cuda ? "  gp_gemm_ex(" : "  gp_gemm(") << o.getTransA()
-       << ", " << o.getTransB() << ", " << m << ", " << n << ", " << k << ", "
-       << floatLit(o.getAlpha().convertToFloat()) << ", " << ptr(o.getA())
-       << ", " << at.getDimSize(1) << ", " << ptr(o.getB()) << ", "
-       << bt.getDimSize(1) << ", " << floatLit(beta) << ", "
-       << ptr(o.getOutput(), false) << ", " << n;
-    if (stage.options.cuda)
-      os << ", " << bias << ", " << stage.mathMode() << ", "
-         << shadowOf(o.getA()) << ", " << shadowOf(o.getB());
-    os << ");\n";
-    return success();
-  }
+  if (auto o = dyn_cast<nn::GemmOp>(op))
+    return emitGemm(o, nullptr), success();
   if (auto o = dyn_cast<nn::ReduceToOp>(op)) {
     auto in = tensorType(o.getInput()), out = tensorType(o.getOutput());
     llvm::SmallVector<int64_t> padded(in.getRank() - out.getRank(), 1);
@@ -1001,7 +1022,10 @@ LogicalResult FuncEmitter::run() {
         os << " ('" << name.getName().getValue() << "')";
     }
     os << "\n";
-    emitElementwise(unit);
+    if (auto gemm = dyn_cast<nn::GemmOp>(unit.front()))
+      emitGemm(gemm, cast<nn::ReluOp>(unit.back()));
+    else
+      emitElementwise(unit);
   }
   return success();
 }
@@ -1378,7 +1402,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
        << d.gOffset << "), " << d.gCols << ", (const float *)(A + " << d.xOffset
        << "), " << d.xCols << ", 1.0f, (float *)(A + "
        << st.accumulator.lookup(d.param) << "), " << d.xCols
-       << (options.cuda ? std::string(", nullptr, ") + st.mathMode() +
+       << (options.cuda ? std::string(", nullptr, 0, ") + st.mathMode() +
                               ", nullptr, nullptr"
                         : std::string())
        << ");\n";

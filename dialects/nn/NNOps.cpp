@@ -250,10 +250,13 @@ LogicalResult NegOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
   return success();
 }
 
+// relu(x) > 0 exactly when x > 0 (NaN: neither), so the gradient reads the
+// output, which the next op keeps anyway: the input need not stay alive, and
+// a GEMM feeding the relu can apply it in its epilogue.
 LogicalResult ReluOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
                                      SmallVectorImpl<Value> &operandGrads) {
   operandGrads.push_back(
-      ReluGradOp::create(b, getLoc(), getInput(), resultGrads[0]));
+      ReluGradOp::create(b, getLoc(), getOutput(), resultGrads[0]));
   return success();
 }
 

@@ -128,7 +128,7 @@ class NN_ActGradOp<string mnemonic, string desc, string from> : NN_Op<mnemonic,
   let assemblyFormat = "$value `,` $grad attr-dict `:` type($value)";
 }
 
-def NN_ReluGradOp : NN_ActGradOp<"relu_grad", "relu", "input">;
+def NN_ReluGradOp : NN_ActGradOp<"relu_grad", "relu", "output">;
 def NN_TanhGradOp : NN_ActGradOp<"tanh_grad", "tanh", "output">;
 def NN_SigmoidGradOp : NN_ActGradOp<"sigmoid_grad", "sigmoid", "output">;
 def NN_ErfGradOp : NN_ActGradOp<"erf_grad", "erf", "input">;

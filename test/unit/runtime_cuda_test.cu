@@ -174,6 +174,7 @@ struct GemmCase {
   int64_t padA = 0, padB = 0, padC = 0; // row stride beyond the stored columns
   float alpha = 1.0f, beta = 0.0f;
   bool bias = false;
+  bool relu = false; // the relu epilogue
   int32_t math = GP_MATH_F32;
   bool plain = false;      // through gp_gemm (default math, f32)
   bool bf16Copies = false; // bf16: the caller passes A16 / B16
@@ -218,6 +219,8 @@ GemmRef gemmReference(const GemmCase &c, const std::vector<float> &A,
         v += bias[j];
         mag += std::fabs(bias[j]);
       }
+      if (c.relu && v < 0)
+        v = 0;
       ref.value[i * c.N + j] = v;
       ref.magnitude[i * c.N + j] = mag;
     }
@@ -267,8 +270,8 @@ void runGemm(const GemmCase &c) {
               ldb, c.beta, dC.get(), ldc);
     else
       gp_gemm_ex(c.transA, c.transB, c.M, c.N, c.K, c.alpha, aPtr, lda,
-                 dB.get(), ldb, c.beta, dC.get(), ldc, biasPtr, c.math,
-                 c.bf16Copies ? dA16.get() : nullptr,
+                 dB.get(), ldb, c.beta, dC.get(), ldc, biasPtr, c.relu ? 1 : 0,
+                 c.math, c.bf16Copies ? dA16.get() : nullptr,
                  c.bf16Copies ? dB16.get() : nullptr);
     const std::vector<float> C = dC.download();
 
@@ -362,6 +365,23 @@ void testGemm() {
     c.math = GP_MATH_BF16;
   }
   add("NN 512x384x256 f32 (gp_gemm)", 0, 0, 512, 384, 256).plain = true;
+  {
+    GemmCase &c = add("NT 128x96x64 bias relu", 0, 1, 128, 96, 64);
+    c.bias = true, c.relu = true;
+  }
+  {
+    GemmCase &c = add("NN 64x48x32 relu beta=1", 0, 0, 64, 48, 32);
+    c.relu = true, c.beta = 1.0f;
+  }
+  {
+    // A refused epilogue: the kernel applies bias and relu.
+    GemmCase &c = add("NT 24x36x20 relu bias 4-byte aligned", 0, 1, 24, 36, 20);
+    c.bias = true, c.relu = true, c.offsetBias = 1;
+  }
+  {
+    GemmCase &c = add("NT 96x80x112 bf16 bias relu", 0, 1, 96, 80, 112);
+    c.math = GP_MATH_BF16, c.bias = true, c.relu = true;
+  }
   for (const GemmCase &c : cases)
     runGemm(c);
 }

@@ -23,15 +23,16 @@ enum gp_math : int32_t {
 cudaStream_t gp_cuda_stream(void);
 
 /// gp_gemm with cuBLASLt and more: C[M,N] = alpha*op(A)*op(B) + beta*C
-/// (+ bias[N] on every row when bias != nullptr: the bias epilogue), row-major
-/// as gp_gemm. `math` picks the products (gp_math). With GP_MATH_BF16, A16 and
-/// B16 may point at bf16 copies of A and B (same layout and strides), e.g. the
-/// bf16 shadows of parameters; a null one is rounded from the fp32 operand
-/// into the runtime's scratch (program->scratch_bytes) first. C stays fp32.
+/// (+ bias[N] on every row when bias != nullptr: the bias epilogue; then
+/// max(., 0) when relu != 0: the relu epilogue), row-major as gp_gemm. `math`
+/// picks the products (gp_math). With GP_MATH_BF16, A16 and B16 may point at
+/// bf16 copies of A and B (same layout and strides), e.g. the bf16 shadows of
+/// parameters; a null one is rounded from the fp32 operand into the runtime's
+/// scratch (program->scratch_bytes) first. C stays fp32.
 void gp_gemm_ex(int transA, int transB, int64_t M, int64_t N, int64_t K,
                 float alpha, const float *A, int64_t lda, const float *B,
                 int64_t ldb, float beta, float *C, int64_t ldc,
-                const float *bias, int32_t math, const void *A16,
+                const float *bias, int32_t relu, int32_t math, const void *A16,
                 const void *B16);
 
 /// Ends the run ("gpipe: error: stage S: CUDA error ...") unless `err` is

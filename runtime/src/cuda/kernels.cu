@@ -118,17 +118,21 @@ __global__ void castBf16Kernel(const float *__restrict__ in,
     out[i] = __float2bfloat16_rn(in[i]);
 }
 
-/// C = beta * C (+ bias on every row): the GEMM with K == 0 (BLAS semantics:
-/// beta == 0 overwrites C, NaNs included), and with beta == 1 the bias of a
-/// GEMM whose bias cuBLASLt could not take.
+/// C = beta * C (+ bias on every row) (then max(., 0) with relu): the GEMM
+/// with K == 0 (BLAS semantics: beta == 0 overwrites C, NaNs included), and
+/// with beta == 1 the epilogue of a GEMM whose epilogue cuBLASLt could not
+/// take.
 __global__ void scaleMatrixKernel(float *C, int64_t M, int64_t N, int64_t ldc,
-                                  float beta, const float *__restrict__ bias) {
+                                  float beta, const float *__restrict__ bias,
+                                  bool relu) {
   for (int64_t e = globalThread(); e < M * N; e += gridThreads()) {
     const int64_t i = e / N, j = e % N;
     float &c = C[i * ldc + j];
     float v = beta == 0.0f ? 0.0f : __fmul_rn(c, beta);
     if (bias)
       v = __fadd_rn(v, bias[j]);
+    if (relu)
+      v = v > 0.0f ? v : 0.0f;
     c = v;
   }
 }
@@ -571,11 +575,11 @@ uint32_t alignmentOf(const void *p) {
 /// Everything the descriptors and the heuristic's choice depend on.
 struct GemmKey {
   int64_t M, N, K, lda, ldb, ldc;
-  int32_t transA, transB, math, hasBias;
+  int32_t transA, transB, math, hasBias, relu;
   uint32_t alignA, alignB, alignC, alignBias;
 
   auto fields() const {
-    return std::tie(M, N, K, lda, ldb, ldc, transA, transB, math, hasBias,
+    return std::tie(M, N, K, lda, ldb, ldc, transA, transB, math, hasBias, relu,
                     alignA, alignB, alignC, alignBias);
   }
   bool operator==(const GemmKey &o) const { return fields() == o.fields(); }
@@ -590,7 +594,8 @@ struct GemmKeyHash {
                               uint64_t(k.ldb),
                               uint64_t(k.ldc),
                               uint64_t(k.transA) << 32 | uint32_t(k.transB),
-                              uint64_t(k.math) << 32 | uint32_t(k.hasBias),
+                              uint64_t(k.math) << 32 |
+                                  uint32_t(k.hasBias) << 1 | uint32_t(k.relu),
                               uint64_t(k.alignA) << 32 | k.alignB,
                               uint64_t(k.alignC) << 32 | k.alignBias};
     size_t h = 0;
@@ -607,7 +612,8 @@ struct GemmPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
-  bool biasKernel = false; // bias added by scaleMatrixKernel after the GEMM
+  // The epilogue (bias, relu) runs as scaleMatrixKernel after the GEMM.
+  bool epilogueKernel = false;
 
   GemmPlan() = default;
   GemmPlan(const GemmPlan &) = delete;
@@ -678,7 +684,9 @@ std::unique_ptr<GemmPlan> makeGemmPlan(const GemmKey &k, const float *bias) {
   setDescAttr(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, opA);
   setDescAttr(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, opB);
   const cublasLtEpilogue_t epilogue =
-      k.hasBias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+      k.relu
+          ? (k.hasBias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU)
+          : (k.hasBias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
   setDescAttr(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
   // The heuristic reads the bias pointer's alignment (part of the key); the
   // bias type defaults to D's, fp32.
@@ -716,25 +724,25 @@ std::unique_ptr<GemmPlan> makeGemmPlan(const GemmKey &k, const float *bias) {
   };
   cublasStatus_t st = query();
   // The bias epilogue wants an aligned bias (16 bytes on some GPUs); the
-  // arena need not give one. Then a kernel adds the bias instead.
-  if (st != CUBLAS_STATUS_SUCCESS && k.hasBias) {
+  // arena need not give one. Then a kernel applies the epilogue instead.
+  if (st != CUBLAS_STATUS_SUCCESS && (k.hasBias || k.relu)) {
     setDescAttr(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
                 CUBLASLT_EPILOGUE_DEFAULT);
     setDescAttr(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                 static_cast<const float *>(nullptr));
-    plan->biasKernel = true;
+    plan->epilogueKernel = true;
     st = query();
   }
   if (st != CUBLAS_STATUS_SUCCESS)
     failf("cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__,
           "no cuBLASLt algorithm for the %s GEMM M=%lld N=%lld K=%lld "
-          "transA=%d transB=%d lda=%lld ldb=%lld ldc=%lld bias=%d "
+          "transA=%d transB=%d lda=%lld ldb=%lld ldc=%lld bias=%d relu=%d "
           "(alignments A=%u B=%u C=%u bias=%u, workspace %llu bytes): %s",
           mathName(k.math), static_cast<long long>(k.M),
           static_cast<long long>(k.N), static_cast<long long>(k.K), k.transA,
           k.transB, static_cast<long long>(k.lda),
           static_cast<long long>(k.ldb), static_cast<long long>(k.ldc),
-          k.hasBias, k.alignA, k.alignB, k.alignC, k.alignBias,
+          k.hasBias, k.relu, k.alignA, k.alignB, k.alignC, k.alignBias,
           static_cast<unsigned long long>(workspace),
           cublasLtGetStatusString(st));
   plan->algo = result.algo;
@@ -771,13 +779,13 @@ void gp_gemm(int transA, int transB, int64_t M, int64_t N, int64_t K,
              float alpha, const float *A, int64_t lda, const float *B,
              int64_t ldb, float beta, float *C, int64_t ldc) {
   gp_gemm_ex(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
-             nullptr, state().defaultMath, nullptr, nullptr);
+             nullptr, 0, state().defaultMath, nullptr, nullptr);
 }
 
 void gp_gemm_ex(int transA, int transB, int64_t M, int64_t N, int64_t K,
                 float alpha, const float *A, int64_t lda, const float *B,
                 int64_t ldb, float beta, float *C, int64_t ldc,
-                const float *bias, int32_t math, const void *A16,
+                const float *bias, int32_t relu, int32_t math, const void *A16,
                 const void *B16) {
   if (math != GP_MATH_F32 && math != GP_MATH_TF32 && math != GP_MATH_BF16)
     failf("gp_gemm_ex", __FILE__, __LINE__, "unknown math mode %d",
@@ -787,8 +795,8 @@ void gp_gemm_ex(int transA, int transB, int64_t M, int64_t N, int64_t K,
   // BLAS rejects ld < 1 (e.g. K == 0), so the degenerate product is done
   // here.
   if (K <= 0) {
-    scaleMatrixKernel<<<blocksFor(M * N), kThreads, 0, stream()>>>(C, M, N, ldc,
-                                                                   beta, bias);
+    scaleMatrixKernel<<<blocksFor(M * N), kThreads, 0, stream()>>>(
+        C, M, N, ldc, beta, bias, relu != 0);
     GP_CUDA_LAUNCHED();
     return;
   }
@@ -822,6 +830,7 @@ void gp_gemm_ex(int transA, int transB, int64_t M, int64_t N, int64_t K,
                     transB,
                     math,
                     bias != nullptr,
+                    relu != 0,
                     alignmentOf(a),
                     alignmentOf(b),
                     alignmentOf(C),
@@ -839,15 +848,15 @@ void gp_gemm_ex(int transA, int transB, int64_t M, int64_t N, int64_t K,
   const GemmPlan &plan = *it->second;
   // The descriptor is read when the call is enqueued, so the bias pointer of
   // this call can be set on the cached descriptor.
-  if (bias && !plan.biasKernel)
+  if (bias && !plan.epilogueKernel)
     setDescAttr(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   const auto &st = state();
   GP_CUBLAS_CHECK(cublasLtMatmul(st.lt, plan.desc, &alpha, b, plan.a, a, plan.b,
                                  &beta, C, plan.c, C, plan.c, &plan.algo,
                                  st.workspace, st.workspaceBytes, st.compute));
-  if (bias && plan.biasKernel) {
+  if (plan.epilogueKernel) {
     scaleMatrixKernel<<<blocksFor(M * N), kThreads, 0, st.compute>>>(
-        C, M, N, ldc, 1.0f, bias);
+        C, M, N, ldc, 1.0f, bias, relu != 0);
     GP_CUDA_LAUNCHED();
   }
 }

@@ -33,8 +33,9 @@ func.func @linear(%x: tensor<4x16xf32>, %labels: tensor<4xi64>) -> (tensor<f32> 
 // -----
 
 // Two layers with a relu: the hidden activation's gradient dH = dY W2 is
-// computed (it feeds dW1), relu_grad takes the relu's input (the
-// pre-activation), and the first layer's data input gets no gradient (no gemm
+// computed (it feeds dW1), relu_grad takes the relu's output (positive
+// exactly where the input is; the next gemm keeps it anyway), and the first
+// layer's data input gets no gradient (no gemm
 // to tensor<4x16xf32>). The int64 labels go through a reshape that is not
 // differentiated.
 // CHECK-LABEL: func.func @mlp(
@@ -49,7 +50,7 @@ func.func @linear(%x: tensor<4x16xf32>, %labels: tensor<4xi64>) -> (tensor<f32> 
 // CHECK: %[[DY:.+]] = nn.softmax_cross_entropy_grad %[[Y]], %[[L1]],
 // CHECK-NEXT: %[[DA:.+]] = nn.gemm %[[DY]], %[[W2]] : (tensor<4x8xf32>, tensor<8x32xf32>) -> tensor<4x32xf32>
 // CHECK-NEXT: %[[DW2:.+]] = nn.gemm %[[DY]], %[[A]] {transA = true} : (tensor<4x8xf32>, tensor<4x32xf32>) -> tensor<8x32xf32>
-// CHECK-NEXT: %[[DH:.+]] = nn.relu_grad %[[H]], %[[DA]] : tensor<4x32xf32>
+// CHECK-NEXT: %[[DH:.+]] = nn.relu_grad %[[A]], %[[DA]] : tensor<4x32xf32>
 // CHECK-NOT: -> tensor<4x16xf32>
 // CHECK: %[[DW1:.+]] = nn.gemm %[[DH]], %[[X]] {transA = true} : (tensor<4x32xf32>, tensor<4x16xf32>) -> tensor<32x16xf32>
 // CHECK-NOT: -> tensor<4x16xf32>
@@ -153,7 +154,7 @@ func.func @gemm_tt(%l: tensor<2xi64>) -> (tensor<f32> {nn.loss}) {
 
 // -----
 
-// An activation chain: erf_grad and relu_grad take the op's input, sigmoid_grad
+// An activation chain: erf_grad takes the op's input, relu_grad, sigmoid_grad
 // and tanh_grad its output; neg's gradient is a neg.
 // CHECK-LABEL: func.func @activations(
 // CHECK: %[[W:.+]] = nn.param "w"
@@ -164,7 +165,7 @@ func.func @gemm_tt(%l: tensor<2xi64>) -> (tensor<f32> {nn.loss}) {
 // CHECK: %[[E:.+]] = nn.erf %[[R]]
 // CHECK: %[[DE:.+]] = nn.softmax_cross_entropy_grad %[[E]],
 // CHECK-NEXT: %[[DR:.+]] = nn.erf_grad %[[R]], %[[DE]] : tensor<4x8xf32>
-// CHECK-NEXT: %[[DS:.+]] = nn.relu_grad %[[S]], %[[DR]] : tensor<4x8xf32>
+// CHECK-NEXT: %[[DS:.+]] = nn.relu_grad %[[R]], %[[DR]] : tensor<4x8xf32>
 // CHECK-NEXT: %[[DT:.+]] = nn.sigmoid_grad %[[S]], %[[DS]] : tensor<4x8xf32>
 // CHECK-NEXT: %[[DN:.+]] = nn.tanh_grad %[[T]], %[[DT]] : tensor<4x8xf32>
 // CHECK-NEXT: %[[DW:.+]] = nn.neg %[[DN]] : tensor<4x8xf32>
