@@ -30,6 +30,7 @@ struct Runtime {
   int64_t batchSize = 0;         // B
   int64_t microRows = 0;         // B / M
   int64_t miniFirst = 0;         // first data row of the current mini-batch
+  int64_t nextMiniFirst = -1;    // ... of the next step's (-1: no next step)
   std::vector<InputData> inputs; // parallel to program->inputs
 };
 
@@ -163,8 +164,10 @@ bool deviceDownload(void *dst, const unsigned char *src, int64_t bytes,
 /// mapped data file (`src`) to `dst` in the arena.
 void deviceLoadInput(gp_step_ctx *ctx, int32_t input, int64_t microbatch,
                      void *dst, const void *src, int64_t bytes);
-/// Ends a step: waits for its work, then sets ctx->loss from what
-/// gp_report_loss saw. On a device error sets `err`.
+/// Ends a step (or, before step 1, the set-up): waits for its work, then
+/// sets ctx->loss from what gp_report_loss saw. May first start copying the
+/// next step's mini-batch (rows from rt.nextMiniFirst) to the device, so that
+/// it overlaps this step's work. On a device error sets `err`.
 bool deviceStepEnd(gp_step_ctx &ctx, std::string &err);
 /// Frees the arena and everything deviceInit created (before MPI_Finalize).
 void deviceShutdown();

@@ -488,11 +488,18 @@ int StageRun::runSteps() {
   gp_step_ctx ctx{};
   ctx.arena = arena_;
   ctx.runtime = &rt_;
-  if (program_->init) {
+  // The mini-batch after step s (data files wrap around); -1: none.
+  auto nextMiniFirst = [&](int64_t s) -> int64_t {
+    if (s >= opt_.steps || numBatches == 0)
+      return -1;
+    return s % numBatches * rt_.batchSize;
+  };
+  if (program_->init)
     program_->init(&ctx);
-    if (!deviceStepEnd(ctx, err))
-      return error(err);
-  }
+  // Asynchronous targets may start loading step 1's mini-batch here.
+  rt_.nextMiniFirst = nextMiniFirst(0);
+  if (!deviceStepEnd(ctx, err))
+    return error(err);
   double totalMs = 0.0;
   for (int64_t s = 1; s <= opt_.steps; ++s) {
     // Stages without data files (middle stages) still count steps; their
@@ -518,7 +525,9 @@ int StageRun::runSteps() {
       else
         program_->backward(&ctx, a.microbatch);
     }
-    // Asynchronous targets finish the step's work here, and report its loss.
+    // Asynchronous targets finish the step's work here, and report its loss
+    // (and may load the next mini-batch while it runs).
+    rt_.nextMiniFirst = nextMiniFirst(s);
     if (!deviceStepEnd(ctx, err))
       return error("step " + std::to_string(s) + ": " + err);
     auto t1 = std::chrono::steady_clock::now();

@@ -96,8 +96,20 @@ struct Transfers {
 } gTransfers;
 
 unsigned char *gArena = nullptr;
-// Pinned staging of the graph inputs: one buffer per (input, micro-batch).
+// Pinned staging of the graph inputs: one buffer per (input, micro-batch),
+// for a mini-batch that was not prefetched.
 std::vector<std::vector<void *>> gInputStaging;
+
+/// The next step's mini-batch of every graph input, copied to the device
+/// while the current step runs: two mini-batch buffers per input (device and
+/// pinned), used in turn; `first` is the data row each one holds (-1: none).
+struct Prefetch {
+  std::vector<void *> device[2], pinned[2]; // per input
+  std::vector<int64_t> bytes;               // per input: one mini-batch
+  int64_t first[2] = {-1, -1};
+  cudaEvent_t ready[2] = {nullptr, nullptr};
+  cudaStream_t stream = nullptr; // host-to-device copies
+} gPrefetch;
 // The loss of each micro-batch, copied back as the loss stage reports it.
 float *gLossHost = nullptr;
 std::vector<bool> gLossSeen;
@@ -369,6 +381,28 @@ bool deviceInit(const gp_program &p, int64_t threads, int64_t device,
       cuda::gInputStaging[static_cast<size_t>(i)].push_back(buf);
     }
   }
+  if (p.num_inputs > 0) {
+    cuda::Prefetch &f = cuda::gPrefetch;
+    GP_CUDA_CHECK(cudaStreamCreateWithFlags(&f.stream, cudaStreamNonBlocking));
+    for (int32_t i = 0; i < p.num_inputs; ++i) {
+      const gp_tensor_desc &d = p.inputs[i];
+      int64_t bytes = p.batch_size * (d.dtype == GP_F32 ? 4 : 8);
+      for (int32_t k = 1; k < d.rank; ++k)
+        bytes *= d.shape[k];
+      f.bytes.push_back(bytes);
+      for (int k = 0; k < 2; ++k) {
+        void *dev = nullptr, *host = nullptr;
+        size_t n = static_cast<size_t>(std::max<int64_t>(bytes, 1));
+        GP_CUDA_CHECK(cudaMalloc(&dev, n));
+        GP_CUDA_CHECK(cudaMallocHost(&host, n));
+        f.device[k].push_back(dev);
+        f.pinned[k].push_back(host);
+      }
+    }
+    for (int k = 0; k < 2; ++k)
+      GP_CUDA_CHECK(
+          cudaEventCreateWithFlags(&f.ready[k], cudaEventDisableTiming));
+  }
   GP_CUDA_CHECK(cudaMallocHost(
       &cuda::gLossHost, sizeof(float) * static_cast<size_t>(p.microbatches)));
   cuda::gLossSeen.assign(static_cast<size_t>(p.microbatches), false);
@@ -416,10 +450,23 @@ bool deviceDownload(void *dst, const unsigned char *src, int64_t bytes,
   return e == cudaSuccess;
 }
 
-void deviceLoadInput(gp_step_ctx *, int32_t input, int64_t microbatch,
+void deviceLoadInput(gp_step_ctx *ctx, int32_t input, int64_t microbatch,
                      void *dst, const void *src, int64_t bytes) {
-  // The previous step's copy out of this buffer finished at its end
-  // (deviceStepEnd synchronises).
+  const Runtime &rt = *static_cast<const Runtime *>(ctx->runtime);
+  cuda::Prefetch &f = cuda::gPrefetch;
+  for (int k = 0; k < 2; ++k)
+    if (f.first[k] >= 0 && f.first[k] == rt.miniFirst) {
+      // Already on the device: a device-to-device copy once it arrived.
+      auto *from =
+          static_cast<unsigned char *>(f.device[k][static_cast<size_t>(input)]);
+      GP_CUDA_CHECK(cudaStreamWaitEvent(gState.compute, f.ready[k], 0));
+      GP_CUDA_CHECK(cudaMemcpyAsync(dst, from + microbatch * bytes,
+                                    static_cast<size_t>(bytes),
+                                    cudaMemcpyDeviceToDevice, gState.compute));
+      return;
+    }
+  // Not prefetched. The previous step's copy out of this buffer finished at
+  // its end (deviceStepEnd synchronises).
   void *staging = cuda::gInputStaging[static_cast<size_t>(input)]
                                      [static_cast<size_t>(microbatch)];
   std::memcpy(staging, src, static_cast<size_t>(bytes));
@@ -428,6 +475,28 @@ void deviceLoadInput(gp_step_ctx *, int32_t input, int64_t microbatch,
 }
 
 bool deviceStepEnd(gp_step_ctx &ctx, std::string &err) {
+  // While the GPU runs this step: the next mini-batch into the buffer the
+  // current one is not in (its last reader, the step before, is done).
+  const Runtime *rt = static_cast<const Runtime *>(ctx.runtime);
+  cuda::Prefetch &f = cuda::gPrefetch;
+  if (rt && rt->nextMiniFirst >= 0 && !f.bytes.empty()) {
+    int k = f.first[0] >= 0 && f.first[0] == rt->miniFirst ? 1 : 0;
+    f.first[k] = -1;
+    // Its previous copy was waited for by the step that read it; this only
+    // guards a prefetch that no step read.
+    GP_CUDA_CHECK(cudaEventSynchronize(f.ready[k]));
+    for (size_t i = 0; i < f.bytes.size(); ++i) {
+      const InputData &in = rt->inputs[i];
+      std::memcpy(f.pinned[k][i],
+                  in.file.data() + rt->nextMiniFirst * in.rowBytes,
+                  static_cast<size_t>(f.bytes[i]));
+      GP_CUDA_CHECK(cudaMemcpyAsync(f.device[k][i], f.pinned[k][i],
+                                    static_cast<size_t>(f.bytes[i]),
+                                    cudaMemcpyHostToDevice, f.stream));
+    }
+    GP_CUDA_CHECK(cudaEventRecord(f.ready[k], f.stream));
+    f.first[k] = rt->nextMiniFirst;
+  }
   // A bad launch is not sticky: it is only reported by the next check.
   cudaError_t e = cudaGetLastError();
   if (e == cudaSuccess)
@@ -475,6 +544,20 @@ void deviceShutdown() {
     for (void *b : buffers)
       cudaFreeHost(b);
   cuda::gInputStaging.clear();
+  cuda::Prefetch &f = cuda::gPrefetch;
+  if (f.stream)
+    cudaStreamSynchronize(f.stream);
+  for (int k = 0; k < 2; ++k) {
+    for (void *b : f.device[k])
+      cudaFree(b);
+    for (void *b : f.pinned[k])
+      cudaFreeHost(b);
+    if (f.ready[k])
+      cudaEventDestroy(f.ready[k]);
+  }
+  if (f.stream)
+    cudaStreamDestroy(f.stream);
+  f = cuda::Prefetch();
   cudaFreeHost(cuda::gLossHost);
   cuda::gLossHost = nullptr;
   cudaFree(cuda::gArena);
