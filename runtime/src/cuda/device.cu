@@ -620,7 +620,8 @@ extern "C" void gp_send(gp_step_ctx *ctx, int32_t peer, int32_t tag,
                                   static_cast<size_t>(bytes),
                                   cudaMemcpyDeviceToHost, gState.comm));
     gpipe::cuda::HostTransfer *op = gTransfers.hostSendOp[s.host[k]];
-    op->ctx = ctx;
+    if (!op->ctx) // set once: host functions of earlier sends read it
+      op->ctx = ctx;
     GP_CUDA_CHECK(cudaLaunchHostFunc(gState.comm, gpipe::cuda::hostSend, op));
   }
   GP_CUDA_CHECK(cudaEventRecord(s.free[k], gState.comm));
@@ -641,7 +642,8 @@ extern "C" void gp_recv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
                            p.rankInComm, p.comm, gState.comm));
   } else {
     gpipe::cuda::HostTransfer *op = gTransfers.hostRecvOp[{peer, tag}];
-    op->ctx = ctx;
+    if (!op->ctx) // set once: host functions of earlier sends read it
+      op->ctx = ctx;
     GP_CUDA_CHECK(cudaLaunchHostFunc(gState.comm, gpipe::cuda::hostRecv, op));
     GP_CUDA_CHECK(cudaMemcpyAsync(buf, it->second.host,
                                   static_cast<size_t>(bytes),
