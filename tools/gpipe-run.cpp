@@ -629,6 +629,10 @@ int main(int argc, char **argv) {
     cmd.insert(cmd.end(), {"-x", "OMP_NUM_THREADS"});
     if (waitPolicySet)
       cmd.insert(cmd.end(), {"-x", "OMP_WAIT_POLICY"});
+    // The CUDA runtime's settings reach stages on other hosts too.
+    for (const char *var : {"GPIPE_TRANSPORT", "CUDA_VISIBLE_DEVICES"})
+      if (llvm::sys::Process::GetEnv(var))
+        cmd.insert(cmd.end(), {"-x", var});
     cmd.insert(cmd.end(), mpirunArgs.begin(), mpirunArgs.end());
     for (size_t s = 0; s < numStages; ++s) {
       if (s > 0)
