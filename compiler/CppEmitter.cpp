@@ -776,12 +776,13 @@ void FuncEmitter::emitGemm(nn::GemmOp o, nn::ReluOp relu) {
              });
     beta = 1.f;
   }
-  os << (stage.options.cuda ? "  gp_gemm_ex(" : "  gp_gemm(") << o.getTransA()
-     << ", " << o.getTransB() << ", " << m << ", " << n << ", " << k << ", "
+  bool ex = stage.options.cuda || stage.options.bf16;
+  os << (ex ? "  gp_gemm_ex(" : "  gp_gemm(") << o.getTransA() << ", "
+     << o.getTransB() << ", " << m << ", " << n << ", " << k << ", "
      << floatLit(o.getAlpha().convertToFloat()) << ", " << ptr(o.getA()) << ", "
      << at.getDimSize(1) << ", " << ptr(o.getB()) << ", " << bt.getDimSize(1)
      << ", " << floatLit(beta) << ", " << ptr(result, false) << ", " << n;
-  if (stage.options.cuda)
+  if (ex)
     os << ", " << bias << ", " << (relu ? 1 : 0) << ", " << stage.mathMode()
        << ", " << shadowOf(o.getA()) << ", " << shadowOf(o.getB());
   os << ");\n";
@@ -1196,6 +1197,8 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
         st.constantOffset[c] = st.permanent(bytesOf(c.getOutput()));
         result.memory.arenaConstantBytes += st.aligned(bytesOf(c.getOutput()));
       });
+  }
+  {
     // bf16: a bf16 copy of every parameter a GEMM reads, kept by the update
     // (fp32 master weights); every other operand is rounded into the
     // scratch when the GEMM runs.
@@ -1392,19 +1395,20 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
      << "// accumulators start again from zero.\n"
      << "static void update(gp_step_ctx *ctx) {\n"
      << "  unsigned char *A = ctx->arena;\n  (void)A;\n";
+  const bool ex = options.cuda || options.bf16; // gp_gemm_ex, not gp_gemm
   for (auto &entry : st.deferred) {
     const StageState::DeferredGemm &d = entry.second;
     int64_t rows = d.rows * st.microbatches;
     ss << "  // weight gradient of '" << d.param << "' over all "
        << st.microbatches << " micro-batches\n"
-       << (options.cuda ? "  gp_gemm_ex(1, 0, " : "  gp_gemm(1, 0, ") << d.gCols
-       << ", " << d.xCols << ", " << rows << ", 1.0f, (const float *)(A + "
-       << d.gOffset << "), " << d.gCols << ", (const float *)(A + " << d.xOffset
-       << "), " << d.xCols << ", 1.0f, (float *)(A + "
-       << st.accumulator.lookup(d.param) << "), " << d.xCols
-       << (options.cuda ? std::string(", nullptr, 0, ") + st.mathMode() +
-                              ", nullptr, nullptr"
-                        : std::string())
+       << (ex ? "  gp_gemm_ex(1, 0, " : "  gp_gemm(1, 0, ") << d.gCols << ", "
+       << d.xCols << ", " << rows << ", 1.0f, (const float *)(A + " << d.gOffset
+       << "), " << d.gCols << ", (const float *)(A + " << d.xOffset << "), "
+       << d.xCols << ", 1.0f, (float *)(A + " << st.accumulator.lookup(d.param)
+       << "), " << d.xCols
+       << (ex ? std::string(", nullptr, 0, ") + st.mathMode() +
+                    ", nullptr, nullptr"
+              : std::string())
        << ");\n";
   }
   ss << bodies[2];

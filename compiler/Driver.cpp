@@ -100,9 +100,6 @@ LogicalResult validate(const CompileOptions &o) {
     return fail("--target must be cpu or cuda, got '" + o.target + "'");
   if (o.precision != "fp32" && o.precision != "bf16")
     return fail("--precision must be fp32 or bf16, got '" + o.precision + "'");
-  if (o.target == "cpu" && o.precision != "fp32")
-    return fail("--precision " + o.precision +
-                " needs --target cuda (the CPU target computes in fp32)");
   if (o.target == "cpu" && o.allowTf32)
     return fail("--allow-tf32 needs --target cuda");
   if (o.precision == "bf16" && o.allowTf32)
@@ -194,8 +191,8 @@ std::string pipelineJson(const CompileOptions &o, const ImportedModel &model,
     j.attribute("model", "model.onnx");
     j.attribute("source_model", srcAbs);
     j.attribute("target", o.target);
+    j.attribute("precision", o.precision);
     if (o.target == "cuda") {
-      j.attribute("precision", o.precision);
       j.attribute("allow_tf32", o.allowTf32);
       std::vector<int> archs = *cudaArchitectures(o.cudaArch);
       j.attributeArray("cuda_arch", [&] {
@@ -280,8 +277,9 @@ std::string pipelineJson(const CompileOptions &o, const ImportedModel &model,
             j.attribute("transient_peak_bytes", m.transientBytes);
             j.attribute("input_bytes_per_microbatch", m.inputBytes);
             j.attribute("constant_bytes", m.constantBytes);
-            if (o.target == "cuda") {
+            if (o.target == "cuda" || o.precision == "bf16")
               j.attribute("bf16_copy_bytes", m.shadowBytes);
+            if (o.target == "cuda") {
               j.attribute("arena_constant_bytes", m.arenaConstantBytes);
               j.attribute("scratch_bytes", m.scratchBytes);
               j.attribute("send_staging_bytes", m.sendStagingBytes);
@@ -610,8 +608,9 @@ void explainStage(int64_t index, func::FuncOp forward,
      << microbatches << " x " << m.stashBytesPerMicrobatch << ") + temporaries "
      << m.transientBytes;
   if (cuda)
-    os << " + constants " << m.arenaConstantBytes << " + bf16 copies "
-       << m.shadowBytes;
+    os << " + constants " << m.arenaConstantBytes;
+  if (cuda || m.shadowBytes)
+    os << " + bf16 copies " << m.shadowBytes;
   os << " + alignment " << m.arenaBytes - parts << "\n";
   if (cuda)
     os << "  device memory outside the arena: bf16 scratch " << m.scratchBytes
@@ -761,9 +760,9 @@ int gpipe::compile(const CompileOptions &o) {
     mix(mlirText);
     mix(o.target);
     mix(o.cpuArch);
+    mix(o.precision);
     if (o.target == "cuda") {
       mix(o.cudaArch);
-      mix(o.precision);
       mix(o.allowTf32 ? "tf32" : "");
     }
     mix(model->originalModel);

@@ -41,6 +41,17 @@ void rowStats(const float *x, int64_t C, float &mx, double &sumExp) {
     sumExp += std::exp(x[j] - mx);
 }
 
+/// The bits of bf16(x), rounded to nearest even (as __float2bfloat16_rn):
+/// NaNs stay NaN (quiet), infinities and overflow to infinity as IEEE says.
+uint16_t bf16Bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
 bool isIgnored(int64_t label, int32_t hasIgnore, int64_t ignoreIndex) {
   return hasIgnore != 0 && label == ignoreIndex;
 }
@@ -113,6 +124,53 @@ void gp_gemm(int transA, int transB, int64_t M, int64_t N, int64_t K,
   checkDnnl(dnnl_sgemm(transA ? 'T' : 'N', transB ? 'T' : 'N', M, N, K, alpha,
                        A, lda, B, ldb, beta, C, ldc),
             M, N, K);
+}
+
+void gp_gemm_ex(int transA, int transB, int64_t M, int64_t N, int64_t K,
+                float alpha, const float *A, int64_t lda, const float *B,
+                int64_t ldb, float beta, float *C, int64_t ldc,
+                const float *bias, int32_t relu, int32_t math, const void *A16,
+                const void *B16) {
+  if (math != GP_MATH_F32 && math != GP_MATH_TF32 && math != GP_MATH_BF16) {
+    std::fprintf(stderr, "gpipe: error: internal: gp_gemm_ex math mode %d\n",
+                 static_cast<int>(math));
+    std::abort();
+  }
+  // bf16 emulation: the operands as the GPU's tensor cores see them (rounded
+  // to bf16, or the caller's bf16 copies), products and sums in fp32.
+  thread_local std::vector<float> wideA, wideB;
+  auto widen = [](const float *x, const void *x16, int64_t rows, int64_t cols,
+                  int64_t ld, std::vector<float> &out) {
+    int64_t span = rows > 0 ? (rows - 1) * ld + cols : 0;
+    out.resize(static_cast<size_t>(std::max<int64_t>(span, 1)));
+    const auto *h = static_cast<const uint16_t *>(x16);
+    for (int64_t i = 0; i < span; ++i) {
+      uint32_t bits = h ? uint32_t(h[i]) << 16 : uint32_t(bf16Bits(x[i])) << 16;
+      std::memcpy(&out[static_cast<size_t>(i)], &bits, sizeof bits);
+    }
+    return out.data();
+  };
+  if (math == GP_MATH_BF16 && M > 0 && N > 0 && K > 0) {
+    A = widen(A, A16, transA ? K : M, transA ? M : K, lda, wideA);
+    B = widen(B, B16, transB ? N : K, transB ? K : N, ldb, wideB);
+  }
+  gp_gemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (!bias && !relu)
+    return;
+  for (int64_t i = 0; i < M; ++i) {
+    float *row = C + i * ldc;
+    for (int64_t j = 0; j < N; ++j) {
+      float v = bias ? row[j] + bias[j] : row[j];
+      row[j] = relu && !(v > 0.0f) ? 0.0f : v;
+    }
+  }
+}
+
+void gp_cast_bf16(const float *in, void *out, int64_t n) {
+  auto *o = static_cast<uint16_t *>(out);
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    o[i] = bf16Bits(in[i]);
 }
 
 void gp_reduce_to(const float *in, const int64_t *in_shape, float *out,

@@ -357,6 +357,87 @@ void naiveReduceTo(const std::vector<float> &in,
   }
 }
 
+// bf16 (the CPU's emulation of the CUDA target's --precision bf16): round to
+// nearest even, keep NaN and infinities.
+TEST(Kernels, CastBf16RoundsToNearestEven) {
+  auto bits = [](float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+  };
+  auto fromBits = [](uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  };
+  const float in[] = {1.0f,
+                      fromBits(0x3f808000u), // halfway, even below: down
+                      fromBits(0x3f818000u), // halfway, odd below: up
+                      fromBits(0x3f808001u), // above halfway: up
+                      -2.5f,
+                      std::numeric_limits<float>::infinity(),
+                      std::numeric_limits<float>::quiet_NaN(),
+                      fromBits(0x7f7fffffu)}; // FLT_MAX rounds to infinity
+  uint16_t out[8];
+  gp_cast_bf16(in, out, 8);
+  EXPECT_EQ(out[0], 0x3f80);
+  EXPECT_EQ(out[1], 0x3f80);
+  EXPECT_EQ(out[2], 0x3f82);
+  EXPECT_EQ(out[3], 0x3f81);
+  EXPECT_EQ(out[4], bits(-2.5f) >> 16);
+  EXPECT_EQ(out[5], 0x7f80);
+  EXPECT_TRUE((out[6] & 0x7f80) == 0x7f80 && (out[6] & 0x7f) != 0);
+  EXPECT_EQ(out[7], 0x7f80);
+}
+
+// gp_gemm_ex on the CPU: bias and relu epilogues, bf16 operands (rounded
+// here, or the caller's copies) with fp32 products.
+TEST(Kernels, GemmExEpiloguesAndBf16) {
+  const int64_t M = 3, N = 4, K = 5;
+  std::vector<float> A(M * K), B(N * K), bias(N);
+  for (size_t i = 0; i < A.size(); ++i)
+    A[i] = 0.1f * float(i) - 0.7f + 1e-3f * float(i % 3);
+  for (size_t i = 0; i < B.size(); ++i)
+    B[i] = 0.05f * float(i) - 0.4f + 1e-3f * float(i % 7);
+  for (size_t i = 0; i < bias.size(); ++i)
+    bias[i] = 0.2f * float(i) - 0.3f;
+  auto round = [](float f) {
+    uint16_t h;
+    gp_cast_bf16(&f, &h, 1);
+    uint32_t u = uint32_t(h) << 16;
+    float r;
+    std::memcpy(&r, &u, 4);
+    return r;
+  };
+  for (int32_t math : {GP_MATH_F32, GP_MATH_BF16})
+    for (int relu : {0, 1}) {
+      std::vector<float> C(M * N, 7.0f);
+      gp_gemm_ex(0, 1, M, N, K, 1.0f, A.data(), K, B.data(), K, 0.0f, C.data(),
+                 N, bias.data(), relu, math, nullptr, nullptr);
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          double want = bias[j];
+          for (int64_t k = 0; k < K; ++k) {
+            float a = A[i * K + k], b = B[j * K + k];
+            if (math == GP_MATH_BF16)
+              a = round(a), b = round(b);
+            want += double(a) * b;
+          }
+          if (relu && want < 0)
+            want = 0;
+          EXPECT_NEAR(C[i * N + j], want, 1e-5)
+              << "math " << math << " relu " << relu << " at " << i << "," << j;
+        }
+    }
+  // The caller's bf16 copy of B is used as is (here: all zeros).
+  std::vector<uint16_t> zeros(N * K, 0);
+  std::vector<float> C(M * N, 7.0f);
+  gp_gemm_ex(0, 1, M, N, K, 1.0f, A.data(), K, B.data(), K, 0.0f, C.data(), N,
+             nullptr, 0, GP_MATH_BF16, nullptr, zeros.data());
+  for (float c : C)
+    EXPECT_EQ(c, 0.0f);
+}
+
 TEST(Kernels, ReduceToMatchesNaive) {
   struct Case {
     std::vector<int64_t> in, out;

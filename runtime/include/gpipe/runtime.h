@@ -165,6 +165,30 @@ void gp_gemm(int transA, int transB, int64_t M, int64_t N, int64_t K,
              float alpha, const float *A, int64_t lda, const float *B,
              int64_t ldb, float beta, float *C, int64_t ldc);
 
+/// How a GEMM multiplies.
+enum gp_math : int32_t {
+  GP_MATH_F32 = 0,  // fp32 inputs, fp32 products (no TF32)
+  GP_MATH_TF32 = 1, // fp32 inputs rounded to TF32 by the tensor cores
+  GP_MATH_BF16 = 2  // bf16 inputs, fp32 accumulation and output
+};
+
+/// gp_gemm and more (CUDA: through cuBLASLt; CPU: oneDNN): C[M,N] =
+/// alpha*op(A)*op(B) + beta*C
+/// (+ bias[N] on every row when bias != nullptr: the bias epilogue; then
+/// max(., 0) when relu != 0: the relu epilogue), row-major as gp_gemm. `math`
+/// picks the products (gp_math). With GP_MATH_BF16, A16 and B16 may point at
+/// bf16 copies of A and B (same layout and strides), e.g. the bf16 shadows of
+/// parameters; a null one is rounded from the fp32 operand into the runtime's
+/// scratch (program->scratch_bytes) first. C stays fp32.
+void gp_gemm_ex(int transA, int transB, int64_t M, int64_t N, int64_t K,
+                float alpha, const float *A, int64_t lda, const float *B,
+                int64_t ldb, float beta, float *C, int64_t ldc,
+                const float *bias, int32_t relu, int32_t math, const void *A16,
+                const void *B16);
+
+/// out[i] = bf16(in[i]) (round to nearest even), n elements; out is bf16.
+void gp_cast_bf16(const float *in, void *out, int64_t n);
+
 /// out[i] = sum of in over the broadcast dimensions, i.e. the reverse of
 /// numpy broadcasting `out_shape` -> `in_shape`. Both shapes have `rank`
 /// entries (out_shape left-padded with 1s); out_shape[d] is in_shape[d] or 1.
