@@ -230,6 +230,9 @@ public:
   LogicalResult run();
   std::string body;
   int64_t transientPeak = 0;
+  /// The ONNX node(s) of the unit being emitted, as a C string literal: CUDA
+  /// launch checks name them.
+  std::string unitNodes = "\"\"";
 
 private:
   LogicalResult plan();
@@ -657,7 +660,8 @@ void FuncEmitter::emitForAll(ArrayRef<int64_t> shape, ArrayRef<LoopArg> args,
     os << "  " << name << "<<<" << blocks << ", 256, 0, gp_cuda_stream()>>>(";
     for (auto [k, a] : llvm::enumerate(args))
       os << (k ? ", " : "") << a.ptr;
-    os << ");\n";
+    os << ");\n  gp_cuda_check_launch(\"" << name << "\", " << unitNodes
+       << ");\n";
     return;
   }
   os << "  {\n";
@@ -997,6 +1001,29 @@ LogicalResult FuncEmitter::emitOp(Operation *op) {
          << op->getName() << "' yet";
 }
 
+/// "node 'fc1' (nn.gemm)" or "nodes 'a' (nn.add), 'b' (nn.relu)" as a C
+/// string literal.
+static std::string describeNodes(ArrayRef<Operation *> unit) {
+  std::string text = unit.size() == 1 ? "node " : "nodes ";
+  for (auto [k, op] : llvm::enumerate(unit)) {
+    if (k)
+      text += ", ";
+    auto name = dyn_cast<NameLoc>(op->getLoc());
+    text += "'" + (name ? name.getName().getValue().str() : std::string("?")) +
+            "' (" + op->getName().getStringRef().str() + ")";
+  }
+  std::string literal = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\')
+      literal += '\\';
+    if (static_cast<unsigned char>(c) < 0x20)
+      literal += ' ';
+    else
+      literal += c;
+  }
+  return literal + "\"";
+}
+
 LogicalResult FuncEmitter::run() {
   if (!func.getBody().hasOneBlock())
     return func.emitError("code generation needs a single-block function");
@@ -1011,6 +1038,7 @@ LogicalResult FuncEmitter::run() {
       os << "  gp_load_input(ctx, " << arg.getArgNumber() << ", mb, "
          << ptr(arg, false) << ");\n";
   for (auto &unit : units) {
+    unitNodes = describeNodes(unit);
     if (unit.size() == 1) {
       if (failed(emitOp(unit.front())))
         return failure();

@@ -56,6 +56,7 @@ struct StageEntry {
 struct Pipeline {
   int64_t version = 1;
   std::string sourceModel;
+  std::string target = "cpu";
   std::vector<StageEntry> stages;
   std::vector<ParamEntry> params; // every stage's, for --save-onnx
 };
@@ -81,6 +82,8 @@ std::string readPipeline(const std::string &out, Pipeline &p) {
            " is not supported by this gpipe-run (versions 1 and 2)";
   if (auto src = root->getString("source_model"))
     p.sourceModel = src->str();
+  if (auto target = root->getString("target"))
+    p.target = target->str();
   const llvm::json::Array *stages = root->getArray("stages");
   if (!stages || stages->empty())
     return path + ": no stages";
@@ -464,12 +467,25 @@ std::string makeStatusDir(const std::string &out, bool remote,
   return dir.str().str();
 }
 
+/// Seconds as the shortest decimal that reads back the same.
+std::string formatSeconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", s);
+  for (int prec = 1; prec <= 17; ++prec) {
+    std::snprintf(buf, sizeof buf, "%.*g", prec, s);
+    if (std::strtod(buf, nullptr) == s)
+      break;
+  }
+  return buf;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
   std::string out, data, logJson, saveOnnxPath, weightsOut, hostfile;
   std::vector<std::string> mpirunArgs;
   int64_t steps = 1, threads = 1;
+  double commTimeout = 300.0;
   bool quiet = false;
   po::options_description opts("Options");
   opts.add_options()("help,h", "print this help and exit")(
@@ -488,6 +504,11 @@ int main(int argc, char **argv) {
       "where the trained weights go (default OUT/trained)")(
       "threads", po::value(&threads)->default_value(1)->value_name("T"),
       "CPU threads per stage process (oneDNN GEMMs and OpenMP loops)")(
+      "comm-timeout",
+      po::value(&commTimeout)->default_value(300.0, "300")->value_name("S"),
+      "CUDA target: end the run, naming the stage and the transfer, when a "
+      "step's transfers make no progress for S seconds (a dead or stuck "
+      "peer)")(
       "hostfile", po::value(&hostfile)->value_name("FILE"),
       "run the stages under mpirun on the hosts of this Open MPI hostfile "
       "(OUT and the data at the same paths on every host)")(
@@ -513,6 +534,10 @@ int main(int argc, char **argv) {
     return std::cerr << "gpipe-run: error: --steps must be >= 0\n", 2;
   if (threads < 1 || threads > 4096)
     return std::cerr << "gpipe-run: error: --threads must be in [1, 4096]\n", 2;
+  if (!(commTimeout > 0.0) || commTimeout > 1e6)
+    return std::cerr << "gpipe-run: error: --comm-timeout must be in (0, 1e6] "
+                        "seconds\n",
+           2;
   if (!hostfile.empty() && !llvm::sys::fs::is_regular_file(hostfile))
     return std::cerr << "gpipe-run: error: --hostfile " << hostfile
                      << ": no such file\n",
@@ -584,6 +609,9 @@ int main(int argc, char **argv) {
                                   statusPath(s)};
     if (!data.empty())
       a.insert(a.end(), {"--data", data});
+    // Only CUDA stage programs know the flag (older CPU ones reject it).
+    if (p.target == "cuda")
+      a.insert(a.end(), {"--comm-timeout", formatSeconds(commTimeout)});
     // Each stage checks that the description matches what it was compiled
     // with (version 1 predates the check).
     if (p.version >= 2)

@@ -15,9 +15,10 @@ int64_t gThreads = 1;
 
 gp_target deviceTarget() { return GP_TARGET_CPU; }
 
-bool deviceInit(const gp_program &, int64_t threads, int64_t device,
+bool deviceInit(const gp_program &, const DeviceOptions &options,
                 std::string &err) {
-  if (device >= 0) {
+  const int64_t threads = options.threads;
+  if (options.device >= 0) {
     err = "--device selects a GPU: this stage program was compiled for the "
           "CPU (--target cpu)";
     return false;

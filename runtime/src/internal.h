@@ -145,11 +145,18 @@ void transportFinalize();
 
 /// The target this runtime library runs (GP_TARGET_CPU or GP_TARGET_CUDA).
 gp_target deviceTarget();
+/// What the stage program's flags ask of the device.
+struct DeviceOptions {
+  int64_t threads = 1; // --threads (CPU target)
+  int64_t device = -1; // --device (CUDA target; -1: automatic)
+  // --comm-timeout (CUDA target): how long a step may wait on transfers that
+  // make no progress before the run ends naming the transfer.
+  double commTimeoutSeconds = 300.0;
+};
 /// Binds the device and creates what the kernels and transfers need.
-/// `threads` is --threads, `device` is --device (-1: automatic). Collective
-/// over the stages when K > 1 (CUDA: NCCL communicators). On failure sets
-/// `err`.
-bool deviceInit(const gp_program &p, int64_t threads, int64_t device,
+/// Collective over the stages when K > 1 (CUDA: NCCL communicators). On
+/// failure sets `err`.
+bool deviceInit(const gp_program &p, const DeviceOptions &options,
                 std::string &err);
 /// One line for the log: "cpu, 1 thread", "cuda:0 (NVIDIA H100 80GB HBM3)".
 std::string deviceDescription();
@@ -170,6 +177,8 @@ void deviceLoadInput(gp_step_ctx *ctx, int32_t input, int64_t microbatch,
 /// it overlaps this step's work. On a device error sets `err`.
 bool deviceStepEnd(gp_step_ctx &ctx, std::string &err);
 /// Frees the arena and everything deviceInit created (before MPI_Finalize).
+/// Only after a run that succeeded: after an error with other stages running,
+/// gp_main aborts the job instead (pending transfers may never complete).
 void deviceShutdown();
 
 } // namespace gpipe

@@ -58,6 +58,9 @@ const char kUsage[] =
     "  --device N          CUDA target: the GPU to use (default: the stage's "
     "rank on\n"
     "                      its node modulo the visible GPUs)\n"
+    "  --comm-timeout S    CUDA target: end the run when a step's transfers "
+    "make no\n"
+    "                      progress for S seconds (default 300)\n"
     "  --status-file FILE  \"exit <code>\" at the end, \"signal <n>\" on a "
     "crash\n"
     "  --pipeline FILE     check that FILE (the pipeline.json compiled with "
@@ -79,6 +82,7 @@ struct Options {
   std::string pipeline;
   int64_t threads = 1;
   int64_t device = -1;
+  double commTimeout = 300.0;
   bool quiet = false;
   bool help = false;
 };
@@ -120,7 +124,8 @@ bool parseArgs(int argc, char **argv, Options &opt, std::string &err) {
     if (flag != "--data" && flag != "--steps" && flag != "--weights-in" &&
         flag != "--weights-out" && flag != "--log-json" &&
         flag != "--threads" && flag != "--status-file" &&
-        flag != "--pipeline" && flag != "--device") {
+        flag != "--pipeline" && flag != "--device" &&
+        flag != "--comm-timeout") {
       if (arg.rfind("-", 0) == 0)
         err = "unknown flag '" + flag + "' (see --help)";
       else
@@ -159,6 +164,16 @@ bool parseArgs(int argc, char **argv, Options &opt, std::string &err) {
               "' for --device (expected an integer in [0, 1024])";
         return false;
       }
+    } else if (flag == "--comm-timeout") {
+      errno = 0;
+      char *end = nullptr;
+      double v = std::strtod(value.c_str(), &end);
+      if (errno != 0 || *end != '\0' || !(v > 0.0) || v > 1e6) {
+        err = "invalid value '" + value +
+              "' for --comm-timeout (expected seconds in (0, 1e6])";
+        return false;
+      }
+      opt.commTimeout = v;
     } else if (flag == "--weights-in") {
       opt.weightsIn = value;
     } else if (flag == "--weights-out") {
@@ -202,6 +217,12 @@ public:
   /// Runs the stage, then releases the device (before MPI_Finalize).
   int run() {
     int rc = runSteps();
+    // After an error with other stages running, the job is aborted first
+    // (finish): tearing down now could wait forever on transfers a peer
+    // never completes, and pending CUDA host functions still point at this
+    // run's state.
+    if (rc != 0 && program_->num_stages > 1)
+      return rc;
     deviceShutdown();
     return rc;
   }
@@ -453,7 +474,11 @@ int StageRun::runSteps() {
   }
 
   std::string err;
-  if (!deviceInit(*program_, opt_.threads, opt_.device, err))
+  DeviceOptions deviceOptions;
+  deviceOptions.threads = opt_.threads;
+  deviceOptions.device = opt_.device;
+  deviceOptions.commTimeoutSeconds = opt_.commTimeout;
+  if (!deviceInit(*program_, deviceOptions, err))
     return error(err);
   // The arena, allocated once and zeroed: nothing is allocated in the steps.
   arena_ = deviceAllocArena(program_->arena_bytes, err);

@@ -4,6 +4,7 @@
 // (ctest's SKIP_RETURN_CODE) when there is no CUDA device and 1 when a check
 // fails. Links against the CUDA runtime library (device.cu provides
 // testInitDevice).
+#include "cuda_internal.h"
 #include "gpipe/runtime_cuda.h"
 #include "internal.h"
 
@@ -386,6 +387,37 @@ void testGemm() {
     runGemm(c);
 }
 
+/// cublasLtMatmul may reject an algorithm the heuristic proposed: gp_gemm_ex
+/// then tries the next one, and drops the fused epilogue for a kernel when
+/// every fused one is rejected. The rejections are simulated (test hooks);
+/// the results must still be right, and the fallback taken exactly once (the
+/// second call of runGemm reuses what worked).
+void testGemmFallback() {
+  gpipe::cuda::GemmTestHooks &hooks = gpipe::cuda::gemmTestHooks();
+  const gpipe::cuda::GemmFallbacks &counts = gpipe::cuda::gemmFallbacks();
+  {
+    const int64_t before = counts.algorithm + counts.epilogue;
+    hooks.rejectNext = 1;
+    GemmCase c{"NT 72x40x56 bias, first algorithm rejected", 0, 1, 72, 40, 56};
+    c.bias = true;
+    runGemm(c);
+    check("gemm fallback: one fallback after one rejection (count - 1)",
+          std::fabs(double(counts.algorithm + counts.epilogue - before) - 1),
+          0);
+  }
+  {
+    const int64_t before = counts.epilogue;
+    hooks.rejectFused = true;
+    GemmCase c{
+        "NT 88x24x40 bias relu, fused epilogues rejected", 0, 1, 88, 24, 40};
+    c.bias = true, c.relu = true;
+    runGemm(c);
+    hooks.rejectFused = false;
+    check("gemm fallback: epilogue kernel after fused rejections (count - 1)",
+          std::fabs(double(counts.epilogue - before) - 1), 0);
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // gp_reduce_to
 //===----------------------------------------------------------------------===//
@@ -755,6 +787,7 @@ int main() {
 
   testCast();
   testGemm();
+  testGemmFallback();
   testReduce();
   testCopyBlocks();
   testXent();

@@ -1060,6 +1060,10 @@ TEST(GpMain, FlagErrors) {
   EXPECT_NE(
       expectError(kToy, {"--data", "d", "--threads", "0"}, 2).find("--threads"),
       std::string::npos);
+  for (const char *bad : {"0", "-1", "nan", "5s", "1e7"})
+    EXPECT_EQ(expectError(kToy, {"--data", "d", "--comm-timeout", bad}, 2),
+              std::string("gpipe: error: stage 0: invalid value '") + bad +
+                  "' for --comm-timeout (expected seconds in (0, 1e6])\n");
   EXPECT_NE(expectError(kToy, {"stray"}, 2).find("'stray'"), std::string::npos);
   EXPECT_NE(expectError(kToy, {"--steps", "2"}, 2).find("--data"),
             std::string::npos);

@@ -20,6 +20,11 @@ cudaStream_t gp_cuda_stream(void);
 /// cudaSuccess: generated code checks its own CUDA calls with it.
 void gp_cuda_check(cudaError_t err);
 
+/// Called after every generated kernel launch: ends the run naming `kernel`
+/// (the generated kernel's name) and `node` (the ONNX node(s) it computes)
+/// when the launch failed (cudaGetLastError).
+void gp_cuda_check_launch(const char *kernel, const char *node);
+
 } // extern "C"
 
 #endif // GPIPE_RUNTIME_CUDA_H

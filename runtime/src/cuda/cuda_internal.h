@@ -29,6 +29,23 @@ struct DeviceState {
 /// The process's device state (one stage per process).
 DeviceState &state();
 
+/// gp_gemm_ex's fallbacks when cublasLtMatmul rejects an algorithm the
+/// heuristic proposed: counts, for logs and tests.
+struct GemmFallbacks {
+  int64_t algorithm = 0; // moved on to the heuristic's next algorithm
+  int64_t epilogue = 0;  // dropped a fused epilogue for the kernel
+};
+GemmFallbacks &gemmFallbacks();
+
+/// Unit tests only: make gp_gemm_ex treat cublasLtMatmul calls as rejected
+/// (the next `rejectNext` attempts; every fused-epilogue attempt while
+/// `rejectFused`), so the fallbacks can be checked on any GPU.
+struct GemmTestHooks {
+  int rejectNext = 0;
+  bool rejectFused = false;
+};
+GemmTestHooks &gemmTestHooks();
+
 /// Ends the process after a failed CUDA / cuBLASLt / NCCL call:
 /// "gpipe: error: stage S: CUDA error in WHAT (FILE:LINE): DETAIL".
 [[noreturn]] void fail(const char *what, const char *detail, const char *file,

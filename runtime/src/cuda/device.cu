@@ -14,6 +14,13 @@
 // One stream per direction keeps every stage's transfers in program order:
 // the blocking-rendezvous model the compiler's deadlock check proves safe.
 //
+// Faults: NCCL communicators are non-blocking, so no NCCL call can hang the
+// host; the host waits for a step's work by polling (streams, each
+// communicator's asynchronous error, each transfer's completion event), and a
+// transfer that makes no progress for --comm-timeout seconds, or an NCCL
+// error, aborts the communicators and ends the run naming the stage, its
+// peer and the transfer.
+//
 // Transports: NCCL (ncclSend/ncclRecv) between stages on different GPUs, one
 // two-rank communicator per pair that exchanges tensors. NCCL refuses two
 // ranks on one GPU, so stages sharing a GPU (or all stages, with
@@ -25,12 +32,14 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -41,6 +50,7 @@ namespace {
 DeviceState gState;
 int32_t gStage = -1;
 std::string gDeviceName;
+double gCommTimeout = 300.0; // seconds; --comm-timeout
 
 #define GP_NCCL_CHECK(call)                                                    \
   do {                                                                         \
@@ -83,8 +93,20 @@ struct Peer {
   int rankInComm = 0; // the peer's rank in the two-rank communicator
 };
 
+/// A transfer enqueued on the communication stream in the current step: its
+/// completion event and what to call it in an error.
+struct PendingTransfer {
+  cudaEvent_t done = nullptr;
+  int32_t peer = 0, tag = 0;
+  int64_t bytes = 0, step = 0, microbatch = 0;
+  bool send = false;
+};
+
 struct Transfers {
   std::map<int32_t, Peer> peers;
+  // This step's transfers in issue order; events are reused across steps.
+  std::vector<PendingTransfer> pending;
+  size_t pendingUsed = 0;
   std::map<std::pair<int32_t, int32_t>, SendSlots> sends; // (peer, tag)
   std::map<std::pair<int32_t, int32_t>, RecvBuffer> recvs;
   // Host functions' arguments: stable addresses.
@@ -214,6 +236,9 @@ bool setUpBuffers(const gp_program &p, std::string &err) {
   return true;
 }
 
+bool settleNccl(ncclComm_t comm, ncclResult_t r, int32_t peer,
+                const std::string &what, std::string &err);
+
 /// Creates the transports: which peers share this GPU, and a two-rank NCCL
 /// communicator with each peer on another GPU.
 bool setUpTransports(const gp_program &p, std::string &err) {
@@ -264,12 +289,20 @@ bool setUpTransports(const gp_program &p, std::string &err) {
       return false;
     }
     int me = gStage < peer ? 0 : 1;
-    ncclResult_t r = ncclCommInitRank(&info.comm, 2, id, me);
-    if (r != ncclSuccess) {
+    // Non-blocking: every NCCL call returns at once and is polled, so a dead
+    // or stuck peer cannot hang this stage (and the communicator can be
+    // aborted).
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclResult_t r = ncclCommInitRankConfig(&info.comm, 2, id, me, &config);
+    if (r != ncclSuccess && r != ncclInProgress) {
       err = "creating the NCCL communicator with stage " +
             std::to_string(peer) + " failed: " + ncclGetErrorString(r);
+      info.comm = nullptr;
       return false;
     }
+    if (!settleNccl(info.comm, r, peer, "creating the NCCL communicator", err))
+      return false;
     info.rankInComm = 1 - me;
   }
   return true;
@@ -284,6 +317,151 @@ void checkTransferCall(gp_step_ctx *ctx, const char *what, int32_t peer,
               std::to_string(bytes) + " bytes with stage " +
               std::to_string(peer) + " (tag " + std::to_string(tag) +
               ") is not one of the program's boundary tensors");
+}
+
+using Clock = std::chrono::steady_clock;
+
+std::string describe(const PendingTransfer &t) {
+  return std::string(t.send ? "the send of tag " : "the receive of tag ") +
+         std::to_string(t.tag) + " (" + std::to_string(t.bytes) + " bytes) " +
+         (t.send ? "to" : "from") + " stage " + std::to_string(t.peer) +
+         " (step " + std::to_string(t.step) + ", micro-batch " +
+         std::to_string(t.microbatch) + ")";
+}
+
+/// Remembers a transfer just enqueued on the communication stream.
+void notePending(const gp_step_ctx *ctx, bool send, int32_t peer, int32_t tag,
+                 int64_t bytes) {
+  std::vector<PendingTransfer> &v = gTransfers.pending;
+  if (gTransfers.pendingUsed == v.size()) {
+    v.emplace_back();
+    GP_CUDA_CHECK(
+        cudaEventCreateWithFlags(&v.back().done, cudaEventDisableTiming));
+  }
+  PendingTransfer &t = v[gTransfers.pendingUsed++];
+  t.send = send;
+  t.peer = peer;
+  t.tag = tag;
+  t.bytes = bytes;
+  t.step = ctx ? ctx->step : 0;
+  t.microbatch = ctx ? ctx->microbatch : 0;
+  GP_CUDA_CHECK(cudaEventRecord(t.done, gState.comm));
+}
+
+/// Aborts every NCCL communicator: their pending operations end (with an
+/// error) instead of waiting for a peer that will not come.
+void abortCommunicators() {
+  for (auto &entry : gTransfers.peers)
+    if (entry.second.comm) {
+      ncclCommAbort(entry.second.comm);
+      entry.second.comm = nullptr;
+    }
+}
+
+/// Waits for a non-blocking NCCL call on `comm` to finish (ncclInProgress),
+/// at most --comm-timeout seconds. On an error or a timeout aborts the
+/// communicators and sets `err` naming the peer and `what`.
+bool settleNccl(ncclComm_t comm, ncclResult_t r, int32_t peer,
+                const std::string &what, std::string &err) {
+  const Clock::time_point start = Clock::now();
+  while (r == ncclInProgress) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (ncclCommGetAsyncError(comm, &r) != ncclSuccess)
+      r = ncclSystemError;
+    if (r == ncclInProgress &&
+        std::chrono::duration<double>(Clock::now() - start).count() >
+            gCommTimeout) {
+      abortCommunicators();
+      err = what + " with stage " + std::to_string(peer) +
+            " made no progress for " + std::to_string(gCommTimeout) +
+            " s (--comm-timeout): is stage " + std::to_string(peer) + " alive?";
+      return false;
+    }
+  }
+  if (r == ncclSuccess)
+    return true;
+  std::string last = ncclGetLastError(comm);
+  abortCommunicators();
+  err = what + " with stage " + std::to_string(peer) +
+        " failed: " + ncclGetErrorString(r) + (last.empty() ? "" : " (") +
+        last + (last.empty() ? "" : ")");
+  return false;
+}
+
+/// Waits for the compute and communication streams to finish the step's
+/// work. With peers: polls, so that a peer that fails (an NCCL asynchronous
+/// error) or stops (no transfer completes for --comm-timeout seconds) ends
+/// the run naming the transfer, instead of a hang.
+bool waitForStep(std::string &err) {
+  if (gTransfers.peers.empty()) {
+    cudaError_t e = cudaStreamSynchronize(gState.compute);
+    if (e == cudaSuccess)
+      e = cudaStreamSynchronize(gState.comm);
+    if (e != cudaSuccess)
+      err = "CUDA error: " + cudaMessage(e);
+    return e == cudaSuccess;
+  }
+  size_t firstPending = 0;
+  Clock::time_point lastProgress = Clock::now();
+  int sleepUs = 5;
+  for (;;) {
+    // The transfers complete in issue order (one communication stream).
+    while (firstPending < gTransfers.pendingUsed) {
+      cudaError_t q = cudaEventQuery(gTransfers.pending[firstPending].done);
+      if (q == cudaErrorNotReady)
+        break;
+      if (q != cudaSuccess) {
+        err = "CUDA error during " +
+              describe(gTransfers.pending[firstPending]) + ": " +
+              cudaMessage(q);
+        return false;
+      }
+      ++firstPending;
+      lastProgress = Clock::now();
+      sleepUs = 5;
+    }
+    cudaError_t c = cudaStreamQuery(gState.compute);
+    cudaError_t m = cudaStreamQuery(gState.comm);
+    if (c == cudaSuccess && m == cudaSuccess)
+      break;
+    for (cudaError_t e : {c, m})
+      if (e != cudaSuccess && e != cudaErrorNotReady) {
+        err = "CUDA error: " + cudaMessage(e);
+        return false;
+      }
+    for (auto &[peer, info] : gTransfers.peers) {
+      if (!info.comm)
+        continue;
+      ncclResult_t r = ncclSuccess;
+      if (ncclCommGetAsyncError(info.comm, &r) != ncclSuccess)
+        r = ncclSystemError;
+      if (r != ncclSuccess && r != ncclInProgress) {
+        std::string last = ncclGetLastError(info.comm);
+        std::string what = firstPending < gTransfers.pendingUsed
+                               ? describe(gTransfers.pending[firstPending])
+                               : std::string("a transfer");
+        abortCommunicators();
+        err = "NCCL error with stage " + std::to_string(peer) + " during " +
+              what + ": " + ncclGetErrorString(r) +
+              (last.empty() ? "" : " (" + last + ")");
+        return false;
+      }
+    }
+    if (firstPending < gTransfers.pendingUsed &&
+        std::chrono::duration<double>(Clock::now() - lastProgress).count() >
+            gCommTimeout) {
+      const PendingTransfer &t = gTransfers.pending[firstPending];
+      abortCommunicators();
+      err = describe(t) + " made no progress for " +
+            std::to_string(gCommTimeout) + " s (--comm-timeout): is stage " +
+            std::to_string(t.peer) + " alive?";
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(sleepUs));
+    sleepUs = std::min(sleepUs * 2, 200);
+  }
+  gTransfers.pendingUsed = 0;
+  return true;
 }
 
 } // namespace
@@ -320,10 +498,12 @@ using cuda::gTransfers;
 
 gp_target deviceTarget() { return GP_TARGET_CUDA; }
 
-bool deviceInit(const gp_program &p, int64_t threads, int64_t device,
+bool deviceInit(const gp_program &p, const DeviceOptions &options,
                 std::string &err) {
-  (void)threads; // host threads do not matter: the work is on the GPU
+  // Host threads (--threads) do not matter: the work is on the GPU.
+  const int64_t device = options.device;
   cuda::gStage = p.stage;
+  cuda::gCommTimeout = options.commTimeoutSeconds;
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
@@ -426,14 +606,23 @@ unsigned char *deviceAllocArena(int64_t bytes, std::string &err) {
     cuda::gArena = nullptr;
     return nullptr;
   }
-  GP_CUDA_CHECK(cudaMemset(cuda::gArena, 0, size));
+  // On the compute stream, which every later use of the arena follows (the
+  // legacy default stream does not order the non-blocking streams).
+  GP_CUDA_CHECK(cudaMemsetAsync(cuda::gArena, 0, size, gState.compute));
+  GP_CUDA_CHECK(cudaStreamSynchronize(gState.compute));
   return cuda::gArena;
 }
 
 bool deviceUpload(unsigned char *dst, const void *src, int64_t bytes,
                   std::string &err) {
-  cudaError_t e =
-      cudaMemcpy(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice);
+  // On the compute stream, so that the generated init and the first step
+  // (also on it) see the parameters; a pageable cudaMemcpy on the legacy
+  // stream would not order them. Synchronised: `src` is a mapped file that
+  // is closed next.
+  cudaError_t e = cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
+                                  cudaMemcpyHostToDevice, gState.compute);
+  if (e == cudaSuccess)
+    e = cudaStreamSynchronize(gState.compute);
   if (e != cudaSuccess)
     err = cuda::cudaMessage(e);
   return e == cudaSuccess;
@@ -499,14 +688,12 @@ bool deviceStepEnd(gp_step_ctx &ctx, std::string &err) {
   }
   // A bad launch is not sticky: it is only reported by the next check.
   cudaError_t e = cudaGetLastError();
-  if (e == cudaSuccess)
-    e = cudaStreamSynchronize(gState.compute);
-  if (e == cudaSuccess)
-    e = cudaStreamSynchronize(gState.comm);
   if (e != cudaSuccess) {
     err = "CUDA error: " + cuda::cudaMessage(e);
     return false;
   }
+  if (!cuda::waitForStep(err))
+    return false;
   // Summed in micro-batch order, in double, as the CPU target does.
   double loss = 0.0;
   bool any = false;
@@ -526,10 +713,22 @@ void deviceShutdown() {
     return;
   cudaStreamSynchronize(gState.compute);
   cudaStreamSynchronize(gState.comm);
+  // Only after a run that succeeded (gp_main aborts the job on an error), so
+  // no transfer is pending and finalizing cannot wait on a peer.
   for (auto &entry : gTransfers.peers)
-    if (entry.second.comm)
+    if (entry.second.comm) {
+      ncclCommFinalize(entry.second.comm);
+      ncclResult_t r = ncclInProgress;
+      while (r == ncclInProgress &&
+             ncclCommGetAsyncError(entry.second.comm, &r) == ncclSuccess)
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
       ncclCommDestroy(entry.second.comm);
+    }
   gTransfers.peers.clear();
+  for (cuda::PendingTransfer &t : gTransfers.pending)
+    cudaEventDestroy(t.done);
+  gTransfers.pending.clear();
+  gTransfers.pendingUsed = 0;
   for (auto &entry : gTransfers.sends)
     for (int k = 0; k < 2; ++k) {
       cudaFree(entry.second.device[k]);
@@ -585,6 +784,18 @@ extern "C" void gp_cuda_check(cudaError_t err) {
     gpipe::cuda::fail("generated code", cudaGetErrorString(err), "stage", 0);
 }
 
+extern "C" void gp_cuda_check_launch(const char *kernel, const char *node) {
+  // Launch errors (a bad configuration, a missing kernel image for this GPU)
+  // are reported by the next runtime call: check at once, naming the node.
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess)
+    gpipe::fatalInStage(gpipe::cuda::gStage, 1,
+                        std::string("CUDA error launching ") +
+                            (kernel ? kernel : "a kernel") + " for " +
+                            (node ? node : "an unnamed node") + ": " +
+                            gpipe::cuda::cudaMessage(err));
+}
+
 extern "C" void gp_report_loss(gp_step_ctx *ctx, const float *loss) {
   int64_t m = ctx->microbatch;
   if (m < 0 || m >= gpipe::cuda::gMicrobatches)
@@ -613,8 +824,13 @@ extern "C" void gp_send(gp_step_ctx *ctx, int32_t peer, int32_t tag,
   GP_CUDA_CHECK(cudaStreamWaitEvent(gState.comm, gTransfers.computeDone, 0));
   const gpipe::cuda::Peer &p = gTransfers.peers[peer];
   if (p.nccl) {
-    GP_NCCL_CHECK(ncclSend(s.device[k], static_cast<size_t>(bytes), ncclInt8,
-                           p.rankInComm, p.comm, gState.comm));
+    std::string err;
+    if (!gpipe::cuda::settleNccl(
+            p.comm,
+            ncclSend(s.device[k], static_cast<size_t>(bytes), ncclInt8,
+                     p.rankInComm, p.comm, gState.comm),
+            peer, "ncclSend of tag " + std::to_string(tag), err))
+      fatal(ctx, 1, err);
   } else {
     GP_CUDA_CHECK(cudaMemcpyAsync(s.host[k], s.device[k],
                                   static_cast<size_t>(bytes),
@@ -625,6 +841,7 @@ extern "C" void gp_send(gp_step_ctx *ctx, int32_t peer, int32_t tag,
     GP_CUDA_CHECK(cudaLaunchHostFunc(gState.comm, gpipe::cuda::hostSend, op));
   }
   GP_CUDA_CHECK(cudaEventRecord(s.free[k], gState.comm));
+  gpipe::cuda::notePending(ctx, true, peer, tag, bytes);
 }
 
 extern "C" void gp_recv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
@@ -638,8 +855,13 @@ extern "C" void gp_recv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
   GP_CUDA_CHECK(cudaStreamWaitEvent(gState.comm, gTransfers.computeDone, 0));
   const gpipe::cuda::Peer &p = gTransfers.peers[peer];
   if (p.nccl) {
-    GP_NCCL_CHECK(ncclRecv(buf, static_cast<size_t>(bytes), ncclInt8,
-                           p.rankInComm, p.comm, gState.comm));
+    std::string err;
+    if (!gpipe::cuda::settleNccl(
+            p.comm,
+            ncclRecv(buf, static_cast<size_t>(bytes), ncclInt8, p.rankInComm,
+                     p.comm, gState.comm),
+            peer, "ncclRecv of tag " + std::to_string(tag), err))
+      fatal(ctx, 1, err);
   } else {
     gpipe::cuda::HostTransfer *op = gTransfers.hostRecvOp[{peer, tag}];
     if (!op->ctx) // set once: host functions of earlier sends read it
@@ -649,6 +871,7 @@ extern "C" void gp_recv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
                                   static_cast<size_t>(bytes),
                                   cudaMemcpyHostToDevice, gState.comm));
   }
+  gpipe::cuda::notePending(ctx, false, peer, tag, bytes);
   GP_CUDA_CHECK(cudaEventRecord(gTransfers.commDone, gState.comm));
   GP_CUDA_CHECK(cudaStreamWaitEvent(gState.compute, gTransfers.commDone, 0));
 }

@@ -24,6 +24,19 @@
 #include <tuple>
 #include <unordered_map>
 
+namespace gpipe {
+namespace cuda {
+GemmTestHooks &gemmTestHooks() {
+  static GemmTestHooks hooks;
+  return hooks;
+}
+GemmFallbacks &gemmFallbacks() {
+  static GemmFallbacks counts;
+  return counts;
+}
+} // namespace cuda
+} // namespace gpipe
+
 namespace {
 
 using gpipe::pyDouble;
@@ -606,12 +619,16 @@ struct GemmKeyHash {
   }
 };
 
-/// The descriptors of one GEMM shape and the algorithm the heuristic chose.
-/// Lives until exit; destroying descriptors only frees host memory.
+/// The descriptors of one GEMM shape and the algorithms the heuristic
+/// proposed, best first. Lives until exit; destroying descriptors only frees
+/// host memory.
 struct GemmPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulAlgo_t algo{};
+  // cublasLtMatmul may still reject a proposed algorithm: the next one is
+  // tried, and the first that runs is kept (`current`).
+  std::vector<cublasLtMatmulAlgo_t> algos;
+  size_t current = 0;
   // The epilogue (bias, relu) runs as scaleMatrixKernel after the GEMM.
   bool epilogueKernel = false;
 
@@ -653,6 +670,12 @@ void setPrefAttr(cublasLtMatmulPreference_t pref,
       cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)));
 }
 
+/// How many algorithms the heuristic is asked for.
+constexpr int kGemmCandidates = 8;
+
+gpipe::cuda::GemmTestHooks &gGemmHooks = gpipe::cuda::gemmTestHooks();
+gpipe::cuda::GemmFallbacks &gGemmFallbacks = gpipe::cuda::gemmFallbacks();
+
 const char *mathName(int32_t math) {
   switch (math) {
   case GP_MATH_F32:
@@ -662,6 +685,62 @@ const char *mathName(int32_t math) {
   default:
     return "bf16";
   }
+}
+
+[[noreturn]] void failGemm(const char *call, const char *what, const GemmKey &k,
+                           cublasStatus_t st) {
+  failf(call, __FILE__, __LINE__,
+        "%s for the %s GEMM M=%lld N=%lld K=%lld transA=%d transB=%d "
+        "lda=%lld ldb=%lld ldc=%lld bias=%d relu=%d (alignments A=%u B=%u "
+        "C=%u bias=%u, workspace %llu bytes): %s",
+        what, mathName(k.math), static_cast<long long>(k.M),
+        static_cast<long long>(k.N), static_cast<long long>(k.K), k.transA,
+        k.transB, static_cast<long long>(k.lda), static_cast<long long>(k.ldb),
+        static_cast<long long>(k.ldc), k.hasBias, k.relu, k.alignA, k.alignB,
+        k.alignC, k.alignBias,
+        static_cast<unsigned long long>(state().workspaceBytes),
+        cublasLtGetStatusString(st));
+}
+
+/// Asks the heuristic for up to kGemmCandidates algorithms for the plan's
+/// descriptors (as they are now), best first, into plan.algos.
+cublasStatus_t queryGemmAlgos(GemmPlan &plan, const GemmKey &k) {
+  Preference holder;
+  const cublasLtMatmulPreference_t pref = holder.pref;
+  const uint64_t workspace = state().workspaceBytes;
+  setPrefAttr(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace);
+  // Lt A is the row-major B and vice versa.
+  setPrefAttr(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, k.alignB);
+  setPrefAttr(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, k.alignA);
+  setPrefAttr(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, k.alignC);
+  setPrefAttr(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k.alignC);
+  cublasLtMatmulHeuristicResult_t results[kGemmCandidates] = {};
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
+      state().lt, plan.desc, plan.a, plan.b, plan.c, plan.c, pref,
+      kGemmCandidates, results, &found);
+  plan.algos.clear();
+  plan.current = 0;
+  if (st != CUBLAS_STATUS_SUCCESS)
+    return st;
+  cublasStatus_t firstProblem = CUBLAS_STATUS_NOT_SUPPORTED;
+  for (int i = 0; i < found; ++i) {
+    if (results[i].state == CUBLAS_STATUS_SUCCESS)
+      plan.algos.push_back(results[i].algo);
+    else if (firstProblem == CUBLAS_STATUS_NOT_SUPPORTED)
+      firstProblem = results[i].state;
+  }
+  return plan.algos.empty() ? firstProblem : CUBLAS_STATUS_SUCCESS;
+}
+
+/// Drops the fused epilogue: the GEMM computes alpha op(A) op(B) + beta C and
+/// scaleMatrixKernel adds the bias and applies the relu.
+void useEpilogueKernel(GemmPlan &plan) {
+  setDescAttr(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+              CUBLASLT_EPILOGUE_DEFAULT);
+  setDescAttr(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+              static_cast<const float *>(nullptr));
+  plan.epilogueKernel = true;
 }
 
 // The row-major product C[M,N] = op(A) op(B) is computed as the column-major
@@ -702,50 +781,15 @@ std::unique_ptr<GemmPlan> makeGemmPlan(const GemmKey &k, const float *bias) {
   GP_CUBLAS_CHECK(
       cublasLtMatrixLayoutCreate(&plan->c, CUDA_R_32F, N, M, k.ldc));
 
-  Preference holder;
-  const cublasLtMatmulPreference_t pref = holder.pref;
-  const uint64_t workspace = state().workspaceBytes;
-  setPrefAttr(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace);
-  // Lt A is the row-major B and vice versa.
-  setPrefAttr(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, k.alignB);
-  setPrefAttr(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, k.alignA);
-  setPrefAttr(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, k.alignC);
-  setPrefAttr(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k.alignC);
-
-  cublasLtMatmulHeuristicResult_t result{};
-  auto query = [&] {
-    int found = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
-        state().lt, plan->desc, plan->a, plan->b, plan->c, plan->c, pref, 1,
-        &result, &found);
-    if (st != CUBLAS_STATUS_SUCCESS)
-      return st;
-    return found > 0 ? result.state : CUBLAS_STATUS_NOT_SUPPORTED;
-  };
-  cublasStatus_t st = query();
+  cublasStatus_t st = queryGemmAlgos(*plan, k);
   // The bias epilogue wants an aligned bias (16 bytes on some GPUs); the
   // arena need not give one. Then a kernel applies the epilogue instead.
   if (st != CUBLAS_STATUS_SUCCESS && (k.hasBias || k.relu)) {
-    setDescAttr(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
-                CUBLASLT_EPILOGUE_DEFAULT);
-    setDescAttr(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                static_cast<const float *>(nullptr));
-    plan->epilogueKernel = true;
-    st = query();
+    useEpilogueKernel(*plan);
+    st = queryGemmAlgos(*plan, k);
   }
   if (st != CUBLAS_STATUS_SUCCESS)
-    failf("cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__,
-          "no cuBLASLt algorithm for the %s GEMM M=%lld N=%lld K=%lld "
-          "transA=%d transB=%d lda=%lld ldb=%lld ldc=%lld bias=%d relu=%d "
-          "(alignments A=%u B=%u C=%u bias=%u, workspace %llu bytes): %s",
-          mathName(k.math), static_cast<long long>(k.M),
-          static_cast<long long>(k.N), static_cast<long long>(k.K), k.transA,
-          k.transB, static_cast<long long>(k.lda),
-          static_cast<long long>(k.ldb), static_cast<long long>(k.ldc),
-          k.hasBias, k.relu, k.alignA, k.alignB, k.alignC, k.alignBias,
-          static_cast<unsigned long long>(workspace),
-          cublasLtGetStatusString(st));
-  plan->algo = result.algo;
+    failGemm("cublasLtMatmulAlgoGetHeuristic", "no cuBLASLt algorithm", k, st);
   return plan;
 }
 
@@ -845,15 +889,40 @@ void gp_gemm_ex(int transA, int transB, int64_t M, int64_t N, int64_t K,
   auto it = plans.find(key);
   if (it == plans.end())
     it = plans.emplace(key, makeGemmPlan(key, bias)).first;
-  const GemmPlan &plan = *it->second;
-  // The descriptor is read when the call is enqueued, so the bias pointer of
-  // this call can be set on the cached descriptor.
-  if (bias && !plan.epilogueKernel)
-    setDescAttr(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  GemmPlan &plan = *it->second;
   const auto &st = state();
-  GP_CUBLAS_CHECK(cublasLtMatmul(st.lt, plan.desc, &alpha, b, plan.a, a, plan.b,
-                                 &beta, C, plan.c, C, plan.c, &plan.algo,
-                                 st.workspace, st.workspaceBytes, st.compute));
+  // The heuristic's algorithms in order until one runs (the first that does
+  // is kept for later calls); when every fused-epilogue one is rejected, the
+  // same with the epilogue in a kernel.
+  for (;;) {
+    // The descriptor is read when the call is enqueued, so the bias pointer
+    // of this call can be set on the cached descriptor.
+    if (bias && !plan.epilogueKernel)
+      setDescAttr(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+    cublasStatus_t status = CUBLAS_STATUS_NOT_SUPPORTED;
+    if (gGemmHooks.rejectNext > 0)
+      --gGemmHooks.rejectNext;
+    else if (!(gGemmHooks.rejectFused && !plan.epilogueKernel &&
+               (bias || relu)))
+      status =
+          cublasLtMatmul(st.lt, plan.desc, &alpha, b, plan.a, a, plan.b, &beta,
+                         C, plan.c, C, plan.c, &plan.algos[plan.current],
+                         st.workspace, st.workspaceBytes, st.compute);
+    if (status == CUBLAS_STATUS_SUCCESS)
+      break;
+    if (plan.current + 1 < plan.algos.size()) {
+      ++plan.current;
+      ++gGemmFallbacks.algorithm;
+      continue;
+    }
+    if (!plan.epilogueKernel && (bias || relu)) {
+      useEpilogueKernel(plan);
+      ++gGemmFallbacks.epilogue;
+      if (queryGemmAlgos(plan, key) == CUBLAS_STATUS_SUCCESS)
+        continue;
+    }
+    failGemm("cublasLtMatmul", "every algorithm was rejected", key, status);
+  }
   if (plan.epilogueKernel) {
     scaleMatrixKernel<<<blocksFor(M * N), kThreads, 0, st.compute>>>(
         C, M, N, ldc, 1.0f, bias, relu != 0);
