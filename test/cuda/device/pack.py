@@ -15,10 +15,19 @@ For each e2e case of test/e2e/cases.txt matching REGEX (default: all):
     weights (expected.npz);
   - compiles the same pipeline with --target cuda (the executables, weights and
     pipeline.json go to DIR/cases/NAME/cuda).
+Each case's case.json carries the tolerances check_training.py --target cuda
+applies to it: against the CPU target's program (ref_tol: 1e-3 for bf16, else
+tol) and against torch (torch_tol: --bf16-tol 5e-2 for bf16, else tol), for the
+weights and for the losses, and for bf16 the 1e-6 by which the weights must
+differ from torch's fp32 ones.
 Also copied: the example model compiled for CUDA as 1 stage and as 2 stages x
 2 micro-batches (for compute-sanitizer), the kernel unit test and the GPU
 probe, and the Open MPI runtime (binaries, plug-ins, help files and the shared
 libraries they need, outside glibc) that multi-stage programs launch with.
+Every program and library in the bundle is a real file or a link that resolves
+inside the bundle (under mpi/, an absolute target is read below mpi/): a link
+that would leave it (such as /usr/bin/mpirun -> /etc/alternatives/mpirun ->
+mpirun.openmpi -> orterun) is replaced by a copy of the file it names.
 
 device/run.py, run on the GPU machine from DIR, runs it all and compares.
 """
@@ -45,7 +54,12 @@ SYSTEM_LIBS = re.compile(r"^(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc
                          r"ld-linux[-\w]*)\.so")
 MPI_TREES = ["/usr/lib/x86_64-linux-gnu/openmpi", "/usr/lib/x86_64-linux-gnu/pmix2",
              "/usr/share/openmpi", "/usr/share/pmix", "/etc/openmpi", "/etc/pmix"]
-MPI_PROGRAMS = ["/usr/bin/orterun", "/usr/bin/orted"]
+# mpirun is a link into Debian's alternatives (/etc/alternatives/mpirun): packed
+# as the file it names, like every program.
+MPI_PROGRAMS = ["/usr/bin/orterun", "/usr/bin/orted", "/usr/bin/mpirun"]
+# check_training.py: with --precision bf16 the weights must differ from torch's
+# fp32 ones by more than this (the bf16 rounding happened).
+BF16_MIN_TORCH_DIFF = 1e-6
 
 
 def run(cmd, **kw):
@@ -56,15 +70,52 @@ def run(cmd, **kw):
     return r.stdout
 
 
-def copy_into_root(src, root):
-    """Copies file `src` to ROOT/<its absolute path>, links as links."""
+def copy_into_root(src, root, follow=False):
+    """Copies file `src` to ROOT/<its absolute path>: links as links (see
+    fix_links), or with `follow` the file that `src` names."""
     dst = os.path.join(root, src.lstrip("/"))
     os.makedirs(os.path.dirname(dst), exist_ok=True)
-    if os.path.islink(src):
+    if os.path.islink(src) and not follow:
         if not os.path.lexists(dst):
             os.symlink(os.readlink(src), dst)
-    elif not os.path.exists(dst):
-        shutil.copy2(src, dst)
+    elif not os.path.lexists(dst):
+        shutil.copy2(os.path.realpath(src), dst)
+
+
+def target_in_root(root, link):
+    """The file that `link` (under ROOT) names when ROOT is the file system
+    root: None if the chain leaves ROOT, loops or ends at nothing."""
+    root = os.path.abspath(root)
+    p = os.path.abspath(link)
+    for _ in range(40):
+        if not os.path.islink(p):
+            return p if os.path.exists(p) else None
+        t = os.readlink(p)
+        p = os.path.normpath(os.path.join(root, t.lstrip("/")) if os.path.isabs(t)
+                             else os.path.join(os.path.dirname(p), t))
+        if not p.startswith(root + os.sep):
+            return None
+    return None
+
+
+def fix_links(root):
+    """Replaces every link under ROOT that does not resolve inside ROOT with a
+    copy of the file it names on this machine (run.py installs the tree on a
+    machine where the link's target may be missing or something else)."""
+    fixed = 0
+    for d, dirs, files in os.walk(root):
+        for f in dirs + files:
+            p = os.path.join(d, f)
+            if not os.path.islink(p) or target_in_root(root, p):
+                continue
+            host = os.path.realpath("/" + os.path.relpath(p, root))
+            os.remove(p)
+            if os.path.isfile(host):
+                shutil.copy2(host, p)
+                fixed += 1
+            else:
+                print("pack: dropped %s (names nothing here)" % p)
+    return fixed
 
 
 def pack_mpi(root):
@@ -81,9 +132,8 @@ def pack_mpi(root):
                 if f.endswith(".so") or ".so." in f:
                     elves.append(p)
     for p in MPI_PROGRAMS:
-        copy_into_root(p, root)
+        copy_into_root(p, root, follow=True)
         elves.append(p)
-    copy_into_root("/usr/bin/mpirun", root)  # a link to orterun
     # The shared libraries of all of them (and of libmpi, which the stage
     # programs need), by soname under /usr/lib/x86_64-linux-gnu.
     libs = {}
@@ -99,6 +149,10 @@ def pack_mpi(root):
         dst = os.path.join(libdir, soname)
         if not os.path.exists(dst):
             shutil.copy2(path, dst)
+    # Links that would dangle there: mpirun's alternatives chain is done above;
+    # left are development links to libraries no program here loads (so not
+    # packed), such as openmpi/lib/libmpi_java.so -> ../../libmpi_java.so.40.
+    fix_links(root)
     return sorted(libs)
 
 
@@ -143,7 +197,14 @@ def pack_case(a, name, args, out):
         arrays["cpu/" + n] = v
     np.savez_compressed(os.path.join(case_dir, "expected.npz"), **arrays)
     with open(os.path.join(case_dir, "case.json"), "w") as f:
-        json.dump({"name": name, "args": args, "steps": c.steps, "tol": c.tol}, f)
+        # The tolerances check_training.py applies with --target cuda (its
+        # parse_args computes them): run.py uses these, not one number.
+        json.dump({"name": name, "args": args, "steps": c.steps, "precision": c.precision,
+                   "stages": c.stages or 1,
+                   "tol": {"cpu": {"weights": c.ref_tol, "losses": c.ref_tol},
+                           "torch": {"weights": c.torch_tol, "losses": c.torch_tol}},
+                   "min_torch_diff": BF16_MIN_TORCH_DIFF if c.precision == "bf16" else None},
+                  f, indent=1)
     shutil.rmtree(wd, ignore_errors=True)
 
 
@@ -167,6 +228,10 @@ def main():
             if not line or line.startswith("#") or "|" not in line:
                 continue
             name, args = line.split("|", 1)
+            # As test/e2e/CMakeLists.txt: 1F1B needs buffered sends, which the
+            # CUDA runtime does not have yet (gpipe-compile refuses it).
+            if re.search(r"--schedule[ =]1f1b", args):
+                continue
             if re.search(a.cases, name):
                 cases.append((name, args.split()))
     for name, args in cases:
@@ -187,6 +252,16 @@ def main():
             shutil.copy2(exe, tools)
     libs = pack_mpi(os.path.join(out, "mpi"))
     shutil.copy2(os.path.join(HERE, "run.py"), out)
+    # Outside mpi/ nothing is a link today; one that leaves the bundle would
+    # break there.
+    for d, dirs, files in os.walk(out):
+        for f in dirs + files:
+            p = os.path.join(d, f)
+            root = os.path.join(out, "mpi") if p.startswith(os.path.join(out, "mpi", "")) \
+                else out
+            if os.path.islink(p) and not target_in_root(root, p):
+                raise SystemExit("pack: %s -> %s does not resolve inside the bundle"
+                                 % (p, os.readlink(p)))
     with open(os.path.join(out, "bundle.json"), "w") as f:
         json.dump({"cases": [n for n, _ in cases], "mpi_libs": libs}, f, indent=1)
     print("pack: %d case(s), Open MPI with %d libraries -> %s" % (len(cases), len(libs), out))
