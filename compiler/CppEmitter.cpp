@@ -181,6 +181,8 @@ struct StageState {
   // with ignore_index, for the mini-batch count.
   std::optional<int64_t> labelInput;
   int64_t microbatches = 1;
+  // The schedule's stash slots: micro-batch mb uses slot mb % stashSlots.
+  int64_t stashSlots = 1;
   EmittedStage result;
 
   /// The gp_math of the GEMMs.
@@ -1132,6 +1134,14 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   };
   int64_t numStages = intAttr("pipe.stages", 1);
   st.microbatches = intAttr("pipe.microbatches", 1);
+  st.stashSlots = schedule.getNumStashSlots();
+  auto sendsAttr = module->getAttrOfType<StringAttr>("pipe.sends");
+  result.bufferedSends = sendsAttr && sendsAttr.getValue() == "buffered";
+  if (result.bufferedSends && options.cuda)
+    return schedule.emitError(
+               "this schedule needs buffered sends (pipe.sends = "
+               "\"buffered\"), which the CUDA runtime does not have yet"),
+           failure();
   Block &fwd = forward.getBody().front();
   int64_t batch = 0;
   if (fwd.getNumArguments() && tensorType(fwd.getArgument(0)).getRank())
@@ -1280,7 +1290,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
     }
   }
   st.stashBase = st.cursor;
-  st.transientBase = st.stashBase + st.stashBytes * st.microbatches;
+  st.transientBase = st.stashBase + st.stashBytes * st.stashSlots;
 
   // The labels of a mean loss with ignore_index, for the mini-batch count.
   forward.walk([&](nn::SoftmaxCrossEntropyOp x) {
@@ -1336,7 +1346,8 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   MemoryPlan &m = result.memory;
   m.gradientBytes = st.accumulatorEnd - st.accumulatorBegin + st.deferredBytes;
   m.stashBytesPerMicrobatch = st.stashBytes;
-  m.stashBytes = st.stashBytes * st.microbatches;
+  m.stashBytes = st.stashBytes * st.stashSlots;
+  m.stashSlots = st.stashSlots;
   m.transientBytes = peak;
   m.arenaBytes = st.transientBase + peak;
   m.scratchBytes = st.scratchBytes;
@@ -1406,10 +1417,17 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
      << "\n#include <cmath>\n#include <cstdint>\n#include <cstring>\n\n";
   ss << st.globals << "\n" << desc << "\n";
   auto stashPtr = [&] {
+    std::string slot = st.stashSlots == st.microbatches
+                           ? std::string("mb")
+                           : "(mb % " + std::to_string(st.stashSlots) + "LL)";
     return "  unsigned char *S = A + " + std::to_string(st.stashBase) +
-           "LL + mb * " + std::to_string(st.stashBytes) + "LL;\n";
+           "LL + " + slot + " * " + std::to_string(st.stashBytes) + "LL;\n";
   };
-  ss << "// Forward of micro-batch mb: keeps its stash in slot mb.\n"
+  ss << "// Forward of micro-batch mb: keeps its stash in slot mb"
+     << (st.stashSlots == st.microbatches
+             ? std::string()
+             : " mod " + std::to_string(st.stashSlots))
+     << ".\n"
      << "static void forward(gp_step_ctx *ctx, int64_t mb) {\n"
      << "  unsigned char *A = ctx->arena;\n"
      << stashPtr() << "  (void)A;\n  (void)S;\n"
@@ -1467,7 +1485,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
      << result.transfers.size() << ", kTransfers, "
      << (options.cuda ? "GP_TARGET_CUDA" : "GP_TARGET_CPU") << ", "
      << st.scratchBytes << "LL, " << (st.initBody.empty() ? "nullptr" : "init")
-     << "};\n\n"
+     << ", " << (result.bufferedSends ? 1 : 0) << "};\n\n"
      << "int main(int argc, char **argv) { return gp_main(argc, argv, "
         "&kProgram); }\n";
   return std::move(result);

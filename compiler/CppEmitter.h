@@ -40,6 +40,7 @@ struct MemoryPlan {
   int64_t gradientBytes = 0;  // gradient accumulators
   int64_t stashBytesPerMicrobatch = 0; // kept from forward to backward
   int64_t stashBytes = 0;              // that, for every in-flight micro-batch
+  int64_t stashSlots = 0;     // in-flight micro-batches: the schedule's most
   int64_t inputBytes = 0;     // one micro-batch of the graph inputs read
   int64_t transientBytes = 0; // peak of the temporaries of any one action
   int64_t constantBytes = 0;  // constants compiled into the executable
@@ -66,6 +67,7 @@ struct EmittedStage {
   std::vector<EmittedInput> inputs;
   std::vector<EmittedTransfer> transfers;
   std::vector<std::string> schedule; // "F0", ..., "U"
+  bool bufferedSends = false;        // the schedule needs buffered sends
   bool hasLoss = false;
   MemoryPlan memory;
   int64_t forwardFlops = 0, backwardFlops = 0, updateFlops = 0; // per action

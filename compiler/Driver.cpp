@@ -6,6 +6,7 @@
 #include "dialects/nn/NNOps.h"
 #include "dialects/pipe/PipeOps.h"
 #include "passes/Passes.h"
+#include "passes/schedules/Schedules.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -114,10 +115,13 @@ LogicalResult validate(const CompileOptions &o) {
     return fail("-o - (stdout) works with --emit mlir or --emit import only");
   if (o.remat != "none" && o.remat != "stage" && o.remat != "auto")
     return fail("--remat must be none, stage or auto, got '" + o.remat + "'");
-  if (o.schedule == "1f1b")
-    return fail("--schedule 1f1b is not implemented yet; use --schedule gpipe");
-  if (o.schedule != "gpipe")
-    return fail("--schedule must be gpipe, got '" + o.schedule + "'");
+  if (const schedules::Schedule *s = schedules::lookup(o.schedule); !s)
+    return fail("--schedule must be one of " + schedules::names() + ", got '" +
+                o.schedule + "'");
+  else if (s->sends == schedules::Sends::Buffered && o.target == "cuda")
+    return fail("--schedule " + o.schedule +
+                " needs buffered sends, which the CUDA runtime does not have "
+                "yet: use --target cpu, or --schedule gpipe");
   if (opt.kind != "sgd" && opt.kind != "adam" && opt.kind != "adamw")
     return fail("--optimizer must be sgd, adam or adamw, got '" + opt.kind +
                 "'");
@@ -272,7 +276,7 @@ std::string pipelineJson(const CompileOptions &o, const ImportedModel &model,
             j.attribute("gradient_bytes", m.gradientBytes);
             j.attribute("activation_bytes_per_microbatch",
                         m.stashBytesPerMicrobatch);
-            j.attribute("in_flight_microbatches", o.microbatches);
+            j.attribute("in_flight_microbatches", m.stashSlots);
             j.attribute("activation_bytes", m.stashBytes);
             j.attribute("transient_peak_bytes", m.transientBytes);
             j.attribute("input_bytes_per_microbatch", m.inputBytes);
@@ -598,6 +602,9 @@ void explainStage(int64_t index, func::FuncOp forward,
   os << "\n";
   os << "  activation memory per in-flight micro-batch: "
      << m.stashBytesPerMicrobatch << " bytes (remat " << remat << ")\n";
+  os << "  peak activation memory: " << m.stashBytes << " bytes ("
+     << m.stashSlots << " of " << microbatches
+     << " micro-batches in flight under this schedule)\n";
   int64_t parts = m.parameterBytes + m.optimizerBytes + m.gradientBytes +
                   m.stashBytes + m.transientBytes + m.arenaConstantBytes +
                   m.shadowBytes;
@@ -605,7 +612,7 @@ void explainStage(int64_t index, func::FuncOp forward,
      << "-byte aligned) = parameters " << m.parameterBytes
      << " + optimizer state " << m.optimizerBytes << " + gradients "
      << m.gradientBytes << " + activations " << m.stashBytes << " ("
-     << microbatches << " x " << m.stashBytesPerMicrobatch << ") + temporaries "
+     << m.stashSlots << " x " << m.stashBytesPerMicrobatch << ") + temporaries "
      << m.transientBytes;
   if (cuda)
     os << " + constants " << m.arenaConstantBytes;

@@ -124,12 +124,21 @@ def Remat : Pass<"gpipe-remat", "mlir::ModuleOp"> {
 def Schedule : Pass<"gpipe-schedule", "mlir::ModuleOp"> {
   let summary = "Builds each stage's action list and checks it";
   let description = [{
-    Adds a `pipe.schedule` per stage. `gpipe` (GPipe): the forward of
+    Adds a `pipe.schedule` per stage from the registered schedule generator
+    named by `schedule` (passes/schedules/): `gpipe` (GPipe: the forward of
     micro-batches 0..M-1, then their backward in reverse order, then the
-    update. Then runs the checks of `gpipe-check-schedule`.
+    update) or `1f1b` (PipeDream-flush: K-1-s warm-up forwards on stage s,
+    then one forward and one backward in turn, then the cool-down
+    backwards, then the update). Each schedule's `stash_slots` is the most
+    micro-batches it keeps in flight (GPipe: M; 1F1B: min(K-s, M)). Sets the
+    module's `pipe.sends` to what the schedule needs of the runtime
+    (`blocking` for GPipe; `buffered` for 1F1B, whose stage s sends micro-batch
+    i+1's activation while stage s+1 sends micro-batch i's gradient). Then
+    runs the checks of `gpipe-check-schedule`.
   }];
   let options = [
-    Option<"schedule", "schedule", "std::string", "\"gpipe\"", "gpipe">,
+    Option<"schedule", "schedule", "std::string", "\"gpipe\"",
+           "the registered schedule: gpipe or 1f1b">,
   ];
   let dependentDialects = ["gpipe::pipeline::PipeDialect"];
 }
@@ -141,10 +150,13 @@ def CheckSchedule : Pass<"gpipe-check-schedule", "mlir::ModuleOp"> {
     receives (those of each action's function, in order, tagged with the
     action's micro-batch). Checks that every send has exactly one receive in
     the peer stage with the same tag, micro-batch and type (and the
-    reverse), then simulates all stages under blocking (rendezvous)
-    point-to-point semantics: a send completes only together with its
-    receive. A schedule that cannot run to its end is reported as a deadlock,
-    naming each blocked stage, action and transfer.
+    reverse), then simulates all stages under the module's `pipe.sends`
+    semantics: `blocking` (the default; rendezvous: a send completes only
+    together with its receive) or `buffered` (a send completes at once; a
+    receive completes once its send was issued). A schedule that cannot run
+    to its end is reported as a deadlock, naming each blocked stage, action
+    and transfer. (The stash slots are checked by `pipe.schedule`'s
+    verifier.)
   }];
 }
 

@@ -1,7 +1,9 @@
-// gpipe-schedule and gpipe-check-schedule: each stage's action list, and the
-// static check that all stages' transfers pair up and cannot deadlock.
+// gpipe-schedule and gpipe-check-schedule: each stage's action list (from
+// the registered schedule generator), and the static check that all stages'
+// transfers pair up and cannot deadlock.
 #include "passes/Passes.h"
 #include "passes/Utils.h"
+#include "passes/schedules/Schedules.h"
 
 #include <map>
 #include <tuple>
@@ -157,15 +159,42 @@ LogicalResult checkSchedules(ModuleOp module) {
   if (failed(check(sends, recvs, true)) || failed(check(recvs, sends, false)))
     return failure();
 
-  // Deadlock: blocking (rendezvous) semantics, a transfer completes only when
-  // both sides have reached it.
+  // Deadlock. Blocking (rendezvous) sends: a transfer completes only when
+  // both sides have reached it. Buffered sends: a send completes at once; a
+  // receive completes once its send has been issued.
+  auto sendsAttr = module->getAttrOfType<StringAttr>("pipe.sends");
+  if (sendsAttr && sendsAttr.getValue() != "blocking" &&
+      sendsAttr.getValue() != "buffered")
+    return module.emitError("pipe.sends must be \"blocking\" or "
+                            "\"buffered\", got ")
+           << sendsAttr;
+  const bool buffered = sendsAttr && sendsAttr.getValue() == "buffered";
   SmallVector<size_t> pos(k, 0);
+  // Buffered: per (sender, receiver, tag), how many sends were issued and
+  // how many of them were received.
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::pair<size_t, size_t>>
+      issued;
   for (bool progress = true; progress;) {
     progress = false;
     for (int64_t s = 0; s < k; ++s) {
-      if (pos[s] >= transfers[s].size() || !transfers[s][pos[s]].isSend)
+      if (pos[s] >= transfers[s].size())
         continue;
       const Transfer &t = transfers[s][pos[s]];
+      if (buffered) {
+        if (t.isSend) {
+          ++issued[{s, t.peer, t.tag}].first;
+          ++pos[s];
+          progress = true;
+        } else if (auto &[sent, received] = issued[{t.peer, s, t.tag}];
+                   received < sent) {
+          ++received;
+          ++pos[s];
+          progress = true;
+        }
+        continue;
+      }
+      if (!t.isSend)
+        continue;
       int64_t q = t.peer;
       if (pos[q] < transfers[q].size()) {
         const Transfer &r = transfers[q][pos[q]];
@@ -184,9 +213,10 @@ LogicalResult checkSchedules(ModuleOp module) {
   if (blocked.empty())
     return success();
   int64_t first = blocked.front();
-  InFlightDiagnostic diag =
-      schedules[first].emitError("the schedule deadlocks: stage ")
-      << first << " blocks in " << describe(transfers[first][pos[first]]);
+  InFlightDiagnostic diag = schedules[first].emitError("the schedule deadlocks")
+                            << (buffered ? " even with buffered sends" : "")
+                            << ": stage " << first << " blocks in "
+                            << describe(transfers[first][pos[first]]);
   for (int64_t s : blocked)
     diag.attachNote(transfers[s][pos[s]].op->getLoc())
         << "stage " << s << " blocks in " << describe(transfers[s][pos[s]]);
@@ -197,20 +227,23 @@ struct SchedulePass : gpipe::impl::ScheduleBase<SchedulePass> {
   using ScheduleBase::ScheduleBase;
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (schedule != "gpipe") {
-      module.emitError("schedule '")
-          << schedule << "' is not implemented (only gpipe is)";
+    const schedules::Schedule *generator = schedules::lookup(schedule);
+    if (!generator) {
+      module.emitError("unknown schedule '")
+          << schedule << "' (registered: " << schedules::names() << ")";
       return signalPassFailure();
     }
     int64_t m = 1;
     if (auto attr = module->getAttrOfType<IntegerAttr>("pipe.microbatches"))
       m = attr.getInt();
     int64_t k = numStages(module);
-    if (k < 1 || m < 1) {
-      module.emitError("pipe.stages and pipe.microbatches must be >= 1, got ")
+    if (k < 1 || m < 1 || k > (int64_t(1) << 16) || m > (int64_t(1) << 20)) {
+      module.emitError("pipe.stages and pipe.microbatches must be in [1, "
+                       "2^16] and [1, 2^20], got ")
           << k << " and " << m;
       return signalPassFailure();
     }
+    schedules::Table table = generator->generate(k, m);
     OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
     for (int64_t s = 0; s < k; ++s) {
       func::FuncOp f = findStageFunc(module, s, "forward");
@@ -221,19 +254,33 @@ struct SchedulePass : gpipe::impl::ScheduleBase<SchedulePass> {
             << s << " lacks its functions; run gpipe-outline-stages first";
         return signalPassFailure();
       }
-      // GPipe: all forwards, then all backwards in reverse, then the update.
       SmallVector<std::string> actions;
-      for (int64_t i = 0; i < m; ++i)
-        actions.push_back("F" + std::to_string(i));
-      for (int64_t i = m - 1; i >= 0; --i)
-        actions.push_back("B" + std::to_string(i));
-      actions.push_back("U");
+      SmallVector<ScheduleOp::Action> parsed;
+      for (const schedules::Action &a : table[s]) {
+        actions.push_back(a.str());
+        parsed.push_back({a.kind == schedules::Action::Forward
+                              ? ScheduleOp::Action::Forward
+                          : a.kind == schedules::Action::Backward
+                              ? ScheduleOp::Action::Backward
+                              : ScheduleOp::Action::Update,
+                          a.microbatch});
+      }
       SmallVector<StringRef> refs(actions.begin(), actions.end());
-      ScheduleOp::create(b, module.getLoc(), b.getI64IntegerAttr(s),
-                         FlatSymbolRefAttr::get(f), FlatSymbolRefAttr::get(bw),
-                         FlatSymbolRefAttr::get(u), b.getStrArrayAttr(refs));
+      // The stash holds the most micro-batches the schedule keeps in flight.
+      int64_t slots = std::max<int64_t>(ScheduleOp::maxInFlight(parsed), 1);
+      auto op = ScheduleOp::create(
+          b, module.getLoc(), b.getI64IntegerAttr(s), FlatSymbolRefAttr::get(f),
+          FlatSymbolRefAttr::get(bw), FlatSymbolRefAttr::get(u),
+          b.getStrArrayAttr(refs), b.getI64IntegerAttr(slots));
+      if (failed(op.verify()))
+        return signalPassFailure();
     }
     module->setAttr("pipe.schedule", b.getStringAttr(schedule));
+    module->setAttr(
+        "pipe.sends",
+        b.getStringAttr(generator->sends == schedules::Sends::Buffered
+                            ? "buffered"
+                            : "blocking"));
     if (failed(checkSchedules(module)))
       signalPassFailure();
   }

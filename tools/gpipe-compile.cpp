@@ -68,9 +68,13 @@ int main(int argc, char **argv) {
       "backward), none, or auto (stage when K > 1 or M > 1, else none)")(
       "schedule",
       po::value(&o.schedule)->default_value("gpipe")->value_name("S"),
-      "pipeline schedule: gpipe (all forwards, then all backwards, then the "
-      "update)")("explain", po::bool_switch(&o.explain),
-                 "print each stage's ops, parameters, FLOPs and memory plan")(
+      "pipeline schedule: gpipe (all forwards, then all backwards in reverse, "
+      "then the update; every stage stashes M micro-batches) or 1f1b "
+      "(PipeDream-flush: K-1-s warm-up forwards on stage s, then one forward "
+      "and one backward in turn; stage s stashes at most K-s micro-batches; "
+      "CPU target only)")(
+      "explain", po::bool_switch(&o.explain),
+      "print each stage's ops, parameters, FLOPs and memory plan")(
       "cxx", po::value(&o.cxx)->value_name("PATH"),
       "host C++ compiler for the CPU target (default: $CXX, else the one "
       "gpipe-compile was built with)")(

@@ -170,6 +170,30 @@ FailureOr<SmallVector<ScheduleOp::Action>> ScheduleOp::parseActions() {
   return actions;
 }
 
+int64_t ScheduleOp::getNumMicrobatches() {
+  if (auto module = (*this)->getParentOfType<ModuleOp>())
+    if (auto attr = module->getAttrOfType<IntegerAttr>("pipe.microbatches"))
+      return attr.getInt();
+  return 1;
+}
+
+int64_t ScheduleOp::getNumStashSlots() {
+  if (std::optional<uint64_t> slots = getStashSlots())
+    return static_cast<int64_t>(*slots);
+  return getNumMicrobatches();
+}
+
+int64_t ScheduleOp::maxInFlight(ArrayRef<Action> actions) {
+  int64_t live = 0, most = 0;
+  for (const Action &a : actions) {
+    if (a.kind == Action::Forward)
+      most = std::max(most, ++live);
+    else if (a.kind == Action::Backward)
+      --live;
+  }
+  return most;
+}
+
 LogicalResult ScheduleOp::verify() {
   if (static_cast<int64_t>(getStage()) < 0)
     return emitOpError("stage must be >= 0, got ")
@@ -177,10 +201,7 @@ LogicalResult ScheduleOp::verify() {
   FailureOr<SmallVector<Action>> actions = parseActions();
   if (failed(actions))
     return failure();
-  int64_t m = 1;
-  if (auto module = (*this)->getParentOfType<ModuleOp>())
-    if (auto attr = module->getAttrOfType<IntegerAttr>("pipe.microbatches"))
-      m = attr.getInt();
+  int64_t m = getNumMicrobatches();
   if (m < 1 || m > (int64_t(1) << 20))
     return emitOpError("the module's pipe.microbatches must be in [1, 2^20], "
                        "got ")
@@ -215,6 +236,31 @@ LogicalResult ScheduleOp::verify() {
              << (forwardAt[k] < 0 ? "forward" : "backward");
   if (updates != 1)
     return emitOpError("needs exactly one update action 'U'");
+  if (std::optional<uint64_t> attr = getStashSlots()) {
+    int64_t slots = static_cast<int64_t>(*attr);
+    if (slots < 1 || slots > m)
+      return emitOpError("stash_slots must be in [1, ")
+             << m << "] (the micro-batches), got " << slots;
+    // Micro-batch i stashes in slot i mod slots: that slot's previous
+    // micro-batch must have run its backward.
+    SmallVector<int64_t> holder(slots, -1);
+    for (auto [i, a] : llvm::enumerate(*actions)) {
+      if (a.kind == Action::Update)
+        continue;
+      int64_t &h = holder[a.microbatch % slots];
+      if (a.kind == Action::Forward) {
+        if (h >= 0)
+          return emitOpError("action #")
+                 << i << " F" << a.microbatch << " needs stash slot "
+                 << a.microbatch % slots << " of " << slots
+                 << ", still held by micro-batch " << h
+                 << " (whose backward has not run)";
+        h = a.microbatch;
+      } else {
+        h = -1;
+      }
+    }
+  }
   return success();
 }
 

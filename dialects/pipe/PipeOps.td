@@ -193,17 +193,25 @@ def Pipe_ScheduleOp : Pipe_Op<"schedule", [
     `gpipe-check-schedule` pass checks that all stages' schedules together
     pair every send with one receive and cannot deadlock.
 
+    `$stash_slots` (default M) is how many micro-batches' stashes the stage
+    keeps: micro-batch m uses slot `m mod stash_slots`. The verifier checks
+    that no micro-batch's forward reuses a slot whose backward has not run.
+
     ```mlir
     pipe.schedule stage 0 forward @stage0_forward backward @stage0_backward
         update @stage0_update actions ["F0", "F1", "B1", "B0", "U"]
+    pipe.schedule stage 1 forward @stage1_forward backward @stage1_backward
+        update @stage1_update actions ["F0", "B0", "F1", "B1", "U"]
+        stash_slots 1
     ```
   }];
   let arguments = (ins I64Attr:$stage, FlatSymbolRefAttr:$forward,
                    FlatSymbolRefAttr:$backward, FlatSymbolRefAttr:$update,
-                   StrArrayAttr:$actions);
+                   StrArrayAttr:$actions,
+                   OptionalAttr<I64Attr>:$stash_slots);
   let assemblyFormat = [{
     `stage` $stage `forward` $forward `backward` $backward `update` $update
-    `actions` $actions attr-dict
+    `actions` $actions (`stash_slots` $stash_slots^)? attr-dict
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
@@ -214,6 +222,13 @@ def Pipe_ScheduleOp : Pipe_Op<"schedule", [
     };
     /// Parses `actions`; emits an error and fails on a malformed entry.
     ::mlir::FailureOr<::llvm::SmallVector<Action>> parseActions();
+    /// The module's pipe.microbatches (1 if absent).
+    int64_t getNumMicrobatches();
+    /// `stash_slots`, or M when absent.
+    int64_t getNumStashSlots();
+    /// The most micro-batches whose forward has run and backward not, at
+    /// any point of `actions`.
+    static int64_t maxInFlight(::llvm::ArrayRef<Action> actions);
   }];
 }
 

@@ -129,7 +129,10 @@ bool transportAllGather(const int64_t *mine, int n, std::vector<int64_t> &all,
                         std::string &err);
 /// Blocks forever in a barrier that the failing rank never joins (it aborts).
 void transportWaitForAbort();
-/// MPI_Finalize.
+/// Makes mpiSend buffered (MPI_Bsend: it returns once the data is copied),
+/// with a buffer for two steps of the program's sends. On failure sets `err`.
+bool transportUseBufferedSends(const gp_program &p, std::string &err);
+/// MPI_Finalize (after delivering buffered sends).
 void transportFinalize();
 /// MPI_Abort(MPI_COMM_WORLD, code) when other ranks exist, else MPI_Finalize
 /// and exit(code).

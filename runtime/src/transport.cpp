@@ -22,6 +22,10 @@ int gTagUb = 32767; // the MPI standard's guaranteed minimum
 /// tensors; both sides of a transfer must use the same value.
 int64_t kChunk = int64_t(1) << 30;
 
+/// Buffered sends (transportUseBufferedSends): MPI_Bsend into this buffer.
+bool gBuffered = false;
+std::vector<char> gSendBuffer;
+
 std::string mpiError(int rc) {
   char buf[MPI_MAX_ERROR_STRING];
   int len = 0;
@@ -154,9 +158,46 @@ void transportWaitForAbort() {
   transportAbort(1);
 }
 
+bool transportUseBufferedSends(const gp_program &p, std::string &err) {
+  // Each send of a step is one message per chunk; a sender can run at most
+  // about one step ahead of its receiver (it needs the receiver's answers
+  // to finish a step), so two steps' worth is always enough.
+  int64_t perStep = 0;
+  for (int32_t i = 0; i < p.num_transfers; ++i) {
+    const gp_transfer &t = p.transfers[i];
+    if (!t.is_send)
+      continue;
+    int64_t chunks = std::max<int64_t>(1, (t.bytes + kChunk - 1) / kChunk);
+    perStep += t.bytes + chunks * static_cast<int64_t>(MPI_BSEND_OVERHEAD);
+  }
+  int64_t bytes = 2 * perStep * std::max<int32_t>(p.microbatches, 1);
+  if (bytes > INT_MAX) {
+    err = "this schedule's buffered sends need " + std::to_string(bytes) +
+          " bytes of MPI send buffer, more than MPI allows (" +
+          std::to_string(INT_MAX) + "); use --schedule gpipe";
+    return false;
+  }
+  gSendBuffer.assign(static_cast<size_t>(std::max<int64_t>(bytes, 1)), 0);
+  int rc = MPI_Buffer_attach(gSendBuffer.data(),
+                             static_cast<int>(gSendBuffer.size()));
+  if (rc != MPI_SUCCESS) {
+    err = "attaching the MPI send buffer failed: " + mpiError(rc);
+    return false;
+  }
+  gBuffered = true;
+  return true;
+}
+
 void transportFinalize() {
   if (!gInitialized)
     return;
+  if (gBuffered) {
+    // Waits until every buffered message has been delivered.
+    void *buf = nullptr;
+    int size = 0;
+    MPI_Buffer_detach(&buf, &size);
+    gBuffered = false;
+  }
   MPI_Finalize();
   gInitialized = false;
 }
@@ -183,8 +224,10 @@ void mpiSend(gp_step_ctx *ctx, int32_t peer, int32_t tag, const void *buf,
   // two ranks with one tag arrive in order.
   do {
     int n = static_cast<int>(std::min(bytes - off, kChunk));
-    int rc =
-        MPI_Send(p ? p + off : nullptr, n, MPI_BYTE, peer, tag, MPI_COMM_WORLD);
+    int rc = gBuffered ? MPI_Bsend(p ? p + off : nullptr, n, MPI_BYTE, peer,
+                                   tag, MPI_COMM_WORLD)
+                       : MPI_Send(p ? p + off : nullptr, n, MPI_BYTE, peer, tag,
+                                  MPI_COMM_WORLD);
     if (rc != MPI_SUCCESS)
       fatal(ctx, 1,
             "sending " + std::to_string(bytes) + " bytes to stage " +

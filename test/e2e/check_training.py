@@ -114,6 +114,10 @@ def parse_args(argv):
                          "--batch-size must be divisible by M")
     ap.add_argument("--remat", choices=["stage", "none", "auto"], default=None,
                     help="gpipe-compile --remat (not passed when omitted: compiler default)")
+    ap.add_argument("--schedule", default=None,
+                    help="gpipe-compile --schedule (not passed when omitted: gpipe); with a "
+                         "schedule other than gpipe the reference program (--compare-single) "
+                         "is the same pipeline with --schedule gpipe")
     cs = ap.add_mutually_exclusive_group()
     cs.add_argument("--compare-single", dest="compare_single", action="store_true",
                     default=None,
@@ -186,6 +190,8 @@ def pipeline_flags(a):
         f += ["--microbatches", str(a.microbatches)]
     if a.remat is not None:
         f += ["--remat", a.remat]
+    if a.schedule is not None:
+        f += ["--schedule", a.schedule]
     return f
 
 
@@ -384,6 +390,9 @@ def reference_flags(a):
     pipeline compiled for the CPU."""
     if a.target == "cuda":
         return pipeline_flags(a) + target_flags(a, "cpu")
+    if a.schedule not in (None, "gpipe"):
+        return [f for f in pipeline_flags(a) if f != a.schedule and f != "--schedule"] \
+            + ["--schedule", "gpipe"] + target_flags(a, "cpu")
     return SINGLE_FLAGS + target_flags(a, "cpu")
 
 
@@ -452,7 +461,8 @@ def main(argv=None):
 def run_check(a):
     """Run the whole check; return 0/1, or raise CheckFailed on a fatal error."""
     global REF
-    REF = "CPU-target program" if a.target == "cuda" else "1-stage program"
+    REF = ("CPU-target program" if a.target == "cuda" else
+           "GPipe program" if a.schedule not in (None, "gpipe") else "1-stage program")
     import onnx
     failures = []
     compile_bin = find_tool(a.bin, "gpipe-compile")
@@ -479,6 +489,8 @@ def run_check(a):
               a.eps, a.steps, a.batch_size, a.samples, a.opset, a.tol))
     if a.stages is not None or a.microbatches is not None or a.remat is not None:
         cfg += " K=%s M=%s remat=%s" % (a.stages or 1, a.microbatches or 1, a.remat or "default")
+    if a.schedule is not None:
+        cfg += " schedule=%s" % a.schedule
     if a.compare_single:
         cfg += " vs-1-stage"
     log("check_training: " + cfg)
@@ -524,8 +536,8 @@ def run_check(a):
         log("%s (reference):" % REF)
         s_out, s_losses, _, s_run_out, s_trained_path = compile_and_run(
             a, compile_bin, run_bin, model_path, data_dir, wd, "_single", reference_flags(a))
-        if a.target == "cuda":
-            failures += ["CPU reference: " + f for f in
+        if a.target == "cuda" or a.schedule not in (None, "gpipe"):
+            failures += ["%s: " % REF + f for f in
                          check_pipeline_json(s_out, a.stages, a.microbatches, a.remat)]
         else:
             failures += ["1-stage reference: " + f

@@ -95,6 +95,9 @@ struct gp_program {
                          // of GEMM operands), allocated once beside the arena
   void (*init)(gp_step_ctx *ctx); // null, or run once after the parameters
                                   // are loaded (e.g. their bf16 shadows)
+  int32_t buffered_sends; // 1: the schedule needs sends that return at once
+                          // (CPU: MPI_Bsend into a buffer sized for two
+                          // steps of sends); 0: blocking sends
 };
 
 /// Entry point of every stage executable: parses the command line, joins the

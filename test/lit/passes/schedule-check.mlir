@@ -1,6 +1,7 @@
 // gpipe-check-schedule accepts hand-written schedules whose transfers pair up
 // (same sender, receiver, tag, type and micro-batch) and that run to their end
-// under blocking (rendezvous) sends and receives; it leaves them unchanged.
+// under the module's pipe.sends semantics (blocking, rendezvous, by default;
+// or buffered); it leaves them unchanged.
 // RUN: gpipe-opt %s --split-input-file --gpipe-check-schedule | FileCheck %s
 
 // Three stages, M = 2, GPipe order, with a skip in both directions: stage 0
@@ -109,4 +110,39 @@ module {
     return
   }
   pipe.schedule stage 0 forward @f backward @b update @u actions ["F0", "B0", "U"]
+}
+
+// -----
+
+// 1F1B on two stages, M = 2: stage 0 sends micro-batch 1's activation while
+// stage 1 sends micro-batch 0's gradient. That deadlocks with blocking sends
+// (schedule-invalid.mlir) but runs with buffered ones (pipe.sends).
+// CHECK-LABEL: module attributes {pipe.microbatches = 2 : i64, pipe.sends = "buffered", pipe.stages = 2 : i64}
+// CHECK: pipe.schedule stage 0 forward @f0 backward @b0 update @u0 actions ["F0", "F1", "B0", "B1", "U"] stash_slots 2
+// CHECK-NEXT: pipe.schedule stage 1 forward @f1 backward @b1 update @u1 actions ["F0", "B0", "F1", "B1", "U"] stash_slots 1
+module attributes {pipe.microbatches = 2 : i64, pipe.sends = "buffered", pipe.stages = 2 : i64} {
+  func.func @f0(%x: tensor<4xf32>) attributes {pipe.stage = 0 : i64} {
+    pipe.send %x to 1 tag 0 : tensor<4xf32>
+    return
+  }
+  func.func @b0() attributes {pipe.stage = 0 : i64} {
+    %g = pipe.recv from 1 tag 1 : tensor<4xf32>
+    return
+  }
+  func.func @f1() attributes {pipe.stage = 1 : i64} {
+    %x = pipe.recv from 0 tag 0 : tensor<4xf32>
+    return
+  }
+  func.func @b1(%g: tensor<4xf32>) attributes {pipe.stage = 1 : i64} {
+    pipe.send %g to 0 tag 1 : tensor<4xf32>
+    return
+  }
+  func.func @u0() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @u1() attributes {pipe.stage = 1 : i64} {
+    return
+  }
+  pipe.schedule stage 0 forward @f0 backward @b0 update @u0 actions ["F0", "F1", "B0", "B1", "U"] stash_slots 2
+  pipe.schedule stage 1 forward @f1 backward @b1 update @u1 actions ["F0", "B0", "F1", "B1", "U"] stash_slots 1
 }

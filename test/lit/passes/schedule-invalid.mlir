@@ -258,3 +258,50 @@ module attributes {pipe.stages = 2 : i64} {
   pipe.schedule stage 0 forward @f0 backward @e0 update @e0 actions ["F0", "B0", "U"]
   pipe.schedule stage 1 forward @e1 backward @e1 update @e1 actions ["F0", "B0", "U"]
 }
+
+// -----
+
+// A broken 1F1B with buffered sends: stage 0 runs B0 right after F0 (no
+// warm-up) but stage 1 does a warm-up forward, so it waits for micro-batch
+// 1's activation while stage 0 waits for micro-batch 0's gradient. Buffered
+// sends do not help: both stages block in a receive.
+module attributes {pipe.microbatches = 2 : i64, pipe.sends = "buffered", pipe.stages = 2 : i64} {
+  func.func @f0(%x: tensor<4xf32>) attributes {pipe.stage = 0 : i64} {
+    pipe.send %x to 1 tag 0 : tensor<4xf32>
+    return
+  }
+  func.func @b0() attributes {pipe.stage = 0 : i64} {
+    // expected-note @+1 {{stage 0 blocks in action B0 on pipe.recv from stage 1 (tag 1, tensor<4xf32>)}}
+    %g = pipe.recv from 1 tag 1 : tensor<4xf32>
+    return
+  }
+  func.func @f1() attributes {pipe.stage = 1 : i64} {
+    // expected-note @+1 {{stage 1 blocks in action F1 on pipe.recv from stage 0 (tag 0, tensor<4xf32>)}}
+    %x = pipe.recv from 0 tag 0 : tensor<4xf32>
+    return
+  }
+  func.func @b1(%g: tensor<4xf32>) attributes {pipe.stage = 1 : i64} {
+    pipe.send %g to 0 tag 1 : tensor<4xf32>
+    return
+  }
+  func.func @u0() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @u1() attributes {pipe.stage = 1 : i64} {
+    return
+  }
+  // expected-error @+1 {{the schedule deadlocks even with buffered sends: stage 0 blocks in action B0 on pipe.recv from stage 1 (tag 1, tensor<4xf32>)}}
+  pipe.schedule stage 0 forward @f0 backward @b0 update @u0 actions ["F0", "B0", "F1", "B1", "U"]
+  pipe.schedule stage 1 forward @f1 backward @b1 update @u1 actions ["F0", "F1", "B0", "B1", "U"]
+}
+
+// -----
+
+// pipe.sends names the runtime's send semantics: blocking or buffered.
+// expected-error @+1 {{pipe.sends must be "blocking" or "buffered", got "eager"}}
+module attributes {pipe.sends = "eager", pipe.stages = 1 : i64} {
+  func.func @f() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  pipe.schedule stage 0 forward @f backward @f update @f actions ["F0", "B0", "U"]
+}

@@ -655,3 +655,39 @@ module {
   // expected-error @+1 {{'pipe.schedule' op forward function @plain does not belong to stage 0}}
   pipe.schedule stage 0 forward @plain backward @s update @s actions ["F0", "B0", "U"]
 }
+
+// -----
+
+// pipe.schedule: stash_slots is in [1, M].
+module attributes {pipe.microbatches = 2 : i64} {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op stash_slots must be in [1, 2] (the micro-batches), got 3}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "F1", "B1", "B0", "U"] stash_slots 3
+}
+
+// -----
+
+// pipe.schedule: a forward may not take a stash slot whose micro-batch has
+// not run its backward (here GPipe's order with 1F1B's single slot).
+module attributes {pipe.microbatches = 2 : i64} {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op action #1 F1 needs stash slot 0 of 1, still held by micro-batch 0 (whose backward has not run)}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "F1", "B1", "B0", "U"] stash_slots 1
+}
+
+// -----
+
+// pipe.schedule: slot m mod stash_slots must be free even when fewer
+// micro-batches than slots are in flight (F2 would take micro-batch 0's
+// slot while only micro-batch 0 is in flight).
+module attributes {pipe.microbatches = 4 : i64} {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op action #3 F2 needs stash slot 0 of 2, still held by micro-batch 0 (whose backward has not run)}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "F1", "B1", "F2", "B0", "B2", "F3", "B3", "U"] stash_slots 2
+}

@@ -1,0 +1,36 @@
+// The 1F1B schedule (PipeDream-flush, as in Narayanan et al. 2021): stage s
+// runs min(K-1-s, M) warm-up forwards, then alternates one forward and one
+// backward, then runs the remaining backwards (cool-down), then the update.
+// Backwards run in micro-batch order, so stage s holds at most
+// min(K-s, M) micro-batches' stashes at once, instead of GPipe's M.
+//
+// Its sends must not block (stage s sends micro-batch i+1's activation while
+// stage s+1 sends micro-batch i's gradient back): Sends::Buffered.
+#include "passes/schedules/Schedules.h"
+
+#include <algorithm>
+
+namespace gpipe {
+namespace schedules {
+
+Table generateOneFOneB(int64_t k, int64_t m) {
+  Table table(k);
+  for (int64_t s = 0; s < k; ++s) {
+    auto &actions = table[s];
+    const int64_t warmup = std::min(k - 1 - s, m);
+    int64_t forward = 0, backward = 0;
+    for (; forward < warmup; ++forward)
+      actions.push_back({Action::Forward, forward});
+    while (forward < m) {
+      actions.push_back({Action::Forward, forward++});
+      actions.push_back({Action::Backward, backward++});
+    }
+    while (backward < m)
+      actions.push_back({Action::Backward, backward++});
+    actions.push_back({Action::Update, -1});
+  }
+  return table;
+}
+
+} // namespace schedules
+} // namespace gpipe

@@ -1,0 +1,63 @@
+// Pipeline schedules as data: each schedule is a generator, registered by
+// name, that lists every stage's actions for one mini-batch.
+#ifndef GPIPE_PASSES_SCHEDULES_H
+#define GPIPE_PASSES_SCHEDULES_H
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <cstdint>
+#include <string>
+
+namespace gpipe {
+namespace schedules {
+
+/// One action of a stage: the forward or backward of a micro-batch, or the
+/// optimizer update.
+struct Action {
+  enum Kind { Forward, Backward, Update } kind;
+  int64_t microbatch; // -1 for the update
+
+  /// "F3", "B0", "U": the form pipe.schedule and pipeline.json use.
+  std::string str() const;
+};
+
+/// Every stage's actions, stage-major.
+using Table = llvm::SmallVector<llvm::SmallVector<Action>>;
+
+/// How the runtime must run a schedule's sends.
+enum class Sends {
+  /// A send returns once its receive has taken the data (MPI_Send, one
+  /// in-order CUDA communication stream): the deadlock check simulates
+  /// rendezvous.
+  Blocking,
+  /// A send returns at once, its data copied (the CPU runtime's buffered
+  /// sends): only receives wait.
+  Buffered,
+};
+
+/// A registered schedule.
+struct Schedule {
+  llvm::StringRef name;        // the --schedule value
+  llvm::StringRef description; // one line, for --help and errors
+  Sends sends;                 // what the schedule needs of the runtime
+  /// The actions of stages 0..k-1 for m micro-batches (k, m >= 1).
+  Table (*generate)(int64_t k, int64_t m);
+};
+
+/// Every registered schedule, in registration order.
+llvm::ArrayRef<Schedule> all();
+/// The schedule named `name`, or null.
+const Schedule *lookup(llvm::StringRef name);
+/// "gpipe, 1f1b": the registered names, for messages.
+std::string names();
+
+// The generators (one file each).
+Table generateGPipe(int64_t k, int64_t m);
+Table generateOneFOneB(int64_t k, int64_t m);
+
+} // namespace schedules
+} // namespace gpipe
+
+#endif // GPIPE_PASSES_SCHEDULES_H
