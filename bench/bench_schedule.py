@@ -1,0 +1,165 @@
+#!/usr/bin/python3
+"""GPipe vs 1F1B: step time and peak resident memory of each stage process.
+
+Model: test/e2e/models.py mlp_deep (as bench_step.py and bench_pipeline.py): 8 x (Linear
+1024 -> 1024 + ReLU) + Linear 1024 -> 10, cross-entropy, batch 256, SGD lr 0.01. One export,
+compiled twice with the same --stages K --microbatches M --remat R, once per schedule
+(--schedule gpipe, --schedule 1f1b). Both must give the same loss curve (1e-5 relative).
+
+Each run starts the K stage programs itself, under Open MPI's mpirun (as gpipe-run does),
+with every rank wrapped in /usr/bin/time so that each stage process reports its peak resident
+set (ru_maxrss); step time is the median of the loss stage's --log-json "ms" after the
+warm-up steps. Rounds alternate the two schedules; the ratios are per round, then the median.
+Beside the measurements, the compiler's own prediction of each stage's activation memory
+(pipeline.json: in_flight_microbatches x activation_bytes_per_microbatch).
+
+Usage:
+  /usr/bin/python3 bench/bench_schedule.py --bin build/bin [--stages 2] [--microbatches 8]
+      [--remat none] [--steps 20] [--warmup 3] [--repeat 3] [--workdir DIR]
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(REPO, "test", "e2e"))
+sys.path.insert(0, HERE)
+sys.dont_write_bytecode = True
+
+import numpy as np  # noqa: E402
+
+from bench_step import cpu_model, env_for, sh  # noqa: E402
+
+SCHEDULES = ("gpipe", "1f1b")
+
+
+def run_once(a, out, steps, log_json):
+    """Runs the pipeline in OUT for `steps` steps; returns (per-stage peak RSS in KiB, the
+    loss stage's [(loss, ms)])."""
+    pj = json.load(open(os.path.join(out, "pipeline.json")))
+    mpirun = shutil.which("mpirun")
+    cmd = [mpirun, "--oversubscribe", "--bind-to", "none",
+           "--mca", "btl_vader_single_copy_mechanism", "none"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    cmd += ["-x", "OMP_NUM_THREADS", "-x", "OPENBLAS_NUM_THREADS"]
+    for s, st in enumerate(pj["stages"]):
+        cmd += ([":"] if s else []) + [
+            "-np", "1", "/usr/bin/time", "-o", log_json + ".rss%d" % s, "-f",
+            "gpipe-bench stage %d maxrss %%M" % s,
+            os.path.join(out, st["executable"]), "--weights-in",
+            os.path.join(out, st.get("weights", "weights")), "--steps", str(steps),
+            "--threads", "1", "--data", os.path.join(a.workdir, "data"), "--pipeline",
+            os.path.join(out, "pipeline.json"), "--log-json", log_json, "--quiet"]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       env=env_for(1), timeout=1800)
+    if r.returncode != 0:
+        raise SystemExit("bench_schedule: %s failed (%d):\n%s" % (out, r.returncode,
+                                                                  r.stdout[-3000:]))
+    # Each rank's /usr/bin/time writes its own file (stdout lines of the ranks
+    # can interleave).
+    rss = {}
+    for s in range(len(pj["stages"])):
+        text = open(log_json + ".rss%d" % s).read()
+        for m in re.finditer(r"gpipe-bench stage (\d+) maxrss (\d+)", text):
+            rss[int(m.group(1))] = int(m.group(2))
+    rows = [json.loads(l) for l in open(log_json) if l.strip()]
+    return [rss.get(s, -1) for s in range(len(pj["stages"]))], \
+        [(row["loss"], row["ms"]) for row in rows]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--stages", type=int, default=2)
+    ap.add_argument("--microbatches", type=int, default=8)
+    ap.add_argument("--remat", default="none")
+    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--workdir", default="/tmp/gpipe_bench_schedule")
+    a = ap.parse_args()
+    import models  # noqa: E402
+    import torch  # noqa: E402
+
+    os.makedirs(os.path.join(a.workdir, "data"), exist_ok=True)
+    print("# GPipe vs 1F1B (bench/bench_schedule.py)\n")
+    print("machine: %s, %d CPUs, AVX-512: %s" % (
+        cpu_model(), os.cpu_count(),
+        sh("grep -o 'avx512[a-z]*' /proc/cpuinfo | sort -u | tr '\\n' ' '") or "none"))
+    print("command: %s\n" % " ".join(sys.argv))
+    samples = a.batch_size * 4
+    x, y = models.make_data("mlp_deep", samples, seed=0)
+    np.save(os.path.join(a.workdir, "data", "x.npy"), x)
+    np.save(os.path.join(a.workdir, "data", "y.npy"), y)
+    model_path = os.path.join(a.workdir, "model.onnx")
+    torch.manual_seed(models.DEFAULT_SEED)
+    models.export(models.MlpDeep(), x[:a.batch_size], y[:a.batch_size], model_path)
+
+    predicted = {}
+    for sched in SCHEDULES:
+        out = os.path.join(a.workdir, "out_" + sched)
+        shutil.rmtree(out, ignore_errors=True)
+        subprocess.run([os.path.join(a.bin, "gpipe-compile"), model_path, "-o", out,
+                        "--batch-size", str(a.batch_size), "--stages", str(a.stages),
+                        "--microbatches", str(a.microbatches), "--remat", a.remat,
+                        "--schedule", sched, "--optimizer", "sgd", "--lr", "0.01"],
+                       check=True, stdout=subprocess.DEVNULL)
+        pj = json.load(open(os.path.join(out, "pipeline.json")))
+        predicted[sched] = [(st["memory"]["in_flight_microbatches"],
+                             st["memory"]["activation_bytes"], st["memory"]["arena_bytes"])
+                            for st in pj["stages"]]
+
+    ms = {s: [] for s in SCHEDULES}
+    rss = {s: [] for s in SCHEDULES}
+    curves = {}
+    for rnd in range(a.repeat):
+        order = SCHEDULES if rnd % 2 == 0 else SCHEDULES[::-1]
+        for sched in order:
+            r, rows = run_once(a, os.path.join(a.workdir, "out_" + sched),
+                               a.warmup + a.steps,
+                               os.path.join(a.workdir, "log_%s.jsonl" % sched))
+            rss[sched].append(r)
+            ms[sched].append(statistics.median(m for _, m in rows[a.warmup:]))
+            curves.setdefault(sched, [l for l, _ in rows])
+            print("round %d %-5s: %.2f ms/step, peak RSS per stage %s KiB"
+                  % (rnd + 1, sched, ms[sched][-1], ", ".join(map(str, r))), flush=True)
+
+    worst = max(abs(p - q) / max(abs(q), 1e-12)
+                for p, q in zip(curves["1f1b"], curves["gpipe"]))
+    print("\nloss curves: 1f1b vs gpipe, worst relative difference %.2e (%s)"
+          % (worst, "ok" if worst <= 1e-5 else "DIFFER"))
+    print("\nK = %d, M = %d, remat %s, batch %d, %d measured steps after %d warm-up, "
+          "%d rounds\n" % (a.stages, a.microbatches, a.remat, a.batch_size, a.steps,
+                           a.warmup, a.repeat))
+    print("| schedule | ms/step (median of rounds) | stage | peak RSS, median (MiB) "
+          "| predicted activations (in flight x per micro-batch) | arena (MiB) |")
+    print("|---|---:|---:|---:|---|---:|")
+    for sched in SCHEDULES:
+        for s in range(a.stages):
+            med = statistics.median(r[s] for r in rss[sched]) / 1024.0
+            inflight, act, arena = predicted[sched][s]
+            print("| %s | %s | %d | %.1f | %d x = %.2f MiB | %.1f |"
+                  % (sched, "%.2f" % statistics.median(ms[sched]) if s == 0 else "", s, med,
+                     inflight, act / 2**20, arena / 2**20))
+    ratios = [g / f for g, f in zip(ms["gpipe"], ms["1f1b"])]
+    print("\nstep time gpipe / 1f1b per round: %s (median %.3f; > 1: 1F1B faster)"
+          % (", ".join("%.3f" % r for r in ratios), statistics.median(ratios)))
+    for s in range(a.stages):
+        d = [(g[s] - f[s]) / 1024.0 for g, f in zip(rss["gpipe"], rss["1f1b"])]
+        print("stage %d peak RSS gpipe - 1f1b per round: %s MiB" % (
+            s, ", ".join("%.1f" % v for v in d)))
+    return 0 if worst <= 1e-5 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
