@@ -1416,26 +1416,23 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
                       : "#include \"gpipe/runtime.h\"\n")
      << "\n#include <cmath>\n#include <cstdint>\n#include <cstring>\n\n";
   ss << st.globals << "\n" << desc << "\n";
-  auto stashPtr = [&] {
-    std::string slot = st.stashSlots == st.microbatches
-                           ? std::string("mb")
-                           : "(mb % " + std::to_string(st.stashSlots) + "LL)";
-    return "  unsigned char *S = A + " + std::to_string(st.stashBase) +
-           "LL + " + slot + " * " + std::to_string(st.stashBytes) + "LL;\n";
-  };
+  // Micro-batch mb's stash slot: mb itself when every micro-batch has one.
+  const bool slotPerMicrobatch = st.stashSlots == st.microbatches;
+  const std::string slots = std::to_string(st.stashSlots);
+  const std::string stashPtr =
+      "  unsigned char *S = A + " + std::to_string(st.stashBase) + "LL + " +
+      (slotPerMicrobatch ? std::string("mb") : "(mb % " + slots + "LL)") +
+      " * " + std::to_string(st.stashBytes) + "LL;\n";
   ss << "// Forward of micro-batch mb: keeps its stash in slot mb"
-     << (st.stashSlots == st.microbatches
-             ? std::string()
-             : " mod " + std::to_string(st.stashSlots))
-     << ".\n"
+     << (slotPerMicrobatch ? std::string() : " mod " + slots) << ".\n"
      << "static void forward(gp_step_ctx *ctx, int64_t mb) {\n"
      << "  unsigned char *A = ctx->arena;\n"
-     << stashPtr() << "  (void)A;\n  (void)S;\n"
+     << stashPtr << "  (void)A;\n  (void)S;\n"
      << bodies[0] << "}\n\n";
   ss << "// Backward of micro-batch mb, from its stash.\n"
      << "static void backward(gp_step_ctx *ctx, int64_t mb) {\n"
      << "  unsigned char *A = ctx->arena;\n"
-     << stashPtr() << "  (void)A;\n  (void)S;\n"
+     << stashPtr << "  (void)A;\n  (void)S;\n"
      << bodies[1] << "}\n\n";
   ss << "// The optimizer update, once per mini-batch; then the gradient\n"
      << "// accumulators start again from zero.\n"

@@ -255,19 +255,11 @@ struct SchedulePass : gpipe::impl::ScheduleBase<SchedulePass> {
         return signalPassFailure();
       }
       SmallVector<std::string> actions;
-      SmallVector<ScheduleOp::Action> parsed;
-      for (const schedules::Action &a : table[s]) {
-        actions.push_back(a.str());
-        parsed.push_back({a.kind == schedules::Action::Forward
-                              ? ScheduleOp::Action::Forward
-                          : a.kind == schedules::Action::Backward
-                              ? ScheduleOp::Action::Backward
-                              : ScheduleOp::Action::Update,
-                          a.microbatch});
-      }
+      for (const schedules::Action &a : table[s])
+        actions.push_back(schedules::actionName(a));
       SmallVector<StringRef> refs(actions.begin(), actions.end());
       // The stash holds the most micro-batches the schedule keeps in flight.
-      int64_t slots = std::max<int64_t>(ScheduleOp::maxInFlight(parsed), 1);
+      int64_t slots = std::max<int64_t>(ScheduleOp::maxInFlight(table[s]), 1);
       auto op = ScheduleOp::create(
           b, module.getLoc(), b.getI64IntegerAttr(s), FlatSymbolRefAttr::get(f),
           FlatSymbolRefAttr::get(bw), FlatSymbolRefAttr::get(u),

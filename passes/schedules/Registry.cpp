@@ -5,10 +5,10 @@
 namespace gpipe {
 namespace schedules {
 
-std::string Action::str() const {
-  if (kind == Update)
+std::string actionName(const Action &a) {
+  if (a.kind == Action::Update)
     return "U";
-  return (kind == Forward ? "F" : "B") + std::to_string(microbatch);
+  return (a.kind == Action::Forward ? "F" : "B") + std::to_string(a.microbatch);
 }
 
 static const Schedule kSchedules[] = {

@@ -3,6 +3,8 @@
 #ifndef GPIPE_PASSES_SCHEDULES_H
 #define GPIPE_PASSES_SCHEDULES_H
 
+#include "dialects/pipe/PipeOps.h"
+
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
@@ -14,14 +16,11 @@ namespace gpipe {
 namespace schedules {
 
 /// One action of a stage: the forward or backward of a micro-batch, or the
-/// optimizer update.
-struct Action {
-  enum Kind { Forward, Backward, Update } kind;
-  int64_t microbatch; // -1 for the update
+/// optimizer update (pipe.schedule's parsed form).
+using Action = pipeline::ScheduleOp::Action;
 
-  /// "F3", "B0", "U": the form pipe.schedule and pipeline.json use.
-  std::string str() const;
-};
+/// "F3", "B0", "U": the form pipe.schedule and pipeline.json use.
+std::string actionName(const Action &a);
 
 /// Every stage's actions, stage-major.
 using Table = llvm::SmallVector<llvm::SmallVector<Action>>;

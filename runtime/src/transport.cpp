@@ -224,10 +224,8 @@ void mpiSend(gp_step_ctx *ctx, int32_t peer, int32_t tag, const void *buf,
   // two ranks with one tag arrive in order.
   do {
     int n = static_cast<int>(std::min(bytes - off, kChunk));
-    int rc = gBuffered ? MPI_Bsend(p ? p + off : nullptr, n, MPI_BYTE, peer,
-                                   tag, MPI_COMM_WORLD)
-                       : MPI_Send(p ? p + off : nullptr, n, MPI_BYTE, peer, tag,
-                                  MPI_COMM_WORLD);
+    int rc = (gBuffered ? MPI_Bsend : MPI_Send)(
+        p ? p + off : nullptr, n, MPI_BYTE, peer, tag, MPI_COMM_WORLD);
     if (rc != MPI_SUCCESS)
       fatal(ctx, 1,
             "sending " + std::to_string(bytes) + " bytes to stage " +

@@ -358,6 +358,18 @@ void abortCommunicators() {
     }
 }
 
+/// "ncclRemoteError (the peer's last error text)": what went wrong on `comm`.
+std::string ncclFailure(ncclComm_t comm, ncclResult_t r) {
+  std::string last = ncclGetLastError(comm);
+  return ncclGetErrorString(r) + (last.empty() ? "" : " (" + last + ")");
+}
+
+/// The message of a transfer or call that waited --comm-timeout seconds.
+std::string noProgress(const std::string &what, int32_t peer) {
+  return what + " made no progress for " + std::to_string(gCommTimeout) +
+         " s (--comm-timeout): is stage " + std::to_string(peer) + " alive?";
+}
+
 /// Waits for a non-blocking NCCL call on `comm` to finish (ncclInProgress),
 /// at most --comm-timeout seconds. On an error or a timeout aborts the
 /// communicators and sets `err` naming the peer and `what`.
@@ -372,19 +384,15 @@ bool settleNccl(ncclComm_t comm, ncclResult_t r, int32_t peer,
         std::chrono::duration<double>(Clock::now() - start).count() >
             gCommTimeout) {
       abortCommunicators();
-      err = what + " with stage " + std::to_string(peer) +
-            " made no progress for " + std::to_string(gCommTimeout) +
-            " s (--comm-timeout): is stage " + std::to_string(peer) + " alive?";
+      err = noProgress(what + " with stage " + std::to_string(peer), peer);
       return false;
     }
   }
   if (r == ncclSuccess)
     return true;
-  std::string last = ncclGetLastError(comm);
-  abortCommunicators();
   err = what + " with stage " + std::to_string(peer) +
-        " failed: " + ncclGetErrorString(r) + (last.empty() ? "" : " (") +
-        last + (last.empty() ? "" : ")");
+        " failed: " + ncclFailure(comm, r);
+  abortCommunicators();
   return false;
 }
 
@@ -436,14 +444,12 @@ bool waitForStep(std::string &err) {
       if (ncclCommGetAsyncError(info.comm, &r) != ncclSuccess)
         r = ncclSystemError;
       if (r != ncclSuccess && r != ncclInProgress) {
-        std::string last = ncclGetLastError(info.comm);
         std::string what = firstPending < gTransfers.pendingUsed
                                ? describe(gTransfers.pending[firstPending])
                                : std::string("a transfer");
-        abortCommunicators();
         err = "NCCL error with stage " + std::to_string(peer) + " during " +
-              what + ": " + ncclGetErrorString(r) +
-              (last.empty() ? "" : " (" + last + ")");
+              what + ": " + ncclFailure(info.comm, r);
+        abortCommunicators();
         return false;
       }
     }
@@ -451,10 +457,8 @@ bool waitForStep(std::string &err) {
         std::chrono::duration<double>(Clock::now() - lastProgress).count() >
             gCommTimeout) {
       const PendingTransfer &t = gTransfers.pending[firstPending];
+      err = noProgress(describe(t), t.peer);
       abortCommunicators();
-      err = describe(t) + " made no progress for " +
-            std::to_string(gCommTimeout) + " s (--comm-timeout): is stage " +
-            std::to_string(t.peer) + " alive?";
       return false;
     }
     std::this_thread::sleep_for(std::chrono::microseconds(sleepUs));
@@ -714,16 +718,15 @@ void deviceShutdown() {
   cudaStreamSynchronize(gState.compute);
   cudaStreamSynchronize(gState.comm);
   // Only after a run that succeeded (gp_main aborts the job on an error), so
-  // no transfer is pending and finalizing cannot wait on a peer.
-  for (auto &entry : gTransfers.peers)
-    if (entry.second.comm) {
-      ncclCommFinalize(entry.second.comm);
-      ncclResult_t r = ncclInProgress;
-      while (r == ncclInProgress &&
-             ncclCommGetAsyncError(entry.second.comm, &r) == ncclSuccess)
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
-      ncclCommDestroy(entry.second.comm);
-    }
+  // no transfer is pending. Finalizing is polled like every NCCL call: on an
+  // error or timeout settleNccl aborts (and forgets) every communicator.
+  for (auto &entry : gTransfers.peers) {
+    ncclComm_t comm = entry.second.comm;
+    std::string ignored;
+    if (comm && cuda::settleNccl(comm, ncclCommFinalize(comm), entry.first,
+                                 "finalizing the NCCL communicator", ignored))
+      ncclCommDestroy(comm);
+  }
   gTransfers.peers.clear();
   for (cuda::PendingTransfer &t : gTransfers.pending)
     cudaEventDestroy(t.done);
