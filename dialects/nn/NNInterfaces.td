@@ -1,4 +1,5 @@
-// Op interfaces of the nn dialect: cost (for partitioning) and differentiation.
+// Op interfaces of the nn dialect: cost (for partitioning), differentiation and
+// micro-batch splitting.
 #ifndef GPIPE_NN_INTERFACES
 #define GPIPE_NN_INTERFACES
 
@@ -35,6 +36,29 @@ def NN_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {
       (ins "::mlir::OpBuilder &":$builder,
            "::mlir::ArrayRef<::mlir::Value>":$resultGrads,
            "::llvm::SmallVectorImpl<::mlir::Value> &":$operandGrads)>,
+  ];
+}
+
+def NN_BatchSplittableOpInterface : OpInterface<"BatchSplittableOpInterface"> {
+  let description = [{
+    How the op carries the batch when `gpipe-microbatch` splits it into M
+    micro-batches. Called on an op of a forward graph at least one of whose
+    operands carries the batch: `operandAxes` holds, per operand, its batch
+    axis (nullopt for operands that do not depend on the graph inputs). The
+    rule fills `resultAxes` with one entry per result (nullopt where a result
+    does not carry the batch), or fails after emitting an error through
+    `emitBatchSplitError` when the batch cannot be split through the op. The
+    pass then shrinks every batch axis M-fold. A rule may record M on its op
+    (the loss does, to scale its mean). Ops without this interface cannot take
+    batch-carrying operands.
+  }];
+  let cppNamespace = "::gpipe::nn";
+  let methods = [
+    InterfaceMethod<"Finds the results' batch axes from the operands'.",
+      "::mlir::LogicalResult", "splitBatch",
+      (ins "::llvm::ArrayRef<std::optional<int64_t>>":$operandAxes,
+           "int64_t":$microbatches,
+           "::llvm::SmallVectorImpl<std::optional<int64_t>> &":$resultAxes)>,
   ];
 }
 

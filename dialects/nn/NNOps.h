@@ -23,6 +23,18 @@ broadcastShapes(llvm::ArrayRef<int64_t> a, llvm::ArrayRef<int64_t> b);
 /// the broadcast dimensions; returns `grad` itself when no reduction is needed.
 mlir::Value reduceToType(mlir::OpBuilder &b, mlir::Location loc,
                          mlir::Value grad, mlir::RankedTensorType type);
+
+/// Emits "cannot split the batch into micro-batches: WHY" on `op`: the error
+/// of a failed BatchSplittableOpInterface rule.
+mlir::InFlightDiagnostic emitBatchSplitError(mlir::Operation *op,
+                                             const llvm::Twine &why);
+
+/// The batch rule of the elementwise ops (numpy broadcasting): the result
+/// carries the batch on the axis its batch-carrying operands agree on; an
+/// operand without the batch must broadcast along it.
+mlir::LogicalResult splitElementwiseBatch(
+    mlir::Operation *op, llvm::ArrayRef<std::optional<int64_t>> operandAxes,
+    llvm::SmallVectorImpl<std::optional<int64_t>> &resultAxes);
 } // namespace gpipe::nn
 
 #include "dialects/nn/NNInterfaces.h.inc"

@@ -1,0 +1,227 @@
+// The nn dialect's data movement ops (reshape, transpose, concat, slice,
+// reduce_to): verifiers, cost, gradients, micro-batch rules.
+#include "dialects/nn/ops/Common.h"
+
+using namespace mlir;
+using namespace gpipe::nn;
+
+LogicalResult ReshapeOp::verify() {
+  auto in = tensorType(getInput()), out = tensorType(getOutput());
+  if (in.getElementType() != out.getElementType())
+    return emitOpError("element type changes from ")
+           << in.getElementType() << " to " << out.getElementType();
+  if (in.getNumElements() != out.getNumElements())
+    return emitOpError("element count changes from ")
+           << in.getNumElements() << " (" << in << ") to "
+           << out.getNumElements() << " (" << out << ")";
+  return success();
+}
+
+OpFoldResult ReshapeOp::fold(FoldAdaptor) {
+  if (getInput().getType() == getOutput().getType())
+    return getInput();
+  return {};
+}
+
+int64_t ReshapeOp::getFlops() { return 0; }
+int64_t ReshapeOp::getBytesAccessed() { return 0; }
+
+LogicalResult ReshapeOp::buildGradients(OpBuilder &b,
+                                        ArrayRef<Value> resultGrads,
+                                        SmallVectorImpl<Value> &operandGrads) {
+  if (!tensorType(getInput()).getElementType().isF32()) {
+    operandGrads.push_back(Value());
+    return success();
+  }
+  operandGrads.push_back(
+      ReshapeOp::create(b, getLoc(), getInput().getType(), resultGrads[0]));
+  return success();
+}
+
+LogicalResult TransposeOp::verify() {
+  auto in = tensorType(getInput()), out = tensorType(getOutput());
+  ArrayRef<int64_t> perm = getPermutation();
+  if (static_cast<int64_t>(perm.size()) != in.getRank())
+    return emitOpError("permutation has ")
+           << perm.size() << " entries for a rank-" << in.getRank() << " input";
+  llvm::SmallVector<bool> seen(perm.size(), false);
+  for (int64_t p : perm) {
+    if (p < 0 || p >= in.getRank() || seen[p])
+      return emitOpError("permutation is not a permutation of [0, ")
+             << in.getRank() << ")";
+    seen[p] = true;
+  }
+  if (in.getElementType() != out.getElementType() ||
+      out.getRank() != in.getRank())
+    return emitOpError("result ") << out << " does not match the input " << in;
+  for (size_t i = 0; i < perm.size(); ++i)
+    if (out.getDimSize(i) != in.getDimSize(perm[i]))
+      return emitOpError("result dimension ")
+             << i << " is " << out.getDimSize(i) << ", expected "
+             << in.getDimSize(perm[i]) << " (input dimension " << perm[i]
+             << ")";
+  return success();
+}
+
+int64_t TransposeOp::getFlops() { return 0; }
+
+LogicalResult
+TransposeOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
+                            SmallVectorImpl<Value> &operandGrads) {
+  if (!tensorType(getInput()).getElementType().isF32()) {
+    operandGrads.push_back(Value());
+    return success();
+  }
+  ArrayRef<int64_t> perm = getPermutation();
+  llvm::SmallVector<int64_t> inverse(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i)
+    inverse[perm[i]] = i;
+  operandGrads.push_back(TransposeOp::create(b, getLoc(), getInput().getType(),
+                                             resultGrads[0], inverse));
+  return success();
+}
+
+LogicalResult ConcatOp::verify() {
+  if (getInputs().empty())
+    return emitOpError("needs at least one input");
+  auto out = tensorType(getOutput());
+  int64_t rank = out.getRank();
+  int64_t axis = getAxis();
+  if (axis < 0 || axis >= rank)
+    return emitOpError("axis ") << axis << " is out of range for rank " << rank;
+  int64_t total = 0;
+  for (auto [i, v] : llvm::enumerate(getInputs())) {
+    auto t = tensorType(v);
+    if (t.getRank() != rank || t.getElementType() != out.getElementType())
+      return emitOpError("input #")
+             << i << " of type " << t << " does not match the result " << out;
+    for (int64_t d = 0; d < rank; ++d)
+      if (d != axis && t.getDimSize(d) != out.getDimSize(d))
+        return emitOpError("input #")
+               << i << " differs from the result in dimension " << d;
+    total += t.getDimSize(axis);
+  }
+  if (total != out.getDimSize(axis))
+    return emitOpError("inputs add up to ")
+           << total << " along axis " << axis << ", the result has "
+           << out.getDimSize(axis);
+  return success();
+}
+
+int64_t ConcatOp::getFlops() { return 0; }
+
+LogicalResult ConcatOp::buildGradients(OpBuilder &b,
+                                       ArrayRef<Value> resultGrads,
+                                       SmallVectorImpl<Value> &operandGrads) {
+  int64_t start = 0;
+  for (Value in : getInputs()) {
+    auto t = tensorType(in);
+    if (!t.getElementType().isF32())
+      operandGrads.push_back(Value());
+    else
+      operandGrads.push_back(
+          SliceOp::create(b, getLoc(), t, resultGrads[0], getAxis(), start));
+    start += t.getDimSize(getAxis());
+  }
+  return success();
+}
+
+LogicalResult SliceOp::verify() {
+  auto in = tensorType(getInput()), out = tensorType(getOutput());
+  int64_t axis = getAxis();
+  if (in.getRank() != out.getRank() ||
+      in.getElementType() != out.getElementType())
+    return emitOpError("result ") << out << " must have the rank and element "
+                                  << "type of the input " << in;
+  if (axis < 0 || axis >= in.getRank())
+    return emitOpError("axis ")
+           << axis << " is out of range for rank " << in.getRank();
+  for (int64_t d = 0; d < in.getRank(); ++d)
+    if (d != axis && in.getDimSize(d) != out.getDimSize(d))
+      return emitOpError("result differs from the input in dimension ") << d;
+  int64_t start = getStart(), size = out.getDimSize(axis);
+  int64_t dim = in.getDimSize(axis);
+  // Not `start + size > dim`: that overflows (and passes) for a huge start.
+  if (start < 0 || start > dim - size) {
+    InFlightDiagnostic diag = emitOpError("range [") << start << ", ";
+    if (start < 0)
+      diag << start + size;
+    else
+      diag << uint64_t(start) + uint64_t(size);
+    return diag << ") is outside dimension " << axis << " of size " << dim;
+  }
+  return success();
+}
+
+int64_t SliceOp::getFlops() { return 0; }
+
+LogicalResult ReduceToOp::verify() {
+  auto in = tensorType(getInput()), out = tensorType(getOutput());
+  if (!broadcastsTo(out.getShape(), in.getShape()))
+    return emitOpError("result ")
+           << out << " does not broadcast to the input " << in;
+  return success();
+}
+
+int64_t ReduceToOp::getFlops() { return numElements(getInput()); }
+
+//===----------------------------------------------------------------------===//
+// Micro-batch rules
+//===----------------------------------------------------------------------===//
+
+// The batch is outermost, so each micro-batch is a contiguous 1/M of the
+// buffer: any target whose first dimension M divides keeps it so.
+LogicalResult
+ReshapeOp::splitBatch(ArrayRef<std::optional<int64_t>> operandAxes,
+                      int64_t microbatches,
+                      SmallVectorImpl<std::optional<int64_t>> &resultAxes) {
+  if (*operandAxes[0] != 0)
+    return emitBatchSplitError(
+        *this, "a reshape of a tensor whose batch axis is not the first");
+  auto out = tensorType(getOutput());
+  if (out.getRank() == 0 || out.getDimSize(0) % microbatches != 0)
+    return emitBatchSplitError(*this, "the reshape target's first dimension "
+                                      "is not divisible by the number of "
+                                      "micro-batches");
+  resultAxes.push_back(0);
+  return success();
+}
+
+LogicalResult
+TransposeOp::splitBatch(ArrayRef<std::optional<int64_t>> operandAxes, int64_t,
+                        SmallVectorImpl<std::optional<int64_t>> &resultAxes) {
+  ArrayRef<int64_t> perm = getPermutation();
+  resultAxes.push_back(std::nullopt);
+  for (int64_t j = 0, e = perm.size(); j < e; ++j)
+    if (perm[j] == *operandAxes[0])
+      resultAxes.back() = j;
+  return success();
+}
+
+LogicalResult
+ConcatOp::splitBatch(ArrayRef<std::optional<int64_t>> operandAxes, int64_t,
+                     SmallVectorImpl<std::optional<int64_t>> &resultAxes) {
+  std::optional<int64_t> axis;
+  for (std::optional<int64_t> a : operandAxes) {
+    if (!a || (axis && *axis != *a))
+      return emitBatchSplitError(*this, "concat of tensors that do not all "
+                                        "carry the batch on one axis");
+    axis = a;
+  }
+  if (*axis == static_cast<int64_t>(getAxis()))
+    return emitBatchSplitError(*this, "concat along the batch axis");
+  resultAxes.push_back(axis);
+  return success();
+}
+
+LogicalResult
+SliceOp::splitBatch(ArrayRef<std::optional<int64_t>> operandAxes, int64_t,
+                    SmallVectorImpl<std::optional<int64_t>> &resultAxes) {
+  int64_t a = *operandAxes[0];
+  if (a == static_cast<int64_t>(getAxis()) &&
+      tensorType(getOutput()).getDimSize(a) !=
+          tensorType(getInput()).getDimSize(a))
+    return emitBatchSplitError(*this, "a slice along the batch axis");
+  resultAxes.push_back(a);
+  return success();
+}

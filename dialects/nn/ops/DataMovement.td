@@ -1,0 +1,73 @@
+// Ops of the nn dialect: data movement (reshape, transpose, concat, slice, reduce_to).
+#ifndef GPIPE_NN_OPS_DATA_MOVEMENT
+#define GPIPE_NN_OPS_DATA_MOVEMENT
+
+//===----------------------------------------------------------------------===//
+// Data movement.
+//===----------------------------------------------------------------------===//
+
+def NN_ReshapeOp : NN_Op<"reshape", [Pure, NN_FreeCost,
+    NN_Batch,
+    DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
+  let summary = "reinterprets the shape (ONNX Reshape, Flatten, Squeeze, Unsqueeze)";
+  let arguments = (ins NN_NumTensor:$input);
+  let results = (outs NN_NumTensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def NN_TransposeOp : NN_Op<"transpose", [Pure, NN_Cost,
+    NN_Batch,
+    DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
+  let summary = "permutes the dimensions (ONNX Transpose)";
+  let description = [{
+    Result dimension i is input dimension `permutation[i]`; `permutation` is a
+    permutation of [0, rank).
+  }];
+  let arguments = (ins NN_NumTensor:$input, DenseI64ArrayAttr:$permutation);
+  let results = (outs NN_NumTensor:$output);
+  let assemblyFormat = [{
+    $input `,` $permutation attr-dict `:` type($input) `->` type($output)
+  }];
+  let hasVerifier = 1;
+}
+
+def NN_ConcatOp : NN_Op<"concat", [Pure,
+    NN_Cost,
+    NN_Batch,
+    DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
+  let summary = "concatenation along one axis";
+  let arguments = (ins Variadic<NN_NumTensor>:$inputs, I64Attr:$axis);
+  let results = (outs NN_NumTensor:$output);
+  let assemblyFormat = [{
+    $inputs attr-dict `:` functional-type($inputs, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def NN_SliceOp : NN_Op<"slice", [Pure,
+    NN_Cost, NN_Batch]> {
+  let summary = "a contiguous range [start, start + size) along one axis";
+  let description = [{ The size along `axis` is the result's. }];
+  let arguments = (ins NN_NumTensor:$input, I64Attr:$axis, I64Attr:$start);
+  let results = (outs NN_NumTensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
+  let hasVerifier = 1;
+}
+
+def NN_ReduceToOp : NN_Op<"reduce_to", [Pure,
+    NN_Cost]> {
+  let summary = "sums the dimensions that broadcasting the result would add";
+  let description = [{
+    The reverse of numpy broadcasting: the result's shape must broadcast to
+    the input's; the input is summed over every broadcast dimension. Used for
+    the gradients of broadcasting ops.
+  }];
+  let arguments = (ins NN_F32Tensor:$input);
+  let results = (outs NN_F32Tensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
+  let hasVerifier = 1;
+}
+
+#endif // GPIPE_NN_OPS_DATA_MOVEMENT

@@ -1,0 +1,157 @@
+// The nn dialect's elementwise ops and activation gradients: verifiers, cost,
+// gradients, micro-batch rule.
+#include "dialects/nn/ops/Common.h"
+
+using namespace mlir;
+using namespace gpipe::nn;
+
+static LogicalResult verifyBroadcastBinary(Operation *op) {
+  auto lhs = cast<RankedTensorType>(op->getOperand(0).getType());
+  auto rhs = cast<RankedTensorType>(op->getOperand(1).getType());
+  auto out = cast<RankedTensorType>(op->getResult(0).getType());
+  FailureOr<SmallVector<int64_t>> shape =
+      broadcastShapes(lhs.getShape(), rhs.getShape());
+  if (failed(shape))
+    return op->emitOpError("operand shapes ")
+           << lhs << " and " << rhs << " do not broadcast";
+  if (ArrayRef<int64_t>(*shape) != out.getShape())
+    return op->emitOpError("result type ")
+           << out << " must have the broadcast shape of " << lhs << " and "
+           << rhs;
+  return success();
+}
+
+LogicalResult AddOp::verify() { return verifyBroadcastBinary(*this); }
+LogicalResult SubOp::verify() { return verifyBroadcastBinary(*this); }
+LogicalResult MulOp::verify() { return verifyBroadcastBinary(*this); }
+LogicalResult DivOp::verify() { return verifyBroadcastBinary(*this); }
+
+int64_t AddOp::getFlops() { return numElements(getOutput()); }
+int64_t SubOp::getFlops() { return numElements(getOutput()); }
+int64_t MulOp::getFlops() { return numElements(getOutput()); }
+int64_t DivOp::getFlops() { return numElements(getOutput()); }
+
+LogicalResult AddOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  Value dy = resultGrads[0];
+  operandGrads.push_back(reduceToType(b, getLoc(), dy, tensorType(getLhs())));
+  operandGrads.push_back(reduceToType(b, getLoc(), dy, tensorType(getRhs())));
+  return success();
+}
+
+LogicalResult SubOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  Value dy = resultGrads[0];
+  Value neg = NegOp::create(b, getLoc(), dy);
+  operandGrads.push_back(reduceToType(b, getLoc(), dy, tensorType(getLhs())));
+  operandGrads.push_back(reduceToType(b, getLoc(), neg, tensorType(getRhs())));
+  return success();
+}
+
+LogicalResult MulOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  Value dy = resultGrads[0];
+  Location loc = getLoc();
+  Value dl = MulOp::create(b, loc, dy.getType(), dy, getRhs());
+  Value dr = MulOp::create(b, loc, dy.getType(), dy, getLhs());
+  operandGrads.push_back(reduceToType(b, loc, dl, tensorType(getLhs())));
+  operandGrads.push_back(reduceToType(b, loc, dr, tensorType(getRhs())));
+  return success();
+}
+
+LogicalResult DivOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  // y = l / r: dl = dy / r, dr = -dy * y / r.
+  Value dy = resultGrads[0];
+  Location loc = getLoc();
+  Type t = dy.getType();
+  Value dl = DivOp::create(b, loc, t, dy, getRhs());
+  Value dyy = MulOp::create(b, loc, t, dy, getOutput());
+  Value dr = NegOp::create(b, loc, DivOp::create(b, loc, t, dyy, getRhs()));
+  operandGrads.push_back(reduceToType(b, loc, dl, tensorType(getLhs())));
+  operandGrads.push_back(reduceToType(b, loc, dr, tensorType(getRhs())));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise unary ops and their gradients
+//===----------------------------------------------------------------------===//
+
+int64_t NegOp::getFlops() { return numElements(getOutput()); }
+int64_t ReluOp::getFlops() { return numElements(getOutput()); }
+int64_t TanhOp::getFlops() { return 8 * numElements(getOutput()); }
+int64_t SigmoidOp::getFlops() { return 4 * numElements(getOutput()); }
+int64_t ErfOp::getFlops() { return 8 * numElements(getOutput()); }
+int64_t ReluGradOp::getFlops() { return numElements(getOutput()); }
+int64_t TanhGradOp::getFlops() { return 3 * numElements(getOutput()); }
+int64_t SigmoidGradOp::getFlops() { return 3 * numElements(getOutput()); }
+int64_t ErfGradOp::getFlops() { return 6 * numElements(getOutput()); }
+
+LogicalResult NegOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(NegOp::create(b, getLoc(), resultGrads[0]));
+  return success();
+}
+
+// relu(x) > 0 exactly when x > 0 (NaN: neither), so the gradient reads the
+// output, which the next op keeps anyway: the input need not stay alive, and
+// a GEMM feeding the relu can apply it in its epilogue.
+LogicalResult ReluOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                     SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(
+      ReluGradOp::create(b, getLoc(), getOutput(), resultGrads[0]));
+  return success();
+}
+
+LogicalResult TanhOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                     SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(
+      TanhGradOp::create(b, getLoc(), getOutput(), resultGrads[0]));
+  return success();
+}
+
+LogicalResult SigmoidOp::buildGradients(OpBuilder &b,
+                                        ArrayRef<Value> resultGrads,
+                                        SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(
+      SigmoidGradOp::create(b, getLoc(), getOutput(), resultGrads[0]));
+  return success();
+}
+
+LogicalResult ErfOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(
+      ErfGradOp::create(b, getLoc(), getInput(), resultGrads[0]));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Micro-batch rule
+//===----------------------------------------------------------------------===//
+
+LogicalResult gpipe::nn::splitElementwiseBatch(
+    Operation *op, ArrayRef<std::optional<int64_t>> operandAxes,
+    SmallVectorImpl<std::optional<int64_t>> &resultAxes) {
+  int64_t rank = tensorType(op->getResult(0)).getRank();
+  std::optional<int64_t> axis;
+  for (auto [v, a] : llvm::zip_equal(op->getOperands(), operandAxes)) {
+    if (!a)
+      continue;
+    int64_t at = *a + rank - tensorType(v).getRank();
+    if (axis && *axis != at)
+      return emitBatchSplitError(
+          op, "its operands carry the batch on different axes");
+    axis = at;
+  }
+  // An operand without the batch must broadcast along it.
+  for (auto [v, a] : llvm::zip_equal(op->getOperands(), operandAxes)) {
+    auto t = tensorType(v);
+    int64_t at = *axis - (rank - t.getRank());
+    if (!a && at >= 0 && t.getDimSize(at) != 1)
+      return emitBatchSplitError(
+          op, "an operand that does not depend on the graph inputs has the "
+              "batch size on the batch axis");
+  }
+  resultAxes.push_back(axis);
+  return success();
+}
