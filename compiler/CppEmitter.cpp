@@ -24,6 +24,7 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
@@ -60,43 +61,44 @@ constexpr int64_t kCpuAlign = 64, kCudaAlign = 256;
 // (OpenMP); smaller ones cost more to wake a team for than they save.
 constexpr int64_t kParallelMin = 1 << 15;
 
-/// The scalar C++ expression an elementwise op computes from its operands'
-/// scalar expressions `a` (in operand order); nullopt for other ops. With an
-/// empty `a` it only answers whether `op` is elementwise.
-std::optional<std::string> scalarExpr(Operation *op, ArrayRef<std::string> a) {
-  if (!isa<nn::AddOp, nn::SubOp, nn::MulOp, nn::DivOp, nn::NegOp, nn::ReluOp,
-           nn::TanhOp, nn::SigmoidOp, nn::ErfOp, nn::ReluGradOp, nn::TanhGradOp,
-           nn::SigmoidGradOp, nn::ErfGradOp>(op))
-    return std::nullopt;
-  if (a.empty())
-    return std::string();
-  if (isa<nn::AddOp>(op))
-    return a[0] + " + " + a[1];
-  if (isa<nn::SubOp>(op))
-    return a[0] + " - " + a[1];
-  if (isa<nn::MulOp>(op))
-    return a[0] + " * " + a[1];
-  if (isa<nn::DivOp>(op))
-    return a[0] + " / " + a[1];
-  if (isa<nn::NegOp>(op))
-    return "-" + a[0];
-  if (isa<nn::ReluOp>(op))
-    return a[0] + " > 0.f ? " + a[0] + " : 0.f";
-  if (isa<nn::TanhOp>(op))
-    return "std::tanh(" + a[0] + ")";
-  if (isa<nn::SigmoidOp>(op))
-    return "1.f / (1.f + std::exp(-" + a[0] + "))";
-  if (isa<nn::ErfOp>(op))
-    return "std::erf(" + a[0] + ")";
-  if (isa<nn::ReluGradOp>(op))
-    return a[0] + " > 0.f ? " + a[1] + " : 0.f";
-  if (isa<nn::TanhGradOp>(op))
-    return a[1] + " * (1.f - " + a[0] + " * " + a[0] + ")";
-  if (isa<nn::SigmoidGradOp>(op))
-    return a[1] + " * (" + a[0] + " * (1.f - " + a[0] + "))";
-  // d/dx erf(x) = 2/sqrt(pi) * exp(-x^2)
-  return a[1] + " * (1.12837916709551257f * std::exp(-" + a[0] + " * " + a[0] +
-         "))";
+/// The scalar expression an elementwise op computes from its operands'
+/// scalar expressions `a` (in operand order), in C++ or (`cuda`) CUDA device
+/// code; nullopt for other ops. With an empty `a` it only answers whether
+/// `op` is elementwise.
+std::optional<std::string> scalarExpr(Operation *op, ArrayRef<std::string> a,
+                                      bool cuda) {
+  auto x = [&](size_t k) { return k < a.size() ? a[k] : std::string(); };
+  // CUDA device code calls the float math functions by their C names.
+  auto call = [&](StringRef fn, const std::string &arg) {
+    return (cuda ? fn.str() + "f(" : "std::" + fn.str() + "(") + arg + ")";
+  };
+  using Expr = std::optional<std::string>;
+  return llvm::TypeSwitch<Operation *, Expr>(op)
+      .Case([&](nn::AddOp) { return x(0) + " + " + x(1); })
+      .Case([&](nn::SubOp) { return x(0) + " - " + x(1); })
+      .Case([&](nn::MulOp) { return x(0) + " * " + x(1); })
+      .Case([&](nn::DivOp) { return x(0) + " / " + x(1); })
+      .Case([&](nn::NegOp) { return "-" + x(0); })
+      .Case([&](nn::ReluOp) { return x(0) + " > 0.f ? " + x(0) + " : 0.f"; })
+      .Case([&](nn::TanhOp) { return call("tanh", x(0)); })
+      .Case([&](nn::SigmoidOp) {
+        return "1.f / (1.f + " + call("exp", "-" + x(0)) + ")";
+      })
+      .Case([&](nn::ErfOp) { return call("erf", x(0)); })
+      .Case(
+          [&](nn::ReluGradOp) { return x(0) + " > 0.f ? " + x(1) + " : 0.f"; })
+      .Case([&](nn::TanhGradOp) {
+        return x(1) + " * (1.f - " + x(0) + " * " + x(0) + ")";
+      })
+      .Case([&](nn::SigmoidGradOp) {
+        return x(1) + " * (" + x(0) + " * (1.f - " + x(0) + "))";
+      })
+      // d/dx erf(x) = 2/sqrt(pi) * exp(-x^2)
+      .Case([&](nn::ErfGradOp) {
+        return x(1) + " * (1.12837916709551257f * " +
+               call("exp", "-" + x(0) + " * " + x(0)) + ")";
+      })
+      .Default([](Operation *) { return Expr(); });
 }
 
 int64_t alignUp(int64_t x, int64_t align) {
@@ -239,6 +241,27 @@ public:
 private:
   LogicalResult plan();
   LogicalResult emitOp(Operation *op);
+  // The printers of single ops (emitOp's TypeSwitch).
+  LogicalResult emit(nn::ReduceToOp o);
+  LogicalResult emit(nn::TransposeOp o);
+  LogicalResult emit(nn::ConcatOp o);
+  LogicalResult emit(nn::SliceOp o);
+  LogicalResult emit(nn::SoftmaxCrossEntropyOp o);
+  LogicalResult emit(nn::SoftmaxCrossEntropyGradOp o);
+  LogicalResult emit(pipeline::SGDUpdateOp o);
+  LogicalResult emit(pipeline::AdamUpdateOp o);
+  LogicalResult emit(pipeline::SendOp o);
+  LogicalResult emit(pipeline::RecvOp o);
+  LogicalResult emit(pipeline::ReportLossOp o);
+  LogicalResult emit(pipeline::AccumulateGradOp o);
+  /// A deferred weight-gradient GEMM: its operands are kept for the update.
+  void emitDeferredGemm(nn::GemmOp o, const StageState::DeferredGemm &d);
+  /// `outer` blocks of `count` elements from `src` to `dst`.
+  void emitBlockCopy(Value dst, int64_t dstStride, int64_t dstOffset, Value src,
+                     int64_t srcStride, int64_t srcOffset, int64_t outer,
+                     int64_t count, int64_t elemBytes);
+  /// Slot `k` of an update's optimizer state.
+  std::string statePtr(Operation *op, int k);
   std::string ptr(Value v, bool isConst = true);
   void formUnits();
   /// A pointer a loop or kernel reads or writes, named `name` inside it.
@@ -260,19 +283,6 @@ private:
   /// A GEMM, with `relu` (CUDA) applied in its epilogue.
   void emitGemm(nn::GemmOp gemm, nn::ReluOp relu);
   std::string emitConstant(nn::ConstantOp op);
-  /// CUDA device code calls the float math functions by their C names.
-  std::string deviceMath(std::string expr) const {
-    if (!stage.options.cuda)
-      return expr;
-    for (auto [from, to] :
-         {std::pair<std::string, std::string>{"std::tanh(", "tanhf("},
-          {"std::exp(", "expf("},
-          {"std::erf(", "erff("}})
-      for (size_t at = expr.find(from); at != std::string::npos;
-           at = expr.find(from, at))
-        expr.replace(at, from.size(), to);
-    return expr;
-  }
   /// After an update: the parameter's bf16 copy follows its new value.
   void emitShadowUpdate(Value param) {
     std::string shadow = shadowOf(param);
@@ -414,7 +424,7 @@ void FuncEmitter::formUnits() {
         continue;
       }
     }
-    bool elementwise = scalarExpr(&op, {}).has_value();
+    bool elementwise = scalarExpr(&op, {}, false).has_value();
     if (elementwise && open >= 0 &&
         tensorType(op.getResult(0)).getShape() ==
             tensorType(units[open].front()->getResult(0)).getShape()) {
@@ -618,7 +628,7 @@ void FuncEmitter::emitElementwise(ArrayRef<Operation *> group) {
                  args.push_back(names.lookup(v));
                std::string var = "v" + std::to_string(k);
                text += "      const float " + var + " = " +
-                       deviceMath(*scalarExpr(op, args)) + ";\n";
+                       *scalarExpr(op, args, stage.options.cuda) + ";\n";
                names[op->getResult(0)] = var;
              }
              for (auto [k, v] : llvm::enumerate(outs))
@@ -794,6 +804,7 @@ void FuncEmitter::emitGemm(nn::GemmOp o, nn::ReluOp relu) {
   os << ");\n";
 }
 
+// One printer per op: emitOp dispatches with a TypeSwitch.
 LogicalResult FuncEmitter::emitOp(Operation *op) {
   // Ops that only name storage (views, values) emit nothing.
   if (isa<nn::ParamOp, nn::ConstantOp, nn::ReshapeOp, func::ReturnOp,
@@ -804,203 +815,228 @@ LogicalResult FuncEmitter::emitOp(Operation *op) {
   if (auto name = dyn_cast<NameLoc>(op->getLoc()))
     os << " (node '" << name.getName().getValue() << "')";
   os << "\n";
-  if (scalarExpr(op, {}))
+  if (scalarExpr(op, {}, false))
     return emitElementwise(ArrayRef<Operation *>(op)), success();
-  if (auto it = stage.deferred.find(op); it != stage.deferred.end()) {
-    const StageState::DeferredGemm &d = it->second;
-    auto o = cast<nn::GemmOp>(op);
-    os << "  // weight gradient of '" << d.param
-       << "': operands kept for the update's GEMM\n";
-    os << copyCall("A + " + std::to_string(d.gOffset) + " + mb * " +
-                       std::to_string(d.rows * d.gCols * 4) + "LL",
-                   ptr(o.getA()), d.rows * d.gCols * 4);
-    os << copyCall("A + " + std::to_string(d.xOffset) + " + mb * " +
-                       std::to_string(d.rows * d.xCols * 4) + "LL",
-                   ptr(o.getB()), d.rows * d.xCols * 4);
+  if (auto it = stage.deferred.find(op); it != stage.deferred.end())
+    return emitDeferredGemm(cast<nn::GemmOp>(op), it->second), success();
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](nn::GemmOp o) { return emitGemm(o, nullptr), success(); })
+      .Case<nn::ReduceToOp, nn::TransposeOp, nn::ConcatOp, nn::SliceOp,
+            nn::SoftmaxCrossEntropyOp, nn::SoftmaxCrossEntropyGradOp,
+            pipeline::SGDUpdateOp, pipeline::AdamUpdateOp, pipeline::SendOp,
+            pipeline::RecvOp, pipeline::ReportLossOp,
+            pipeline::AccumulateGradOp>([&](auto o) { return emit(o); })
+      .Default([&](Operation *) {
+        return op->emitError("code generation does not support '")
+               << op->getName() << "' yet";
+      });
+}
+
+void FuncEmitter::emitDeferredGemm(nn::GemmOp o,
+                                   const StageState::DeferredGemm &d) {
+  os << "  // weight gradient of '" << d.param
+     << "': operands kept for the update's GEMM\n";
+  os << copyCall("A + " + std::to_string(d.gOffset) + " + mb * " +
+                     std::to_string(d.rows * d.gCols * 4) + "LL",
+                 ptr(o.getA()), d.rows * d.gCols * 4);
+  os << copyCall("A + " + std::to_string(d.xOffset) + " + mb * " +
+                     std::to_string(d.rows * d.xCols * 4) + "LL",
+                 ptr(o.getB()), d.rows * d.xCols * 4);
+}
+
+LogicalResult FuncEmitter::emit(nn::ReduceToOp o) {
+  auto in = tensorType(o.getInput()), out = tensorType(o.getOutput());
+  llvm::SmallVector<int64_t> padded(in.getRank() - out.getRank(), 1);
+  padded.append(out.getShape().begin(), out.getShape().end());
+  if (in.getRank() == 0) {
+    os << copyCall(ptr(o.getOutput(), false), ptr(o.getInput()), 4);
     return success();
   }
-  if (auto o = dyn_cast<nn::GemmOp>(op))
-    return emitGemm(o, nullptr), success();
-  if (auto o = dyn_cast<nn::ReduceToOp>(op)) {
-    auto in = tensorType(o.getInput()), out = tensorType(o.getOutput());
-    llvm::SmallVector<int64_t> padded(in.getRank() - out.getRank(), 1);
-    padded.append(out.getShape().begin(), out.getShape().end());
-    if (in.getRank() == 0) {
-      os << copyCall(ptr(o.getOutput(), false), ptr(o.getInput()), 4);
-      return success();
+  os << "  gp_reduce_to(" << ptr(o.getInput()) << ", "
+     << shapeArray(in.getShape()) << ", " << ptr(o.getOutput(), false) << ", "
+     << shapeArray(padded) << ", " << in.getRank() << ");\n";
+  return success();
+}
+
+void FuncEmitter::emitBlockCopy(Value dst, int64_t dstStride, int64_t dstOffset,
+                                Value src, int64_t srcStride, int64_t srcOffset,
+                                int64_t outer, int64_t count,
+                                int64_t elemBytes) {
+  os << "  gp_copy_blocks(" << ptr(dst, false) << " + " << dstOffset << ", "
+     << dstStride << ", " << ptr(src) << " + " << srcOffset << ", " << srcStride
+     << ", " << outer << ", " << count << ", " << elemBytes << ");\n";
+}
+
+/// The product of the dimensions before and after `axis`.
+static std::pair<int64_t, int64_t> outerInner(RankedTensorType t,
+                                              int64_t axis) {
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < t.getRank(); ++d) {
+    if (d < axis)
+      outer *= t.getDimSize(d);
+    if (d > axis)
+      inner *= t.getDimSize(d);
+  }
+  return {outer, inner};
+}
+
+LogicalResult FuncEmitter::emit(nn::TransposeOp o) {
+  auto in = tensorType(o.getInput()), out = tensorType(o.getOutput());
+  std::string elem = in.getElementType().isF32() ? "float" : "int64_t";
+  int64_t rank = in.getRank();
+  llvm::SmallVector<int64_t> inStride(rank, 1);
+  for (int64_t d = rank - 2; d >= 0; --d)
+    inStride[d] = inStride[d + 1] * in.getDimSize(d + 1);
+  std::string outIdx, inIdx;
+  int64_t stride = 1;
+  for (int64_t d = rank - 1; d >= 0; --d) {
+    std::string i = "i" + std::to_string(d);
+    outIdx +=
+        (outIdx.empty() ? "" : " + ") + i + " * " + std::to_string(stride);
+    inIdx += (inIdx.empty() ? "" : " + ") + i + " * " +
+             std::to_string(inStride[o.getPermutation()[d]]);
+    stride *= out.getDimSize(d);
+  }
+  emitForAll(out.getShape(),
+             {{"o", elem, false, ptr(o.getOutput(), false)},
+              {"x0", elem, true, ptr(o.getInput())}},
+             /*flat=*/rank == 0,
+             "      o[" + (rank ? outIdx : std::string("i")) + "] = x0[" +
+                 (rank ? inIdx : std::string("i")) + "];\n");
+  return success();
+}
+
+LogicalResult FuncEmitter::emit(nn::ConcatOp o) {
+  auto out = tensorType(o.getOutput());
+  int64_t axis = o.getAxis();
+  auto [outer, inner] = outerInner(out, axis);
+  int64_t elem = out.getElementType().isF32() ? 4 : 8;
+  int64_t start = 0;
+  for (Value in : o.getInputs()) {
+    int64_t len = tensorType(in).getDimSize(axis);
+    emitBlockCopy(o.getOutput(), out.getDimSize(axis) * inner, start * inner,
+                  in, len * inner, 0, outer, len * inner, elem);
+    start += len;
+  }
+  return success();
+}
+
+LogicalResult FuncEmitter::emit(nn::SliceOp o) {
+  auto in = tensorType(o.getInput()), out = tensorType(o.getOutput());
+  int64_t axis = o.getAxis();
+  auto [outer, inner] = outerInner(in, axis);
+  int64_t len = out.getDimSize(axis);
+  emitBlockCopy(o.getOutput(), len * inner, 0, o.getInput(),
+                in.getDimSize(axis) * inner, o.getStart() * inner, outer,
+                len * inner, in.getElementType().isF32() ? 4 : 8);
+  return success();
+}
+
+/// The ignore_index arguments of the softmax cross-entropy kernels.
+static std::string ignoreArgs(std::optional<int64_t> ignore) {
+  return std::to_string(ignore ? 1 : 0) + ", " +
+         std::to_string(ignore ? *ignore : 0) + "LL";
+}
+
+LogicalResult FuncEmitter::emit(nn::SoftmaxCrossEntropyOp o) {
+  auto lt = tensorType(o.getLogits());
+  // Labels read from a data file are checked, so a bad label is an error
+  // naming the input and sample (as torch raises), not a NaN loss.
+  Value labels = o.getLabels();
+  while (auto r = labels.getDefiningOp<nn::ReshapeOp>())
+    labels = r.getInput();
+  if (auto arg = dyn_cast<BlockArgument>(labels))
+    if (func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "nn.input")) {
+      // Checked on the host, in the data file's rows (a device arena is
+      // not readable from the host).
+      os << "  gp_check_input_labels(ctx, " << arg.getArgNumber() << ", mb, "
+         << lt.getDimSize(1) << ", " << ignoreArgs(o.getIgnoreIndex())
+         << ");\n";
     }
-    os << "  gp_reduce_to(" << ptr(o.getInput()) << ", "
-       << shapeArray(in.getShape()) << ", " << ptr(o.getOutput(), false) << ", "
-       << shapeArray(padded) << ", " << in.getRank() << ");\n";
-    return success();
-  }
-  auto blockCopy = [&](Value dst, int64_t dstStride, int64_t dstOffset,
-                       Value src, int64_t srcStride, int64_t srcOffset,
-                       int64_t outer, int64_t count, int64_t elemBytes) {
-    os << "  gp_copy_blocks(" << ptr(dst, false) << " + " << dstOffset << ", "
-       << dstStride << ", " << ptr(src) << " + " << srcOffset << ", "
-       << srcStride << ", " << outer << ", " << count << ", " << elemBytes
-       << ");\n";
-  };
-  auto outerInner = [](RankedTensorType t, int64_t axis) {
-    int64_t outer = 1, inner = 1;
-    for (int64_t d = 0; d < t.getRank(); ++d) {
-      if (d < axis)
-        outer *= t.getDimSize(d);
-      if (d > axis)
-        inner *= t.getDimSize(d);
-    }
-    return std::make_pair(outer, inner);
-  };
-  if (auto o = dyn_cast<nn::TransposeOp>(op)) {
-    auto in = tensorType(o.getInput()), out = tensorType(o.getOutput());
-    std::string elem = in.getElementType().isF32() ? "float" : "int64_t";
-    int64_t rank = in.getRank();
-    llvm::SmallVector<int64_t> inStride(rank, 1);
-    for (int64_t d = rank - 2; d >= 0; --d)
-      inStride[d] = inStride[d + 1] * in.getDimSize(d + 1);
-    std::string outIdx, inIdx;
-    int64_t stride = 1;
-    for (int64_t d = rank - 1; d >= 0; --d) {
-      std::string i = "i" + std::to_string(d);
-      outIdx +=
-          (outIdx.empty() ? "" : " + ") + i + " * " + std::to_string(stride);
-      inIdx += (inIdx.empty() ? "" : " + ") + i + " * " +
-               std::to_string(inStride[o.getPermutation()[d]]);
-      stride *= out.getDimSize(d);
-    }
-    emitForAll(out.getShape(),
-               {{"o", elem, false, ptr(o.getOutput(), false)},
-                {"x0", elem, true, ptr(o.getInput())}},
-               /*flat=*/rank == 0,
-               "      o[" + (rank ? outIdx : std::string("i")) + "] = x0[" +
-                   (rank ? inIdx : std::string("i")) + "];\n");
-    return success();
-  }
-  if (auto o = dyn_cast<nn::ConcatOp>(op)) {
-    auto out = tensorType(o.getOutput());
-    int64_t axis = o.getAxis();
-    auto [outer, inner] = outerInner(out, axis);
-    int64_t elem = out.getElementType().isF32() ? 4 : 8;
-    int64_t start = 0;
-    for (Value in : o.getInputs()) {
-      int64_t len = tensorType(in).getDimSize(axis);
-      blockCopy(o.getOutput(), out.getDimSize(axis) * inner, start * inner, in,
-                len * inner, 0, outer, len * inner, elem);
-      start += len;
-    }
-    return success();
-  }
-  if (auto o = dyn_cast<nn::SliceOp>(op)) {
-    auto in = tensorType(o.getInput()), out = tensorType(o.getOutput());
-    int64_t axis = o.getAxis();
-    auto [outer, inner] = outerInner(in, axis);
-    int64_t len = out.getDimSize(axis);
-    blockCopy(o.getOutput(), len * inner, 0, o.getInput(),
-              in.getDimSize(axis) * inner, o.getStart() * inner, outer,
-              len * inner, in.getElementType().isF32() ? 4 : 8);
-    return success();
-  }
-  auto ignoreArgs = [](std::optional<int64_t> ignore) {
-    return std::to_string(ignore ? 1 : 0) + ", " +
-           std::to_string(ignore ? *ignore : 0) + "LL";
-  };
-  if (auto o = dyn_cast<nn::SoftmaxCrossEntropyOp>(op)) {
-    auto lt = tensorType(o.getLogits());
-    // Labels read from a data file are checked, so a bad label is an error
-    // naming the input and sample (as torch raises), not a NaN loss.
-    Value labels = o.getLabels();
-    while (auto r = labels.getDefiningOp<nn::ReshapeOp>())
-      labels = r.getInput();
-    if (auto arg = dyn_cast<BlockArgument>(labels))
-      if (func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "nn.input")) {
-        // Checked on the host, in the data file's rows (a device arena is
-        // not readable from the host).
-        os << "  gp_check_input_labels(ctx, " << arg.getArgNumber() << ", mb, "
-           << lt.getDimSize(1) << ", " << ignoreArgs(o.getIgnoreIndex())
-           << ");\n";
-      }
-    FailureOr<std::string> norm =
-        lossNorm(op, o.getLabels(), o.getIgnoreIndex(), o.getMicrobatches());
-    if (failed(norm))
-      return failure();
-    os << "  gp_softmax_xent_fwd(" << ptr(o.getLogits()) << ", "
-       << ptr(o.getLabels()) << ", " << lt.getDimSize(0) << ", "
-       << lt.getDimSize(1) << ", " << ignoreArgs(o.getIgnoreIndex()) << ", "
-       << *norm << ", " << ptr(o.getLoss(), false) << ", nullptr);\n";
-    return success();
-  }
-  if (auto o = dyn_cast<nn::SoftmaxCrossEntropyGradOp>(op)) {
-    auto lt = tensorType(o.getLogits());
-    FailureOr<std::string> norm =
-        lossNorm(op, o.getLabels(), o.getIgnoreIndex(), o.getMicrobatches());
-    if (failed(norm))
-      return failure();
-    os << "  gp_softmax_xent_bwd(" << ptr(o.getLogits()) << ", "
-       << ptr(o.getLabels()) << ", " << lt.getDimSize(0) << ", "
-       << lt.getDimSize(1) << ", " << ignoreArgs(o.getIgnoreIndex()) << ", "
-       << *norm << ", " << ptr(o.getGrad()) << ", " << ptr(o.getOutput(), false)
-       << ");\n";
-    return success();
-  }
-  auto statePtr = [&](Operation *op, int k) {
-    return "((float *)(A + " + std::to_string(stage.optimizerState[op][k]) +
-           "))";
-  };
-  if (auto o = dyn_cast<pipeline::SGDUpdateOp>(op)) {
-    bool momentum = o.getMomentum().convertToDouble() > 0;
-    os << "  gp_sgd_update(" << ptr(o.getParam(), false) << ", "
-       << ptr(o.getGrad()) << ", " << (momentum ? statePtr(op, 0) : "nullptr")
-       << ", " << tensorType(o.getParam()).getNumElements() << ", "
-       << floatLit(o.getLr().convertToDouble()) << ", "
-       << floatLit(o.getMomentum().convertToDouble()) << ", "
-       << floatLit(o.getWeightDecay().convertToDouble()) << ", "
-       << o.getNesterov() << ", ctx->step);\n";
-    emitShadowUpdate(o.getParam());
-    return success();
-  }
-  if (auto o = dyn_cast<pipeline::AdamUpdateOp>(op)) {
-    os << "  gp_adam_update(" << ptr(o.getParam(), false) << ", "
-       << ptr(o.getGrad()) << ", " << statePtr(op, 0) << ", " << statePtr(op, 1)
-       << ", " << tensorType(o.getParam()).getNumElements() << ", "
-       << floatLit(o.getLr().convertToDouble()) << ", "
-       << floatLit(o.getBeta1().convertToDouble()) << ", "
-       << floatLit(o.getBeta2().convertToDouble()) << ", "
-       << floatLit(o.getEps().convertToDouble()) << ", "
-       << floatLit(o.getWeightDecay().convertToDouble()) << ", "
-       << o.getDecoupled() << ", ctx->step);\n";
-    emitShadowUpdate(o.getParam());
-    return success();
-  }
-  auto bytes = [](Value v) { return std::to_string(bytesOf(v)); };
-  if (auto o = dyn_cast<pipeline::SendOp>(op)) {
-    os << "  gp_send(ctx, " << o.getPeer() << ", " << o.getTag() << ", "
-       << ptr(o.getValue()) << ", " << bytes(o.getValue()) << ");\n";
-    return success();
-  }
-  if (auto o = dyn_cast<pipeline::RecvOp>(op)) {
-    os << "  gp_recv(ctx, " << o.getPeer() << ", " << o.getTag() << ", "
-       << ptr(o.getValue(), false) << ", " << bytes(o.getValue()) << ");\n";
-    return success();
-  }
-  if (auto o = dyn_cast<pipeline::ReportLossOp>(op)) {
-    os << "  gp_report_loss(ctx, " << ptr(o.getLoss()) << ");\n";
-    return success();
-  }
-  if (auto o = dyn_cast<pipeline::AccumulateGradOp>(op)) {
-    if (accumulateInPlace.contains(o.getGrad()))
-      return success(); // the GEMM accumulated into it
-    emitForAll(
-        tensorType(o.getGrad()).getShape(),
-        {{"acc", "float", false,
-          "((float *)(A + " +
-              std::to_string(stage.accumulator.lookup(o.getParam())) + "))"},
-         {"g", "float", true, ptr(o.getGrad())}},
-        /*flat=*/true, "      acc[i] += g[i];\n");
-    return success();
-  }
-  return op->emitError("code generation does not support '")
-         << op->getName() << "' yet";
+  FailureOr<std::string> norm =
+      lossNorm(o, o.getLabels(), o.getIgnoreIndex(), o.getMicrobatches());
+  if (failed(norm))
+    return failure();
+  os << "  gp_softmax_xent_fwd(" << ptr(o.getLogits()) << ", "
+     << ptr(o.getLabels()) << ", " << lt.getDimSize(0) << ", "
+     << lt.getDimSize(1) << ", " << ignoreArgs(o.getIgnoreIndex()) << ", "
+     << *norm << ", " << ptr(o.getLoss(), false) << ", nullptr);\n";
+  return success();
+}
+
+LogicalResult FuncEmitter::emit(nn::SoftmaxCrossEntropyGradOp o) {
+  auto lt = tensorType(o.getLogits());
+  FailureOr<std::string> norm =
+      lossNorm(o, o.getLabels(), o.getIgnoreIndex(), o.getMicrobatches());
+  if (failed(norm))
+    return failure();
+  os << "  gp_softmax_xent_bwd(" << ptr(o.getLogits()) << ", "
+     << ptr(o.getLabels()) << ", " << lt.getDimSize(0) << ", "
+     << lt.getDimSize(1) << ", " << ignoreArgs(o.getIgnoreIndex()) << ", "
+     << *norm << ", " << ptr(o.getGrad()) << ", " << ptr(o.getOutput(), false)
+     << ");\n";
+  return success();
+}
+
+std::string FuncEmitter::statePtr(Operation *op, int k) {
+  return "((float *)(A + " + std::to_string(stage.optimizerState[op][k]) + "))";
+}
+
+LogicalResult FuncEmitter::emit(pipeline::SGDUpdateOp o) {
+  bool momentum = o.getMomentum().convertToDouble() > 0;
+  os << "  gp_sgd_update(" << ptr(o.getParam(), false) << ", "
+     << ptr(o.getGrad()) << ", " << (momentum ? statePtr(o, 0) : "nullptr")
+     << ", " << tensorType(o.getParam()).getNumElements() << ", "
+     << floatLit(o.getLr().convertToDouble()) << ", "
+     << floatLit(o.getMomentum().convertToDouble()) << ", "
+     << floatLit(o.getWeightDecay().convertToDouble()) << ", "
+     << o.getNesterov() << ", ctx->step);\n";
+  emitShadowUpdate(o.getParam());
+  return success();
+}
+
+LogicalResult FuncEmitter::emit(pipeline::AdamUpdateOp o) {
+  os << "  gp_adam_update(" << ptr(o.getParam(), false) << ", "
+     << ptr(o.getGrad()) << ", " << statePtr(o, 0) << ", " << statePtr(o, 1)
+     << ", " << tensorType(o.getParam()).getNumElements() << ", "
+     << floatLit(o.getLr().convertToDouble()) << ", "
+     << floatLit(o.getBeta1().convertToDouble()) << ", "
+     << floatLit(o.getBeta2().convertToDouble()) << ", "
+     << floatLit(o.getEps().convertToDouble()) << ", "
+     << floatLit(o.getWeightDecay().convertToDouble()) << ", "
+     << o.getDecoupled() << ", ctx->step);\n";
+  emitShadowUpdate(o.getParam());
+  return success();
+}
+
+LogicalResult FuncEmitter::emit(pipeline::SendOp o) {
+  os << "  gp_send(ctx, " << o.getPeer() << ", " << o.getTag() << ", "
+     << ptr(o.getValue()) << ", " << bytesOf(o.getValue()) << ");\n";
+  return success();
+}
+
+LogicalResult FuncEmitter::emit(pipeline::RecvOp o) {
+  os << "  gp_recv(ctx, " << o.getPeer() << ", " << o.getTag() << ", "
+     << ptr(o.getValue(), false) << ", " << bytesOf(o.getValue()) << ");\n";
+  return success();
+}
+
+LogicalResult FuncEmitter::emit(pipeline::ReportLossOp o) {
+  os << "  gp_report_loss(ctx, " << ptr(o.getLoss()) << ");\n";
+  return success();
+}
+
+LogicalResult FuncEmitter::emit(pipeline::AccumulateGradOp o) {
+  if (accumulateInPlace.contains(o.getGrad()))
+    return success(); // the GEMM accumulated into it
+  emitForAll(
+      tensorType(o.getGrad()).getShape(),
+      {{"acc", "float", false,
+        "((float *)(A + " +
+            std::to_string(stage.accumulator.lookup(o.getParam())) + "))"},
+       {"g", "float", true, ptr(o.getGrad())}},
+      /*flat=*/true, "      acc[i] += g[i];\n");
+  return success();
 }
 
 /// "node 'fc1' (nn.gemm)" or "nodes 'a' (nn.add), 'b' (nn.relu)" as a C
