@@ -1,5 +1,5 @@
 // gpipe-compile: compiles an ONNX training graph into stage executables.
-#include "compiler/Driver.h"
+#include "compiler/driver/Driver.h"
 #include "tools/CommandLine.h"
 
 #include <boost/program_options.hpp>

@@ -8,6 +8,6 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   build-essential cmake ninja-build lld git ca-certificates \
   llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools \
   libonnx-dev libprotobuf-dev protobuf-compiler \
-  libboost-program-options-dev libopenmpi-dev openmpi-bin \
+  libboost-program-options-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin \
   libdnnl-dev libopenblas-dev libopenblas0-pthread libgtest-dev \
   python3 python3-numpy python3-onnx python3-torch > /dev/null

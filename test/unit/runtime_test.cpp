@@ -1,10 +1,13 @@
-// Unit tests of the CPU runtime: npy I/O, kernels, optimizers and gp_main.
+// Unit tests of the CPU runtime: npy I/O, kernels, optimizers, gp_main and
+// the pipeline.json manifest.
+#include "gpipe/manifest.h"
 #include "gpipe/runtime.h"
 #include "npy.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -1272,6 +1275,266 @@ TEST(GpMainDeath, TransportAndInputMisuse) {
               testing::ExitedWithCode(1),
               "stage 0: invalid program: gp_load_input of input 7; the stage "
               "has 0 graph input\\(s\\)");
+}
+
+//===----------------------------------------------------------------------===//
+// The pipeline.json manifest (gpipe/manifest.h)
+//===----------------------------------------------------------------------===//
+
+namespace mf = gpipe::manifest;
+
+/// A 2-stage CUDA manifest with every field set.
+mf::Manifest fullManifest() {
+  mf::Manifest m;
+  m.buildId = "0123456789abcdef";
+  m.sourceModel = "/models/mlp.onnx";
+  m.target = "cuda";
+  m.precision = "bf16";
+  m.allowTf32 = false;
+  m.cudaArch = {80, 90};
+  m.batchSize = 32;
+  m.microbatches = 4;
+  m.microbatchSize = 8;
+  m.remat = "stage";
+  m.schedule = "1f1b";
+  m.loss = "loss";
+  m.lossStage = 1;
+  m.optimizer.kind = "adamw";
+  m.optimizer.lr = 0.01;
+  m.optimizer.betas = {0.8, 0.99};
+  m.optimizer.eps = 1e-6;
+  m.optimizer.weightDecay = 0.1;
+  m.inputs = {{"x", "float32", {32, 20}, 0}, {"y", "int64", {32}, 1}};
+  for (int64_t s = 0; s < 2; ++s) {
+    mf::Stage st;
+    st.index = st.rank = s;
+    st.executable = "stage" + std::to_string(s);
+    st.flopsPerStep = 1000 + s;
+    st.forwardFlopsPerMicrobatch = 100 + s;
+    st.backwardFlopsPerMicrobatch = 200 + s;
+    st.inputs = {s == 0 ? "x" : "y"};
+    st.params = {{"fc" + std::to_string(s) + ".weight",
+                  "fc" + std::to_string(s) + ".weight.npy",
+                  {32, 20}}};
+    int64_t v = 1;
+    for (int64_t *field :
+         {&st.memory.arenaBytes, &st.memory.parameterBytes,
+          &st.memory.optimizerStateBytes, &st.memory.gradientBytes,
+          &st.memory.activationBytesPerMicrobatch,
+          &st.memory.inFlightMicrobatches, &st.memory.activationBytes,
+          &st.memory.transientPeakBytes, &st.memory.inputBytesPerMicrobatch,
+          &st.memory.constantBytes, &st.memory.bf16CopyBytes,
+          &st.memory.arenaConstantBytes, &st.memory.scratchBytes,
+          &st.memory.sendStagingBytes})
+      *field = 64 * v++ + s;
+    st.boundaries = {{s == 0 ? "send" : "recv", "forward", 1 - s, 0,
+                      "tensor<8x32xf32>", 1024},
+                     {s == 0 ? "recv" : "send", "backward", 1 - s, 1,
+                      "tensor<8x32xf32>", 1024}};
+    st.schedule = {"F0", "F1", "B0", "B1", "U"};
+    m.stages.push_back(st);
+  }
+  return m;
+}
+
+bool sameMemory(const mf::Memory &a, const mf::Memory &b) {
+  return a.arenaBytes == b.arenaBytes && a.parameterBytes == b.parameterBytes &&
+         a.optimizerStateBytes == b.optimizerStateBytes &&
+         a.gradientBytes == b.gradientBytes &&
+         a.activationBytesPerMicrobatch == b.activationBytesPerMicrobatch &&
+         a.inFlightMicrobatches == b.inFlightMicrobatches &&
+         a.activationBytes == b.activationBytes &&
+         a.transientPeakBytes == b.transientPeakBytes &&
+         a.inputBytesPerMicrobatch == b.inputBytesPerMicrobatch &&
+         a.constantBytes == b.constantBytes &&
+         a.bf16CopyBytes == b.bf16CopyBytes &&
+         a.arenaConstantBytes == b.arenaConstantBytes &&
+         a.scratchBytes == b.scratchBytes &&
+         a.sendStagingBytes == b.sendStagingBytes;
+}
+
+/// Reads `text` as DIR/pipeline.json; returns the error ("" if it read).
+std::string readManifestText(const TempDir &dir, const std::string &text,
+                             mf::Manifest &m) {
+  writeBytes(dir / "pipeline.json", text);
+  std::string err;
+  if (mf::readManifest(dir / "pipeline.json", m, err))
+    return "";
+  EXPECT_FALSE(err.empty());
+  return err;
+}
+
+TEST(Manifest, WrittenManifestReadsBackTheSame) {
+  TempDir dir;
+  mf::Manifest w = fullManifest(), r;
+  ASSERT_EQ(readManifestText(dir, mf::writeManifest(w), r), "");
+  EXPECT_EQ(r.version, 2);
+  EXPECT_EQ(r.buildId, w.buildId);
+  EXPECT_EQ(r.model, "model.onnx");
+  EXPECT_EQ(r.sourceModel, w.sourceModel);
+  EXPECT_EQ(r.target, "cuda");
+  EXPECT_EQ(r.precision, "bf16");
+  EXPECT_EQ(r.cudaArch, w.cudaArch);
+  EXPECT_EQ(r.batchSize, 32);
+  EXPECT_EQ(r.microbatches, 4);
+  EXPECT_EQ(r.microbatchSize, 8);
+  EXPECT_EQ(r.remat, "stage");
+  EXPECT_EQ(r.schedule, "1f1b");
+  EXPECT_EQ(r.loss, "loss");
+  EXPECT_EQ(r.lossStage, 1);
+  EXPECT_EQ(r.optimizer.kind, "adamw");
+  EXPECT_EQ(r.optimizer.lr, 0.01);
+  EXPECT_EQ(r.optimizer.betas, (std::array<double, 2>{0.8, 0.99}));
+  EXPECT_EQ(r.optimizer.eps, 1e-6);
+  EXPECT_EQ(r.optimizer.weightDecay, 0.1);
+  ASSERT_EQ(r.inputs.size(), 2u);
+  EXPECT_EQ(r.inputs[1].name, "y");
+  EXPECT_EQ(r.inputs[1].dtype, "int64");
+  EXPECT_EQ(r.inputs[1].shape, std::vector<int64_t>{32});
+  EXPECT_EQ(r.inputs[1].stage, 1);
+  ASSERT_EQ(r.stages.size(), 2u);
+  for (size_t s = 0; s < 2; ++s) {
+    const mf::Stage &a = r.stages[s], &b = w.stages[s];
+    EXPECT_EQ(a.index, b.index);
+    EXPECT_EQ(a.rank, b.rank);
+    EXPECT_EQ(a.executable, b.executable);
+    EXPECT_EQ(a.weights, "weights");
+    EXPECT_EQ(a.flopsPerStep, b.flopsPerStep);
+    EXPECT_EQ(a.forwardFlopsPerMicrobatch, b.forwardFlopsPerMicrobatch);
+    EXPECT_EQ(a.backwardFlopsPerMicrobatch, b.backwardFlopsPerMicrobatch);
+    EXPECT_EQ(a.inputs, b.inputs);
+    ASSERT_EQ(a.params.size(), 1u);
+    EXPECT_EQ(a.params[0].name, b.params[0].name);
+    EXPECT_EQ(a.params[0].file, b.params[0].file);
+    EXPECT_EQ(a.params[0].shape, b.params[0].shape);
+    EXPECT_TRUE(sameMemory(a.memory, b.memory));
+    ASSERT_EQ(a.boundaries.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(a.boundaries[i].direction, b.boundaries[i].direction);
+      EXPECT_EQ(a.boundaries[i].phase, b.boundaries[i].phase);
+      EXPECT_EQ(a.boundaries[i].peer, b.boundaries[i].peer);
+      EXPECT_EQ(a.boundaries[i].tag, b.boundaries[i].tag);
+      EXPECT_EQ(a.boundaries[i].type, b.boundaries[i].type);
+      EXPECT_EQ(a.boundaries[i].bytes, b.boundaries[i].bytes);
+    }
+    EXPECT_EQ(a.schedule, b.schedule);
+  }
+  // Written again, it is the same text.
+  EXPECT_EQ(mf::writeManifest(r), mf::writeManifest(w));
+}
+
+TEST(Manifest, WritesTargetAndOptimizerFieldsOnlyWhereTheyApply) {
+  mf::Manifest m = fullManifest();
+  m.target = "cpu";
+  m.precision = "fp32";
+  m.optimizer.kind = "sgd";
+  m.optimizer.momentum = 0.9;
+  std::string text = mf::writeManifest(m);
+  for (const char *absent :
+       {"allow_tf32", "cuda_arch", "bf16_copy_bytes", "arena_constant_bytes",
+        "scratch_bytes", "send_staging_bytes", "betas", "\"eps\""})
+    EXPECT_EQ(text.find(absent), std::string::npos) << absent;
+  EXPECT_NE(text.find("\"momentum\": 0.9,\n"), std::string::npos);
+  EXPECT_NE(text.find("\"nesterov\": false"), std::string::npos);
+  // The fields in the order of docs/formats.md, two-space indented.
+  EXPECT_EQ(text.rfind("{\n  \"format\": \"gpipe-pipeline\",\n  \"version\": "
+                       "2,\n  \"build_id\": ",
+                       0),
+            0u);
+  EXPECT_LT(text.find("\"precision\""), text.find("\"batch_size\""));
+  EXPECT_LT(text.find("\"loss_stage\""), text.find("\"optimizer\""));
+  EXPECT_EQ(text.back(), '\n');
+  // CPU with bf16 (emulated) reports the bf16 copies, not the CUDA sizes.
+  m.precision = "bf16";
+  text = mf::writeManifest(m);
+  EXPECT_NE(text.find("bf16_copy_bytes"), std::string::npos);
+  EXPECT_EQ(text.find("scratch_bytes"), std::string::npos);
+}
+
+TEST(Manifest, ReadsAMinimalDescriptionWithDefaults) {
+  // What hand-written pipelines (test/pipeline) and version 1 carry.
+  TempDir dir;
+  mf::Manifest m;
+  ASSERT_EQ(readManifestText(dir,
+                             R"({"format": "gpipe-pipeline", "stages": [
+                                 {"executable": "stage0", "params": []}]})",
+                             m),
+            "");
+  EXPECT_EQ(m.version, 1);
+  EXPECT_EQ(m.target, "cpu");
+  ASSERT_EQ(m.stages.size(), 1u);
+  EXPECT_EQ(m.stages[0].index, 0);
+  EXPECT_EQ(m.stages[0].rank, 0);
+  EXPECT_EQ(m.stages[0].weights, "weights");
+  EXPECT_TRUE(m.stages[0].schedule.empty());
+}
+
+TEST(Manifest, ErrorsNameTheFileAndTheField) {
+  TempDir dir;
+  std::string path = dir / "pipeline.json";
+  mf::Manifest m;
+  std::string err;
+  EXPECT_FALSE(mf::readManifest(dir / "none.json", m, err));
+  EXPECT_EQ(err,
+            dir / "none.json" + ": cannot read (No such file or directory)");
+  EXPECT_FALSE(mf::readManifest(dir.str(), m, err));
+  EXPECT_EQ(err, dir.str() + ": cannot read (Is a directory)");
+
+  std::string head = R"({"format": "gpipe-pipeline", "version": 2, )";
+  std::string stage = R"({"executable": "stage0", "params": []})";
+  struct Case {
+    std::string text, error;
+  } cases[] = {
+      {"", "invalid JSON: parse error at line 1, column 1: "},
+      {head + R"("stages": [)",
+       "invalid JSON: parse error at line 1, column 55: syntax error while "
+       "parsing value - unexpected end of input"},
+      {"[1, 2]", "not a gpipe pipeline description"},
+      {R"({"format": "onnx"})", "not a gpipe pipeline description"},
+      {R"({"format": "gpipe-pipeline", "version": 3, "stages": []})",
+       "version 3 is not supported (versions 1 and 2)"},
+      {R"({"format": "gpipe-pipeline", "version": "2"})",
+       "'version' must be an integer"},
+      {head + R"("stages": []})", "no stages"},
+      {head + R"("stages": {}})", "'stages' must be an array"},
+      {head + R"("stages": [7]})", "'stages[0]' must be an object"},
+      {R"({"format": "gpipe-pipeline", "stages": [)" + stage + ", " + stage +
+           "]}",
+       "2 stages in a version 1 pipeline description (one stage)"},
+      {head + R"("stages": [{"params": []}]})",
+       "'stages[0].executable' is missing"},
+      {head + R"("stages": [{"executable": "stage0"}]})",
+       "'stages[0].params' is missing"},
+      {head + R"("stages": [{"index": 1, "executable": "s", "params": []}]})",
+       "stage 0 has index 1"},
+      {head + R"("stages": [{"executable": "s", "params": [{"name": "w",
+          "file": "w.npy", "shape": [2, 2.5]}]}]})",
+       "'stages[0].params[0].shape' must be an array of integers"},
+      {head + R"("stages": [{"executable": "s", "params": [{"name": "w",
+          "shape": [2]}]}]})",
+       "'stages[0].params[0].file' is missing"},
+      {head + R"("stages": [{"executable": "s", "params": [],
+          "memory": {"arena_bytes": "big"}}]})",
+       "'stages[0].memory.arena_bytes' must be an integer"},
+      {head + R"("stages": [{"executable": "s", "params": [],
+          "boundaries": [{"tag": -1.5}]}]})",
+       "'stages[0].boundaries[0].tag' must be an integer"},
+      {head + R"("stages": [{"executable": "s", "params": [],
+          "schedule": ["F0", 1]}]})",
+       "'stages[0].schedule' must be an array of strings"},
+      {head + R"("optimizer": {"betas": [0.9]}, "stages": [)" + stage + "]}",
+       "'optimizer.betas' must be an array of two numbers"},
+      {head + R"("optimizer": {"lr": null}, "stages": [)" + stage + "]}",
+       "'optimizer.lr' must be a number"},
+      {head + R"("batch_size": 18446744073709551615, "stages": [)" + stage +
+           "]}",
+       "'batch_size' must be an integer"},
+  };
+  for (const Case &c : cases) {
+    std::string got = readManifestText(dir, c.text, m);
+    EXPECT_EQ(got.rfind(path + ": " + c.error, 0), 0u)
+        << "input: " << c.text << "\nerror: " << got;
+  }
 }
 
 } // namespace

@@ -1,20 +1,14 @@
-// gpipe-run: launches the stage executables of a compiled pipeline and trains:
-// a 1-stage pipeline directly, a K-stage one under mpirun (one rank per
-// stage), and blames the stage that failed from the stages' status files.
-#include "compiler/ExternalData.h"
-#include "npy.h" // the runtime's .npy reader
-#include "tools/CommandLine.h"
+// gpipe-run's launcher: a 1-stage pipeline runs directly, a K-stage one
+// under mpirun (one rank per stage); the stages' status files say which
+// stage failed.
+#include "tools/gpipe-run/Launcher.h"
 
+#include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringRef.h"
 #include "llvm/Support/FileSystem.h"
-#include "llvm/Support/JSON.h"
-#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Process.h"
 #include "llvm/Support/Program.h"
-#include "llvm/Support/raw_ostream.h"
-
-#include <boost/program_options.hpp>
-#include <onnx/onnx_pb.h>
 
 #include <cerrno>
 #include <csignal>
@@ -23,160 +17,22 @@
 #include <fcntl.h>
 #include <fstream>
 #include <iostream>
-#include <map>
 #include <poll.h>
-#include <set>
 #include <spawn.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-namespace po = boost::program_options;
-
 extern char **environ;
 
-namespace {
+namespace gpipe::run {
 
 int fail(const std::string &msg) {
   std::cerr << "gpipe-run: error: " << msg << "\n";
   return 1;
 }
 
-struct ParamEntry {
-  std::string name, file;
-  std::vector<int64_t> shape;
-};
-
-struct StageEntry {
-  std::string executable; // relative to OUT
-  std::string weights;    // relative to OUT
-  std::vector<ParamEntry> params;
-};
-
-struct Pipeline {
-  int64_t version = 1;
-  std::string sourceModel;
-  std::string target = "cpu";
-  std::vector<StageEntry> stages;
-  std::vector<ParamEntry> params; // every stage's, for --save-onnx
-};
-
-/// Reads OUT/pipeline.json (version 1: one stage; version 2: K stages, one
-/// MPI rank each); returns an error message or "".
-std::string readPipeline(const std::string &out, Pipeline &p) {
-  std::string path = out + "/pipeline.json";
-  auto buf = llvm::MemoryBuffer::getFile(path);
-  if (!buf)
-    return path + ": cannot read (" + buf.getError().message() + "); is " +
-           out + " a gpipe-compile output directory?";
-  llvm::Expected<llvm::json::Value> json =
-      llvm::json::parse((*buf)->getBuffer());
-  if (!json)
-    return path + ": invalid JSON: " + llvm::toString(json.takeError());
-  const llvm::json::Object *root = json->getAsObject();
-  if (!root || root->getString("format") != "gpipe-pipeline")
-    return path + ": not a gpipe pipeline description";
-  p.version = root->getInteger("version").value_or(1);
-  if (p.version != 1 && p.version != 2)
-    return path + ": version " + std::to_string(p.version) +
-           " is not supported by this gpipe-run (versions 1 and 2)";
-  if (auto src = root->getString("source_model"))
-    p.sourceModel = src->str();
-  if (auto target = root->getString("target"))
-    p.target = target->str();
-  const llvm::json::Array *stages = root->getArray("stages");
-  if (!stages || stages->empty())
-    return path + ": no stages";
-  if (p.version == 1 && stages->size() != 1)
-    return path + ": " + std::to_string(stages->size()) +
-           " stages in a version 1 pipeline description (one stage)";
-  std::set<std::string> seen;
-  for (size_t s = 0; s < stages->size(); ++s) {
-    std::string where = "stage " + std::to_string(s);
-    const llvm::json::Object *stage = (*stages)[s].getAsObject();
-    if (!stage || !stage->getString("executable") || !stage->getArray("params"))
-      return path + ": " + where + " lacks 'executable' or 'params'";
-    if (auto index = stage->getInteger("index"))
-      if (*index != static_cast<int64_t>(s))
-        return path + ": " + where + " has index " + std::to_string(*index);
-    StageEntry e;
-    e.executable = stage->getString("executable")->str();
-    e.weights = stage->getString("weights").value_or("weights").str();
-    for (const llvm::json::Value &v : *stage->getArray("params")) {
-      const llvm::json::Object *o = v.getAsObject();
-      if (!o || !o->getString("name") || !o->getString("file") ||
-          !o->getArray("shape"))
-        return path + ": malformed parameter entry in " + where;
-      ParamEntry pe{
-          o->getString("name")->str(), o->getString("file")->str(), {}};
-      for (const llvm::json::Value &d : *o->getArray("shape"))
-        pe.shape.push_back(d.getAsInteger().value_or(-1));
-      e.params.push_back(pe);
-      // A parameter lives in one stage; keep the first if listed twice.
-      if (seen.insert(pe.name).second)
-        p.params.push_back(std::move(pe));
-    }
-    p.stages.push_back(std::move(e));
-  }
-  return "";
-}
-
-/// Writes the compiled model with every trained parameter replaced, under the
-/// same initializer names; atomically (FILE.tmp, then rename).
-int saveOnnx(const std::string &out, const Pipeline &p,
-             const std::string &trainedDir, const std::string &dest) {
-  std::string modelPath = out + "/model.onnx";
-  std::ifstream in(modelPath, std::ios::binary);
-  onnx::ModelProto model;
-  if (!in || !model.ParseFromIstream(&in))
-    return fail(modelPath + ": cannot read the compiled model");
-  std::map<std::string, const ParamEntry *> byName;
-  for (const ParamEntry &e : p.params)
-    byName[e.name] = &e;
-  std::string srcDir = llvm::sys::path::parent_path(p.sourceModel).str();
-  for (onnx::TensorProto &t : *model.mutable_graph()->mutable_initializer()) {
-    auto it = byName.find(t.name());
-    if (it == byName.end()) {
-      // Untrained initializers keep their value; inline external data so the
-      // saved model stands on its own.
-      if (t.data_location() == onnx::TensorProto::EXTERNAL) {
-        std::string data, err;
-        if (!gpipe::readExternalData(t, srcDir, data, err))
-          return fail(err);
-        t.clear_external_data();
-        t.set_data_location(onnx::TensorProto::DEFAULT);
-        t.set_raw_data(data);
-      }
-      continue;
-    }
-    std::string file = trainedDir + "/" + it->second->file;
-    gpipe::NpyFile npy;
-    std::string err;
-    if (!npy.open(file, GP_F32, err))
-      return fail(err);
-    if (npy.shape() != it->second->shape)
-      return fail(file + ": shape " + gpipe::shapeToString(npy.shape()) +
-                  " differs from parameter '" + t.name() + "' " +
-                  gpipe::shapeToString(it->second->shape));
-    t.clear_float_data();
-    t.clear_external_data();
-    t.set_data_location(onnx::TensorProto::DEFAULT);
-    t.set_raw_data(reinterpret_cast<const char *>(npy.data()), npy.dataBytes());
-  }
-  std::string tmp = dest + ".tmp";
-  {
-    std::ofstream os(tmp, std::ios::binary | std::ios::trunc);
-    if (!os || !model.SerializeToOstream(&os) || !os.flush())
-      return llvm::sys::fs::remove(tmp), fail("cannot write " + tmp);
-  }
-  if (std::error_code ec = llvm::sys::fs::rename(tmp, dest))
-    return fail("cannot move " + tmp + " to " + dest + ": " + ec.message());
-  return 0;
-}
-
-//===----------------------------------------------------------------------===//
-// Launching the stages
-//===----------------------------------------------------------------------===//
+namespace {
 
 /// The child being waited for (mpirun or the single stage), and the first
 /// termination signal gpipe-run received meanwhile.
@@ -481,84 +337,18 @@ std::string formatSeconds(double s) {
 
 } // namespace
 
-int main(int argc, char **argv) {
-  std::string out, data, logJson, saveOnnxPath, weightsOut, hostfile;
-  std::vector<std::string> mpirunArgs;
-  int64_t steps = 1, threads = 1;
-  double commTimeout = 300.0;
-  bool quiet = false;
-  po::options_description opts("Options");
-  opts.add_options()("help,h", "print this help and exit")(
-      "data", po::value(&data)->value_name("DIR"),
-      "one <input>.npy per graph input (first axis = sample; float32 or "
-      "int64 as the model declares; every file the same number of samples)")(
-      "steps", po::value(&steps)->default_value(1)->value_name("N"),
-      "optimizer steps; step s (1-based) takes samples [((s-1) mod nb)*B, +B), "
-      "nb = samples / B (a last partial batch is dropped)")(
-      "log-json", po::value(&logJson)->value_name("FILE"),
-      "write one JSON object per step: {\"step\":s,\"loss\":l,\"ms\":t}")(
-      "save-onnx", po::value(&saveOnnxPath)->value_name("FILE"),
-      "write the input model with every trained parameter (float32 "
-      "initializer) replaced by its trained value, same names")(
-      "weights-out", po::value(&weightsOut)->value_name("DIR"),
-      "where the trained weights go (default OUT/trained)")(
-      "threads", po::value(&threads)->default_value(1)->value_name("T"),
-      "CPU threads per stage process (oneDNN GEMMs and OpenMP loops)")(
-      "comm-timeout",
-      po::value(&commTimeout)->default_value(300.0, "300")->value_name("S"),
-      "CUDA target: end the run, naming the stage and the transfer, when a "
-      "step's transfers make no progress for S seconds (a dead or stuck "
-      "peer)")(
-      "hostfile", po::value(&hostfile)->value_name("FILE"),
-      "run the stages under mpirun on the hosts of this Open MPI hostfile "
-      "(OUT and the data at the same paths on every host)")(
-      "mpirun-arg", po::value(&mpirunArgs)->composing()->value_name("ARG"),
-      "pass ARG to mpirun (repeatable), e.g. --mpirun-arg=--mca "
-      "--mpirun-arg=btl_tcp_if_include --mpirun-arg=eth0")(
-      "quiet,q", po::bool_switch(&quiet), "no per-step loss lines");
-  po::variables_map vm;
-  if (!gpipe::parseCommandLine(argc, argv, "gpipe-run", opts, "out", out, vm))
-    return 2;
-  if (vm.count("help")) {
-    std::cout << "usage: gpipe-run OUT --data DIR --steps N [options]\n\n"
-                 "Trains the pipeline that gpipe-compile wrote to OUT: a "
-                 "1-stage pipeline runs\nits executable directly, a K-stage "
-                 "one runs under mpirun (K ranks; the\nmpirun in PATH, or "
-                 "$GPIPE_MPIRUN).\n\n"
-              << opts;
-    return 0;
-  }
-  if (out.empty())
-    return std::cerr << "gpipe-run: error: no pipeline directory given\n", 2;
-  if (steps < 0)
-    return std::cerr << "gpipe-run: error: --steps must be >= 0\n", 2;
-  if (threads < 1 || threads > 4096)
-    return std::cerr << "gpipe-run: error: --threads must be in [1, 4096]\n", 2;
-  if (!(commTimeout > 0.0) || commTimeout > 1e6)
-    return std::cerr << "gpipe-run: error: --comm-timeout must be in (0, 1e6] "
-                        "seconds\n",
-           2;
-  if (!hostfile.empty() && !llvm::sys::fs::is_regular_file(hostfile))
-    return std::cerr << "gpipe-run: error: --hostfile " << hostfile
-                     << ": no such file\n",
-           2;
-
-  Pipeline p;
-  if (std::string err = readPipeline(out, p); !err.empty())
-    return fail(err);
-  const size_t numStages = p.stages.size();
+int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
+  const size_t numStages = m.stages.size();
   std::vector<std::string> exes;
   for (size_t s = 0; s < numStages; ++s) {
-    std::string exe = out + "/" + p.stages[s].executable;
+    std::string exe = o.out + "/" + m.stages[s].executable;
     if (!llvm::sys::fs::can_execute(exe))
       return fail(exe + ": stage " + std::to_string(s) +
                   " executable is missing or not executable "
                   "(was the pipeline compiled with --emit exe?)");
     exes.push_back(exe);
   }
-  if (weightsOut.empty())
-    weightsOut = out + "/trained";
-  const bool useMpi = numStages > 1 || !hostfile.empty();
+  const bool useMpi = numStages > 1 || !o.hostfile.empty();
 
   std::string mpirun;
   if (useMpi) {
@@ -582,7 +372,7 @@ int main(int argc, char **argv) {
   }
 
   std::string err;
-  std::string statusDir = makeStatusDir(out, !hostfile.empty(), err);
+  std::string statusDir = makeStatusDir(o.out, !o.hostfile.empty(), err);
   if (statusDir.empty())
     return fail(err);
   auto statusPath = [&](size_t s) {
@@ -598,27 +388,27 @@ int main(int argc, char **argv) {
   auto stageArgs = [&](size_t s) {
     std::vector<std::string> a = {exes[s],
                                   "--weights-in",
-                                  out + "/" + p.stages[s].weights,
+                                  o.out + "/" + m.stages[s].weights,
                                   "--weights-out",
-                                  weightsOut,
+                                  o.weightsOut,
                                   "--steps",
-                                  std::to_string(steps),
+                                  std::to_string(o.steps),
                                   "--threads",
-                                  std::to_string(threads),
+                                  std::to_string(o.threads),
                                   "--status-file",
                                   statusPath(s)};
-    if (!data.empty())
-      a.insert(a.end(), {"--data", data});
+    if (!o.data.empty())
+      a.insert(a.end(), {"--data", o.data});
     // Only CUDA stage programs know the flag (older CPU ones reject it).
-    if (p.target == "cuda")
-      a.insert(a.end(), {"--comm-timeout", formatSeconds(commTimeout)});
+    if (m.target == "cuda")
+      a.insert(a.end(), {"--comm-timeout", formatSeconds(o.commTimeout)});
     // Each stage checks that the description matches what it was compiled
     // with (version 1 predates the check).
-    if (p.version >= 2)
-      a.insert(a.end(), {"--pipeline", out + "/pipeline.json"});
-    if (!logJson.empty())
-      a.insert(a.end(), {"--log-json", logJson});
-    if (quiet)
+    if (m.version >= 2)
+      a.insert(a.end(), {"--pipeline", o.out + "/pipeline.json"});
+    if (!o.logJson.empty())
+      a.insert(a.end(), {"--log-json", o.logJson});
+    if (o.quiet)
       a.push_back("--quiet");
     return a;
   };
@@ -638,7 +428,7 @@ int main(int argc, char **argv) {
         var.starts_with("OMPI_MCA_btl_vader_single_copy_mechanism=");
     env.push_back(*e);
   }
-  env.push_back("OMP_NUM_THREADS=" + std::to_string(threads));
+  env.push_back("OMP_NUM_THREADS=" + std::to_string(o.threads));
 
   std::vector<std::string> cmd;
   if (!useMpi) {
@@ -649,8 +439,8 @@ int main(int argc, char **argv) {
     if (::geteuid() == 0)
       cmd.push_back("--allow-run-as-root");
     cmd.insert(cmd.end(), {"--oversubscribe", "--bind-to", "none"});
-    if (!hostfile.empty())
-      cmd.insert(cmd.end(), {"--hostfile", hostfile});
+    if (!o.hostfile.empty())
+      cmd.insert(cmd.end(), {"--hostfile", o.hostfile});
     if (!singleCopySet && !crossMemoryAttachWorks())
       cmd.insert(cmd.end(),
                  {"--mca", "btl_vader_single_copy_mechanism", "none"});
@@ -661,7 +451,7 @@ int main(int argc, char **argv) {
     for (const char *var : {"GPIPE_TRANSPORT", "CUDA_VISIBLE_DEVICES"})
       if (llvm::sys::Process::GetEnv(var))
         cmd.insert(cmd.end(), {"-x", var});
-    cmd.insert(cmd.end(), mpirunArgs.begin(), mpirunArgs.end());
+    cmd.insert(cmd.end(), o.mpirunArgs.begin(), o.mpirunArgs.end());
     for (size_t s = 0; s < numStages; ++s) {
       if (s > 0)
         cmd.push_back(":");
@@ -732,7 +522,7 @@ int main(int argc, char **argv) {
     return fail(mpirun + " " + how + "; no status from " + silent +
                 " (see mpirun's messages above)");
   }
-  if (!saveOnnxPath.empty())
-    return saveOnnx(out, p, weightsOut, saveOnnxPath);
   return 0;
 }
+
+} // namespace gpipe::run

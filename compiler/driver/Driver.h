@@ -1,6 +1,6 @@
 // The gpipe-compile pipeline: ONNX -> training step -> stage executables.
-#ifndef GPIPE_COMPILER_DRIVER_H
-#define GPIPE_COMPILER_DRIVER_H
+#ifndef GPIPE_COMPILER_DRIVER_DRIVER_H
+#define GPIPE_COMPILER_DRIVER_DRIVER_H
 
 #include <optional>
 #include <string>

@@ -1,0 +1,296 @@
+// The gpipe-compile sequence: validate, import, run the passes, emit, write
+// the output directory (staged, then published), build the executables.
+#include "compiler/driver/Driver.h"
+
+#include "compiler/CppEmitter.h"
+#include "compiler/OnnxImporter.h"
+#include "compiler/driver/Diagnostics.h"
+#include "compiler/driver/Explain.h"
+#include "compiler/driver/Manifest.h"
+#include "compiler/driver/PassPipeline.h"
+#include "compiler/driver/Publish.h"
+#include "compiler/driver/Toolchain.h"
+#include "dialects/nn/NNOps.h"
+#include "dialects/pipe/PipeOps.h"
+#include "passes/schedules/Schedules.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Process.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include "npy.h" // the runtime's .npy writer
+
+#include <cmath>
+
+using namespace mlir;
+using namespace gpipe;
+using namespace gpipe::driver;
+
+namespace {
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+LogicalResult validate(const CompileOptions &o) {
+  auto &opt = o.optimizer;
+  if (o.stages < 1)
+    return fail("--stages must be >= 1, got " + llvm::Twine(o.stages));
+  if (o.microbatches < 1)
+    return fail("--microbatches must be >= 1, got " +
+                llvm::Twine(o.microbatches));
+  if (o.target != "cpu" && o.target != "cuda")
+    return fail("--target must be cpu or cuda, got '" + o.target + "'");
+  if (o.precision != "fp32" && o.precision != "bf16")
+    return fail("--precision must be fp32 or bf16, got '" + o.precision + "'");
+  if (o.target == "cpu" && o.allowTf32)
+    return fail("--allow-tf32 needs --target cuda");
+  if (o.precision == "bf16" && o.allowTf32)
+    return fail("--allow-tf32 applies to --precision fp32 only");
+  if (o.target == "cuda" && failed(cudaArchitectures(o.cudaArch)))
+    return failure();
+  if (o.emit != "exe" && o.emit != "cpp" && o.emit != "mlir" &&
+      o.emit != "import")
+    return fail("--emit must be exe, cpp, mlir or import, got '" + o.emit +
+                "'");
+  if (o.outDir == "-" && o.emit != "mlir" && o.emit != "import")
+    return fail("-o - (stdout) works with --emit mlir or --emit import only");
+  if (o.remat != "none" && o.remat != "stage" && o.remat != "auto")
+    return fail("--remat must be none, stage or auto, got '" + o.remat + "'");
+  if (const schedules::Schedule *s = schedules::lookup(o.schedule); !s)
+    return fail("--schedule must be one of " + schedules::names() + ", got '" +
+                o.schedule + "'");
+  else if (s->sends == schedules::Sends::Buffered && o.target == "cuda")
+    return fail("--schedule " + o.schedule +
+                " needs buffered sends, which the CUDA runtime does not have "
+                "yet: use --target cpu, or --schedule gpipe");
+  if (opt.kind != "sgd" && opt.kind != "adam" && opt.kind != "adamw")
+    return fail("--optimizer must be sgd, adam or adamw, got '" + opt.kind +
+                "'");
+  auto bad = [](double v) { return !std::isfinite(v) || v < 0; };
+  if (bad(opt.lr))
+    return fail("--lr must be a number >= 0, got " + num(opt.lr));
+  if (bad(opt.momentum))
+    return fail("--momentum must be >= 0, got " + num(opt.momentum));
+  if (opt.nesterov && (opt.kind != "sgd" || opt.momentum <= 0))
+    return fail("--nesterov needs --optimizer sgd and a --momentum > 0");
+  if (opt.momentum > 0 && opt.kind != "sgd")
+    return fail("--momentum applies to --optimizer sgd only");
+  if (bad(opt.weightDecay))
+    return fail("--weight-decay must be >= 0, got " + num(opt.weightDecay));
+  if (bad(opt.beta1) || opt.beta1 >= 1 || bad(opt.beta2) || opt.beta2 >= 1)
+    return fail("--betas must be two numbers in [0, 1), got " + num(opt.beta1) +
+                "," + num(opt.beta2));
+  if (bad(opt.eps))
+    return fail("--eps must be >= 0, got " + num(opt.eps));
+  if (o.outDir.empty())
+    return fail("-o OUT is required");
+  if (o.batchSize && *o.batchSize <= 0)
+    return fail("--batch-size must be positive, got " +
+                std::to_string(*o.batchSize));
+  return success();
+}
+
+std::string printModule(ModuleOp module) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  module.print(os, OpPrintingFlags().enableDebugInfo(false));
+  return text;
+}
+
+} // namespace
+
+int gpipe::compile(const CompileOptions &o) {
+  if (failed(validate(o)))
+    return 2;
+  if (!llvm::sys::fs::exists(o.modelPath)) {
+    errorLine() << o.modelPath << ": no such file\n";
+    return 1;
+  }
+
+  MLIRContext ctx;
+  ctx.loadDialect<nn::NNDialect, pipeline::PipeDialect, func::FuncDialect>();
+  // Diagnostics name the node; a dump of the op would drown the message.
+  ctx.printOpOnDiagnostic(false);
+  ScopedDiagnosticHandler handler(&ctx, printDiagnostic);
+
+  ImportOptions io;
+  io.batchSize = o.batchSize;
+  io.lossName = o.lossName;
+  FailureOr<ImportedModel> model = importOnnxModel(ctx, o.modelPath, io);
+  if (failed(model))
+    return 1;
+  for (const std::string &note : model->notes)
+    llvm::errs() << "gpipe-compile: note: " << o.modelPath << ": " << note
+                 << "\n";
+  ModuleOp module = *model->module;
+  bool toStdout = o.outDir == "-";
+  if (o.emit == "import" && toStdout) {
+    llvm::outs() << printModule(module);
+    return 0;
+  }
+  if (model->batchSize % o.microbatches != 0) {
+    errorLine() << "--microbatches " << o.microbatches
+                << " does not divide the mini-batch size " << model->batchSize
+                << " (--batch-size, or the model's batch)\n";
+    return 2;
+  }
+  // auto: rematerialize whenever a micro-batch's activations stay in flight
+  // while others run, i.e. in every pipeline but one stage on one batch.
+  std::string remat = o.remat;
+  if (remat == "auto")
+    remat = (o.stages > 1 || o.microbatches > 1) ? "stage" : "none";
+
+  std::string mlirText;
+  if (o.emit != "import") {
+    PassManager pm(&ctx);
+    buildPassPipeline(pm, o, remat);
+    if (failed(pm.run(module)))
+      return 1;
+    mlirText = printModule(module);
+    if (o.emit == "mlir" && toStdout) {
+      llvm::outs() << mlirText;
+      return 0;
+    }
+  }
+
+  // Everything goes to a staging directory next to OUT first, and is moved
+  // into OUT only once all of it succeeded.
+  std::string out = o.outDir;
+  while (out.size() > 1 && out.back() == '/')
+    out.pop_back();
+  std::string staging = out + ".gpipe-staging-" +
+                        std::to_string(llvm::sys::Process::getProcessId());
+  llvm::sys::fs::remove_directories(staging);
+  if (std::error_code ec = llvm::sys::fs::create_directories(staging)) {
+    errorLine() << "cannot create " << staging << ": " << ec.message() << "\n";
+    return 1;
+  }
+  auto finish = [&](const char *what) {
+    if (failed(publish(staging, out))) {
+      llvm::sys::fs::remove_directories(staging);
+      return 1;
+    }
+    llvm::outs() << "gpipe-compile: wrote " << out << "/" << what << "\n";
+    return 0;
+  };
+  auto cleanupAndFail = [&]() {
+    llvm::sys::fs::remove_directories(staging);
+    return 1;
+  };
+
+  if (o.emit == "import")
+    return failed(writeFile(staging + "/pipeline.import.mlir",
+                            printModule(module)))
+               ? cleanupAndFail()
+               : finish("pipeline.import.mlir");
+  if (o.emit == "mlir")
+    return failed(writeFile(staging + "/pipeline.mlir", mlirText))
+               ? cleanupAndFail()
+               : finish("pipeline.mlir");
+
+  // Identifies this compile in pipeline.json and in every stage program,
+  // which checks it at start-up: a hash of the stage IR and the options.
+  std::string buildId;
+  {
+    uint64_t h = 1469598103934665603ULL; // FNV-1a
+    auto mix = [&](llvm::StringRef text) {
+      for (unsigned char c : text) {
+        h ^= c;
+        h *= 1099511628211ULL;
+      }
+    };
+    mix(mlirText);
+    mix(o.target);
+    mix(o.cpuArch);
+    mix(o.precision);
+    if (o.target == "cuda") {
+      mix(o.cudaArch);
+      mix(o.allowTf32 ? "tf32" : "");
+    }
+    mix(model->originalModel);
+    buildId = llvm::utohexstr(h, /*LowerCase=*/true);
+  }
+  // The explanation reads the forward functions, which emission leaves as
+  // they are.
+  std::vector<EmittedStage> stages;
+  std::vector<std::string> names, takenFiles;
+  std::vector<func::FuncOp> forwards;
+  for (int64_t s = 0; s < o.stages; ++s) {
+    names.push_back("stage" + std::to_string(s));
+    EmitOptions eo;
+    eo.cuda = o.target == "cuda";
+    eo.bf16 = o.precision == "bf16";
+    eo.allowTf32 = o.allowTf32;
+    FailureOr<EmittedStage> stage =
+        emitStageCpp(module, s, names.back(), takenFiles, buildId, eo);
+    if (failed(stage))
+      return cleanupAndFail();
+    stages.push_back(std::move(*stage));
+    for (auto f : module.getOps<func::FuncOp>())
+      if (auto a = f->getAttrOfType<IntegerAttr>("pipe.stage"))
+        if (a.getInt() == s &&
+            f->getAttrOfType<StringAttr>("pipe.phase").getValue() == "forward")
+          forwards.push_back(f);
+  }
+
+  // Initial weights, the model (for --save-onnx), the plan, the sources.
+  std::string weights = staging + "/weights";
+  llvm::sys::fs::create_directories(weights);
+  for (const EmittedStage &stage : stages)
+    for (const EmittedParam &p : stage.params) {
+      const ImportedParam *src = nullptr;
+      for (const ImportedParam &ip : model->params)
+        if (ip.name == p.name)
+          src = &ip;
+      std::string err;
+      if (!src || !npyWriteF32(weights + "/" + p.file, src->data.data(),
+                               p.shape.data(), p.shape.size(), err)) {
+        errorLine() << "cannot write the weights of '" << p.name << "': " << err
+                    << "\n";
+        return cleanupAndFail();
+      }
+    }
+  llvm::SmallString<256> srcAbs(o.modelPath);
+  llvm::sys::fs::make_absolute(srcAbs);
+  if (failed(writeFile(staging + "/model.onnx", model->originalModel)) ||
+      failed(writeFile(
+          staging + "/pipeline.json",
+          manifest::writeManifest(makeManifest(
+              o, *model, stages, remat, srcAbs.str().str(), buildId)))) ||
+      failed(writeFile(staging + "/pipeline.mlir", mlirText)))
+    return cleanupAndFail();
+  for (auto [name, stage] : llvm::zip(names, stages))
+    if (failed(writeFile(staging + "/" + name +
+                             (o.target == "cuda" ? ".cu" : ".cpp"),
+                         stage.source)))
+      return cleanupAndFail();
+
+  if (o.explain)
+    for (auto [s, stage] : llvm::enumerate(stages))
+      explainStage(s, forwards[s], stage, remat, o.microbatches,
+                   o.target == "cuda");
+
+  if (o.emit == "exe" && failed(buildExecutables(o, staging, names)))
+    return cleanupAndFail();
+  if (failed(publish(staging, out)))
+    return cleanupAndFail();
+  int64_t numParams = 0, maxArena = 0;
+  for (const EmittedStage &stage : stages) {
+    numParams += stage.params.size();
+    maxArena = std::max(maxArena, stage.memory.arenaBytes);
+  }
+  llvm::outs() << "gpipe-compile: " << out << ": " << o.stages
+               << (o.stages == 1 ? " stage" : " stages") << ", batch "
+               << model->batchSize << " in " << o.microbatches
+               << (o.microbatches == 1 ? " micro-batch" : " micro-batches")
+               << ", remat " << remat << ", " << numParams
+               << " parameters, largest arena " << maxArena << " bytes\n";
+  return 0;
+}

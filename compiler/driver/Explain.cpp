@@ -1,0 +1,95 @@
+// --explain: the stage plan (ops, transfers, schedule, memory), for people.
+#include "compiler/driver/Explain.h"
+
+#include "dialects/nn/NNOps.h"
+
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+
+namespace gpipe::driver {
+
+void explainStage(int64_t index, func::FuncOp forward,
+                  const EmittedStage &stage, const std::string &remat,
+                  int64_t microbatches, bool cuda) {
+  const MemoryPlan &m = stage.memory;
+  llvm::raw_ostream &os = llvm::outs();
+  llvm::SmallVector<Operation *> ops;
+  forward.walk([&](Operation *op) {
+    if (isa<nn::NNDialect>(op->getDialect()) &&
+        !isa<nn::ParamOp, nn::ConstantOp, nn::ReshapeOp>(op))
+      ops.push_back(op);
+  });
+  os << "stage " << index << " (rank " << index << "): " << ops.size()
+     << " forward ops, " << stage.params.size() << " parameters, "
+     << llvm::format("%.6g", stage.forwardFlops / 1e6) << " MFLOP forward + "
+     << llvm::format("%.6g", stage.backwardFlops / 1e6)
+     << " MFLOP backward per micro-batch, "
+     << llvm::format("%.6g", stage.flops / 1e6) << " MFLOP per step\n";
+  os << "  parameters:\n";
+  for (const EmittedParam &p : stage.params) {
+    os << "    " << p.name << " [";
+    llvm::interleave(p.shape, os, "x");
+    os << "]\n";
+  }
+  if (!stage.inputs.empty()) {
+    os << "  reads:";
+    for (const EmittedInput &in : stage.inputs)
+      os << " " << in.name;
+    os << "\n";
+  }
+  os << "  forward ops:\n";
+  for (Operation *op : ops) {
+    std::string type;
+    llvm::raw_string_ostream ts(type);
+    ts << op->getResult(0).getType();
+    int64_t flops = 0;
+    if (auto cost = dyn_cast<nn::CostOpInterface>(op))
+      flops = cost.getFlops();
+    os << "    " << llvm::left_justify(op->getName().getStringRef(), 30) << " "
+       << llvm::left_justify(type, 24) << " "
+       << llvm::format("%10lld", static_cast<long long>(flops)) << " FLOP";
+    if (auto name = dyn_cast<NameLoc>(op->getLoc()))
+      os << "  node '" << name.getName().getValue() << "'";
+    os << "\n";
+  }
+  os << "  boundary tensors:";
+  if (stage.transfers.empty())
+    os << " none";
+  os << "\n";
+  for (const EmittedTransfer &t : stage.transfers)
+    os << "    " << t.phase << " " << (t.isSend ? "send to" : "recv from")
+       << " stage " << t.peer << " tag " << t.tag << " " << t.type << " ("
+       << t.bytes << " bytes)\n";
+  os << "  schedule:";
+  for (const std::string &a : stage.schedule)
+    os << " " << a;
+  os << "\n";
+  os << "  activation memory per in-flight micro-batch: "
+     << m.stashBytesPerMicrobatch << " bytes (remat " << remat << ")\n";
+  os << "  peak activation memory: " << m.stashBytes << " bytes ("
+     << m.stashSlots << " of " << microbatches
+     << " micro-batches in flight under this schedule)\n";
+  int64_t parts = m.parameterBytes + m.optimizerBytes + m.gradientBytes +
+                  m.stashBytes + m.transientBytes + m.arenaConstantBytes +
+                  m.shadowBytes;
+  os << "  memory: arena " << m.arenaBytes << " bytes (" << (cuda ? 256 : 64)
+     << "-byte aligned) = parameters " << m.parameterBytes
+     << " + optimizer state " << m.optimizerBytes << " + gradients "
+     << m.gradientBytes << " + activations " << m.stashBytes << " ("
+     << m.stashSlots << " x " << m.stashBytesPerMicrobatch << ") + temporaries "
+     << m.transientBytes;
+  if (cuda)
+    os << " + constants " << m.arenaConstantBytes;
+  if (cuda || m.shadowBytes)
+    os << " + bf16 copies " << m.shadowBytes;
+  os << " + alignment " << m.arenaBytes - parts << "\n";
+  if (cuda)
+    os << "  device memory outside the arena: bf16 scratch " << m.scratchBytes
+       << " + send staging " << m.sendStagingBytes
+       << " bytes (+ the runtime's 32 MiB cuBLASLt workspace)\n";
+}
+
+} // namespace gpipe::driver

@@ -1,0 +1,124 @@
+// The pipeline.json format: the manifest gpipe-compile writes into OUT, which
+// gpipe-run and every stage program read (docs/formats.md#pipelinejson).
+#ifndef GPIPE_MANIFEST_H
+#define GPIPE_MANIFEST_H
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gpipe {
+namespace manifest {
+
+/// The value of the "format" field, and the version this release writes
+/// (version 1, the single-stage format of an earlier release, is still read).
+inline constexpr const char *kFormat = "gpipe-pipeline";
+inline constexpr int64_t kVersion = 2;
+
+/// The optimizer the update functions run (--optimizer and its flags).
+struct Optimizer {
+  std::string kind = "sgd"; // sgd | adam | adamw
+  double lr = 0;
+  double momentum = 0;                        // sgd only
+  bool nesterov = false;                      // sgd only
+  std::array<double, 2> betas = {0.9, 0.999}; // adam and adamw only
+  double eps = 1e-8;                          // adam and adamw only
+  double weightDecay = 0;
+};
+
+/// A graph input: the data file <name>.npy, one mini-batch of it.
+struct Input {
+  std::string name;
+  std::string dtype; // float32 | int64
+  std::vector<int64_t> shape;
+  int64_t stage = -1; // the first stage that reads it, -1 if none
+};
+
+/// A parameter and its weight file (inside the weights directories).
+struct Param {
+  std::string name, file;
+  std::vector<int64_t> shape;
+};
+
+/// A stage's static memory plan, all in bytes.
+struct Memory {
+  int64_t arenaBytes = 0;
+  int64_t parameterBytes = 0;
+  int64_t optimizerStateBytes = 0;
+  int64_t gradientBytes = 0;
+  int64_t activationBytesPerMicrobatch = 0;
+  int64_t inFlightMicrobatches = 0;
+  int64_t activationBytes = 0;
+  int64_t transientPeakBytes = 0;
+  int64_t inputBytesPerMicrobatch = 0;
+  int64_t constantBytes = 0;
+  int64_t bf16CopyBytes = 0;      // written for CUDA or bf16
+  int64_t arenaConstantBytes = 0; // written for CUDA only, as the next two
+  int64_t scratchBytes = 0;
+  int64_t sendStagingBytes = 0;
+};
+
+/// One tensor crossing a stage's boundary, per micro-batch.
+struct Boundary {
+  std::string direction; // send | recv
+  std::string phase;     // forward | backward
+  int64_t peer = 0, tag = 0;
+  std::string type; // the MLIR tensor type, at micro-batch size
+  int64_t bytes = 0;
+};
+
+struct Stage {
+  int64_t index = 0, rank = 0;
+  std::string executable;          // relative to OUT
+  std::string weights = "weights"; // initial weights, relative to OUT
+  int64_t flopsPerStep = 0;
+  int64_t forwardFlopsPerMicrobatch = 0, backwardFlopsPerMicrobatch = 0;
+  std::vector<std::string> inputs; // graph inputs read from --data
+  std::vector<Param> params;
+  Memory memory;
+  std::vector<Boundary> boundaries;
+  std::vector<std::string> schedule; // "F0", ..., "B0", "U"
+};
+
+/// The whole of pipeline.json. The reader leaves a field that is absent
+/// from the file at the value below (unless it is required: see
+/// readManifest).
+struct Manifest {
+  int64_t version = kVersion;
+  std::string buildId;
+  std::string model = "model.onnx"; // relative to OUT
+  std::string sourceModel;          // absolute path of the compiled MODEL
+  std::string target = "cpu";       // cpu | cuda
+  std::string precision = "fp32";   // fp32 | bf16
+  bool allowTf32 = false;           // written for CUDA only, as cudaArch
+  std::vector<int64_t> cudaArch;
+  int64_t batchSize = 0, microbatches = 0, microbatchSize = 0;
+  std::string remat;    // none | stage
+  std::string schedule; // the schedule's name
+  std::string loss;     // the graph output trained
+  int64_t lossStage = -1;
+  Optimizer optimizer;
+  std::vector<Input> inputs;
+  std::vector<Stage> stages;
+};
+
+/// The JSON text of `m` (with a final newline). Fields that apply only to
+/// some compiles are written only for them: allow_tf32, cuda_arch and the
+/// memory plan's arena_constant_bytes, scratch_bytes and send_staging_bytes
+/// for target cuda, bf16_copy_bytes for cuda or bf16, the optimizer's
+/// momentum and nesterov for sgd, its betas and eps for adam and adamw.
+std::string writeManifest(const Manifest &m);
+
+/// Reads the pipeline.json at `path` into `m`. Fails, with `err` saying
+/// "PATH: ..." and naming the field, when the file cannot be read, is not
+/// JSON, is not a gpipe pipeline description of version 1 or 2, lacks a
+/// required field (stages, and in each its executable and params, and in
+/// each parameter its name, file and shape), has a field of the wrong type,
+/// or a stage whose index is not its position.
+bool readManifest(const std::string &path, Manifest &m, std::string &err);
+
+} // namespace manifest
+} // namespace gpipe
+
+#endif
