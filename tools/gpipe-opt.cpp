@@ -2,6 +2,7 @@
 #include "dialects/nn/NNOps.h"
 #include "dialects/pipe/PipeOps.h"
 #include "passes/Passes.h"
+#include "passes/Pipeline.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
@@ -13,6 +14,7 @@ int main(int argc, char **argv) {
   registry.insert<gpipe::nn::NNDialect, gpipe::pipeline::PipeDialect,
                   mlir::func::FuncDialect>();
   gpipe::registerGPipePasses();
+  gpipe::registerCompilePipeline();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   return mlir::asMainReturnCode(

@@ -1,50 +1,31 @@
-// The pass pipeline gpipe-compile runs on the imported model.
+// The pass pipeline gpipe-compile runs on the imported model: the registered
+// gpipe-pipeline (passes/Pipeline.h) with the command line's options.
 #include "compiler/driver/PassPipeline.h"
 
-#include "passes/Passes.h"
-
-#include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/Transforms/Passes.h"
+#include "passes/Pipeline.h"
 
 using namespace mlir;
 
-namespace gpipe::driver {
-namespace {
-
-gpipe::OptimizerOptions optimizerPassOptions(const OptimizerConfig &c) {
-  gpipe::OptimizerOptions o;
-  o.optimizer = c.kind;
-  o.lr = c.lr;
-  o.momentum = c.momentum;
-  o.nesterov = c.nesterov;
-  o.weightDecay = c.weightDecay;
-  o.beta1 = c.beta1;
-  o.beta2 = c.beta2;
-  o.eps = c.eps;
-  return o;
+void gpipe::driver::setPipelineOptions(CompilePipelineOptions &p,
+                                       const CompileOptions &o,
+                                       const std::string &remat) {
+  p.microbatches = o.microbatches;
+  p.stages = o.stages;
+  p.optimizer = o.optimizer.kind;
+  p.lr = o.optimizer.lr;
+  p.momentum = o.optimizer.momentum;
+  p.nesterov = o.optimizer.nesterov;
+  p.weightDecay = o.optimizer.weightDecay;
+  p.beta1 = o.optimizer.beta1;
+  p.beta2 = o.optimizer.beta2;
+  p.eps = o.optimizer.eps;
+  p.remat = remat;
+  p.schedule = o.schedule;
 }
 
-} // namespace
-
-void buildPassPipeline(PassManager &pm, const CompileOptions &o,
-                       const std::string &remat) {
-  auto &fpm = pm.nest<func::FuncOp>();
-  MicrobatchOptions mb;
-  mb.microbatches = o.microbatches;
-  fpm.addPass(createMicrobatch(mb));
-  PartitionOptions part;
-  part.stages = o.stages;
-  fpm.addPass(createPartition(part));
-  fpm.addPass(createAutodiff());
-  fpm.addPass(createOptimizer(optimizerPassOptions(o.optimizer)));
-  pm.addPass(createCSEPass());
-  pm.addPass(createOutlineStages());
-  RematOptions rm;
-  rm.mode = remat;
-  pm.addPass(createRemat(rm));
-  ScheduleOptions sched;
-  sched.schedule = o.schedule;
-  pm.addPass(createSchedule(sched));
+void gpipe::driver::buildPassPipeline(PassManager &pm, const CompileOptions &o,
+                                      const std::string &remat) {
+  CompilePipelineOptions p;
+  setPipelineOptions(p, o, remat);
+  buildCompilePipeline(pm, p);
 }
-
-} // namespace gpipe::driver

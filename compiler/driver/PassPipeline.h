@@ -4,9 +4,16 @@
 
 #include "compiler/driver/Driver.h"
 
+#include "passes/Pipeline.h"
+
 #include "mlir/Pass/PassManager.h"
 
 namespace gpipe::driver {
+
+/// Sets the options of gpipe-pipeline for this compile, with the resolved
+/// remat policy `remat` (none or stage).
+void setPipelineOptions(CompilePipelineOptions &p, const CompileOptions &o,
+                        const std::string &remat);
 
 /// Adds the passes that turn the imported forward graph into scheduled
 /// stages: micro-batch, partition, autodiff, optimizer, CSE, outline stages,

@@ -1,0 +1,48 @@
+// The compile as one registered pass pipeline.
+#include "passes/Pipeline.h"
+
+#include "passes/Passes.h"
+
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+using namespace mlir;
+
+void gpipe::buildCompilePipeline(OpPassManager &pm,
+                                 const CompilePipelineOptions &o) {
+  OpPassManager &fpm = pm.nest<func::FuncOp>();
+  MicrobatchOptions mb;
+  mb.microbatches = o.microbatches;
+  fpm.addPass(createMicrobatch(mb));
+  PartitionOptions part;
+  part.stages = o.stages;
+  fpm.addPass(createPartition(part));
+  fpm.addPass(createAutodiff());
+  OptimizerOptions opt;
+  opt.optimizer = o.optimizer;
+  opt.lr = o.lr;
+  opt.momentum = o.momentum;
+  opt.nesterov = o.nesterov;
+  opt.weightDecay = o.weightDecay;
+  opt.beta1 = o.beta1;
+  opt.beta2 = o.beta2;
+  opt.eps = o.eps;
+  fpm.addPass(createOptimizer(opt));
+  pm.addPass(createCSEPass());
+  pm.addPass(createOutlineStages());
+  RematOptions rm;
+  rm.mode = o.remat;
+  pm.addPass(createRemat(rm));
+  ScheduleOptions sched;
+  sched.schedule = o.schedule;
+  pm.addPass(createSchedule(sched));
+}
+
+void gpipe::registerCompilePipeline() {
+  PassPipelineRegistration<CompilePipelineOptions>(
+      "gpipe-pipeline",
+      "The whole compile after import: micro-batching, partitioning, "
+      "autodiff, optimizer, CSE, outlining, remat, schedule (what "
+      "gpipe-compile runs)",
+      buildCompilePipeline);
+}

@@ -1,0 +1,56 @@
+// The whole compile, ONNX-imported function to scheduled stages, as one
+// registered pass pipeline: gpipe-compile runs it, and
+// `gpipe-opt --gpipe-pipeline='...'` reproduces it pass for pass.
+#ifndef GPIPE_PASSES_PIPELINE_H
+#define GPIPE_PASSES_PIPELINE_H
+
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
+
+#include <string>
+
+namespace gpipe {
+
+struct CompilePipelineOptions
+    : mlir::PassPipelineOptions<CompilePipelineOptions> {
+  Option<int64_t> microbatches{*this, "microbatches",
+                               llvm::cl::desc("micro-batches per step M"),
+                               llvm::cl::init(1)};
+  Option<int64_t> stages{*this, "stages", llvm::cl::desc("pipeline stages K"),
+                         llvm::cl::init(1)};
+  Option<std::string> optimizer{*this, "optimizer",
+                                llvm::cl::desc("sgd, adam or adamw"),
+                                llvm::cl::init("sgd")};
+  Option<double> lr{*this, "lr", llvm::cl::desc("learning rate"),
+                    llvm::cl::init(0.01)};
+  Option<double> momentum{*this, "momentum", llvm::cl::desc("SGD momentum"),
+                          llvm::cl::init(0.0)};
+  Option<bool> nesterov{*this, "nesterov",
+                        llvm::cl::desc("SGD Nesterov momentum"),
+                        llvm::cl::init(false)};
+  Option<double> weightDecay{*this, "weight-decay",
+                             llvm::cl::desc("weight decay"),
+                             llvm::cl::init(0.0)};
+  Option<double> beta1{*this, "beta1", llvm::cl::desc("Adam beta1"),
+                       llvm::cl::init(0.9)};
+  Option<double> beta2{*this, "beta2", llvm::cl::desc("Adam beta2"),
+                       llvm::cl::init(0.999)};
+  Option<double> eps{*this, "eps", llvm::cl::desc("Adam epsilon"),
+                     llvm::cl::init(1e-8)};
+  Option<std::string> remat{*this, "remat", llvm::cl::desc("stage or none"),
+                            llvm::cl::init("none")};
+  Option<std::string> schedule{*this, "schedule",
+                               llvm::cl::desc("a registered schedule name"),
+                               llvm::cl::init("gpipe")};
+};
+
+/// Adds the compile's passes, in order, to a module pass manager.
+void buildCompilePipeline(mlir::OpPassManager &pm,
+                          const CompilePipelineOptions &options);
+
+/// Registers the pipeline as `gpipe-pipeline` (for gpipe-opt).
+void registerCompilePipeline();
+
+} // namespace gpipe
+
+#endif
