@@ -2,7 +2,7 @@
 #include "compiler/Driver.h"
 
 #include "compiler/CppEmitter.h"
-#include "compiler/OnnxImporter.h"
+#include "compiler/importer/OnnxImporter.h"
 #include "dialects/nn/NNOps.h"
 #include "dialects/pipe/PipeOps.h"
 #include "passes/Passes.h"

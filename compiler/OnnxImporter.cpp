@@ -4,7 +4,7 @@
 // Built with -fexceptions: libonnx's checker, converter and shape inference
 // report problems by throwing; every throw is caught here and turned into one
 // located diagnostic.
-#include "compiler/OnnxImporter.h"
+#include "compiler/importer/OnnxImporter.h"
 
 #include "compiler/ExternalData.h"
 

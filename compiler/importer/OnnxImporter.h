@@ -1,6 +1,6 @@
 // ONNX model -> nn dialect: one func.func computing the loss of a mini-batch.
-#ifndef GPIPE_COMPILER_ONNXIMPORTER_H
-#define GPIPE_COMPILER_ONNXIMPORTER_H
+#ifndef GPIPE_COMPILER_IMPORTER_ONNXIMPORTER_H
+#define GPIPE_COMPILER_IMPORTER_ONNXIMPORTER_H
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
