@@ -54,7 +54,8 @@ mlir::FailureOr<ImportedModel> importOnnxModel(mlir::MLIRContext &ctx,
                                                const std::string &path,
                                                const ImportOptions &options);
 
-/// The ONNX op types the importer supports, for docs and messages.
+/// The ONNX op types the importer supports (its op table's, sorted), for docs
+/// and messages.
 const std::vector<std::string> &supportedOnnxOps();
 
 } // namespace gpipe
