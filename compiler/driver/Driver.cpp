@@ -3,7 +3,7 @@
 #include "compiler/driver/Driver.h"
 
 #include "compiler/CppEmitter.h"
-#include "compiler/OnnxImporter.h"
+#include "compiler/importer/OnnxImporter.h"
 #include "compiler/driver/Diagnostics.h"
 #include "compiler/driver/Explain.h"
 #include "compiler/driver/Manifest.h"

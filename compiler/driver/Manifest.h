@@ -3,7 +3,7 @@
 #define GPIPE_COMPILER_DRIVER_MANIFEST_H
 
 #include "compiler/CppEmitter.h"
-#include "compiler/OnnxImporter.h"
+#include "compiler/importer/OnnxImporter.h"
 #include "compiler/driver/Driver.h"
 
 #include "gpipe/manifest.h"

@@ -1,6 +1,6 @@
 // ONNX model -> nn dialect: one func.func computing the loss of a mini-batch.
-#ifndef GPIPE_COMPILER_ONNXIMPORTER_H
-#define GPIPE_COMPILER_ONNXIMPORTER_H
+#ifndef GPIPE_COMPILER_IMPORTER_ONNXIMPORTER_H
+#define GPIPE_COMPILER_IMPORTER_ONNXIMPORTER_H
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
@@ -54,7 +54,8 @@ mlir::FailureOr<ImportedModel> importOnnxModel(mlir::MLIRContext &ctx,
                                                const std::string &path,
                                                const ImportOptions &options);
 
-/// The ONNX op types the importer supports, for docs and messages.
+/// The ONNX op types the importer supports (its op table's, sorted), for docs
+/// and messages.
 const std::vector<std::string> &supportedOnnxOps();
 
 } // namespace gpipe

@@ -1,0 +1,206 @@
+// The import state op handlers share: values, constants, tensors, diagnostics.
+#include "compiler/importer/ImportContext.h"
+
+#include "compiler/ExternalData.h"
+
+#include "dialects/nn/NNOps.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "llvm/Support/Path.h"
+
+#include <cstring>
+
+using namespace mlir;
+using namespace gpipe::importer;
+
+std::string gpipe::importer::shapeStr(llvm::ArrayRef<int64_t> shape) {
+  std::string s = "[";
+  for (size_t k = 0; k < shape.size(); ++k)
+    s += (k ? ", " : "") + std::to_string(shape[k]);
+  return s + "]";
+}
+
+const char *gpipe::importer::dtypeName(int32_t t) {
+  return onnx::TensorProto_DataType_Name(
+             static_cast<onnx::TensorProto_DataType>(t))
+      .c_str();
+}
+
+std::string gpipe::importer::nodeName(const onnx::NodeProto &node) {
+  if (!node.name().empty())
+    return node.name();
+  return node.output_size() ? node.output(0) : std::string("?");
+}
+
+const onnx::AttributeProto *
+gpipe::importer::findAttr(const onnx::NodeProto &node, llvm::StringRef name) {
+  for (const auto &a : node.attribute())
+    if (a.name() == name)
+      return &a;
+  return nullptr;
+}
+
+int64_t gpipe::importer::intAttr(const onnx::NodeProto &node,
+                                 llvm::StringRef name, int64_t dflt) {
+  const auto *a = findAttr(node, name);
+  return a ? a->i() : dflt;
+}
+
+float gpipe::importer::floatAttr(const onnx::NodeProto &node,
+                                 llvm::StringRef name, float dflt) {
+  const auto *a = findAttr(node, name);
+  return a ? a->f() : dflt;
+}
+
+llvm::ArrayRef<int64_t> gpipe::importer::shapeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getShape();
+}
+
+Value gpipe::importer::createReshape(OpBuilder &builder, Location loc, Value in,
+                                     llvm::ArrayRef<int64_t> shape) {
+  auto type = RankedTensorType::get(
+      shape, cast<RankedTensorType>(in.getType()).getElementType());
+  return nn::ReshapeOp::create(builder, loc, type, in);
+}
+
+Location ImportContext::nodeLoc(const onnx::NodeProto &node) {
+  return NameLoc::get(StringAttr::get(&ctx, nodeName(node)), fileLoc);
+}
+
+InFlightDiagnostic ImportContext::nodeError(const onnx::NodeProto &node) {
+  InFlightDiagnostic diag = emitError(fileLoc);
+  if (node.name().empty())
+    diag << "unnamed " << node.op_type() << " node producing '"
+         << (node.output_size() ? node.output(0) : "") << "': ";
+  else
+    diag << "node '" << node.name() << "' (" << node.op_type() << "): ";
+  return diag;
+}
+
+/// The MLIR value of a node input: graph inputs and computed values directly;
+/// float initializers become parameters, other constants nn.constant, on
+/// first use.
+FailureOr<Value> ImportContext::valueOf(const onnx::NodeProto &node,
+                                        int index) {
+  if (index >= node.input_size() || node.input(index).empty())
+    return nodeError(node) << "missing input #" << index, failure();
+  const std::string &name = node.input(index);
+  if (auto it = values.find(name); it != values.end())
+    return it->second;
+  const ConstTensor *c = constOf(name);
+  if (!c)
+    return nodeError(node) << "input '" << name << "' is never defined",
+           failure();
+  Value v;
+  Location loc = NameLoc::get(StringAttr::get(&ctx, name), fileLoc);
+  if (c->isFloat && initializerNames.contains(name)) {
+    v = nn::ParamOp::create(builder, loc, f32(c->shape), name);
+    params.push_back({name, c->shape, c->f});
+  } else if (c->isFloat) {
+    auto type = f32(c->shape);
+    v = nn::ConstantOp::create(
+        builder, loc,
+        DenseElementsAttr::get(type, llvm::ArrayRef<float>(c->f)));
+  } else {
+    auto type = RankedTensorType::get(c->shape, builder.getI64Type());
+    v = nn::ConstantOp::create(
+        builder, loc,
+        DenseElementsAttr::get(type, llvm::ArrayRef<int64_t>(c->i)));
+  }
+  values[name] = v;
+  return v;
+}
+
+FailureOr<Value> ImportContext::floatValueOf(const onnx::NodeProto &node,
+                                             int index) {
+  FailureOr<Value> v = valueOf(node, index);
+  if (failed(v))
+    return failure();
+  Type elementType = cast<RankedTensorType>(v->getType()).getElementType();
+  if (!elementType.isF32())
+    return nodeError(node) << "input #" << index << " ('" << node.input(index)
+                           << "') must be float32, got " << elementType,
+           failure();
+  return *v;
+}
+
+FailureOr<std::vector<int64_t>>
+ImportContext::intsOperand(const onnx::NodeProto &node, int index,
+                           const char *what) {
+  if (index >= node.input_size() || node.input(index).empty())
+    return nodeError(node) << "missing " << what, failure();
+  const ConstTensor *c = constOf(node.input(index));
+  if (!c || c->isFloat)
+    return nodeError(node) << what << " ('" << node.input(index)
+                           << "') must be a constant int64 tensor (an "
+                              "initializer or Constant); computed shapes are "
+                              "not supported",
+           failure();
+  return c->i;
+}
+
+FailureOr<ConstTensor> ImportContext::readTensor(const onnx::TensorProto &t) {
+  ConstTensor c;
+  for (int64_t d : t.dims())
+    c.shape.push_back(d);
+  int64_t n = c.numElements();
+  std::string raw;
+  bool haveRaw = false;
+  if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+    std::string err;
+    if (!readExternalData(t, llvm::sys::path::parent_path(path).str(), raw,
+                          err))
+      return fileError() << err;
+    haveRaw = true;
+  } else if (t.has_raw_data()) {
+    raw = t.raw_data();
+    haveRaw = true;
+  }
+  auto sizeError = [&](int64_t have) {
+    return fileError() << "tensor '" << t.name() << "' has " << have
+                       << " values for its shape " << shapeStr(c.shape);
+  };
+  switch (t.data_type()) {
+  case onnx::TensorProto::FLOAT:
+    c.isFloat = true;
+    if (haveRaw) {
+      if (static_cast<int64_t>(raw.size()) != n * 4)
+        return sizeError(raw.size() / 4);
+      c.f.resize(n);
+      std::memcpy(c.f.data(), raw.data(), n * 4);
+    } else {
+      c.f.assign(t.float_data().begin(), t.float_data().end());
+    }
+    if (static_cast<int64_t>(c.f.size()) != n)
+      return sizeError(c.f.size());
+    return c;
+  case onnx::TensorProto::INT64:
+  case onnx::TensorProto::INT32:
+    if (haveRaw) {
+      int width = t.data_type() == onnx::TensorProto::INT64 ? 8 : 4;
+      if (static_cast<int64_t>(raw.size()) != n * width)
+        return sizeError(raw.size() / width);
+      c.i.resize(n);
+      for (int64_t k = 0; k < n; ++k) {
+        if (width == 8) {
+          std::memcpy(&c.i[k], raw.data() + 8 * k, 8);
+        } else {
+          int32_t v;
+          std::memcpy(&v, raw.data() + 4 * k, 4);
+          c.i[k] = v;
+        }
+      }
+    } else if (t.data_type() == onnx::TensorProto::INT64) {
+      c.i.assign(t.int64_data().begin(), t.int64_data().end());
+    } else {
+      c.i.assign(t.int32_data().begin(), t.int32_data().end());
+    }
+    if (static_cast<int64_t>(c.i.size()) != n)
+      return sizeError(c.i.size());
+    return c;
+  default:
+    return fileError() << "tensor '" << t.name() << "' has element type "
+                       << dtypeName(t.data_type())
+                       << "; supported: FLOAT (float32), INT64, INT32";
+  }
+}

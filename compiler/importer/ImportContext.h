@@ -1,0 +1,126 @@
+// What an ONNX op handler sees of the importer: values and compile-time
+// constants by name, located diagnostics, and the builder.
+#ifndef GPIPE_COMPILER_IMPORTER_IMPORTCONTEXT_H
+#define GPIPE_COMPILER_IMPORTER_IMPORTCONTEXT_H
+
+#include "compiler/importer/OnnxImporter.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "llvm/ADT/StringSet.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <functional>
+#include <map>
+#include <numeric>
+#include <string>
+#include <vector>
+
+namespace gpipe::importer {
+
+/// A compile-time tensor: initializers and Constant outputs, kept as data so
+/// that shape operands (Reshape targets, axes) are read at import time.
+struct ConstTensor {
+  std::vector<int64_t> shape;
+  bool isFloat = false;
+  std::vector<float> f;
+  std::vector<int64_t> i;
+  int64_t numElements() const {
+    return std::accumulate(shape.begin(), shape.end(), int64_t(1),
+                           std::multiplies<int64_t>());
+  }
+};
+
+/// "[2, 3]", as shapes appear in diagnostics.
+std::string shapeStr(llvm::ArrayRef<int64_t> shape);
+/// The ONNX name of a TensorProto element type ("DOUBLE").
+const char *dtypeName(int32_t t);
+/// The node's name, or its first output's name when unnamed.
+std::string nodeName(const onnx::NodeProto &node);
+
+/// The node's first attribute named `name`, or null.
+const onnx::AttributeProto *findAttr(const onnx::NodeProto &node,
+                                     llvm::StringRef name);
+int64_t intAttr(const onnx::NodeProto &node, llvm::StringRef name,
+                int64_t dflt);
+float floatAttr(const onnx::NodeProto &node, llvm::StringRef name, float dflt);
+
+/// The static shape of a ranked tensor value.
+llvm::ArrayRef<int64_t> shapeOf(mlir::Value v);
+/// `in` as an nn.reshape to `shape` (same element type).
+mlir::Value createReshape(mlir::OpBuilder &builder, mlir::Location loc,
+                          mlir::Value in, llvm::ArrayRef<int64_t> shape);
+
+/// The state of one graph import that op handlers read and extend: MLIR
+/// values and compile-time constants by ONNX name. The Importer derives from
+/// it and fills it (graph inputs, initializers, the batch).
+class ImportContext {
+public:
+  ImportContext(mlir::MLIRContext &ctx, const std::string &path)
+      : ctx(ctx), path(path), builder(&ctx),
+        fileLoc(mlir::FileLineColLoc::get(&ctx, path, 0, 0)) {}
+
+  mlir::OpBuilder &getBuilder() { return builder; }
+  /// The location of everything a node creates: NameLoc of its name.
+  mlir::Location nodeLoc(const onnx::NodeProto &node);
+  /// An error located at the model file; ends a failed import.
+  mlir::InFlightDiagnostic fileError() { return mlir::emitError(fileLoc); }
+  /// A file error that starts by naming the node.
+  mlir::InFlightDiagnostic nodeError(const onnx::NodeProto &node);
+
+  mlir::RankedTensorType f32(llvm::ArrayRef<int64_t> shape) {
+    return mlir::RankedTensorType::get(shape, builder.getF32Type());
+  }
+
+  /// The MLIR value of input #`index` of `node`.
+  mlir::FailureOr<mlir::Value> valueOf(const onnx::NodeProto &node, int index);
+  /// valueOf, also requiring a float32 element type.
+  mlir::FailureOr<mlir::Value> floatValueOf(const onnx::NodeProto &node,
+                                            int index);
+  /// Input #`index` as compile-time int64 values (a shape operand); `what`
+  /// names it in diagnostics.
+  mlir::FailureOr<std::vector<int64_t>>
+  intsOperand(const onnx::NodeProto &node, int index, const char *what);
+  /// Output #`index` of `node` is `v`.
+  void define(const onnx::NodeProto &node, int index, mlir::Value v) {
+    values[node.output(index)] = v;
+  }
+
+  /// The compile-time value named `name`, or null.
+  const ConstTensor *constOf(const std::string &name) const {
+    auto it = consts.find(name);
+    return it == consts.end() ? nullptr : &it->second;
+  }
+  void defineConst(const std::string &name, ConstTensor c) {
+    consts[name] = std::move(c);
+  }
+  bool isInitializer(const std::string &name) const {
+    return initializerNames.contains(name);
+  }
+  /// Reads a TensorProto (raw, typed or external data) as a ConstTensor.
+  mlir::FailureOr<ConstTensor> readTensor(const onnx::TensorProto &t);
+
+  /// The mini-batch size imported, and the model's own static batch (0 if it
+  /// was symbolic).
+  int64_t getBatch() const { return batch; }
+  int64_t getExportedBatch() const { return exportedBatch; }
+
+protected:
+  mlir::MLIRContext &ctx;
+  std::string path;
+  mlir::OpBuilder builder;
+  mlir::Location fileLoc;
+  int64_t exportedBatch = 0;
+  int64_t batch = 0;
+  std::map<std::string, ConstTensor> consts;
+  std::map<std::string, mlir::Value> values;
+  llvm::StringSet<> initializerNames;
+  /// Float initializers, in the order they are first used.
+  std::vector<ImportedParam> params;
+};
+
+} // namespace gpipe::importer
+
+#endif

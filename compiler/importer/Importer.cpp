@@ -1,0 +1,336 @@
+// ONNX model -> nn dialect: reading, checking, opset conversion, fixing the
+// batch, and the graph import, each node through the op table (OpTable.h).
+//
+// Built with -fexceptions: libonnx's checker, converter and shape inference
+// report problems by throwing; every throw is caught here (or in
+// ShapeFolding.cpp) and turned into one located diagnostic.
+#include "compiler/importer/Importer.h"
+#include "compiler/importer/OpTable.h"
+
+#include "dialects/nn/NNOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <onnx/checker.h>
+#include <onnx/defs/parser.h>
+#include <onnx/version_converter/convert.h>
+
+using namespace mlir;
+using namespace gpipe;
+using namespace gpipe::importer;
+
+//===----------------------------------------------------------------------===//
+// Reading, checking, converting
+//===----------------------------------------------------------------------===//
+
+LogicalResult Importer::parse() {
+  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false);
+  if (!buffer)
+    return fileError() << "cannot read the model: "
+                       << buffer.getError().message();
+  llvm::StringRef bytes = (*buffer)->getBuffer();
+  if (bytes.empty())
+    return fileError() << "the model file is empty";
+  if (isText()) {
+    // ONNX's textual syntax (onnx/defs/parser.h), used by the lit tests.
+    std::string text = bytes.str();
+    onnx::OnnxParser parser(text.c_str());
+    auto status = parser.Parse(model);
+    if (!status.IsOK())
+      return fileError() << "cannot parse the ONNX text: "
+                         << status.ErrorMessage();
+  } else if (!model.ParseFromArray(bytes.data(),
+                                   static_cast<int>(bytes.size()))) {
+    return fileError() << "not a valid ONNX model (the protobuf does not "
+                          "parse: truncated or not an .onnx file)";
+  }
+  model.SerializeToString(&result.originalModel);
+  if (!model.has_graph() || model.graph().node_size() == 0)
+    return fileError() << "the model has no graph nodes (truncated or not an "
+                          ".onnx file?)";
+  return success();
+}
+
+LogicalResult Importer::checkSupportedOps() {
+  std::vector<const onnx::NodeProto *> bad;
+  for (const onnx::NodeProto &node : model.graph().node()) {
+    bool defaultDomain = node.domain().empty() || node.domain() == "ai.onnx";
+    if (!defaultDomain || !onnxOpTable().lookup(node.op_type()))
+      bad.push_back(&node);
+  }
+  if (bad.empty())
+    return success();
+  // All unsupported nodes at once, so a user sees the whole list in one run.
+  InFlightDiagnostic diag = fileError();
+  diag << bad.size()
+       << (bad.size() == 1 ? " node uses an unsupported ONNX op:"
+                           : " nodes use unsupported ONNX ops:");
+  for (const onnx::NodeProto *node : bad) {
+    diag << "\n  "
+         << (node->name().empty() ? "unnamed node producing '" : "node '")
+         << nodeName(*node)
+         << "': " << (node->domain().empty() ? "" : node->domain() + ".")
+         << node->op_type();
+  }
+  diag << "\nsupported ops: " << llvm::join(supportedOnnxOps(), ", ");
+  return failure();
+}
+
+LogicalResult Importer::checkAndConvert() {
+  int64_t opset = -1;
+  for (const auto &imp : model.opset_import())
+    if (imp.domain().empty() || imp.domain() == "ai.onnx")
+      opset = imp.version();
+  if (opset < 0)
+    return fileError() << "the model imports no version of the default ONNX "
+                          "opset (ai.onnx)";
+  // 13..17 is the tested range; older opsets go through the same converter.
+  if (opset < 7 || opset > options.targetOpset)
+    return fileError() << "opset " << opset << " is not supported: models of "
+                       << "opset 7 to " << options.targetOpset
+                       << " are accepted (12 to " << options.targetOpset
+                       << " are tested)";
+  try {
+    // The path form also checks external data next to the model file.
+    if (isText())
+      onnx::checker::check_model(model);
+    else
+      onnx::checker::check_model(path);
+  } catch (const std::exception &e) {
+    return fileError() << "the ONNX checker rejects the model: " << e.what();
+  }
+  if (opset != options.targetOpset) {
+    try {
+      model =
+          onnx::version_conversion::ConvertVersion(model, options.targetOpset);
+    } catch (const std::exception &e) {
+      return fileError() << "cannot convert opset " << opset << " to "
+                         << options.targetOpset << ": " << e.what();
+    }
+    result.notes.push_back("converted the model from opset " +
+                           std::to_string(opset) + " to " +
+                           std::to_string(options.targetOpset));
+  }
+  return success();
+}
+
+LogicalResult Importer::fixBatch() {
+  for (const auto &init : model.graph().initializer())
+    initializerNames.insert(init.name());
+  for (auto &input : *model.mutable_graph()->mutable_input()) {
+    if (initializerNames.contains(input.name()))
+      continue;
+    if (!input.type().has_tensor_type())
+      return fileError() << "graph input '" << input.name()
+                         << "' is not a tensor";
+    auto *tt = input.mutable_type()->mutable_tensor_type();
+    int32_t et = tt->elem_type();
+    if (et != onnx::TensorProto::FLOAT && et != onnx::TensorProto::INT64)
+      return fileError() << "graph input '" << input.name()
+                         << "' has element type " << dtypeName(et)
+                         << "; supported: FLOAT (float32) and INT64";
+    if (!tt->has_shape() || tt->shape().dim_size() == 0)
+      return fileError() << "graph input '" << input.name()
+                         << "' must have a shape whose first dimension is the "
+                            "batch";
+    auto *dim0 = tt->mutable_shape()->mutable_dim(0);
+    if (dim0->has_dim_value() && dim0->dim_value() > 0) {
+      if (exportedBatch && exportedBatch != dim0->dim_value())
+        return fileError() << "graph inputs disagree on the batch size ("
+                           << exportedBatch << " vs " << dim0->dim_value()
+                           << " for '" << input.name() << "')";
+      exportedBatch = dim0->dim_value();
+    }
+    for (int d = 1; d < tt->shape().dim_size(); ++d) {
+      const auto &dim = tt->shape().dim(d);
+      if (!dim.has_dim_value() || dim.dim_value() <= 0)
+        return fileError()
+               << "graph input '" << input.name() << "' has a dynamic "
+               << "dimension " << d
+               << (dim.has_dim_param() ? " ('" + dim.dim_param() + "')" : "")
+               << "; only the first (batch) dimension may be symbolic: "
+                  "re-export with static shapes";
+    }
+  }
+  if (options.batchSize) {
+    if (*options.batchSize <= 0)
+      return fileError() << "--batch-size must be positive, got "
+                         << *options.batchSize;
+    batch = *options.batchSize;
+  } else if (exportedBatch) {
+    batch = exportedBatch;
+  } else {
+    return fileError() << "the batch dimension of the graph inputs is "
+                          "symbolic; pass --batch-size";
+  }
+  for (auto &input : *model.mutable_graph()->mutable_input()) {
+    if (initializerNames.contains(input.name()))
+      continue;
+    auto *dim0 = input.mutable_type()
+                     ->mutable_tensor_type()
+                     ->mutable_shape()
+                     ->mutable_dim(0);
+    dim0->clear_dim_param();
+    dim0->set_dim_value(batch);
+  }
+  // Outputs keep no stale batch: shape inference recomputes them.
+  for (auto &output : *model.mutable_graph()->mutable_output())
+    if (output.type().has_tensor_type())
+      output.mutable_type()->mutable_tensor_type()->clear_shape();
+  model.mutable_graph()->clear_value_info();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Initializers and nodes
+//===----------------------------------------------------------------------===//
+
+LogicalResult Importer::loadInitializers() {
+  for (const auto &init : model.graph().initializer()) {
+    FailureOr<ConstTensor> c = readTensor(init);
+    if (failed(c))
+      return failure();
+    consts[init.name()] = std::move(*c);
+  }
+  return success();
+}
+
+LogicalResult Importer::checkInferredShape(const onnx::NodeProto &node, Value v,
+                                           const std::string &name) {
+  auto it = inferredShapes.find(name);
+  if (it == inferredShapes.end())
+    return success();
+  if (llvm::ArrayRef<int64_t>(it->second) != shapeOf(v))
+    return nodeError(node) << "output '" << name << "' has shape "
+                           << shapeStr(shapeOf(v))
+                           << " but ONNX shape inference says "
+                           << shapeStr(it->second);
+  return success();
+}
+
+LogicalResult Importer::importNode(const onnx::NodeProto &node) {
+  const OpHandler *handler = onnxOpTable().lookup(node.op_type());
+  if (!handler)
+    return nodeError(node) << "unsupported op";
+  return handler->import(*this, node);
+}
+
+LogicalResult Importer::importGraph() {
+  const onnx::GraphProto &graph = model.graph();
+  llvm::SmallVector<Type> argTypes;
+  llvm::SmallVector<const onnx::ValueInfoProto *> inputs;
+  for (const auto &input : graph.input()) {
+    if (initializerNames.contains(input.name()))
+      continue;
+    const auto &tt = input.type().tensor_type();
+    std::vector<int64_t> shape;
+    for (const auto &d : tt.shape().dim())
+      shape.push_back(d.dim_value());
+    bool isFloat = tt.elem_type() == onnx::TensorProto::FLOAT;
+    argTypes.push_back(
+        RankedTensorType::get(shape, isFloat ? Type(builder.getF32Type())
+                                             : Type(builder.getI64Type())));
+    inputs.push_back(&input);
+    result.inputs.push_back({input.name(), isFloat, shape});
+  }
+  if (graph.output_size() == 0)
+    return fileError() << "the graph has no outputs";
+
+  auto module = ModuleOp::create(fileLoc);
+  result.module = module;
+  builder.setInsertionPointToEnd(module.getBody());
+  // Result types are known only after import: create with none, fix below.
+  auto func = func::FuncOp::create(builder, fileLoc, "train_step",
+                                   builder.getFunctionType(argTypes, {}));
+  Block *body = func.addEntryBlock();
+  for (auto [k, input] : llvm::enumerate(inputs)) {
+    func.setArgAttr(k, "nn.input", builder.getStringAttr(input->name()));
+    values[input->name()] = body->getArgument(k);
+  }
+  builder.setInsertionPointToStart(body);
+
+  for (const onnx::NodeProto &node : graph.node()) {
+    if (failed(importNode(node)))
+      return failure();
+    for (int k = 0; k < node.output_size(); ++k) {
+      auto it = values.find(node.output(k));
+      if (it != values.end() &&
+          failed(checkInferredShape(node, it->second, node.output(k))))
+        return failure();
+    }
+  }
+
+  // Outputs: the loss is the named one, or the only scalar float output.
+  llvm::SmallVector<Value> outs;
+  int lossIndex = -1;
+  for (const auto &output : graph.output()) {
+    auto it = values.find(output.name());
+    if (it == values.end())
+      return fileError() << "graph output '" << output.name()
+                         << "' is not computed by any supported node";
+    auto t = cast<RankedTensorType>(it->second.getType());
+    bool scalarFloat = t.getRank() == 0 && t.getElementType().isF32();
+    if (options.lossName.empty() ? scalarFloat
+                                 : output.name() == options.lossName) {
+      if (lossIndex >= 0)
+        return fileError() << "several graph outputs are scalar losses ('"
+                           << graph.output(lossIndex).name() << "', '"
+                           << output.name() << "'): choose one with --loss";
+      if (!scalarFloat)
+        return fileError() << "the loss '" << output.name()
+                           << "' must be a float32 scalar, got " << t;
+      lossIndex = outs.size();
+    }
+    outs.push_back(it->second);
+  }
+  if (lossIndex < 0)
+    return fileError() << (options.lossName.empty()
+                               ? "no graph output is a float32 scalar loss"
+                               : "no graph output is named '" +
+                                     options.lossName + "'");
+  result.lossName = graph.output(lossIndex).name();
+  func::ReturnOp::create(builder, fileLoc, outs);
+  // Ops the importer made redundant (a transpose folded into a GEMM).
+  for (Operation &op : llvm::make_early_inc_range(llvm::reverse(*body)))
+    if (isa<nn::TransposeOp>(op) && op.use_empty())
+      op.erase();
+  func.setFunctionType(builder.getFunctionType(
+      argTypes, llvm::to_vector(ValueRange(outs).getTypes())));
+  for (auto [k, output] : llvm::enumerate(graph.output()))
+    func.setResultAttr(k, "nn.output", builder.getStringAttr(output.name()));
+  func.setResultAttr(lossIndex, "nn.loss", builder.getUnitAttr());
+  if (params.empty())
+    return fileError() << "the model has no float32 initializers: nothing "
+                          "to train";
+  return success();
+}
+
+FailureOr<ImportedModel> Importer::run() {
+  ctx.loadDialect<nn::NNDialect, func::FuncDialect>();
+  if (failed(parse()) || failed(checkSupportedOps()) ||
+      failed(checkAndConvert()) || failed(fixBatch()) ||
+      failed(foldShapeComputations()) || failed(rewriteBatchReshapes()) ||
+      failed(loadInitializers()) || failed(inferShapes()) ||
+      failed(importGraph()))
+    return failure();
+  result.params = std::move(params);
+  result.batchSize = batch;
+  return std::move(result);
+}
+
+FailureOr<ImportedModel> gpipe::importOnnxModel(MLIRContext &ctx,
+                                                const std::string &path,
+                                                const ImportOptions &options) {
+  // libonnx may throw from places not wrapped above; never let it escape.
+  try {
+    Importer importer(ctx, path, options);
+    return importer.run();
+  } catch (const std::exception &e) {
+    emitError(FileLineColLoc::get(&ctx, path, 0, 0))
+        << "cannot import the model: " << e.what();
+    return failure();
+  }
+}

@@ -1,0 +1,46 @@
+// The import pipeline over one model: ONNX protobuf checks and rewrites, then
+// the graph, node by node, through the op table.
+#ifndef GPIPE_COMPILER_IMPORTER_IMPORTER_H
+#define GPIPE_COMPILER_IMPORTER_IMPORTER_H
+
+#include "compiler/importer/ImportContext.h"
+
+namespace gpipe::importer {
+
+class Importer : public ImportContext {
+public:
+  Importer(mlir::MLIRContext &ctx, const std::string &path,
+           const ImportOptions &options)
+      : ImportContext(ctx, path), options(options) {}
+
+  mlir::FailureOr<ImportedModel> run();
+
+private:
+  // Importer.cpp: reading, checking, converting, importing.
+  mlir::LogicalResult parse();
+  mlir::LogicalResult checkSupportedOps();
+  mlir::LogicalResult checkAndConvert();
+  mlir::LogicalResult fixBatch();
+  mlir::LogicalResult loadInitializers();
+  mlir::LogicalResult importGraph();
+  mlir::LogicalResult importNode(const onnx::NodeProto &node);
+  mlir::LogicalResult checkInferredShape(const onnx::NodeProto &node,
+                                         mlir::Value v,
+                                         const std::string &name);
+
+  // ShapeFolding.cpp: shape inference and rewrites of the protobuf.
+  mlir::LogicalResult foldShapeComputations();
+  mlir::LogicalResult rewriteBatchReshapes();
+  mlir::LogicalResult inferShapes();
+
+  bool isText() const { return llvm::StringRef(path).ends_with(".onnxtext"); }
+
+  ImportOptions options;
+  onnx::ModelProto model;
+  std::map<std::string, std::vector<int64_t>> inferredShapes;
+  ImportedModel result;
+};
+
+} // namespace gpipe::importer
+
+#endif

@@ -1,0 +1,235 @@
+// ONNX shape inference and the rewrites of the protobuf before import:
+// folding int64 shape arithmetic into Constants (each op's folder is in the op
+// table), and Reshape targets that spell out the exported batch.
+//
+// Built with -fexceptions: ONNX shape inference reports problems by throwing.
+#include "compiler/importer/Importer.h"
+#include "compiler/importer/OpTable.h"
+
+#include <onnx/defs/schema.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include <set>
+
+using namespace mlir;
+using namespace gpipe;
+using namespace gpipe::importer;
+
+/// Records the fully static shapes of `graph`'s inputs, value_info and
+/// outputs into `shapes`.
+static void
+collectStaticShapes(const onnx::GraphProto &graph,
+                    std::map<std::string, std::vector<int64_t>> &shapes) {
+  auto record = [&](const onnx::ValueInfoProto &vi) {
+    if (!vi.type().has_tensor_type() || !vi.type().tensor_type().has_shape())
+      return;
+    std::vector<int64_t> shape;
+    for (const auto &d : vi.type().tensor_type().shape().dim()) {
+      if (!d.has_dim_value())
+        return;
+      shape.push_back(d.dim_value());
+    }
+    shapes[vi.name()] = shape;
+  };
+  for (const auto &vi : graph.input())
+    record(vi);
+  for (const auto &vi : graph.value_info())
+    record(vi);
+  for (const auto &vi : graph.output())
+    record(vi);
+}
+
+/// Runs ONNX shape inference on `m` without throwing for node-level errors.
+static void runShapeInference(onnx::ModelProto &m) {
+  // Node-level inference errors are not thrown: the importer checks every
+  // node itself with a message naming it, and cross-checks each output
+  // against whatever ONNX did infer.
+  onnx::ShapeInferenceOptions opts{/*check_type=*/true, /*error_mode=*/0,
+                                   /*enable_data_propagation=*/false};
+  onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(),
+                                     opts);
+}
+
+/// Static shapes ONNX shape inference finds for `m` (a copy is inferred, so
+/// `m` itself is not annotated); names whose shape is unknown are absent.
+static std::map<std::string, std::vector<int64_t>>
+inferStaticShapes(const onnx::ModelProto &m) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  onnx::ModelProto copy = m;
+  try {
+    runShapeInference(copy);
+  } catch (const std::exception &) {
+    return shapes;
+  }
+  collectStaticShapes(copy.graph(), shapes);
+  return shapes;
+}
+
+LogicalResult Importer::foldShapeComputations() {
+  // Shape arithmetic (x.size(0), view targets) is int64 math on static
+  // shapes: evaluate it now and turn each such node into a Constant, so
+  // Reshape targets are constants the importer (and batch rewriting) can read.
+  // Shapes are re-inferred after each round: a Shape that reads the result
+  // of a Reshape folded in this round becomes foldable in the next.
+  int total = 0;
+  for (;;) {
+    std::map<std::string, std::vector<int64_t>> shapes =
+        inferStaticShapes(model);
+    std::map<std::string, ConstTensor> known;
+    for (const auto &init : model.graph().initializer())
+      if (init.data_type() == onnx::TensorProto::INT64 ||
+          init.data_type() == onnx::TensorProto::INT32) {
+        FailureOr<ConstTensor> c = readTensor(init);
+        if (failed(c))
+          return failure();
+        known[init.name()] = std::move(*c);
+      }
+    int folded = 0;
+    for (onnx::NodeProto &node : *model.mutable_graph()->mutable_node()) {
+      if (node.op_type() == "Constant") {
+        for (const auto &a : node.attribute())
+          if (a.name() == "value" &&
+              (a.t().data_type() == onnx::TensorProto::INT64 ||
+               a.t().data_type() == onnx::TensorProto::INT32)) {
+            FailureOr<ConstTensor> c = readTensor(a.t());
+            if (succeeded(c))
+              known[node.output(0)] = std::move(*c);
+          }
+        continue;
+      }
+      const OpHandler *handler = onnxOpTable().lookup(node.op_type());
+      if (!handler || !handler->fold || node.output_size() != 1)
+        continue;
+      FoldOperands in{{}, shapes};
+      for (const std::string &name : node.input()) {
+        auto it = known.find(name);
+        in.values.push_back(it == known.end() ? nullptr : &it->second);
+      }
+      std::optional<ConstTensor> value = handler->fold(node, in);
+      if (!value)
+        continue;
+      onnx::TensorProto t;
+      t.set_data_type(onnx::TensorProto::INT64);
+      for (int64_t d : value->shape)
+        t.add_dims(d);
+      for (int64_t v : value->i)
+        t.add_int64_data(v);
+      node.clear_input();
+      node.clear_attribute();
+      node.set_op_type("Constant");
+      node.set_domain("");
+      auto *attr = node.add_attribute();
+      attr->set_name("value");
+      attr->set_type(onnx::AttributeProto::TENSOR);
+      *attr->mutable_t() = t;
+      known[node.output(0)] = std::move(*value);
+      ++folded;
+    }
+    total += folded;
+    if (!folded)
+      break;
+  }
+  if (total)
+    result.notes.push_back("folded " + std::to_string(total) +
+                           " shape-arithmetic node" + (total == 1 ? "" : "s") +
+                           " into constants");
+  return success();
+}
+
+/// Element count of `target` (ONNX Reshape semantics, allowzero = 0) applied
+/// to an input of shape `in`, or -1 if it does not resolve.
+static int64_t reshapeCount(llvm::ArrayRef<int64_t> target,
+                            llvm::ArrayRef<int64_t> in) {
+  int64_t count = 1, known = 1;
+  for (int64_t d : in)
+    count *= d;
+  bool infer = false;
+  for (size_t k = 0; k < target.size(); ++k) {
+    int64_t t = target[k] == 0 && k < in.size() ? in[k] : target[k];
+    if (t == -1)
+      infer = true;
+    else if (t < 0)
+      return -1;
+    else
+      known *= t;
+  }
+  if (infer)
+    return known != 0 && count % known == 0 ? count : -1;
+  return known;
+}
+
+LogicalResult Importer::rewriteBatchReshapes() {
+  if (!exportedBatch || exportedBatch == batch)
+    return success();
+  // A Reshape target whose first entry spells out the exported batch freezes
+  // the old batch size. It is rewritten when its input really carries the
+  // batch first and the new target fits the input; otherwise the Reshape is
+  // left alone (and the importer reports it if its count no longer matches).
+  // Shapes are re-inferred after each rewrite, so chained Reshapes see the
+  // corrected shapes of the ones before them.
+  std::set<const onnx::NodeProto *> done;
+  for (;;) {
+    std::map<std::string, std::vector<int64_t>> shapes =
+        inferStaticShapes(model);
+    std::map<std::string, const onnx::TensorProto *> inits;
+    for (const auto &init : model.graph().initializer())
+      inits[init.name()] = &init;
+    for (const auto &node : model.graph().node())
+      if (node.op_type() == "Constant" && node.attribute_size() == 1 &&
+          node.attribute(0).name() == "value")
+        inits[node.output(0)] = &node.attribute(0).t();
+    onnx::NodeProto *candidate = nullptr;
+    std::vector<int64_t> target;
+    for (auto &node : *model.mutable_graph()->mutable_node()) {
+      if (node.op_type() != "Reshape" || node.input_size() < 2 ||
+          done.count(&node))
+        continue;
+      auto init = inits.find(node.input(1));
+      auto in = shapes.find(node.input(0));
+      if (init == inits.end() ||
+          init->second->data_type() != onnx::TensorProto::INT64 ||
+          in == shapes.end() || in->second.empty() || in->second[0] != batch)
+        continue;
+      FailureOr<ConstTensor> t = readTensor(*init->second);
+      if (failed(t) || t->i.empty() || t->i[0] != exportedBatch)
+        continue;
+      std::vector<int64_t> rewritten = t->i;
+      rewritten[0] = batch;
+      int64_t count = 1;
+      for (int64_t d : in->second)
+        count *= d;
+      if (reshapeCount(rewritten, in->second) != count)
+        continue;
+      candidate = &node;
+      target = t->i;
+      break;
+    }
+    if (!candidate)
+      return success();
+    done.insert(candidate);
+    onnx::TensorProto copy;
+    copy.set_name(candidate->input(1) + "__gpipe_batch" +
+                  std::to_string(batch) + "_" + std::to_string(done.size()));
+    copy.set_data_type(onnx::TensorProto::INT64);
+    copy.add_dims(static_cast<int64_t>(target.size()));
+    for (size_t k = 0; k < target.size(); ++k)
+      copy.add_int64_data(k == 0 ? batch : target[k]);
+    candidate->set_input(1, copy.name());
+    result.notes.push_back("Reshape node producing '" + candidate->output(0) +
+                           "': target " + shapeStr(target) +
+                           " spells out the exported batch " +
+                           std::to_string(exportedBatch) + "; rewritten to " +
+                           std::to_string(batch));
+    *model.mutable_graph()->add_initializer() = std::move(copy);
+  }
+}
+
+LogicalResult Importer::inferShapes() {
+  try {
+    runShapeInference(model);
+  } catch (const std::exception &e) {
+    return fileError() << "ONNX shape inference failed: " << e.what();
+  }
+  collectStaticShapes(model.graph(), inferredShapes);
+  return success();
+}

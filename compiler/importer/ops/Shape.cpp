@@ -1,0 +1,466 @@
+// Shape and data-movement ONNX ops: Reshape Flatten Squeeze Unsqueeze (as
+// nn.reshape, shape operands constant), Transpose, Concat, Identity, Constant,
+// and Shape/Gather, which only fold (with Reshape, Squeeze, Unsqueeze,
+// Identity and Concat) as int64 shape arithmetic on static shapes.
+#include "compiler/importer/OpTable.h"
+
+#include "dialects/nn/NNOps.h"
+
+#include "llvm/ADT/STLExtras.h"
+
+#include <algorithm>
+
+using namespace mlir;
+using namespace gpipe;
+using namespace gpipe::importer;
+
+//===----------------------------------------------------------------------===//
+// Views: Reshape, Flatten, Squeeze, Unsqueeze
+//===----------------------------------------------------------------------===//
+
+/// The output shape of a view op for an input of shape `in` with `count`
+/// elements; failure is reported.
+using ViewShapeFn = FailureOr<llvm::SmallVector<int64_t>> (*)(
+    ImportContext &cx, const onnx::NodeProto &node, llvm::ArrayRef<int64_t> in,
+    int64_t count);
+
+template <ViewShapeFn OutShape>
+static LogicalResult importView(ImportContext &cx,
+                                const onnx::NodeProto &node) {
+  FailureOr<Value> x = cx.valueOf(node, 0);
+  if (failed(x))
+    return failure();
+  llvm::SmallVector<int64_t> in(shapeOf(*x));
+  int64_t count = 1;
+  for (int64_t d : in)
+    count *= d;
+  FailureOr<llvm::SmallVector<int64_t>> out = OutShape(cx, node, in, count);
+  if (failed(out))
+    return failure();
+  cx.define(node, 0,
+            createReshape(cx.getBuilder(), cx.nodeLoc(node), *x, *out));
+  return success();
+}
+
+/// Reshape (allowzero honoured): the target is a constant int64 tensor.
+static FailureOr<llvm::SmallVector<int64_t>>
+reshapeShape(ImportContext &cx, const onnx::NodeProto &node,
+             llvm::ArrayRef<int64_t> in, int64_t count) {
+  int64_t rank = in.size();
+  FailureOr<std::vector<int64_t>> target =
+      cx.intsOperand(node, 1, "the target shape");
+  if (failed(target))
+    return failure();
+  bool allowZero = intAttr(node, "allowzero", 0);
+  llvm::SmallVector<int64_t> out;
+  int64_t known = 1, inferAt = -1;
+  for (size_t d = 0; d < target->size(); ++d) {
+    int64_t t = (*target)[d];
+    if (t == 0 && !allowZero) {
+      if (static_cast<int64_t>(d) >= rank)
+        return cx.nodeError(node)
+                   << "target " << shapeStr(*target) << " copies dimension "
+                   << d << " of a rank-" << rank << " input",
+               failure();
+      t = in[d];
+    }
+    if (t == -1) {
+      if (inferAt >= 0)
+        return cx.nodeError(node)
+                   << "target " << shapeStr(*target) << " has more than one -1",
+               failure();
+      inferAt = d;
+    } else if (t < 0) {
+      return cx.nodeError(node) << "target " << shapeStr(*target)
+                                << " has a negative dimension",
+             failure();
+    } else {
+      known *= t;
+    }
+    out.push_back(t);
+  }
+  if (inferAt >= 0) {
+    if (known == 0 || count % known)
+      return cx.nodeError(node)
+                 << "cannot infer the -1 in target " << shapeStr(*target)
+                 << " for an input of " << shapeStr(in),
+             failure();
+    out[inferAt] = count / known;
+  }
+  int64_t outCount = 1;
+  for (int64_t d : out)
+    outCount *= d;
+  if (outCount != count) {
+    InFlightDiagnostic diag = cx.nodeError(node);
+    diag << "target " << shapeStr(*target) << " has " << outCount
+         << " elements but the input " << shapeStr(in) << " has " << count;
+    int64_t batch = cx.getBatch(), exportedBatch = cx.getExportedBatch();
+    if (batch != exportedBatch && exportedBatch)
+      diag << "; the target seems to encode the exported batch size "
+           << exportedBatch << " (now " << batch
+           << "): export it with -1 for the batch dimension";
+    return failure();
+  }
+  return out;
+}
+
+static FailureOr<llvm::SmallVector<int64_t>>
+flattenShape(ImportContext &cx, const onnx::NodeProto &node,
+             llvm::ArrayRef<int64_t> in, int64_t count) {
+  int64_t rank = in.size();
+  int64_t axis = intAttr(node, "axis", 1);
+  if (axis < 0)
+    axis += rank;
+  if (axis < 0 || axis > rank)
+    return cx.nodeError(node) << "axis " << intAttr(node, "axis", 1)
+                              << " is out of range for rank " << rank,
+           failure();
+  int64_t outer = 1;
+  for (int64_t d = 0; d < axis; ++d)
+    outer *= in[d];
+  return llvm::SmallVector<int64_t>{outer, count / std::max<int64_t>(outer, 1)};
+}
+
+/// Squeeze (axes optional: every size-1 dimension) and Unsqueeze (axes
+/// required); axes are a constant int64 input (opset 13+).
+template <bool Unsqueeze>
+static FailureOr<llvm::SmallVector<int64_t>>
+squeezeShape(ImportContext &cx, const onnx::NodeProto &node,
+             llvm::ArrayRef<int64_t> in, int64_t) {
+  int64_t rank = in.size();
+  std::vector<int64_t> axes;
+  if (node.input_size() > 1 && !node.input(1).empty()) {
+    FailureOr<std::vector<int64_t>> a = cx.intsOperand(node, 1, "axes");
+    if (failed(a))
+      return failure();
+    axes = *a;
+  } else if (Unsqueeze) {
+    return cx.nodeError(node) << "missing axes", failure();
+  }
+  int64_t outRank = Unsqueeze ? rank + axes.size() : rank;
+  llvm::SmallVector<bool> marked(outRank, false);
+  for (int64_t a : axes) {
+    int64_t norm = a < 0 ? a + outRank : a;
+    if (norm < 0 || norm >= outRank || marked[norm])
+      return cx.nodeError(node) << "axis " << a << " is out of range or "
+                                << "repeated (rank " << outRank << ")",
+             failure();
+    marked[norm] = true;
+  }
+  llvm::SmallVector<int64_t> out;
+  if (Unsqueeze) {
+    for (int64_t d = 0, k = 0; d < outRank; ++d)
+      out.push_back(marked[d] ? 1 : in[k++]);
+    return out;
+  }
+  for (int64_t d = 0; d < rank; ++d) {
+    bool drop = axes.empty() ? in[d] == 1 : marked[d];
+    if (drop && in[d] != 1)
+      return cx.nodeError(node)
+                 << "cannot squeeze dimension " << d << " of size " << in[d],
+             failure();
+    if (!drop)
+      out.push_back(in[d]);
+  }
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
+// Transpose, Concat
+//===----------------------------------------------------------------------===//
+
+static LogicalResult importTranspose(ImportContext &cx,
+                                     const onnx::NodeProto &node) {
+  FailureOr<Value> x = cx.valueOf(node, 0);
+  if (failed(x))
+    return failure();
+  auto in = shapeOf(*x);
+  int64_t rank = in.size();
+  llvm::SmallVector<int64_t> perm;
+  if (const auto *a = findAttr(node, "perm"))
+    perm.assign(a->ints().begin(), a->ints().end());
+  else
+    for (int64_t d = rank - 1; d >= 0; --d)
+      perm.push_back(d);
+  llvm::SmallVector<bool> seen(rank, false);
+  if (static_cast<int64_t>(perm.size()) != rank)
+    return cx.nodeError(node) << "perm has " << perm.size()
+                              << " entries for a rank-" << rank << " input";
+  llvm::SmallVector<int64_t> out;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= rank || seen[p])
+      return cx.nodeError(node)
+             << "perm " << shapeStr(perm) << " is not a permutation of [0, "
+             << rank << ")";
+    seen[p] = true;
+    out.push_back(in[p]);
+  }
+  auto type = RankedTensorType::get(
+      out, cast<RankedTensorType>((*x).getType()).getElementType());
+  cx.define(node, 0,
+            nn::TransposeOp::create(cx.getBuilder(), cx.nodeLoc(node), type, *x,
+                                    perm));
+  return success();
+}
+
+static LogicalResult importConcat(ImportContext &cx,
+                                  const onnx::NodeProto &node) {
+  llvm::SmallVector<Value> inputs;
+  for (int k = 0; k < node.input_size(); ++k) {
+    FailureOr<Value> v = cx.valueOf(node, k);
+    if (failed(v))
+      return failure();
+    inputs.push_back(*v);
+  }
+  auto first = cast<RankedTensorType>(inputs[0].getType());
+  int64_t rank = first.getRank();
+  int64_t axis = intAttr(node, "axis", 0);
+  if (axis < 0)
+    axis += rank;
+  if (axis < 0 || axis >= rank)
+    return cx.nodeError(node) << "axis " << intAttr(node, "axis", 0)
+                              << " is out of range for rank " << rank;
+  llvm::SmallVector<int64_t> out(first.getShape());
+  out[axis] = 0;
+  for (auto [k, v] : llvm::enumerate(inputs)) {
+    auto t = cast<RankedTensorType>(v.getType());
+    bool same =
+        t.getRank() == rank && t.getElementType() == first.getElementType();
+    for (int64_t d = 0; same && d < rank; ++d)
+      same = d == axis || t.getDimSize(d) == first.getDimSize(d);
+    if (!same)
+      return cx.nodeError(node)
+             << "input #" << k << " of shape " << shapeStr(t.getShape())
+             << " does not concatenate with " << shapeStr(first.getShape())
+             << " on axis " << axis;
+    out[axis] += t.getDimSize(axis);
+  }
+  OpBuilder &builder = cx.getBuilder();
+  auto type = RankedTensorType::get(out, first.getElementType());
+  cx.define(node, 0,
+            nn::ConcatOp::create(builder, cx.nodeLoc(node), type, inputs,
+                                 builder.getI64IntegerAttr(axis)));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Identity, Constant, Shape, Gather
+//===----------------------------------------------------------------------===//
+
+/// A constant stays compile-time data (a shape operand can read it); an
+/// initializer or a computed value passes through.
+static LogicalResult importIdentity(ImportContext &cx,
+                                    const onnx::NodeProto &node) {
+  if (const ConstTensor *c = cx.constOf(node.input(0))) {
+    cx.defineConst(node.output(0), *c);
+    if (!cx.isInitializer(node.input(0)))
+      return success();
+  }
+  FailureOr<Value> x = cx.valueOf(node, 0);
+  if (failed(x))
+    return failure();
+  cx.define(node, 0, *x);
+  return success();
+}
+
+/// Compile-time data (becomes nn.constant where used as data): value,
+/// value_float(s), value_int(s); not sparse or string values.
+static LogicalResult importConstant(ImportContext &cx,
+                                    const onnx::NodeProto &node) {
+  ConstTensor c;
+  if (const auto *a = findAttr(node, "value")) {
+    FailureOr<ConstTensor> t = cx.readTensor(a->t());
+    if (failed(t))
+      return failure();
+    c = std::move(*t);
+  } else if (const auto *a = findAttr(node, "value_float")) {
+    c.isFloat = true;
+    c.f = {a->f()};
+  } else if (const auto *a = findAttr(node, "value_floats")) {
+    c.isFloat = true;
+    c.f.assign(a->floats().begin(), a->floats().end());
+    c.shape = {static_cast<int64_t>(c.f.size())};
+  } else if (const auto *a = findAttr(node, "value_int")) {
+    c.i = {a->i()};
+  } else if (const auto *a = findAttr(node, "value_ints")) {
+    c.i.assign(a->ints().begin(), a->ints().end());
+    c.shape = {static_cast<int64_t>(c.i.size())};
+  } else {
+    return cx.nodeError(node) << "only tensor, float(s) and int(s) constants "
+                                 "are supported";
+  }
+  cx.defineConst(node.output(0), std::move(c));
+  return success();
+}
+
+/// Shape and Gather are imported only as folded constants.
+static LogicalResult importUnfolded(ImportContext &cx,
+                                    const onnx::NodeProto &node) {
+  return cx.nodeError(node) << "only supported on static shapes and constant "
+                               "int64 values (folded at import); this one "
+                               "reads a computed tensor";
+}
+
+//===----------------------------------------------------------------------===//
+// Folding int64 shape arithmetic
+//===----------------------------------------------------------------------===//
+
+static std::optional<ConstTensor> foldShape(const onnx::NodeProto &node,
+                                            const FoldOperands &in) {
+  if (node.input_size() != 1)
+    return std::nullopt;
+  auto it = in.staticShapes.find(node.input(0));
+  if (it == in.staticShapes.end())
+    return std::nullopt;
+  const std::vector<int64_t> &inputShape = it->second;
+  ConstTensor out;
+  int64_t rank = inputShape.size();
+  int64_t start = intAttr(node, "start", 0), end = intAttr(node, "end", rank);
+  start = std::clamp<int64_t>(start < 0 ? start + rank : start, 0, rank);
+  end = std::clamp<int64_t>(end < 0 ? end + rank : end, 0, rank);
+  for (int64_t d = start; d < end; ++d)
+    out.i.push_back(inputShape[d]);
+  out.shape = {static_cast<int64_t>(out.i.size())};
+  return out;
+}
+
+static std::optional<ConstTensor> foldIdentity(const onnx::NodeProto &,
+                                               const FoldOperands &in) {
+  if (!in.allInts(1))
+    return std::nullopt;
+  return *in.values[0];
+}
+
+static std::optional<ConstTensor> foldReshape(const onnx::NodeProto &,
+                                              const FoldOperands &in) {
+  if (!in.allInts(2))
+    return std::nullopt;
+  ConstTensor out = *in.values[0];
+  int64_t rank = out.shape.size();
+  std::vector<int64_t> target = in.values[1]->i;
+  int64_t known = 1, at = -1;
+  for (size_t d = 0; d < target.size(); ++d) {
+    if (target[d] == 0 && static_cast<int64_t>(d) < rank)
+      target[d] = out.shape[d];
+    if (target[d] == -1)
+      at = d;
+    else
+      known *= target[d];
+  }
+  if (at >= 0 && known)
+    target[at] = out.numElements() / known;
+  out.shape = target;
+  return out.numElements() == in.values[0]->numElements()
+             ? std::optional<ConstTensor>(out)
+             : std::nullopt;
+}
+
+/// Squeeze and Unsqueeze with constant axes (absent: Squeeze drops every
+/// size-1 dimension).
+template <bool Unsqueeze>
+static std::optional<ConstTensor> foldSqueeze(const onnx::NodeProto &,
+                                              const FoldOperands &in) {
+  if (!in.allInts(1))
+    return std::nullopt;
+  ConstTensor out = *in.values[0];
+  std::vector<int64_t> axes;
+  if (in.values.size() > 1 && in.values[1] && !in.values[1]->isFloat)
+    axes = in.values[1]->i;
+  int64_t rank = out.shape.size();
+  std::vector<int64_t> shape;
+  if (Unsqueeze) {
+    int64_t outRank = rank + axes.size();
+    std::vector<bool> mark(outRank, false);
+    for (int64_t a : axes) {
+      a = a < 0 ? a + outRank : a;
+      if (a < 0 || a >= outRank)
+        return std::nullopt;
+      mark[a] = true;
+    }
+    for (int64_t d = 0, k = 0; d < outRank; ++d)
+      shape.push_back(mark[d] ? 1 : out.shape[k++]);
+  } else {
+    for (int64_t d = 0; d < rank; ++d) {
+      bool drop = axes.empty() ? out.shape[d] == 1
+                               : llvm::is_contained(axes, d) ||
+                                     llvm::is_contained(axes, d - rank);
+      if (!drop)
+        shape.push_back(out.shape[d]);
+    }
+  }
+  out.shape = shape;
+  return out;
+}
+
+static std::optional<ConstTensor> foldConcat(const onnx::NodeProto &node,
+                                             const FoldOperands &in) {
+  if (in.values.empty() || !in.allInts(in.values.size()))
+    return std::nullopt;
+  int64_t rank = in.values[0]->shape.size();
+  int64_t axis = intAttr(node, "axis", 0);
+  axis = axis < 0 ? axis + rank : axis;
+  if (axis < 0 || axis >= rank)
+    return std::nullopt;
+  ConstTensor out;
+  out.shape = in.values[0]->shape;
+  out.shape[axis] = 0;
+  int64_t outer = 1;
+  for (int64_t d = 0; d < axis; ++d)
+    outer *= out.shape[d];
+  for (const ConstTensor *t : in.values) {
+    if (static_cast<int64_t>(t->shape.size()) != rank)
+      return std::nullopt;
+    out.shape[axis] += t->shape[axis];
+  }
+  for (int64_t o = 0; o < outer; ++o)
+    for (const ConstTensor *t : in.values) {
+      int64_t chunk = t->numElements() / std::max<int64_t>(outer, 1);
+      out.i.insert(out.i.end(), t->i.begin() + o * chunk,
+                   t->i.begin() + (o + 1) * chunk);
+    }
+  return out;
+}
+
+static std::optional<ConstTensor> foldGather(const onnx::NodeProto &node,
+                                             const FoldOperands &in) {
+  if (!in.allInts(2))
+    return std::nullopt;
+  const ConstTensor &data = *in.values[0], &idx = *in.values[1];
+  int64_t rank = data.shape.size();
+  int64_t axis = intAttr(node, "axis", 0);
+  axis = axis < 0 ? axis + rank : axis;
+  if (axis < 0 || axis >= rank)
+    return std::nullopt;
+  ConstTensor out;
+  int64_t outer = 1, inner = 1, n = data.shape[axis];
+  for (int64_t d = 0; d < axis; ++d)
+    outer *= data.shape[d];
+  for (int64_t d = axis + 1; d < rank; ++d)
+    inner *= data.shape[d];
+  out.shape.assign(data.shape.begin(), data.shape.begin() + axis);
+  out.shape.insert(out.shape.end(), idx.shape.begin(), idx.shape.end());
+  out.shape.insert(out.shape.end(), data.shape.begin() + axis + 1,
+                   data.shape.end());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j : idx.i) {
+      j = j < 0 ? j + n : j;
+      if (j < 0 || j >= n)
+        return std::nullopt;
+      auto first = data.i.begin() + (o * n + j) * inner;
+      out.i.insert(out.i.end(), first, first + inner);
+    }
+  return out;
+}
+
+void gpipe::importer::registerShapeOps(OpTable &table) {
+  table.add("Reshape", importView<reshapeShape>, foldReshape);
+  table.add("Flatten", importView<flattenShape>);
+  table.add("Squeeze", importView<squeezeShape<false>>, foldSqueeze<false>);
+  table.add("Unsqueeze", importView<squeezeShape<true>>, foldSqueeze<true>);
+  table.add("Transpose", importTranspose);
+  table.add("Concat", importConcat, foldConcat);
+  table.add("Identity", importIdentity, foldIdentity);
+  table.add("Constant", importConstant);
+  table.add("Shape", importUnfolded, foldShape);
+  table.add("Gather", importUnfolded, foldGather);
+}
