@@ -85,6 +85,7 @@ std::optional<std::string> scalarExpr(Operation *op, ArrayRef<std::string> a,
         return "1.f / (1.f + " + call("exp", "-" + x(0)) + ")";
       })
       .Case([&](nn::ErfOp) { return call("erf", x(0)); })
+      .Case([&](nn::ExpOp) { return call("exp", x(0)); })
       .Case(
           [&](nn::ReluGradOp) { return x(0) + " > 0.f ? " + x(1) + " : 0.f"; })
       .Case([&](nn::TanhGradOp) {

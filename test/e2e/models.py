@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 ALLOWED_OPS = frozenset([
     "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Relu", "Tanh", "Sigmoid",
-    "Erf", "Constant", "Identity", "Reshape", "Flatten", "Concat", "Unsqueeze",
+    "Erf", "Exp", "Constant", "Identity", "Reshape", "Flatten", "Concat", "Unsqueeze",
     "Squeeze", "SoftmaxCrossEntropyLoss", "Transpose",
     # Shape arithmetic on static shapes, folded at import:
     "Shape", "Gather",
@@ -70,6 +70,21 @@ class MlpTanh(_Loss):
 
     def logits(self, x):
         return self.l3(torch.tanh(self.l2(torch.tanh(self.l1(x)))))
+
+
+class MlpExp(_Loss):
+    """Exp (docs/contributing.md's worked example): Linear-Tanh-Exp-Linear-Tanh-Linear
+    (16 -> 32 -> 32 -> 10). Exp of a tanh stays in [1/e, e]."""
+
+    def __init__(self, d_in=16, hidden=32, classes=10):
+        super().__init__()
+        self.l1 = nn.Linear(d_in, hidden)
+        self.l2 = nn.Linear(hidden, hidden)
+        self.l3 = nn.Linear(hidden, classes)
+
+    def logits(self, x):
+        h = torch.exp(torch.tanh(self.l1(x)))
+        return self.l3(torch.tanh(self.l2(h)))
 
 
 class MlpGeluSigmoid(_Loss):
@@ -250,6 +265,8 @@ MODELS = {
                      "Linear-Tanh-Linear-Tanh-Linear 16->32->32->10"),
     "mlp_gelu_sigmoid": Spec(lambda: MlpGeluSigmoid(20, 32, 10), 20, 10, None,
                              "Linear-GELU(erf)-Linear-Sigmoid-Linear 20->32->32->10"),
+    "mlp_exp": Spec(lambda: MlpExp(16, 32, 10), 16, 10, None,
+                    "Linear-Tanh-Exp-Linear-Tanh-Linear 16->32->32->10"),
     "mlp_relu": Spec(lambda: MlpRelu(16, 32, 10, 3), 16, 10, None,
                      "(Linear-ReLU)x3 + Linear 16->32->32->32->10"),
     "mlp_ignore": Spec(lambda: MlpTanh(16, 32, 10, ignore_index=3), 16, 10, 3,

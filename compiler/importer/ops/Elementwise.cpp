@@ -1,5 +1,5 @@
 // Elementwise ONNX ops: Add Sub Mul Div (broadcasting, float32; int64 shape
-// arithmetic folds at import) and Relu Tanh Sigmoid Erf.
+// arithmetic folds at import) and Relu Tanh Sigmoid Erf Exp.
 #include "compiler/importer/OpTable.h"
 
 #include "dialects/nn/NNOps.h"
@@ -59,7 +59,7 @@ static std::optional<int64_t> divInts(int64_t x, int64_t y) {
   return x / y;
 }
 
-/// Relu, Tanh, Sigmoid, Erf on float32 tensors.
+/// Relu, Tanh, Sigmoid, Erf, Exp on float32 tensors.
 template <typename OpTy>
 static LogicalResult importUnary(ImportContext &cx,
                                  const onnx::NodeProto &node) {
@@ -79,4 +79,5 @@ void gpipe::importer::registerElementwiseOps(OpTable &table) {
   table.add("Tanh", importUnary<nn::TanhOp>);
   table.add("Sigmoid", importUnary<nn::SigmoidOp>);
   table.add("Erf", importUnary<nn::ErfOp>);
+  table.add("Exp", importUnary<nn::ExpOp>);
 }

@@ -82,6 +82,7 @@ int64_t ReluOp::getFlops() { return numElements(getOutput()); }
 int64_t TanhOp::getFlops() { return 8 * numElements(getOutput()); }
 int64_t SigmoidOp::getFlops() { return 4 * numElements(getOutput()); }
 int64_t ErfOp::getFlops() { return 8 * numElements(getOutput()); }
+int64_t ExpOp::getFlops() { return 4 * numElements(getOutput()); }
 int64_t ReluGradOp::getFlops() { return numElements(getOutput()); }
 int64_t TanhGradOp::getFlops() { return 3 * numElements(getOutput()); }
 int64_t SigmoidGradOp::getFlops() { return 3 * numElements(getOutput()); }
@@ -122,6 +123,16 @@ LogicalResult ErfOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
                                     SmallVectorImpl<Value> &operandGrads) {
   operandGrads.push_back(
       ErfGradOp::create(b, getLoc(), getInput(), resultGrads[0]));
+  return success();
+}
+
+// d/dx exp(x) = exp(x): the gradient reads the output, so the input need not
+// stay alive.
+LogicalResult ExpOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  Value dy = resultGrads[0];
+  operandGrads.push_back(
+      MulOp::create(b, getLoc(), dy.getType(), dy, getOutput()));
   return success();
 }
 

@@ -48,6 +48,7 @@ def NN_ReluOp : NN_UnaryOp<"relu", "max(x, 0)">;
 def NN_TanhOp : NN_UnaryOp<"tanh", "hyperbolic tangent">;
 def NN_SigmoidOp : NN_UnaryOp<"sigmoid", "logistic sigmoid">;
 def NN_ErfOp : NN_UnaryOp<"erf", "error function">;
+def NN_ExpOp : NN_UnaryOp<"exp", "exponential">;
 
 // Gradient ops of the activations: fused `dy * f'(...)`.
 class NN_ActGradOp<string mnemonic, string desc, string from> : NN_Op<mnemonic,

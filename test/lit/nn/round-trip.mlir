@@ -74,6 +74,7 @@ func.func @binary(%x: tensor<4x8xf32>, %r: tensor<8xf32>, %col: tensor<4x1xf32>,
 // CHECK-NEXT: nn.tanh %[[X]] : tensor<4x8xf32>
 // CHECK-NEXT: nn.sigmoid %[[X]] : tensor<4x8xf32>
 // CHECK-NEXT: nn.erf %[[X]] : tensor<4x8xf32>
+// CHECK-NEXT: nn.exp %[[X]] : tensor<4x8xf32>
 // CHECK-NEXT: nn.relu_grad %[[X]], %[[G]] : tensor<4x8xf32>
 // CHECK-NEXT: nn.tanh_grad %[[X]], %[[G]] : tensor<4x8xf32>
 // CHECK-NEXT: nn.sigmoid_grad %[[X]], %[[G]] : tensor<4x8xf32>
@@ -84,6 +85,7 @@ func.func @unary(%x: tensor<4x8xf32>, %g: tensor<4x8xf32>) {
   %2 = nn.tanh %x : tensor<4x8xf32>
   %3 = nn.sigmoid %x : tensor<4x8xf32>
   %4 = nn.erf %x : tensor<4x8xf32>
+  %e = nn.exp %x : tensor<4x8xf32>
   %5 = nn.relu_grad %x, %g : tensor<4x8xf32>
   %6 = nn.tanh_grad %x, %g : tensor<4x8xf32>
   %7 = nn.sigmoid_grad %x, %g : tensor<4x8xf32>

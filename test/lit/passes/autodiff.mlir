@@ -154,6 +154,23 @@ func.func @gemm_tt(%l: tensor<2xi64>) -> (tensor<f32> {nn.loss}) {
 
 // -----
 
+// exp's gradient reads its output: dx = dy * exp(x), an nn.mul of the
+// incoming gradient and the op's result (no gradient op of its own).
+// CHECK-LABEL: func.func @exp(
+// CHECK: %[[W:.+]] = nn.param "w"
+// CHECK: %[[E:.+]] = nn.exp %[[W]] : tensor<4x8xf32>
+// CHECK: %[[DE:.+]] = nn.softmax_cross_entropy_grad %[[E]],
+// CHECK-NEXT: %[[DW:.+]] = nn.mul %[[DE]], %[[E]] : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+// CHECK-NEXT: nn.param_grad %[[W]], %[[DW]]
+func.func @exp(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
+  %w = nn.param "w" : tensor<4x8xf32>
+  %e = nn.exp %w : tensor<4x8xf32>
+  %loss = nn.softmax_cross_entropy %e, %l : tensor<4x8xf32>, tensor<4xi64>
+  return %loss : tensor<f32>
+}
+
+// -----
+
 // An activation chain: erf_grad takes the op's input, relu_grad, sigmoid_grad
 // and tanh_grad its output; neg's gradient is a neg.
 // CHECK-LABEL: func.func @activations(

@@ -154,3 +154,19 @@ func.func @scalar_input_and_gemm_c(%t: tensor<f32>, %x: tensor<12x5xf32>, %label
   %loss = nn.softmax_cross_entropy %d, %labels : tensor<12x5xf32>, tensor<12xi64>
   return %loss : tensor<f32>
 }
+
+// -----
+
+// nn.exp splits as every elementwise op (BatchSplittableOpInterface's
+// elementwise rule): the batch stays on the axis it came in on.
+// CHECK-LABEL: func.func @exp(
+// CHECK-SAME: %[[X:[^:]+]]: tensor<2x5xf32>, %[[L:[^:]+]]: tensor<2xi64>)
+// CHECK-NEXT: %[[E:.+]] = nn.exp %[[X]] : tensor<2x5xf32>
+// CHECK-NEXT: nn.softmax_cross_entropy %[[E]], %[[L]] {microbatches = 4 : i64} : tensor<2x5xf32>, tensor<2xi64>
+// ONE-LABEL: func.func @exp(
+// ONE-SAME: tensor<8x5xf32>
+func.func @exp(%x: tensor<8x5xf32>, %labels: tensor<8xi64>) -> (tensor<f32> {nn.loss}) {
+  %e = nn.exp %x : tensor<8x5xf32>
+  %loss = nn.softmax_cross_entropy %e, %labels : tensor<8x5xf32>, tensor<8xi64>
+  return %loss : tensor<f32>
+}
