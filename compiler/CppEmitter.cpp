@@ -264,7 +264,7 @@ private:
   /// Slot `k` of an update's optimizer state.
   std::string statePtr(Operation *op, int k);
   std::string ptr(Value v, bool isConst = true);
-  void formUnits();
+  LogicalResult formUnits();
   /// A pointer a loop or kernel reads or writes, named `name` inside it.
   struct LoopArg {
     std::string name, elem;
@@ -407,39 +407,45 @@ FuncEmitter::lossNorm(Operation *op, Value labels,
          "LL))";
 }
 
-void FuncEmitter::formUnits() {
+LogicalResult FuncEmitter::formUnits() {
+  // The fusion groups gpipe-fuse-elementwise marked (pipe.fused = N): each
+  // becomes one unit, in the place of its first op; other ops are units of
+  // their own.
   Block &block = func.getBody().front();
-  int64_t open = -1;     // the elementwise group still accepting ops
-  int64_t lastCode = -1; // the last unit that emits code
+  llvm::DenseMap<int64_t, int64_t> unitOfGroup;
   for (Operation &op : block) {
-    // CUDA: a relu that is the only reader of the GEMM just before it runs in
-    // that GEMM's epilogue (their unit is the GEMM, then the relu).
-    if (stage.options.cuda && isa<nn::ReluOp>(op) && lastCode >= 0 &&
-        units[lastCode].size() == 1) {
-      auto gemm = dyn_cast<nn::GemmOp>(units[lastCode].front());
-      if (gemm && op.getOperand(0) == gemm.getOutput() &&
-          gemm.getOutput().hasOneUse() && !stage.deferred.count(gemm)) {
-        units[lastCode].push_back(&op);
-        unitOf[&op] = lastCode;
-        open = -1;
+    auto group = op.getAttrOfType<IntegerAttr>("pipe.fused");
+    if (group) {
+      auto [it, fresh] = unitOfGroup.try_emplace(group.getInt(), units.size());
+      if (!fresh) {
+        units[it->second].push_back(&op);
+        unitOf[&op] = it->second;
         continue;
       }
     }
-    bool elementwise = scalarExpr(&op, {}, false).has_value();
-    if (elementwise && open >= 0 &&
-        tensorType(op.getResult(0)).getShape() ==
-            tensorType(units[open].front()->getResult(0)).getShape()) {
-      units[open].push_back(&op);
-      unitOf[&op] = open;
-      continue;
-    }
     units.push_back({&op});
     unitOf[&op] = units.size() - 1;
-    // Parameters and constants emit no code: a group continues past them.
-    if (isa<nn::ParamOp, nn::ConstantOp>(op))
+  }
+  // What the printers can emit as one unit: elementwise ops of one result
+  // shape (a loop or kernel), or (CUDA) a GEMM and the relu of its
+  // epilogue.
+  for (auto &unit : units) {
+    if (unit.size() < 2)
       continue;
-    lastCode = int64_t(units.size()) - 1;
-    open = elementwise ? int64_t(units.size()) - 1 : -1;
+    auto gemm = dyn_cast<nn::GemmOp>(unit.front());
+    bool epilogue = stage.options.cuda && gemm && unit.size() == 2 &&
+                    isa<nn::ReluOp>(unit[1]) &&
+                    unit[1]->getOperand(0) == gemm.getOutput() &&
+                    gemm.getOutput().hasOneUse();
+    bool elementwise = llvm::all_of(unit, [&](Operation *op) {
+      return op->hasTrait<nn::Fusible>() &&
+             op->getResult(0).getType() == unit.front()->getResult(0).getType();
+    });
+    if (!epilogue && !elementwise)
+      return unit.front()->emitError(
+          "code generation cannot emit this fusion group (pipe.fused) as one "
+          "unit: it needs elementwise ops of one result shape, or on CUDA a "
+          "GEMM and the relu that is its only reader");
   }
   for (auto &unit : units) {
     if (unit.size() < 2)
@@ -452,6 +458,7 @@ void FuncEmitter::formUnits() {
         fusedAway.insert(r);
     }
   }
+  return success();
 }
 
 LogicalResult FuncEmitter::plan() {
@@ -495,20 +502,16 @@ LogicalResult FuncEmitter::plan() {
                               stage.accumulator.lookup(g.getParam()), ""};
     }
   }
-  // A GEMM whose only reader is an accumulation adds into the accumulator.
+  // A GEMM whose only reader is an accumulation adds into (or writes) the
+  // accumulator (gpipe-accumulate-in-place).
   for (Operation &op : block)
-    if (auto acc = dyn_cast<pipeline::AccumulateGradOp>(op)) {
-      auto gemm = acc.getGrad().getDefiningOp<nn::GemmOp>();
-      if (gemm && !gemm.getC() && acc.getGrad().hasOneUse() &&
-          (!stage.deferred.count(gemm) ||
-           // deferred: the result is never written
-           true)) {
-        accumulateInPlace.insert(acc.getGrad());
-        if (stage.overwritten.contains(acc.getParam()))
-          overwriteInPlace.insert(acc.getGrad());
-        storage[acc.getGrad()] = {Storage::Arena,
-                                  stage.accumulator.lookup(acc.getParam()), ""};
-      }
+    if (auto acc = dyn_cast<pipeline::AccumulateGradOp>(op);
+        acc && acc.getInPlace()) {
+      accumulateInPlace.insert(acc.getGrad());
+      if (acc.getOverwrite())
+        overwriteInPlace.insert(acc.getGrad());
+      storage[acc.getGrad()] = {Storage::Arena,
+                                stage.accumulator.lookup(acc.getParam()), ""};
     }
 
   // The stash: the forward's results live in the micro-batch's slot, the
@@ -1067,8 +1070,7 @@ LogicalResult FuncEmitter::run() {
   if (!func.getBody().hasOneBlock())
     return func.emitError("code generation needs a single-block function");
   Block &block = func.getBody().front();
-  formUnits();
-  if (failed(plan()))
+  if (failed(formUnits()) || failed(plan()))
     return failure();
   bool isForward =
       func->getAttrOfType<StringAttr>("pipe.phase").getValue() == "forward";
@@ -1096,23 +1098,6 @@ LogicalResult FuncEmitter::run() {
       emitElementwise(unit);
   }
   return success();
-}
-
-/// Replaces every pipe.remat region by its ops, in place.
-static void inlineRematRegions(func::FuncOp func) {
-  SmallVector<pipeline::RematOp> remats;
-  func.walk([&](pipeline::RematOp op) { remats.push_back(op); });
-  for (pipeline::RematOp remat : remats) {
-    Block &body = remat.getBody().front();
-    for (auto [arg, input] : llvm::zip(body.getArguments(), remat.getInputs()))
-      arg.replaceAllUsesWith(input);
-    auto yield = cast<pipeline::YieldOp>(body.getTerminator());
-    remat.replaceAllUsesWith(yield.getValues());
-    yield.erase();
-    remat->getBlock()->getOperations().splice(remat->getIterator(),
-                                              body.getOperations());
-    remat.erase();
-  }
 }
 
 static int64_t costOf(func::FuncOp func) {
@@ -1159,7 +1144,14 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   if (failed(actions))
     return failure();
   auto [forward, backward, update] = std::tie(fns[0], fns[1], fns[2]);
-  inlineRematRegions(backward);
+  // Recomputation is ordinary ops by now (gpipe-inline-remat).
+  WalkResult remat = backward.walk([](pipeline::RematOp op) {
+    op.emitError("code generation needs lowered IR: run gpipe-lower "
+                 "(gpipe-inline-remat) first");
+    return WalkResult::interrupt();
+  });
+  if (remat.wasInterrupted())
+    return failure();
 
   StageState st;
   st.options = options;
@@ -1211,22 +1203,12 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
     }
   });
   st.accumulatorBegin = st.cursor;
-  // One micro-batch: a gradient that is the single output of one GEMM is
-  // written by that GEMM (beta 0) instead of being added to a zeroed
-  // accumulator. Those accumulators come first; only the rest is cleared.
-  if (st.microbatches == 1) {
-    llvm::StringMap<int> contributions;
-    backward.walk([&](pipeline::AccumulateGradOp acc) {
-      ++contributions[acc.getParam()];
-    });
-    backward.walk([&](pipeline::AccumulateGradOp acc) {
-      auto gemm = acc.getGrad().getDefiningOp<nn::GemmOp>();
-      if (gemm && !gemm.getC() && acc.getGrad().hasOneUse() &&
-          contributions.lookup(acc.getParam()) == 1 &&
-          st.overwritten.insert(acc.getParam()).second)
-        st.accumulator[acc.getParam()] = st.permanent(bytesOf(acc.getGrad()));
-    });
-  }
+  // Accumulators that their GEMM writes (beta 0; gpipe-accumulate-in-place's
+  // `overwrite`) come first; only the rest is cleared.
+  backward.walk([&](pipeline::AccumulateGradOp acc) {
+    if (acc.getOverwrite() && st.overwritten.insert(acc.getParam()).second)
+      st.accumulator[acc.getParam()] = st.permanent(bytesOf(acc.getGrad()));
+  });
   st.clearedBegin = st.cursor;
   for (func::FuncOp f : fns)
     f.walk([&](Operation *op) {
@@ -1245,25 +1227,23 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
         st.accumulator[name] = st.permanent(bytesOf(v));
     });
   st.accumulatorEnd = st.cursor;
-  if (st.microbatches > 1)
-    backward.walk([&](pipeline::AccumulateGradOp acc) {
-      auto gemm = acc.getGrad().getDefiningOp<nn::GemmOp>();
-      if (!gemm || !gemm.getTransA() || gemm.getTransB() || gemm.getC() ||
-          gemm.getAlpha().convertToFloat() != 1.f ||
-          !acc.getGrad().hasOneUse() ||
-          !tensorType(gemm.getA()).getElementType().isF32())
-        return;
-      StageState::DeferredGemm d;
-      d.param = acc.getParam().str();
-      d.rows = tensorType(gemm.getA()).getDimSize(0);
-      d.gCols = tensorType(gemm.getA()).getDimSize(1);
-      d.xCols = tensorType(gemm.getB()).getDimSize(1);
-      d.gOffset = st.permanent(st.microbatches * d.rows * d.gCols * 4);
-      d.xOffset = st.permanent(st.microbatches * d.rows * d.xCols * 4);
-      st.deferredBytes += st.aligned(st.microbatches * d.rows * d.gCols * 4) +
-                          st.aligned(st.microbatches * d.rows * d.xCols * 4);
-      st.deferred[gemm] = d;
-    });
+  // Weight-gradient GEMMs deferred to the update (gpipe-split-weight-grad):
+  // their operands for every micro-batch.
+  backward.walk([&](pipeline::AccumulateGradOp acc) {
+    if (!acc.getDeferred())
+      return;
+    auto gemm = acc.getGrad().getDefiningOp<nn::GemmOp>();
+    StageState::DeferredGemm d;
+    d.param = acc.getParam().str();
+    d.rows = tensorType(gemm.getA()).getDimSize(0);
+    d.gCols = tensorType(gemm.getA()).getDimSize(1);
+    d.xCols = tensorType(gemm.getB()).getDimSize(1);
+    d.gOffset = st.permanent(st.microbatches * d.rows * d.gCols * 4);
+    d.xOffset = st.permanent(st.microbatches * d.rows * d.xCols * 4);
+    st.deferredBytes += st.aligned(st.microbatches * d.rows * d.gCols * 4) +
+                        st.aligned(st.microbatches * d.rows * d.xCols * 4);
+    st.deferred[gemm] = d;
+  });
 
   if (options.cuda) {
     // Constants: kernels read them from the arena.

@@ -74,11 +74,11 @@ struct EmittedStage {
   int64_t flops = 0; // one training step (all micro-batches)
 };
 
-/// Emits the program of `stage` of the outlined, scheduled `module`;
-/// `buildId` identifies the compile (also written to pipeline.json).
-/// Reports unsupported ops as located errors and returns failure. Inlines
-/// the stage's pipe.remat regions (the IR is modified). Weight file names
-/// are made unique across the calls sharing `takenWeightFiles`.
+/// Emits the program of `stage` of the outlined, scheduled and lowered
+/// (gpipe-lower: no pipe.remat left) `module`; `buildId` identifies the
+/// compile (also written to pipeline.json). Reports unsupported ops as
+/// located errors and returns failure. Weight file names are made unique
+/// across the calls sharing `takenWeightFiles`.
 mlir::FailureOr<EmittedStage> emitStageCpp(
     mlir::ModuleOp module, int64_t stage, const std::string &programName,
     std::vector<std::string> &takenWeightFiles, const std::string &buildId = "",

@@ -121,6 +121,63 @@ def Remat : Pass<"gpipe-remat", "mlir::ModuleOp"> {
   let dependentDialects = ["gpipe::pipeline::PipeDialect"];
 }
 
+def InlineRemat : Pass<"gpipe-inline-remat", "mlir::func::FuncOp"> {
+  let summary = "Replaces each pipe.remat region by its ops (lowering)";
+  let description = [{
+    The first step below the pipeline IR, before code generation: the
+    recomputation a `pipe.remat` region describes becomes ordinary ops of the
+    backward function, in place of the region, its block arguments replaced
+    by the region's inputs and its results by what `pipe.yield` returns. The
+    code generator accepts no `pipe.remat`. Part of `gpipe-lower`.
+  }];
+}
+
+def AccumulateInPlace : Pass<"gpipe-accumulate-in-place", "mlir::func::FuncOp"> {
+  let summary = "Lets a GEMM add its gradient straight into the accumulator";
+  let description = [{
+    Lowering. Marks `in_place` every `pipe.accumulate_grad` whose gradient is
+    an `nn.gemm` without C read by nothing else: the GEMM will add its
+    product into the parameter's accumulator (beta 1), so the gradient never
+    has a buffer of its own. With one micro-batch per step
+    (`pipe.microbatches` = 1 on the module, or absent) a parameter whose only
+    contribution in the function is such a GEMM is also marked `overwrite`:
+    the GEMM writes the accumulator (beta 0), which then needs no clearing.
+    Part of `gpipe-lower`.
+  }];
+}
+
+def SplitWeightGrad : Pass<"gpipe-split-weight-grad", "mlir::func::FuncOp"> {
+  let summary = "Defers weight-gradient GEMMs to the update, over all micro-batches";
+  let description = [{
+    Lowering, after gpipe-accumulate-in-place. With M > 1 micro-batches
+    (`pipe.microbatches` on the module), marks `deferred` every in-place
+    `pipe.accumulate_grad` whose GEMM is a weight gradient `A^T B` (transA,
+    no transB, alpha 1, f32): each micro-batch's backward then only keeps the
+    GEMM's two operands, and the update computes the gradient once, as one
+    GEMM over all M micro-batches (M times the rows: better use of the
+    GEMM). Zero-bubble schedules will schedule this as its own action. Part
+    of `gpipe-lower`.
+  }];
+}
+
+def FuseElementwise : Pass<"gpipe-fuse-elementwise", "mlir::func::FuncOp"> {
+  let summary = "Groups chains of elementwise ops into one loop or kernel";
+  let description = [{
+    Lowering. Gives every op of a fusion group the same `pipe.fused = N`
+    (i64, numbered per function); code generation then emits each group as
+    one loop (CPU) or one generated kernel (CUDA), keeping the values read
+    only inside it in registers. A group is a run of elementwise ops
+    (`NN_Fusible`) with the same result shape, in program order; parameters
+    and constants between them do not break it, any other op does. With
+    `target=cuda`, an `nn.relu` that is the only reader of the `nn.gemm`
+    just before it joins that GEMM (cuBLASLt's relu epilogue). Ops alone in
+    their group get no mark. Part of `gpipe-lower`.
+  }];
+  let options = [
+    Option<"target", "target", "std::string", "\"cpu\"", "cpu or cuda">,
+  ];
+}
+
 def Schedule : Pass<"gpipe-schedule", "mlir::ModuleOp"> {
   let summary = "Builds each stage's action list and checks it";
   let description = [{

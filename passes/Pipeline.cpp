@@ -38,6 +38,17 @@ void gpipe::buildCompilePipeline(OpPassManager &pm,
   pm.addPass(createSchedule(sched));
 }
 
+void gpipe::buildLoweringPipeline(OpPassManager &pm,
+                                  const LoweringOptions &options) {
+  OpPassManager &fpm = pm.nest<func::FuncOp>();
+  fpm.addPass(createInlineRemat());
+  fpm.addPass(createAccumulateInPlace());
+  fpm.addPass(createSplitWeightGrad());
+  FuseElementwiseOptions fuse;
+  fuse.target = options.target;
+  fpm.addPass(createFuseElementwise(fuse));
+}
+
 void gpipe::registerCompilePipeline() {
   PassPipelineRegistration<CompilePipelineOptions>(
       "gpipe-pipeline",
@@ -45,4 +56,11 @@ void gpipe::registerCompilePipeline() {
       "autodiff, optimizer, CSE, outlining, remat, schedule (what "
       "gpipe-compile runs)",
       buildCompilePipeline);
+  PassPipelineRegistration<LoweringOptions>(
+      "gpipe-lower",
+      "Lowers scheduled pipeline IR to what code generation reads "
+      "(gpipe-inline-remat, gpipe-accumulate-in-place, "
+      "gpipe-split-weight-grad, "
+      "gpipe-fuse-elementwise)",
+      buildLoweringPipeline);
 }

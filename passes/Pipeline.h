@@ -48,7 +48,19 @@ struct CompilePipelineOptions
 void buildCompilePipeline(mlir::OpPassManager &pm,
                           const CompilePipelineOptions &options);
 
-/// Registers the pipeline as `gpipe-pipeline` (for gpipe-opt).
+struct LoweringOptions : mlir::PassPipelineOptions<LoweringOptions> {
+  Option<std::string> target{*this, "target",
+                             llvm::cl::desc("cpu or cuda (fusion)"),
+                             llvm::cl::init("cpu")};
+};
+
+/// Adds the lowering below the pipeline IR, what code generation needs
+/// (`gpipe-lower`): remat regions inlined, in-place gradient accumulation,
+/// deferred weight-gradient GEMMs, fusion groups for `target`.
+void buildLoweringPipeline(mlir::OpPassManager &pm,
+                           const LoweringOptions &options);
+
+/// Registers `gpipe-pipeline` and `gpipe-lower` (for gpipe-opt).
 void registerCompilePipeline();
 
 } // namespace gpipe

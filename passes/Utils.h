@@ -19,6 +19,16 @@ inline void eraseDeadOps(mlir::func::FuncOp func) {
       op->erase();
 }
 
+/// The micro-batches per step of the module holding `op`
+/// (`pipe.microbatches`), 1 when unset.
+inline int64_t microbatchesOf(mlir::Operation *op) {
+  auto module = op->getParentOfType<mlir::ModuleOp>();
+  auto mb = module
+                ? module->getAttrOfType<mlir::IntegerAttr>("pipe.microbatches")
+                : mlir::IntegerAttr();
+  return mb ? mb.getInt() : 1;
+}
+
 /// The function of `stage` and `phase` ("forward", "backward", "update")
 /// made by gpipe-outline-stages, or null.
 inline mlir::func::FuncOp findStageFunc(mlir::ModuleOp module, int64_t stage,

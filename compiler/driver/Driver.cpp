@@ -3,13 +3,13 @@
 #include "compiler/driver/Driver.h"
 
 #include "compiler/CppEmitter.h"
-#include "compiler/importer/OnnxImporter.h"
 #include "compiler/driver/Diagnostics.h"
 #include "compiler/driver/Explain.h"
 #include "compiler/driver/Manifest.h"
 #include "compiler/driver/PassPipeline.h"
 #include "compiler/driver/Publish.h"
 #include "compiler/driver/Toolchain.h"
+#include "compiler/importer/OnnxImporter.h"
 #include "dialects/nn/NNOps.h"
 #include "dialects/pipe/PipeOps.h"
 #include "passes/schedules/Schedules.h"
@@ -217,8 +217,17 @@ int gpipe::compile(const CompileOptions &o) {
     mix(model->originalModel);
     buildId = llvm::utohexstr(h, /*LowerCase=*/true);
   }
-  // The explanation reads the forward functions, which emission leaves as
-  // they are.
+  // Below the pipeline IR: what code generation reads (gpipe-lower). The
+  // explanation reads the forward functions, which lowering leaves as they
+  // are.
+  {
+    PassManager lower(&ctx);
+    LoweringOptions lo;
+    lo.target = o.target;
+    buildLoweringPipeline(lower, lo);
+    if (failed(lower.run(module)))
+      return cleanupAndFail();
+  }
   std::vector<EmittedStage> stages;
   std::vector<std::string> names, takenFiles;
   std::vector<func::FuncOp> forwards;

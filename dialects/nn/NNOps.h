@@ -35,6 +35,11 @@ mlir::InFlightDiagnostic emitBatchSplitError(mlir::Operation *op,
 mlir::LogicalResult splitElementwiseBatch(
     mlir::Operation *op, llvm::ArrayRef<std::optional<int64_t>> operandAxes,
     llvm::SmallVectorImpl<std::optional<int64_t>> &resultAxes);
+
+/// Elementwise ops: code generation computes them one element at a time, so
+/// chains of them can share one loop or kernel (ODS: NN_Fusible).
+template <typename ConcreteType>
+class Fusible : public mlir::OpTrait::TraitBase<ConcreteType, Fusible> {};
 } // namespace gpipe::nn
 
 #include "dialects/nn/NNInterfaces.h.inc"

@@ -18,6 +18,12 @@ def NN_FreeCost : DeclareOpInterfaceMethods<NN_CostOpInterface,
 // is in their family's ops/*.cpp).
 def NN_Batch : DeclareOpInterfaceMethods<NN_BatchSplittableOpInterface>;
 
+// Elementwise ops: one scalar expression per element, so that code generation
+// can fuse chains of them into one loop or kernel (gpipe-fuse-elementwise).
+def NN_Fusible : NativeOpTrait<"Fusible"> {
+  let cppNamespace = "::gpipe::nn";
+}
+
 def NN_F32Tensor : StaticShapeTensorOf<[F32]>;
 def NN_I64Tensor : StaticShapeTensorOf<[I64]>;
 def NN_NumTensor : StaticShapeTensorOf<[F32, I64]>;

@@ -103,6 +103,21 @@ LogicalResult RecvOp::verify() {
 LogicalResult AccumulateGradOp::verify() {
   if (getParam().empty())
     return emitOpError("needs a parameter name");
+  if ((getOverwrite() || getDeferred()) && !getInPlace())
+    return emitOpError("'") << (getOverwrite() ? "overwrite" : "deferred")
+                            << "' needs 'in_place'";
+  if (getOverwrite() && getDeferred())
+    return emitOpError("'overwrite' and 'deferred' exclude each other");
+  if (!getInPlace())
+    return success();
+  auto gemm = getGrad().getDefiningOp<nn::GemmOp>();
+  if (!gemm || gemm.getC() || !getGrad().hasOneUse())
+    return emitOpError("'in_place' needs a gradient computed by an nn.gemm "
+                       "without C whose only reader is this op");
+  if (getDeferred() && (!gemm.getTransA() || gemm.getTransB() ||
+                        gemm.getAlpha().convertToFloat() != 1.f))
+    return emitOpError("'deferred' needs a weight-gradient GEMM A^T B "
+                       "(transA, no transB, alpha 1)");
   return success();
 }
 

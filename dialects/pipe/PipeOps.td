@@ -111,8 +111,22 @@ def Pipe_AccumulateGradOp : Pipe_Op<"accumulate_grad", [MemoryEffects<[MemRead, 
     Each parameter has one gradient accumulator, zero at the start of every
     mini-batch. A stage's backward adds each micro-batch's gradient with this
     op; its update reads the sum with `pipe.accumulated_grad`.
+
+    How the gradient gets there is decided by lowering passes and marked
+    here (code generation follows the marks):
+    - `in_place` (gpipe-accumulate-in-place): the `nn.gemm` computing
+      `$grad`, whose only reader this op is, adds its product into the
+      accumulator itself (beta 1); this op emits nothing.
+    - `overwrite` (with `in_place`; one micro-batch, the parameter's only
+      contribution): the GEMM writes the accumulator (beta 0), which then
+      needs no clearing.
+    - `deferred` (with `in_place`; gpipe-split-weight-grad): the GEMM is a
+      weight gradient `A^T B`; each micro-batch's backward keeps its two
+      operands and the update computes it once over all micro-batches.
   }];
-  let arguments = (ins Pipe_F32Tensor:$grad, StrAttr:$param);
+  let arguments = (ins Pipe_F32Tensor:$grad, StrAttr:$param,
+                   UnitAttr:$in_place, UnitAttr:$overwrite,
+                   UnitAttr:$deferred);
   let assemblyFormat = "$grad `to` $param attr-dict `:` type($grad)";
   let hasVerifier = 1;
 }

@@ -17,5 +17,5 @@ llvm_config.with_environment("PATH", config.gpipe_tools_dir, append_path=True)
 config.substitutions.append(("%examples", os.path.join(config.gpipe_src_root, "examples")))
 config.substitutions.append(("%inputs", os.path.join(config.test_source_root, "Inputs")))
 llvm_config.add_tool_substitutions(
-    ["gpipe-opt", "gpipe-compile", "gpipe-run"], [config.gpipe_tools_dir])
+    ["gpipe-opt", "gpipe-compile", "gpipe-run", "gpipe-translate"], [config.gpipe_tools_dir])
 config.substitutions.append(("%python", "/usr/bin/python3"))

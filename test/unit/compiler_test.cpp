@@ -3,6 +3,7 @@
 #include "dialects/nn/NNOps.h"
 #include "dialects/pipe/PipeOps.h"
 #include "passes/Passes.h"
+#include "passes/Pipeline.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -79,6 +80,7 @@ FailureOr<gpipe::EmittedStage> compileChain(MLIRContext &ctx,
   rm.mode = remat;
   pm.addPass(gpipe::createRemat(rm));
   pm.addPass(gpipe::createSchedule());
+  gpipe::buildLoweringPipeline(pm, gpipe::LoweringOptions());
   if (failed(pm.run(*module)))
     return failure();
   std::vector<std::string> taken;

@@ -13,7 +13,7 @@ defvar NN_ElementwiseBatchRule = [{
 }];
 
 class NN_BinaryOp<string mnemonic, string desc> : NN_Op<mnemonic, [Pure,
-    NN_Cost,
+    NN_Cost, NN_Fusible,
     NN_Batch,
     DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
   let summary = "elementwise " # desc # " with numpy broadcasting";
@@ -33,7 +33,7 @@ def NN_DivOp : NN_BinaryOp<"div", "division">;
 
 class NN_UnaryOp<string mnemonic, string desc> : NN_Op<mnemonic, [Pure,
     SameOperandsAndResultType,
-    NN_Cost,
+    NN_Cost, NN_Fusible,
     NN_Batch,
     DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
   let summary = "elementwise " # desc;
@@ -53,7 +53,7 @@ def NN_ExpOp : NN_UnaryOp<"exp", "exponential">;
 // Gradient ops of the activations: fused `dy * f'(...)`.
 class NN_ActGradOp<string mnemonic, string desc, string from> : NN_Op<mnemonic,
     [Pure, SameOperandsAndResultType,
-     NN_Cost]> {
+     NN_Cost, NN_Fusible]> {
   let summary = "gradient of " # desc # ", computed from its " # from;
   let arguments = (ins NN_F32Tensor:$value, NN_F32Tensor:$grad);
   let results = (outs NN_F32Tensor:$output);

@@ -691,3 +691,60 @@ module attributes {pipe.microbatches = 4 : i64} {
   // expected-error @+1 {{'pipe.schedule' op action #3 F2 needs stash slot 0 of 2, still held by micro-batch 0 (whose backward has not run)}}
   pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "F1", "B1", "F2", "B0", "B2", "F3", "B3", "U"] stash_slots 2
 }
+
+// -----
+
+// The lowering marks of pipe.accumulate_grad: overwrite and deferred refine
+// in_place.
+func.func @overwrite_without_in_place(%a: tensor<8x4xf32>, %b: tensor<8x3xf32>) {
+  %g = nn.gemm %a, %b {transA = true} : (tensor<8x4xf32>, tensor<8x3xf32>) -> tensor<4x3xf32>
+  // expected-error @+1 {{'pipe.accumulate_grad' op 'overwrite' needs 'in_place'}}
+  pipe.accumulate_grad %g to "w" {overwrite} : tensor<4x3xf32>
+  return
+}
+
+// -----
+
+func.func @deferred_without_in_place(%a: tensor<8x4xf32>, %b: tensor<8x3xf32>) {
+  %g = nn.gemm %a, %b {transA = true} : (tensor<8x4xf32>, tensor<8x3xf32>) -> tensor<4x3xf32>
+  // expected-error @+1 {{'pipe.accumulate_grad' op 'deferred' needs 'in_place'}}
+  pipe.accumulate_grad %g to "w" {deferred} : tensor<4x3xf32>
+  return
+}
+
+// -----
+
+func.func @overwrite_and_deferred(%a: tensor<8x4xf32>, %b: tensor<8x3xf32>) {
+  %g = nn.gemm %a, %b {transA = true} : (tensor<8x4xf32>, tensor<8x3xf32>) -> tensor<4x3xf32>
+  // expected-error @+1 {{'pipe.accumulate_grad' op 'overwrite' and 'deferred' exclude each other}}
+  pipe.accumulate_grad %g to "w" {in_place, overwrite, deferred} : tensor<4x3xf32>
+  return
+}
+
+// -----
+
+// in_place needs a GEMM (no C) that only this op reads.
+func.func @in_place_not_gemm(%g: tensor<4x3xf32>) {
+  // expected-error @+1 {{'pipe.accumulate_grad' op 'in_place' needs a gradient computed by an nn.gemm without C whose only reader is this op}}
+  pipe.accumulate_grad %g to "w" {in_place} : tensor<4x3xf32>
+  return
+}
+
+// -----
+
+func.func @in_place_gemm_read_twice(%a: tensor<8x4xf32>, %b: tensor<8x3xf32>) -> tensor<4x3xf32> {
+  %g = nn.gemm %a, %b {transA = true} : (tensor<8x4xf32>, tensor<8x3xf32>) -> tensor<4x3xf32>
+  // expected-error @+1 {{'pipe.accumulate_grad' op 'in_place' needs a gradient computed by an nn.gemm without C whose only reader is this op}}
+  pipe.accumulate_grad %g to "w" {in_place} : tensor<4x3xf32>
+  return %g : tensor<4x3xf32>
+}
+
+// -----
+
+// deferred needs a weight gradient A^T B.
+func.func @deferred_not_weight_grad(%a: tensor<4x8xf32>, %b: tensor<8x3xf32>) {
+  %g = nn.gemm %a, %b : (tensor<4x8xf32>, tensor<8x3xf32>) -> tensor<4x3xf32>
+  // expected-error @+1 {{'pipe.accumulate_grad' op 'deferred' needs a weight-gradient GEMM A^T B (transA, no transB, alpha 1)}}
+  pipe.accumulate_grad %g to "w" {in_place, deferred} : tensor<4x3xf32>
+  return
+}
