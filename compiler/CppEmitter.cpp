@@ -513,8 +513,7 @@ LogicalResult FuncEmitter::plan() {
 
   // The stash: the forward's results live in the micro-batch's slot, the
   // backward's arguments are that slot.
-  bool isForward =
-      func->getAttrOfType<StringAttr>("pipe.phase").getValue() == "forward";
+  bool isForward = pipeline::getPhase(func) == pipeline::Phase::Forward;
   if (isForward) {
     auto ret = block.getTerminator();
     for (auto [k, v] : llvm::enumerate(ret->getOperands())) {
@@ -947,7 +946,7 @@ LogicalResult FuncEmitter::emit(nn::SoftmaxCrossEntropyOp o) {
   while (auto r = labels.getDefiningOp<nn::ReshapeOp>())
     labels = r.getInput();
   if (auto arg = dyn_cast<BlockArgument>(labels))
-    if (func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "nn.input")) {
+    if (nn::getInputName(func, arg.getArgNumber())) {
       // Checked on the host, in the data file's rows (a device arena is
       // not readable from the host).
       os << "  gp_check_input_labels(ctx, " << arg.getArgNumber() << ", mb, "
@@ -1070,8 +1069,7 @@ LogicalResult FuncEmitter::run() {
   formUnits();
   if (failed(plan()))
     return failure();
-  bool isForward =
-      func->getAttrOfType<StringAttr>("pipe.phase").getValue() == "forward";
+  bool isForward = pipeline::getPhase(func) == pipeline::Phase::Forward;
   if (isForward)
     for (BlockArgument arg : block.getArguments())
       os << "  gp_load_input(ctx, " << arg.getArgNumber() << ", mb, "
@@ -1134,17 +1132,18 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
                     std::vector<std::string> &takenWeightFiles,
                     const std::string &buildId, const EmitOptions &options) {
   func::FuncOp fns[3];
-  const char *phases[] = {"forward", "backward", "update"};
+  const pipeline::Phase phases[] = {pipeline::Phase::Forward,
+                                    pipeline::Phase::Backward,
+                                    pipeline::Phase::Update};
   for (int k = 0; k < 3; ++k) {
-    for (auto f : module.getOps<func::FuncOp>()) {
-      auto s = f->getAttrOfType<IntegerAttr>("pipe.stage");
-      auto p = f->getAttrOfType<StringAttr>("pipe.phase");
-      if (s && p && s.getInt() == stageIndex && p.getValue() == phases[k])
+    for (auto f : module.getOps<func::FuncOp>())
+      if (pipeline::getStage(f) == stageIndex &&
+          pipeline::getPhase(f) == phases[k])
         fns[k] = f;
-    }
     if (!fns[k])
       return module.emitError("stage ")
-                 << stageIndex << " has no " << phases[k] << " function",
+                 << stageIndex << " has no "
+                 << pipeline::stringifyPhase(phases[k]) << " function",
              failure();
   }
   pipeline::ScheduleOp schedule;
@@ -1165,15 +1164,11 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   st.options = options;
   st.align = options.cuda ? kCudaAlign : kCpuAlign;
   EmittedStage &result = st.result;
-  auto intAttr = [&](StringRef name, int64_t dflt) {
-    auto a = module->getAttrOfType<IntegerAttr>(name);
-    return a ? a.getInt() : dflt;
-  };
-  int64_t numStages = intAttr("pipe.stages", 1);
-  st.microbatches = intAttr("pipe.microbatches", 1);
+  int64_t numStages = pipeline::getNumStages(module);
+  st.microbatches = pipeline::getNumMicrobatches(module);
   st.stashSlots = schedule.getNumStashSlots();
-  auto sendsAttr = module->getAttrOfType<StringAttr>("pipe.sends");
-  result.bufferedSends = sendsAttr && sendsAttr.getValue() == "buffered";
+  result.bufferedSends =
+      pipeline::getSends(module) == pipeline::Sends::Buffered;
   if (result.bufferedSends && options.cuda)
     return schedule.emitError(
                "this schedule needs buffered sends (pipe.sends = "
@@ -1183,7 +1178,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   int64_t batch = 0;
   if (fwd.getNumArguments() && tensorType(fwd.getArgument(0)).getRank())
     batch = tensorType(fwd.getArgument(0)).getDimSize(0) * st.microbatches;
-  batch = intAttr("pipe.batch_size", batch);
+  batch = pipeline::getBatchSize(module).value_or(batch);
 
   // Long-lived storage: parameters, optimizer state, then accumulators.
   for (func::FuncOp f : fns)
@@ -1347,7 +1342,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   for (func::FuncOp f : {forward, backward})
     f.walk([&](Operation *op) {
       EmittedTransfer t;
-      t.phase = f->getAttrOfType<StringAttr>("pipe.phase").getValue().str();
+      t.phase = pipeline::stringifyPhase(*pipeline::getPhase(f)).str();
       if (auto s = dyn_cast<pipeline::SendOp>(op)) {
         t = {true,
              t.phase,
@@ -1403,8 +1398,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   llvm::raw_string_ostream ds(desc);
   ds << "static const gp_tensor_desc kInputs[] = {\n";
   for (BlockArgument arg : fwd.getArguments()) {
-    auto name =
-        forward.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "nn.input");
+    auto name = nn::getInputName(forward, arg.getArgNumber());
     auto t = tensorType(arg);
     EmittedInput in{
         name ? name.getValue().str() : "", t.getElementType().isF32(),

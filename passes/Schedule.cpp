@@ -16,6 +16,7 @@ namespace gpipe {
 
 using namespace mlir;
 using namespace gpipe;
+using pipeline::Phase;
 using pipeline::ScheduleOp;
 
 namespace {
@@ -40,7 +41,7 @@ std::string describe(const Transfer &t) {
 
 /// Checks every stage's schedule of `module`; emits located errors.
 LogicalResult checkSchedules(ModuleOp module) {
-  int64_t k = numStages(module);
+  int64_t k = pipeline::getNumStages(module);
   if (k < 1 || k > (int64_t(1) << 16))
     return module.emitError("pipe.stages must be in [1, 65536], got ") << k;
   SmallVector<ScheduleOp> schedules(k);
@@ -162,13 +163,7 @@ LogicalResult checkSchedules(ModuleOp module) {
   // Deadlock. Blocking (rendezvous) sends: a transfer completes only when
   // both sides have reached it. Buffered sends: a send completes at once; a
   // receive completes once its send has been issued.
-  auto sendsAttr = module->getAttrOfType<StringAttr>("pipe.sends");
-  if (sendsAttr && sendsAttr.getValue() != "blocking" &&
-      sendsAttr.getValue() != "buffered")
-    return module.emitError("pipe.sends must be \"blocking\" or "
-                            "\"buffered\", got ")
-           << sendsAttr;
-  const bool buffered = sendsAttr && sendsAttr.getValue() == "buffered";
+  const bool buffered = pipeline::getSends(module) == pipeline::Sends::Buffered;
   SmallVector<size_t> pos(k, 0);
   // Buffered: per (sender, receiver, tag), how many sends were issued and
   // how many of them were received.
@@ -233,10 +228,8 @@ struct SchedulePass : gpipe::impl::ScheduleBase<SchedulePass> {
           << schedule << "' (registered: " << schedules::names() << ")";
       return signalPassFailure();
     }
-    int64_t m = 1;
-    if (auto attr = module->getAttrOfType<IntegerAttr>("pipe.microbatches"))
-      m = attr.getInt();
-    int64_t k = numStages(module);
+    int64_t m = pipeline::getNumMicrobatches(module);
+    int64_t k = pipeline::getNumStages(module);
     if (k < 1 || m < 1 || k > (int64_t(1) << 16) || m > (int64_t(1) << 20)) {
       module.emitError("pipe.stages and pipe.microbatches must be in [1, "
                        "2^16] and [1, 2^20], got ")
@@ -246,9 +239,9 @@ struct SchedulePass : gpipe::impl::ScheduleBase<SchedulePass> {
     schedules::Table table = generator->generate(k, m);
     OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
     for (int64_t s = 0; s < k; ++s) {
-      func::FuncOp f = findStageFunc(module, s, "forward");
-      func::FuncOp bw = findStageFunc(module, s, "backward");
-      func::FuncOp u = findStageFunc(module, s, "update");
+      func::FuncOp f = findStageFunc(module, s, Phase::Forward);
+      func::FuncOp bw = findStageFunc(module, s, Phase::Backward);
+      func::FuncOp u = findStageFunc(module, s, Phase::Update);
       if (!f || !bw || !u) {
         module.emitError("stage ")
             << s << " lacks its functions; run gpipe-outline-stages first";
@@ -267,12 +260,8 @@ struct SchedulePass : gpipe::impl::ScheduleBase<SchedulePass> {
       if (failed(op.verify()))
         return signalPassFailure();
     }
-    module->setAttr("pipe.schedule", b.getStringAttr(schedule));
-    module->setAttr(
-        "pipe.sends",
-        b.getStringAttr(generator->sends == schedules::Sends::Buffered
-                            ? "buffered"
-                            : "blocking"));
+    pipeline::setScheduleName(module, schedule);
+    pipeline::setSends(module, generator->sends);
     if (failed(checkSchedules(module)))
       signalPassFailure();
   }

@@ -3,13 +3,13 @@
 #include "compiler/driver/Driver.h"
 
 #include "compiler/CppEmitter.h"
-#include "compiler/importer/OnnxImporter.h"
 #include "compiler/driver/Diagnostics.h"
 #include "compiler/driver/Explain.h"
 #include "compiler/driver/Manifest.h"
 #include "compiler/driver/PassPipeline.h"
 #include "compiler/driver/Publish.h"
 #include "compiler/driver/Toolchain.h"
+#include "compiler/importer/OnnxImporter.h"
 #include "dialects/nn/NNOps.h"
 #include "dialects/pipe/PipeOps.h"
 #include "passes/schedules/Schedules.h"
@@ -234,10 +234,9 @@ int gpipe::compile(const CompileOptions &o) {
       return cleanupAndFail();
     stages.push_back(std::move(*stage));
     for (auto f : module.getOps<func::FuncOp>())
-      if (auto a = f->getAttrOfType<IntegerAttr>("pipe.stage"))
-        if (a.getInt() == s &&
-            f->getAttrOfType<StringAttr>("pipe.phase").getValue() == "forward")
-          forwards.push_back(f);
+      if (pipeline::getStage(f) == s &&
+          pipeline::getPhase(f) == pipeline::Phase::Forward)
+        forwards.push_back(f);
   }
 
   // Initial weights, the model (for --save-onnx), the plan, the sources.

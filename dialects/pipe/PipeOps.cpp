@@ -1,4 +1,4 @@
-// The pipe dialect: registration and verifiers.
+// The pipe dialect's ops: verifiers.
 #include "dialects/pipe/PipeOps.h"
 
 #include "dialects/nn/NNOps.h"
@@ -10,15 +10,6 @@
 
 using namespace mlir;
 using namespace gpipe::pipeline;
-
-#include "dialects/pipe/PipeDialect.cpp.inc"
-
-void PipeDialect::initialize() {
-  addOperations<
-#define GET_OP_LIST
-#include "dialects/pipe/PipeOps.cpp.inc"
-      >();
-}
 
 /// Checks what every in-place update needs: the updated value is a parameter
 /// (equal types are checked by AllTypesMatch), and nothing reads it after the
@@ -87,9 +78,8 @@ static LogicalResult verifyPeer(Operation *op, int64_t peer, int64_t tag) {
   if (tag < 0)
     return op->emitOpError("tag must be >= 0, got ") << tag;
   if (auto func = op->getParentOfType<func::FuncOp>())
-    if (auto stage = func->getAttrOfType<IntegerAttr>("pipe.stage"))
-      if (stage.getInt() == peer)
-        return op->emitOpError("peer is the op's own stage ") << peer;
+    if (getStage(func) == peer)
+      return op->emitOpError("peer is the op's own stage ") << peer;
   return success();
 }
 
@@ -172,8 +162,7 @@ FailureOr<SmallVector<ScheduleOp::Action>> ScheduleOp::parseActions() {
 
 int64_t ScheduleOp::getNumMicrobatches() {
   if (auto module = (*this)->getParentOfType<ModuleOp>())
-    if (auto attr = module->getAttrOfType<IntegerAttr>("pipe.microbatches"))
-      return attr.getInt();
+    return gpipe::pipeline::getNumMicrobatches(module);
   return 1;
 }
 
@@ -272,8 +261,7 @@ LogicalResult ScheduleOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
     auto func = symbolTable.lookupNearestSymbolFrom<func::FuncOp>(*this, ref);
     if (!func)
       return emitOpError() << what << " function " << ref << " does not exist";
-    auto stage = func->getAttrOfType<IntegerAttr>("pipe.stage");
-    if (!stage || stage.getInt() != getStage())
+    if (gpipe::pipeline::getStage(func) != static_cast<int64_t>(getStage()))
       return emitOpError() << what << " function " << ref
                            << " does not belong to stage " << getStage();
   }

@@ -7,26 +7,7 @@ include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/ControlFlowInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/IR/SymbolInterfaces.td"
-
-def Pipe_Dialect : Dialect {
-  let name = "pipe";
-  // Not `pipe`: that would collide with POSIX pipe().
-  let cppNamespace = "::gpipe::pipeline";
-  let summary = "Pipeline structure of a training step.";
-  let description = [{
-    Ops that say how a training step is executed rather than what it computes:
-    the in-place optimizer update of a parameter, point-to-point transfers
-    between pipeline stages, gradient accumulation over micro-batches, the
-    loss report, rematerialization regions, and each stage's schedule.
-
-    After `gpipe-outline-stages`, stage S is three functions carrying
-    `pipe.stage = S` and `pipe.phase = "forward" | "backward" | "update"`: the
-    forward function runs once per micro-batch and returns the values its
-    backward needs (the stash, kept for every in-flight micro-batch); the
-    backward function takes them as arguments; the update function runs once
-    per mini-batch.
-  }];
-}
+include "dialects/pipe/PipeAttrs.td"
 
 class Pipe_Op<string mnemonic, list<Trait> traits = []>
     : Op<Pipe_Dialect, mnemonic, traits>;

@@ -25,16 +25,8 @@ std::string actionName(const Action &a);
 /// Every stage's actions, stage-major.
 using Table = llvm::SmallVector<llvm::SmallVector<Action>>;
 
-/// How the runtime must run a schedule's sends.
-enum class Sends {
-  /// A send returns once its receive has taken the data (MPI_Send, one
-  /// in-order CUDA communication stream): the deadlock check simulates
-  /// rendezvous.
-  Blocking,
-  /// A send returns at once, its data copied (the CPU runtime's buffered
-  /// sends): only receives wait.
-  Buffered,
-};
+/// How the runtime must run a schedule's sends (the module's pipe.sends).
+using Sends = pipeline::Sends;
 
 /// A registered schedule.
 struct Schedule {

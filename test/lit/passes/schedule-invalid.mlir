@@ -295,13 +295,3 @@ module attributes {pipe.microbatches = 2 : i64, pipe.sends = "buffered", pipe.st
   pipe.schedule stage 1 forward @f1 backward @b1 update @u1 actions ["F0", "F1", "B0", "B1", "U"]
 }
 
-// -----
-
-// pipe.sends names the runtime's send semantics: blocking or buffered.
-// expected-error @+1 {{pipe.sends must be "blocking" or "buffered", got "eager"}}
-module attributes {pipe.sends = "eager", pipe.stages = 1 : i64} {
-  func.func @f() attributes {pipe.stage = 0 : i64} {
-    return
-  }
-  pipe.schedule stage 0 forward @f backward @f update @f actions ["F0", "B0", "U"]
-}

@@ -1,6 +1,7 @@
 // Every pipe op (sgd_update, adam_update, send, recv, accumulate_grad,
-// accumulated_grad, report_loss, remat + yield, schedule): parsed, printed
-// and re-parsed; then through the generic form.
+// accumulated_grad, report_loss, remat + yield, schedule) and the
+// discardable pipe.* attributes: parsed, printed and re-parsed; then through
+// the generic form.
 // RUN: gpipe-opt %s | gpipe-opt | FileCheck %s
 // RUN: gpipe-opt %s --mlir-print-op-generic | gpipe-opt | FileCheck %s
 
@@ -161,4 +162,21 @@ module @single {
     return
   }
   pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "B0", "U"]
+}
+
+// Every discardable pipe attribute with a value its verifier accepts.
+// CHECK-LABEL: module @attributes attributes {pipe.batch_size = 8 : i64, pipe.microbatches = 2 : i64, pipe.remat = "stage", pipe.schedule = "1f1b", pipe.sends = "buffered", pipe.stages = 1 : i64}
+// CHECK: func.func @forward() attributes {pipe.phase = "forward", pipe.stage = 0 : i64}
+// CHECK: func.func @backward() attributes {pipe.phase = "backward", pipe.stage = 0 : i64}
+// CHECK: func.func @update() attributes {pipe.phase = "update", pipe.stage = 0 : i64}
+module @attributes attributes {pipe.batch_size = 8 : i64, pipe.microbatches = 2 : i64, pipe.remat = "stage", pipe.schedule = "1f1b", pipe.sends = "buffered", pipe.stages = 1 : i64} {
+  func.func @forward() attributes {pipe.phase = "forward", pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @backward() attributes {pipe.phase = "backward", pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @update() attributes {pipe.phase = "update", pipe.stage = 0 : i64} {
+    return
+  }
 }

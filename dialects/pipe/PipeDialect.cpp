@@ -1,0 +1,175 @@
+// The pipe dialect: registration, and the verifier and accessors of its
+// discardable attributes.
+#include "dialects/pipe/PipeOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
+
+using namespace mlir;
+using namespace gpipe::pipeline;
+
+#include "dialects/pipe/PipeDialect.cpp.inc"
+#include "dialects/pipe/PipeEnums.cpp.inc"
+
+void PipeDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "dialects/pipe/PipeOps.cpp.inc"
+      >();
+}
+
+//===----------------------------------------------------------------------===//
+// Discardable attributes: verification
+//===----------------------------------------------------------------------===//
+
+LogicalResult PipeDialect::verifyOperationAttribute(Operation *op,
+                                                    NamedAttribute attr) {
+  StringAttr name = attr.getName();
+  Attribute value = attr.getValue();
+  auto expected = [&](StringRef what) {
+    return op->emitOpError() << "attribute '" << name.getValue() << "' must be "
+                             << what << ", got " << value;
+  };
+  auto checkI64 = [&](int64_t min) -> LogicalResult {
+    auto i = dyn_cast<IntegerAttr>(value);
+    if (i && i.getType().isSignlessInteger(64) && i.getInt() >= min)
+      return success();
+    return expected(min == 0 ? "an i64 >= 0" : "an i64 >= 1");
+  };
+  auto string = dyn_cast<StringAttr>(value);
+  if (name == getStageAttrHelper().getName())
+    return checkI64(0);
+  if (name == getStagesAttrHelper().getName() ||
+      name == getMicrobatchesAttrHelper().getName() ||
+      name == getBatchSizeAttrHelper().getName())
+    return checkI64(1);
+  if (name == getPhaseAttrHelper().getName()) {
+    if (!isa<FunctionOpInterface>(op))
+      return op->emitOpError()
+             << "attribute '" << name.getValue() << "' belongs on a function";
+    if (!string || !symbolizePhase(string.getValue()))
+      return expected("\"forward\", \"backward\" or \"update\"");
+    return success();
+  }
+  if (name == getSendsAttrHelper().getName()) {
+    if (!string || !symbolizeSends(string.getValue()))
+      return expected("\"blocking\" or \"buffered\"");
+    return success();
+  }
+  if (name == getRematAttrHelper().getName()) {
+    if (!string || string.getValue() != "stage")
+      return expected("\"stage\"");
+    return success();
+  }
+  if (name == getScheduleAttrHelper().getName()) {
+    if (!string || string.getValue().empty())
+      return expected("the name of a schedule");
+    return success();
+  }
+  return op->emitOpError() << "has '" << name.getValue()
+                           << "', which is not an attribute of the pipe "
+                              "dialect";
+}
+
+/// The pipe dialect's attributes all belong on operations.
+static LogicalResult notAnOperationAttribute(Operation *op, StringRef where,
+                                             unsigned index,
+                                             NamedAttribute attr) {
+  return op->emitOpError() << where << " #" << index << " has '"
+                           << attr.getName().getValue()
+                           << "': pipe attributes belong on operations";
+}
+
+LogicalResult PipeDialect::verifyRegionArgAttribute(Operation *op, unsigned,
+                                                    unsigned argIndex,
+                                                    NamedAttribute attr) {
+  return notAnOperationAttribute(op, "argument", argIndex, attr);
+}
+
+LogicalResult PipeDialect::verifyRegionResultAttribute(Operation *op, unsigned,
+                                                       unsigned resultIndex,
+                                                       NamedAttribute attr) {
+  return notAnOperationAttribute(op, "result", resultIndex, attr);
+}
+
+//===----------------------------------------------------------------------===//
+// Discardable attributes: accessors, over the helpers ODS generates
+//===----------------------------------------------------------------------===//
+
+template <typename Helper> static std::optional<int64_t> getInt(Operation *op) {
+  if (IntegerAttr attr = Helper(op->getContext()).getAttr(op))
+    return attr.getInt();
+  return std::nullopt;
+}
+
+template <typename Helper> static void setInt(Operation *op, int64_t value) {
+  Helper(op->getContext())
+      .setAttr(op, Builder(op->getContext()).getI64IntegerAttr(value));
+}
+
+template <typename Helper>
+static void setString(Operation *op, StringRef value) {
+  Helper(op->getContext())
+      .setAttr(op, StringAttr::get(op->getContext(), value));
+}
+
+template <typename Helper> static StringAttr getString(Operation *op) {
+  return Helper(op->getContext()).getAttr(op);
+}
+
+std::optional<int64_t> gpipe::pipeline::getStage(Operation *op) {
+  return getInt<PipeDialect::StageAttrHelper>(op);
+}
+void gpipe::pipeline::setStage(Operation *op, int64_t stage) {
+  setInt<PipeDialect::StageAttrHelper>(op, stage);
+}
+void gpipe::pipeline::removeStage(Operation *op) {
+  op->removeAttr(PipeDialect::StageAttrHelper::getNameStr());
+}
+
+std::optional<Phase> gpipe::pipeline::getPhase(Operation *op) {
+  if (StringAttr phase = getString<PipeDialect::PhaseAttrHelper>(op))
+    return symbolizePhase(phase.getValue());
+  return std::nullopt;
+}
+void gpipe::pipeline::setPhase(Operation *op, Phase phase) {
+  setString<PipeDialect::PhaseAttrHelper>(op, stringifyPhase(phase));
+}
+
+int64_t gpipe::pipeline::getNumStages(Operation *op) {
+  return getInt<PipeDialect::StagesAttrHelper>(op).value_or(1);
+}
+void gpipe::pipeline::setNumStages(Operation *op, int64_t stages) {
+  setInt<PipeDialect::StagesAttrHelper>(op, stages);
+}
+
+int64_t gpipe::pipeline::getNumMicrobatches(Operation *op) {
+  return getInt<PipeDialect::MicrobatchesAttrHelper>(op).value_or(1);
+}
+void gpipe::pipeline::setNumMicrobatches(Operation *op, int64_t microbatches) {
+  setInt<PipeDialect::MicrobatchesAttrHelper>(op, microbatches);
+}
+
+std::optional<int64_t> gpipe::pipeline::getBatchSize(Operation *op) {
+  return getInt<PipeDialect::BatchSizeAttrHelper>(op);
+}
+void gpipe::pipeline::setBatchSize(Operation *op, int64_t batchSize) {
+  setInt<PipeDialect::BatchSizeAttrHelper>(op, batchSize);
+}
+
+void gpipe::pipeline::setRemat(Operation *op, StringRef mode) {
+  setString<PipeDialect::RematAttrHelper>(op, mode);
+}
+
+void gpipe::pipeline::setScheduleName(Operation *op, StringRef name) {
+  setString<PipeDialect::ScheduleAttrHelper>(op, name);
+}
+
+Sends gpipe::pipeline::getSends(Operation *op) {
+  if (StringAttr sends = getString<PipeDialect::SendsAttrHelper>(op))
+    return symbolizeSends(sends.getValue()).value_or(Sends::Blocking);
+  return Sends::Blocking;
+}
+void gpipe::pipeline::setSends(Operation *op, Sends sends) {
+  setString<PipeDialect::SendsAttrHelper>(op, stringifySends(sends));
+}
