@@ -1153,10 +1153,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   if (!schedule)
     return module.emitError("stage ") << stageIndex << " has no schedule",
            failure();
-  FailureOr<SmallVector<pipeline::ScheduleOp::Action>> actions =
-      schedule.parseActions();
-  if (failed(actions))
-    return failure();
+  SmallVector<pipeline::ActionAttr> actions(schedule.getActionList());
   auto [forward, backward, update] = std::tie(fns[0], fns[1], fns[2]);
   inlineRematRegions(backward);
 
@@ -1421,15 +1418,14 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   }
   ds << "  {nullptr, nullptr, GP_F32, 0, nullptr, 0}\n};\n";
   ds << "static const gp_action kActions[] = {\n";
-  for (auto [i, a] : llvm::enumerate(*actions)) {
-    using Kind = pipeline::ScheduleOp::Action;
+  for (pipeline::ActionAttr a : actions) {
+    using pipeline::Phase;
     ds << "  {"
-       << (a.kind == Kind::Forward    ? "GP_FORWARD"
-           : a.kind == Kind::Backward ? "GP_BACKWARD"
-                                      : "GP_UPDATE")
-       << ", " << a.microbatch << "},\n";
-    result.schedule.push_back(
-        cast<StringAttr>(schedule.getActions()[i]).getValue().str());
+       << (a.getPhase() == Phase::Forward    ? "GP_FORWARD"
+           : a.getPhase() == Phase::Backward ? "GP_BACKWARD"
+                                             : "GP_UPDATE")
+       << ", " << a.getMicrobatch().value_or(-1) << "},\n";
+    result.schedule.push_back(a.getShortName());
   }
   ds << "};\n";
   ds << "static const gp_transfer kTransfers[] = {\n";
@@ -1508,7 +1504,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
      << stageIndex << ", " << numStages << ", " << st.microbatches << ", "
      << batch << "LL, " << result.inputs.size() << ", kInputs, "
      << result.params.size() << ", kParams, " << m.arenaBytes << "LL, "
-     << actions->size() << ", kActions, forward, backward, update, "
+     << actions.size() << ", kActions, forward, backward, update, "
      << (result.hasLoss ? 1 : 0) << ", \"" << buildId << "\", "
      << result.transfers.size() << ", kTransfers, "
      << (options.cuda ? "GP_TARGET_CUDA" : "GP_TARGET_CPU") << ", "

@@ -16,6 +16,7 @@ namespace gpipe {
 
 using namespace mlir;
 using namespace gpipe;
+using pipeline::ActionAttr;
 using pipeline::Phase;
 using pipeline::ScheduleOp;
 
@@ -27,13 +28,13 @@ struct Transfer {
   int64_t peer, tag, microbatch;
   Type type;
   Operation *op;
-  StringRef action;
+  ActionAttr action;
 };
 
 std::string describe(const Transfer &t) {
   std::string s;
   llvm::raw_string_ostream os(s);
-  os << "action " << t.action << " on "
+  os << "action " << t.action.getShortName() << " on "
      << (t.isSend ? "pipe.send to" : "pipe.recv from") << " stage " << t.peer
      << " (tag " << t.tag << ", " << t.type << ")";
   return s;
@@ -62,37 +63,34 @@ LogicalResult checkSchedules(ModuleOp module) {
   SmallVector<SmallVector<Transfer>> transfers(k);
   for (int64_t s = 0; s < k; ++s) {
     ScheduleOp sched = schedules[s];
-    FailureOr<SmallVector<ScheduleOp::Action>> actions = sched.parseActions();
-    if (failed(actions))
-      return failure();
-    for (auto [i, a] : llvm::enumerate(*actions)) {
+    for (ActionAttr a : sched.getActionList()) {
       FlatSymbolRefAttr ref =
-          a.kind == ScheduleOp::Action::Forward    ? sched.getForwardAttr()
-          : a.kind == ScheduleOp::Action::Backward ? sched.getBackwardAttr()
-                                                   : sched.getUpdateAttr();
+          a.getPhase() == Phase::Forward    ? sched.getForwardAttr()
+          : a.getPhase() == Phase::Backward ? sched.getBackwardAttr()
+                                            : sched.getUpdateAttr();
       auto func =
           SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(sched, ref);
       if (!func)
         return sched.emitError("no function ") << ref;
-      StringRef name = cast<StringAttr>(sched.getActions()[i]).getValue();
+      const int64_t microbatch = a.getMicrobatch().value_or(-1);
       WalkResult walk = func.walk([&](Operation *op) {
-        Transfer t{false, 0, 0, a.microbatch, Type(), op, name};
+        Transfer t{false, 0, 0, microbatch, Type(), op, a};
         if (auto send = dyn_cast<pipeline::SendOp>(op)) {
           t = {true,
                static_cast<int64_t>(send.getPeer()),
                static_cast<int64_t>(send.getTag()),
-               a.microbatch,
+               microbatch,
                send.getValue().getType(),
                op,
-               name};
+               a};
         } else if (auto recv = dyn_cast<pipeline::RecvOp>(op)) {
           t = {false,
                static_cast<int64_t>(recv.getPeer()),
                static_cast<int64_t>(recv.getTag()),
-               a.microbatch,
+               microbatch,
                recv.getValue().getType(),
                op,
-               name};
+               a};
         } else {
           return WalkResult::advance();
         }
@@ -150,7 +148,7 @@ LogicalResult checkSchedules(ModuleOp module) {
           return schedules[to].emitError("stage ")
                  << to << ", " << describe(rcv) << " gets micro-batch "
                  << snd.microbatch << " (sent in stage " << from << "'s action "
-                 << snd.action
+                 << snd.action.getShortName()
                  << "): the stages run micro-batches in "
                     "different orders";
       }
@@ -236,7 +234,7 @@ struct SchedulePass : gpipe::impl::ScheduleBase<SchedulePass> {
           << k << " and " << m;
       return signalPassFailure();
     }
-    schedules::Table table = generator->generate(k, m);
+    schedules::Table table = generator->generate(module.getContext(), k, m);
     OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
     for (int64_t s = 0; s < k; ++s) {
       func::FuncOp f = findStageFunc(module, s, Phase::Forward);
@@ -247,16 +245,14 @@ struct SchedulePass : gpipe::impl::ScheduleBase<SchedulePass> {
             << s << " lacks its functions; run gpipe-outline-stages first";
         return signalPassFailure();
       }
-      SmallVector<std::string> actions;
-      for (const schedules::Action &a : table[s])
-        actions.push_back(schedules::actionName(a));
-      SmallVector<StringRef> refs(actions.begin(), actions.end());
       // The stash holds the most micro-batches the schedule keeps in flight.
       int64_t slots = std::max<int64_t>(ScheduleOp::maxInFlight(table[s]), 1);
       auto op = ScheduleOp::create(
           b, module.getLoc(), b.getI64IntegerAttr(s), FlatSymbolRefAttr::get(f),
           FlatSymbolRefAttr::get(bw), FlatSymbolRefAttr::get(u),
-          b.getStrArrayAttr(refs), b.getI64IntegerAttr(slots));
+          b.getArrayAttr(
+              SmallVector<Attribute>(table[s].begin(), table[s].end())),
+          b.getI64IntegerAttr(slots));
       if (failed(op.verify()))
         return signalPassFailure();
     }

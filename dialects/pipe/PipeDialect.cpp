@@ -1,9 +1,11 @@
-// The pipe dialect: registration, and the verifier and accessors of its
-// discardable attributes.
+// The pipe dialect: registration, schedule actions, and the verifier and
+// accessors of its discardable attributes.
 #include "dialects/pipe/PipeOps.h"
 
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
+#include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
 using namespace gpipe::pipeline;
@@ -11,11 +13,87 @@ using namespace gpipe::pipeline;
 #include "dialects/pipe/PipeDialect.cpp.inc"
 #include "dialects/pipe/PipeEnums.cpp.inc"
 
+#define GET_ATTRDEF_CLASSES
+#include "dialects/pipe/PipeAttrs.cpp.inc"
+
 void PipeDialect::initialize() {
   addOperations<
 #define GET_OP_LIST
 #include "dialects/pipe/PipeOps.cpp.inc"
       >();
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "dialects/pipe/PipeAttrs.cpp.inc"
+      >();
+}
+
+//===----------------------------------------------------------------------===//
+// ActionAttr
+//===----------------------------------------------------------------------===//
+
+Attribute ActionAttr::parse(AsmParser &parser, Type) {
+  SMLoc loc = parser.getCurrentLocation();
+  FailureOr<Phase> phase;
+  std::optional<int64_t> microbatch, chunk;
+  if (parser.parseLess() || failed(phase = FieldParser<Phase>::parse(parser)))
+    return {};
+  while (succeeded(parser.parseOptionalComma())) {
+    SMLoc keyLoc = parser.getCurrentLocation();
+    StringRef key;
+    int64_t value;
+    if (parser.parseKeyword(&key) || parser.parseEqual() ||
+        parser.parseInteger(value))
+      return {};
+    std::optional<int64_t> *field = key == "mb"      ? &microbatch
+                                    : key == "chunk" ? &chunk
+                                                     : nullptr;
+    if (!field || *field) {
+      parser.emitError(keyLoc, "expected 'mb = <micro-batch>' or "
+                               "'chunk = <chunk>', each at most once");
+      return {};
+    }
+    *field = value;
+  }
+  if (parser.parseGreater())
+    return {};
+  return parser.getChecked<ActionAttr>(loc, parser.getContext(), *phase,
+                                       microbatch, chunk.value_or(0));
+}
+
+void ActionAttr::print(AsmPrinter &printer) const {
+  printer << '<' << stringifyPhase(getPhase());
+  if (std::optional<int64_t> microbatch = getMicrobatch())
+    printer << ", mb = " << *microbatch;
+  if (getChunk() != 0)
+    printer << ", chunk = " << getChunk();
+  printer << '>';
+}
+
+LogicalResult ActionAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                 Phase phase, std::optional<int64_t> microbatch,
+                                 int64_t chunk) {
+  if (phase == Phase::Update && microbatch)
+    return emitError() << "the update action has no micro-batch";
+  if (phase != Phase::Update && !microbatch)
+    return emitError() << "a " << stringifyPhase(phase)
+                       << " action needs a micro-batch (mb = <m>)";
+  if (microbatch && *microbatch < 0)
+    return emitError() << "micro-batch must be >= 0, got " << *microbatch;
+  if (chunk < 0)
+    return emitError() << "chunk must be >= 0, got " << chunk;
+  return success();
+}
+
+std::string ActionAttr::getShortName() const {
+  switch (getPhase()) {
+  case Phase::Forward:
+    return "F" + std::to_string(*getMicrobatch());
+  case Phase::Backward:
+    return "B" + std::to_string(*getMicrobatch());
+  case Phase::Update:
+    break;
+  }
+  return "U";
 }
 
 //===----------------------------------------------------------------------===//

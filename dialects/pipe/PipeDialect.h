@@ -1,17 +1,21 @@
-// The pipe dialect, and typed access to the discardable attributes the
-// passes put on ops, functions and the module.
+// The pipe dialect, its attributes, and typed access to the discardable
+// attributes the passes put on ops, functions and the module.
 #ifndef GPIPE_DIALECTS_PIPE_PIPEDIALECT_H
 #define GPIPE_DIALECTS_PIPE_PIPEDIALECT_H
 
 #include "mlir/IR/Attributes.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Dialect.h"
+#include "mlir/IR/DialectImplementation.h"
 #include "mlir/IR/Operation.h"
 
 #include <optional>
 
 #include "dialects/pipe/PipeDialect.h.inc"
 #include "dialects/pipe/PipeEnums.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "dialects/pipe/PipeAttrs.h.inc"
 
 namespace gpipe {
 namespace pipeline {

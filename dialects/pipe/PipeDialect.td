@@ -22,6 +22,7 @@ def Pipe_Dialect : Dialect {
     backward function takes them as arguments; the update function runs once
     per mini-batch.
   }];
+  let useDefaultAttributePrinterParser = 1;
 
   // The attributes the passes put on ops, functions and the module
   // (docs/passes.md, "Attributes the passes use"). Read and written through

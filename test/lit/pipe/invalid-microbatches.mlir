@@ -8,7 +8,7 @@ module attributes {pipe.microbatches = -1 : i64} {
   func.func @e0() attributes {pipe.stage = 0 : i64} {
     return
   }
-  pipe.schedule stage 0 forward @e0 backward @e0 update @e0 actions ["U"]
+  pipe.schedule stage 0 forward @e0 backward @e0 update @e0 actions [#pipe.action<update>]
 }
 
 // -----
@@ -18,5 +18,5 @@ module attributes {pipe.microbatches = 2097152 : i64} {
     return
   }
   // expected-error @+1 {{'pipe.schedule' op the module's pipe.microbatches must be in [1, 2^20], got 2097152}}
-  pipe.schedule stage 0 forward @e0 backward @e0 update @e0 actions ["U"]
+  pipe.schedule stage 0 forward @e0 backward @e0 update @e0 actions [#pipe.action<update>]
 }
