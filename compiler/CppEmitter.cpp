@@ -414,9 +414,8 @@ LogicalResult FuncEmitter::formUnits() {
   Block &block = func.getBody().front();
   llvm::DenseMap<int64_t, int64_t> unitOfGroup;
   for (Operation &op : block) {
-    auto group = op.getAttrOfType<IntegerAttr>("pipe.fused");
-    if (group) {
-      auto [it, fresh] = unitOfGroup.try_emplace(group.getInt(), units.size());
+    if (std::optional<int64_t> group = pipeline::getFusionGroup(&op)) {
+      auto [it, fresh] = unitOfGroup.try_emplace(*group, units.size());
       if (!fresh) {
         units[it->second].push_back(&op);
         unitOf[&op] = it->second;
@@ -516,8 +515,7 @@ LogicalResult FuncEmitter::plan() {
 
   // The stash: the forward's results live in the micro-batch's slot, the
   // backward's arguments are that slot.
-  bool isForward =
-      func->getAttrOfType<StringAttr>("pipe.phase").getValue() == "forward";
+  bool isForward = pipeline::getPhase(func) == pipeline::Phase::Forward;
   if (isForward) {
     auto ret = block.getTerminator();
     for (auto [k, v] : llvm::enumerate(ret->getOperands())) {
@@ -950,7 +948,7 @@ LogicalResult FuncEmitter::emit(nn::SoftmaxCrossEntropyOp o) {
   while (auto r = labels.getDefiningOp<nn::ReshapeOp>())
     labels = r.getInput();
   if (auto arg = dyn_cast<BlockArgument>(labels))
-    if (func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "nn.input")) {
+    if (nn::getInputName(func, arg.getArgNumber())) {
       // Checked on the host, in the data file's rows (a device arena is
       // not readable from the host).
       os << "  gp_check_input_labels(ctx, " << arg.getArgNumber() << ", mb, "
@@ -1072,8 +1070,7 @@ LogicalResult FuncEmitter::run() {
   Block &block = func.getBody().front();
   if (failed(formUnits()) || failed(plan()))
     return failure();
-  bool isForward =
-      func->getAttrOfType<StringAttr>("pipe.phase").getValue() == "forward";
+  bool isForward = pipeline::getPhase(func) == pipeline::Phase::Forward;
   if (isForward)
     for (BlockArgument arg : block.getArguments())
       os << "  gp_load_input(ctx, " << arg.getArgNumber() << ", mb, "
@@ -1119,17 +1116,18 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
                     std::vector<std::string> &takenWeightFiles,
                     const std::string &buildId, const EmitOptions &options) {
   func::FuncOp fns[3];
-  const char *phases[] = {"forward", "backward", "update"};
+  const pipeline::Phase phases[] = {pipeline::Phase::Forward,
+                                    pipeline::Phase::Backward,
+                                    pipeline::Phase::Update};
   for (int k = 0; k < 3; ++k) {
-    for (auto f : module.getOps<func::FuncOp>()) {
-      auto s = f->getAttrOfType<IntegerAttr>("pipe.stage");
-      auto p = f->getAttrOfType<StringAttr>("pipe.phase");
-      if (s && p && s.getInt() == stageIndex && p.getValue() == phases[k])
+    for (auto f : module.getOps<func::FuncOp>())
+      if (pipeline::getStage(f) == stageIndex &&
+          pipeline::getPhase(f) == phases[k])
         fns[k] = f;
-    }
     if (!fns[k])
       return module.emitError("stage ")
-                 << stageIndex << " has no " << phases[k] << " function",
+                 << stageIndex << " has no "
+                 << pipeline::stringifyPhase(phases[k]) << " function",
              failure();
   }
   pipeline::ScheduleOp schedule;
@@ -1139,10 +1137,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   if (!schedule)
     return module.emitError("stage ") << stageIndex << " has no schedule",
            failure();
-  FailureOr<SmallVector<pipeline::ScheduleOp::Action>> actions =
-      schedule.parseActions();
-  if (failed(actions))
-    return failure();
+  SmallVector<pipeline::ActionAttr> actions(schedule.getActionList());
   auto [forward, backward, update] = std::tie(fns[0], fns[1], fns[2]);
   // Recomputation is ordinary ops by now (gpipe-inline-remat).
   WalkResult remat = backward.walk([](pipeline::RematOp op) {
@@ -1157,15 +1152,11 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   st.options = options;
   st.align = options.cuda ? kCudaAlign : kCpuAlign;
   EmittedStage &result = st.result;
-  auto intAttr = [&](StringRef name, int64_t dflt) {
-    auto a = module->getAttrOfType<IntegerAttr>(name);
-    return a ? a.getInt() : dflt;
-  };
-  int64_t numStages = intAttr("pipe.stages", 1);
-  st.microbatches = intAttr("pipe.microbatches", 1);
+  int64_t numStages = pipeline::getNumStages(module);
+  st.microbatches = pipeline::getNumMicrobatches(module);
   st.stashSlots = schedule.getNumStashSlots();
-  auto sendsAttr = module->getAttrOfType<StringAttr>("pipe.sends");
-  result.bufferedSends = sendsAttr && sendsAttr.getValue() == "buffered";
+  result.bufferedSends =
+      pipeline::getSends(module) == pipeline::Sends::Buffered;
   if (result.bufferedSends && options.cuda)
     return schedule.emitError(
                "this schedule needs buffered sends (pipe.sends = "
@@ -1175,7 +1166,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   int64_t batch = 0;
   if (fwd.getNumArguments() && tensorType(fwd.getArgument(0)).getRank())
     batch = tensorType(fwd.getArgument(0)).getDimSize(0) * st.microbatches;
-  batch = intAttr("pipe.batch_size", batch);
+  batch = pipeline::getBatchSize(module).value_or(batch);
 
   // Long-lived storage: parameters, optimizer state, then accumulators.
   for (func::FuncOp f : fns)
@@ -1327,7 +1318,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   for (func::FuncOp f : {forward, backward})
     f.walk([&](Operation *op) {
       EmittedTransfer t;
-      t.phase = f->getAttrOfType<StringAttr>("pipe.phase").getValue().str();
+      t.phase = pipeline::stringifyPhase(*pipeline::getPhase(f)).str();
       if (auto s = dyn_cast<pipeline::SendOp>(op)) {
         t = {true,
              t.phase,
@@ -1383,8 +1374,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   llvm::raw_string_ostream ds(desc);
   ds << "static const gp_tensor_desc kInputs[] = {\n";
   for (BlockArgument arg : fwd.getArguments()) {
-    auto name =
-        forward.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "nn.input");
+    auto name = nn::getInputName(forward, arg.getArgNumber());
     auto t = tensorType(arg);
     EmittedInput in{
         name ? name.getValue().str() : "", t.getElementType().isF32(),
@@ -1407,15 +1397,14 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   }
   ds << "  {nullptr, nullptr, GP_F32, 0, nullptr, 0}\n};\n";
   ds << "static const gp_action kActions[] = {\n";
-  for (auto [i, a] : llvm::enumerate(*actions)) {
-    using Kind = pipeline::ScheduleOp::Action;
+  for (pipeline::ActionAttr a : actions) {
+    using pipeline::Phase;
     ds << "  {"
-       << (a.kind == Kind::Forward    ? "GP_FORWARD"
-           : a.kind == Kind::Backward ? "GP_BACKWARD"
-                                      : "GP_UPDATE")
-       << ", " << a.microbatch << "},\n";
-    result.schedule.push_back(
-        cast<StringAttr>(schedule.getActions()[i]).getValue().str());
+       << (a.getPhase() == Phase::Forward    ? "GP_FORWARD"
+           : a.getPhase() == Phase::Backward ? "GP_BACKWARD"
+                                             : "GP_UPDATE")
+       << ", " << a.getMicrobatch().value_or(-1) << "},\n";
+    result.schedule.push_back(a.getShortName());
   }
   ds << "};\n";
   ds << "static const gp_transfer kTransfers[] = {\n";
@@ -1494,7 +1483,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
      << stageIndex << ", " << numStages << ", " << st.microbatches << ", "
      << batch << "LL, " << result.inputs.size() << ", kInputs, "
      << result.params.size() << ", kParams, " << m.arenaBytes << "LL, "
-     << actions->size() << ", kActions, forward, backward, update, "
+     << actions.size() << ", kActions, forward, backward, update, "
      << (result.hasLoss ? 1 : 0) << ", \"" << buildId << "\", "
      << result.transfers.size() << ", kTransfers, "
      << (options.cuda ? "GP_TARGET_CUDA" : "GP_TARGET_CPU") << ", "

@@ -26,7 +26,7 @@ struct AutodiffPass : gpipe::impl::AutodiffBase<AutodiffPass> {
 static FailureOr<unsigned> findLoss(func::FuncOp func) {
   std::optional<unsigned> loss;
   for (unsigned i = 0, e = func.getNumResults(); i < e; ++i) {
-    if (!func.getResultAttr(i, "nn.loss"))
+    if (!nn::isLoss(func, i))
       continue;
     if (loss) {
       func.emitError("more than one result is marked 'nn.loss'");
@@ -76,13 +76,14 @@ void AutodiffPass::runOnOperation() {
   // forward op it differentiates and is marked `nn.backward`, for
   // gpipe-outline-stages.
   auto mark = [&](Operation *last, Operation *forwardOp) {
-    Attribute stage = forwardOp ? forwardOp->getAttr("pipe.stage") : nullptr;
+    std::optional<int64_t> stage =
+        forwardOp ? pipeline::getStage(forwardOp) : std::nullopt;
     if (!stage)
       return;
     for (Operation *op = last ? last->getNextNode() : &block.front();
          op && op != ret; op = op->getNextNode()) {
-      op->setAttr("nn.backward", b.getUnitAttr());
-      op->setAttr("pipe.stage", stage);
+      nn::setBackward(op);
+      pipeline::setStage(op, *stage);
     }
   };
   auto lossType = cast<RankedTensorType>(loss.getType());
@@ -168,8 +169,8 @@ void AutodiffPass::runOnOperation() {
     if (Value g = grads.lookup(param.getOutput())) {
       auto pg =
           nn::ParamGradOp::create(b, param.getLoc(), param.getOutput(), g);
-      if (Attribute stage = param->getAttr("pipe.stage"))
-        pg->setAttr("pipe.stage", stage);
+      if (std::optional<int64_t> stage = pipeline::getStage(param))
+        pipeline::setStage(pg, *stage);
     }
   }
 

@@ -25,7 +25,6 @@ struct FuseElementwisePass
     }
     if (func.isExternal())
       return;
-    Builder b(func.getContext());
     int64_t groups = 0;
     // Ops in the group being built; `open`: it still takes elementwise ops.
     SmallVector<Operation *> group;
@@ -33,7 +32,7 @@ struct FuseElementwisePass
     auto close = [&]() {
       if (group.size() > 1) {
         for (Operation *op : group)
-          op->setAttr(kFusedAttr, b.getI64IntegerAttr(groups));
+          pipeline::setFusionGroup(op, groups);
         ++groups;
       }
       group.clear();
@@ -64,8 +63,6 @@ struct FuseElementwisePass
     }
     close();
   }
-
-  static constexpr StringLiteral kFusedAttr = "pipe.fused";
 };
 
 } // namespace

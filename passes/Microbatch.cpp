@@ -83,11 +83,9 @@ void MicrobatchPass::runOnOperation() {
     batch = t.getDimSize(0);
     batchAxis[arg] = 0;
   }
-  OpBuilder b(func.getContext());
-  auto i64 = [&](int64_t v) { return b.getI64IntegerAttr(v); };
-  func->setAttr("pipe.microbatches", i64(microbatches));
+  pipeline::setNumMicrobatches(func, microbatches);
   if (batch >= 0)
-    func->setAttr("pipe.batch_size", i64(batch));
+    pipeline::setBatchSize(func, batch);
   if (microbatches == 1)
     return;
   if (batch < 0) {
@@ -107,7 +105,7 @@ void MicrobatchPass::runOnOperation() {
   // regularizer of the parameters, say) would be counted M times.
   Operation *ret = block.getTerminator();
   for (unsigned i = 0, e = func.getNumResults(); i < e; ++i) {
-    if (!func.getResultAttr(i, "nn.loss"))
+    if (!nn::isLoss(func, i))
       continue;
     Operation *def = ret->getOperand(i).getDefiningOp();
     if (!isa_and_nonnull<nn::SoftmaxCrossEntropyOp>(def)) {

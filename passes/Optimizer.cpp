@@ -40,8 +40,8 @@ struct OptimizerPass : gpipe::impl::OptimizerBase<OptimizerPass> {
             f64(beta1), f64(beta2), f64(eps), f64(weightDecay),
             b.getBoolAttr(optimizer == "adamw"));
       // The update runs on the parameter's stage.
-      if (Attribute stage = grad->getAttr("pipe.stage"))
-        update->setAttr("pipe.stage", stage);
+      if (std::optional<int64_t> stage = pipeline::getStage(grad))
+        pipeline::setStage(update, *stage);
       grad.erase();
       if (failed(mlir::verify(update)))
         return signalPassFailure();

@@ -116,18 +116,18 @@ LogicalResult Outliner::classify() {
       placement[&op] = {};
       continue;
     }
-    auto stage = op.getAttrOfType<IntegerAttr>("pipe.stage");
+    std::optional<int64_t> stage = pipeline::getStage(&op);
     if (!stage)
       return op.emitError("op has no 'pipe.stage': run gpipe-partition before "
                           "gpipe-autodiff");
-    if (stage.getInt() < 0 || stage.getInt() >= numStages)
+    if (*stage < 0 || *stage >= numStages)
       return op.emitError("stage ")
-             << stage.getInt() << " is outside [0, " << numStages << ")";
+             << *stage << " is outside [0, " << numStages << ")";
     Phase phase = isa<pipeline::SGDUpdateOp, pipeline::AdamUpdateOp>(op)
                       ? Phase::Update
-                  : op.hasAttr("nn.backward") ? Phase::Backward
-                                              : Phase::Forward;
-    placement[&op] = {stage.getInt(), phase};
+                  : nn::isBackward(&op) ? Phase::Backward
+                                        : Phase::Forward;
+    placement[&op] = {*stage, phase};
   }
   // A graph input is read by the first stage that uses it.
   for (BlockArgument arg : block.getArguments())
@@ -180,8 +180,8 @@ Value Outliner::Builder::get(Value v) {
   Operation *def = v.getDefiningOp();
   if (def && isa<nn::ParamOp, nn::ConstantOp>(def)) {
     Operation *clone = freeB.clone(*def);
-    clone->removeAttr("pipe.stage");
-    clone->removeAttr("nn.backward");
+    pipeline::removeStage(clone);
+    nn::removeBackward(clone);
     freeB.setInsertionPointAfter(clone);
     map.map(def->getResults(), clone->getResults());
     return map.lookup(v);
@@ -227,18 +227,18 @@ Operation *Outliner::Builder::cloneOp(Operation *op) {
   for (Value v : op->getOperands())
     (void)get(v);
   Operation *clone = b.clone(*op, map);
-  clone->removeAttr("pipe.stage");
-  clone->removeAttr("nn.backward");
+  pipeline::removeStage(clone);
+  nn::removeBackward(clone);
   return clone;
 }
 
 static func::FuncOp makeFunc(OpBuilder &b, Location loc, StringRef name,
                              TypeRange args, TypeRange results, int64_t stage,
-                             Phase phase) {
+                             pipeline::Phase phase) {
   auto func =
       func::FuncOp::create(b, loc, name, b.getFunctionType(args, results));
-  func->setAttr("pipe.stage", b.getI64IntegerAttr(stage));
-  func->setAttr("pipe.phase", b.getStringAttr(phaseName(phase)));
+  pipeline::setStage(func, stage);
+  pipeline::setPhase(func, phase);
   Block *body = func.addEntryBlock();
   (void)body;
   return func;
@@ -258,12 +258,12 @@ func::FuncOp Outliner::buildForward(int64_t s) {
     resultTypes.push_back(v.getType());
   func::FuncOp func =
       makeFunc(mb, step.getLoc(), "stage" + std::to_string(s) + "_forward",
-               argTypes, resultTypes, s, Phase::Forward);
+               argTypes, resultTypes, s, pipeline::Phase::Forward);
   Builder fb(*this, s, Phase::Forward, &func.getBody().front());
   for (auto [i, v] : llvm::enumerate(args)) {
     unsigned n = cast<BlockArgument>(v).getArgNumber();
-    if (auto name = step.getArgAttr(n, "nn.input"))
-      func.setArgAttr(i, "nn.input", name);
+    if (StringAttr name = nn::getInputName(step, n))
+      nn::setInputName(func, i, name);
     fb.map.map(v, func.getArgument(i));
   }
   fb.receiveAll();
@@ -290,7 +290,7 @@ func::FuncOp Outliner::buildBackward(int64_t s) {
     argTypes.push_back(v.getType());
   func::FuncOp func =
       makeFunc(mb, step.getLoc(), "stage" + std::to_string(s) + "_backward",
-               argTypes, {}, s, Phase::Backward);
+               argTypes, {}, s, pipeline::Phase::Backward);
   Builder bb(*this, s, Phase::Backward, &func.getBody().front());
   for (auto [i, v] : llvm::enumerate(stash[s]))
     bb.map.map(v, func.getArgument(i));
@@ -322,7 +322,7 @@ func::FuncOp Outliner::buildUpdate(int64_t s) {
   OpBuilder mb(step);
   func::FuncOp func =
       makeFunc(mb, step.getLoc(), "stage" + std::to_string(s) + "_update", {},
-               {}, s, Phase::Update);
+               {}, s, pipeline::Phase::Update);
   Builder ub(*this, s, Phase::Update, &func.getBody().front());
   for (Operation &op : step.getBody().front().without_terminator()) {
     Placement p = placement.lookup(&op);
@@ -339,14 +339,13 @@ func::FuncOp Outliner::buildUpdate(int64_t s) {
 }
 
 LogicalResult Outliner::run() {
-  if (auto k = step->getAttrOfType<IntegerAttr>("pipe.stages"))
-    numStages = k.getInt();
+  numStages = pipeline::getNumStages(step);
   if (failed(classify()))
     return failure();
   Block &block = step.getBody().front();
   Operation *ret = block.getTerminator();
   for (unsigned i = 0, e = step.getNumResults(); i < e; ++i)
-    if (step.getResultAttr(i, "nn.loss"))
+    if (nn::isLoss(step, i))
       loss = ret->getOperand(i);
   if (!loss || !loss.getDefiningOp())
     return step.emitError("no computed result is marked 'nn.loss'");
@@ -406,13 +405,10 @@ LogicalResult Outliner::run() {
   for (func::FuncOp f : created)
     eraseDeadOps(f);
 
-  OpBuilder b(module.getContext());
-  module->setAttr("pipe.stages", b.getI64IntegerAttr(numStages));
-  module->setAttr("pipe.microbatches", step->getAttr("pipe.microbatches")
-                                           ? step->getAttr("pipe.microbatches")
-                                           : b.getI64IntegerAttr(1));
-  if (Attribute batch = step->getAttr("pipe.batch_size"))
-    module->setAttr("pipe.batch_size", batch);
+  pipeline::setNumStages(module, numStages);
+  pipeline::setNumMicrobatches(module, pipeline::getNumMicrobatches(step));
+  if (std::optional<int64_t> batch = pipeline::getBatchSize(step))
+    pipeline::setBatchSize(module, *batch);
   step.erase();
   return success();
 }
@@ -423,7 +419,7 @@ struct OutlineStagesPass : gpipe::impl::OutlineStagesBase<OutlineStagesPass> {
     ModuleOp module = getOperation();
     SmallVector<func::FuncOp> steps;
     for (auto f : module.getOps<func::FuncOp>())
-      if (!f.isExternal() && !f->hasAttr("pipe.phase"))
+      if (!f.isExternal() && !pipeline::getPhase(f))
         steps.push_back(f);
     if (steps.size() != 1) {
       module.emitError("expected one training-step function to outline, found ")

@@ -90,7 +90,7 @@ void PartitionPass::runOnOperation() {
   // op after it in the block is independent of it).
   Operation *ret = block.getTerminator();
   for (unsigned i = 0, e = func.getNumResults(); i < e; ++i)
-    if (func.getResultAttr(i, "nn.loss"))
+    if (nn::isLoss(func, i))
       if (Operation *loss = ret->getOperand(i).getDefiningOp()) {
         auto it = llvm::find(compute, loss);
         if (it != compute.end() && loss->hasOneUse()) {
@@ -132,13 +132,12 @@ void PartitionPass::runOnOperation() {
   }
   SmallVector<size_t> starts = balancedCuts(cost, stages);
 
-  OpBuilder b(func.getContext());
   int64_t stage = 0;
   for (auto [i, unit] : llvm::enumerate(units)) {
     while (stage + 1 < stages && i >= starts[stage + 1])
       ++stage;
     for (Operation *op : unit)
-      op->setAttr("pipe.stage", b.getI64IntegerAttr(stage));
+      pipeline::setStage(op, stage);
   }
   // Parameters live on the stage of their users.
   for (Operation &op : block) {
@@ -147,21 +146,20 @@ void PartitionPass::runOnOperation() {
       continue;
     std::optional<int64_t> at;
     for (Operation *user : param->getUsers()) {
-      auto s = user->getAttrOfType<IntegerAttr>("pipe.stage");
+      std::optional<int64_t> s = pipeline::getStage(user);
       if (!s)
         continue;
-      if (at && *at != s.getInt()) {
+      if (at && *at != *s) {
         param.emitError("parameter '")
-            << param.getName() << "' is used on stages " << *at << " and "
-            << s.getInt()
+            << param.getName() << "' is used on stages " << *at << " and " << *s
             << "; a parameter must live on one stage (weights shared across "
                "stages are not supported)";
         return signalPassFailure();
       }
-      at = s.getInt();
+      at = s;
     }
     if (at)
-      param->setAttr("pipe.stage", b.getI64IntegerAttr(*at));
+      pipeline::setStage(param, *at);
   }
-  func->setAttr("pipe.stages", b.getI64IntegerAttr(stages));
+  pipeline::setNumStages(func, stages);
 }

@@ -18,7 +18,8 @@ def Autodiff : Pass<"gpipe-autodiff", "mlir::func::FuncOp"> {
     the unit attribute `nn.backward`; each `nn.param_grad` gets its
     parameter's stage.
   }];
-  let dependentDialects = ["gpipe::nn::NNDialect"];
+  let dependentDialects = ["gpipe::nn::NNDialect",
+                           "gpipe::pipeline::PipeDialect"];
 }
 
 def Optimizer : Pass<"gpipe-optimizer", "mlir::func::FuncOp"> {
@@ -64,7 +65,8 @@ def Microbatch : Pass<"gpipe-microbatch", "mlir::func::FuncOp"> {
     Option<"microbatches", "microbatches", "int64_t", "1",
            "number of micro-batches M (the batch size must be divisible by M)">,
   ];
-  let dependentDialects = ["gpipe::nn::NNDialect"];
+  let dependentDialects = ["gpipe::nn::NNDialect",
+                           "gpipe::pipeline::PipeDialect"];
 }
 
 def Partition : Pass<"gpipe-partition", "mlir::func::FuncOp"> {
@@ -84,6 +86,7 @@ def Partition : Pass<"gpipe-partition", "mlir::func::FuncOp"> {
   let options = [
     Option<"stages", "stages", "int64_t", "1", "number of pipeline stages K">,
   ];
+  let dependentDialects = ["gpipe::pipeline::PipeDialect"];
 }
 
 def OutlineStages : Pass<"gpipe-outline-stages", "mlir::ModuleOp"> {

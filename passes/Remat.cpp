@@ -115,14 +115,14 @@ void RematPass::runOnOperation() {
   }
   if (mode == "none")
     return;
-  int64_t k = numStages(module);
+  int64_t k = pipeline::getNumStages(module);
   if (k < 1) {
     module.emitError("pipe.stages must be >= 1, got ") << k;
     return signalPassFailure();
   }
   for (int64_t s = 0; s < k; ++s) {
-    func::FuncOp forward = findStageFunc(module, s, "forward");
-    func::FuncOp backward = findStageFunc(module, s, "backward");
+    func::FuncOp forward = findStageFunc(module, s, pipeline::Phase::Forward);
+    func::FuncOp backward = findStageFunc(module, s, pipeline::Phase::Backward);
     if (!forward || !backward) {
       module.emitError("stage ") << s
                                  << " has no forward or backward function; "
@@ -134,5 +134,5 @@ void RematPass::runOnOperation() {
     if (failed(rematerialize(forward, backward)))
       return signalPassFailure();
   }
-  module->setAttr("pipe.remat", StringAttr::get(module.getContext(), mode));
+  pipeline::setRemat(module, mode);
 }

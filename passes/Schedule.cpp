@@ -16,6 +16,8 @@ namespace gpipe {
 
 using namespace mlir;
 using namespace gpipe;
+using pipeline::ActionAttr;
+using pipeline::Phase;
 using pipeline::ScheduleOp;
 
 namespace {
@@ -26,13 +28,13 @@ struct Transfer {
   int64_t peer, tag, microbatch;
   Type type;
   Operation *op;
-  StringRef action;
+  ActionAttr action;
 };
 
 std::string describe(const Transfer &t) {
   std::string s;
   llvm::raw_string_ostream os(s);
-  os << "action " << t.action << " on "
+  os << "action " << t.action.getShortName() << " on "
      << (t.isSend ? "pipe.send to" : "pipe.recv from") << " stage " << t.peer
      << " (tag " << t.tag << ", " << t.type << ")";
   return s;
@@ -40,7 +42,7 @@ std::string describe(const Transfer &t) {
 
 /// Checks every stage's schedule of `module`; emits located errors.
 LogicalResult checkSchedules(ModuleOp module) {
-  int64_t k = numStages(module);
+  int64_t k = pipeline::getNumStages(module);
   if (k < 1 || k > (int64_t(1) << 16))
     return module.emitError("pipe.stages must be in [1, 65536], got ") << k;
   SmallVector<ScheduleOp> schedules(k);
@@ -61,37 +63,34 @@ LogicalResult checkSchedules(ModuleOp module) {
   SmallVector<SmallVector<Transfer>> transfers(k);
   for (int64_t s = 0; s < k; ++s) {
     ScheduleOp sched = schedules[s];
-    FailureOr<SmallVector<ScheduleOp::Action>> actions = sched.parseActions();
-    if (failed(actions))
-      return failure();
-    for (auto [i, a] : llvm::enumerate(*actions)) {
+    for (ActionAttr a : sched.getActionList()) {
       FlatSymbolRefAttr ref =
-          a.kind == ScheduleOp::Action::Forward    ? sched.getForwardAttr()
-          : a.kind == ScheduleOp::Action::Backward ? sched.getBackwardAttr()
-                                                   : sched.getUpdateAttr();
+          a.getPhase() == Phase::Forward    ? sched.getForwardAttr()
+          : a.getPhase() == Phase::Backward ? sched.getBackwardAttr()
+                                            : sched.getUpdateAttr();
       auto func =
           SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(sched, ref);
       if (!func)
         return sched.emitError("no function ") << ref;
-      StringRef name = cast<StringAttr>(sched.getActions()[i]).getValue();
+      const int64_t microbatch = a.getMicrobatch().value_or(-1);
       WalkResult walk = func.walk([&](Operation *op) {
-        Transfer t{false, 0, 0, a.microbatch, Type(), op, name};
+        Transfer t{false, 0, 0, microbatch, Type(), op, a};
         if (auto send = dyn_cast<pipeline::SendOp>(op)) {
           t = {true,
                static_cast<int64_t>(send.getPeer()),
                static_cast<int64_t>(send.getTag()),
-               a.microbatch,
+               microbatch,
                send.getValue().getType(),
                op,
-               name};
+               a};
         } else if (auto recv = dyn_cast<pipeline::RecvOp>(op)) {
           t = {false,
                static_cast<int64_t>(recv.getPeer()),
                static_cast<int64_t>(recv.getTag()),
-               a.microbatch,
+               microbatch,
                recv.getValue().getType(),
                op,
-               name};
+               a};
         } else {
           return WalkResult::advance();
         }
@@ -149,7 +148,7 @@ LogicalResult checkSchedules(ModuleOp module) {
           return schedules[to].emitError("stage ")
                  << to << ", " << describe(rcv) << " gets micro-batch "
                  << snd.microbatch << " (sent in stage " << from << "'s action "
-                 << snd.action
+                 << snd.action.getShortName()
                  << "): the stages run micro-batches in "
                     "different orders";
       }
@@ -162,13 +161,7 @@ LogicalResult checkSchedules(ModuleOp module) {
   // Deadlock. Blocking (rendezvous) sends: a transfer completes only when
   // both sides have reached it. Buffered sends: a send completes at once; a
   // receive completes once its send has been issued.
-  auto sendsAttr = module->getAttrOfType<StringAttr>("pipe.sends");
-  if (sendsAttr && sendsAttr.getValue() != "blocking" &&
-      sendsAttr.getValue() != "buffered")
-    return module.emitError("pipe.sends must be \"blocking\" or "
-                            "\"buffered\", got ")
-           << sendsAttr;
-  const bool buffered = sendsAttr && sendsAttr.getValue() == "buffered";
+  const bool buffered = pipeline::getSends(module) == pipeline::Sends::Buffered;
   SmallVector<size_t> pos(k, 0);
   // Buffered: per (sender, receiver, tag), how many sends were issued and
   // how many of them were received.
@@ -233,46 +226,38 @@ struct SchedulePass : gpipe::impl::ScheduleBase<SchedulePass> {
           << schedule << "' (registered: " << schedules::names() << ")";
       return signalPassFailure();
     }
-    int64_t m = 1;
-    if (auto attr = module->getAttrOfType<IntegerAttr>("pipe.microbatches"))
-      m = attr.getInt();
-    int64_t k = numStages(module);
+    int64_t m = pipeline::getNumMicrobatches(module);
+    int64_t k = pipeline::getNumStages(module);
     if (k < 1 || m < 1 || k > (int64_t(1) << 16) || m > (int64_t(1) << 20)) {
       module.emitError("pipe.stages and pipe.microbatches must be in [1, "
                        "2^16] and [1, 2^20], got ")
           << k << " and " << m;
       return signalPassFailure();
     }
-    schedules::Table table = generator->generate(k, m);
+    schedules::Table table = generator->generate(module.getContext(), k, m);
     OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
     for (int64_t s = 0; s < k; ++s) {
-      func::FuncOp f = findStageFunc(module, s, "forward");
-      func::FuncOp bw = findStageFunc(module, s, "backward");
-      func::FuncOp u = findStageFunc(module, s, "update");
+      func::FuncOp f = findStageFunc(module, s, Phase::Forward);
+      func::FuncOp bw = findStageFunc(module, s, Phase::Backward);
+      func::FuncOp u = findStageFunc(module, s, Phase::Update);
       if (!f || !bw || !u) {
         module.emitError("stage ")
             << s << " lacks its functions; run gpipe-outline-stages first";
         return signalPassFailure();
       }
-      SmallVector<std::string> actions;
-      for (const schedules::Action &a : table[s])
-        actions.push_back(schedules::actionName(a));
-      SmallVector<StringRef> refs(actions.begin(), actions.end());
       // The stash holds the most micro-batches the schedule keeps in flight.
       int64_t slots = std::max<int64_t>(ScheduleOp::maxInFlight(table[s]), 1);
       auto op = ScheduleOp::create(
           b, module.getLoc(), b.getI64IntegerAttr(s), FlatSymbolRefAttr::get(f),
           FlatSymbolRefAttr::get(bw), FlatSymbolRefAttr::get(u),
-          b.getStrArrayAttr(refs), b.getI64IntegerAttr(slots));
+          b.getArrayAttr(
+              SmallVector<Attribute>(table[s].begin(), table[s].end())),
+          b.getI64IntegerAttr(slots));
       if (failed(op.verify()))
         return signalPassFailure();
     }
-    module->setAttr("pipe.schedule", b.getStringAttr(schedule));
-    module->setAttr(
-        "pipe.sends",
-        b.getStringAttr(generator->sends == schedules::Sends::Buffered
-                            ? "buffered"
-                            : "blocking"));
+    pipeline::setScheduleName(module, schedule);
+    pipeline::setSends(module, generator->sends);
     if (failed(checkSchedules(module)))
       signalPassFailure();
   }

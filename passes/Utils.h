@@ -3,6 +3,7 @@
 #define GPIPE_PASSES_UTILS_H
 
 #include "dialects/nn/NNOps.h"
+#include "dialects/pipe/PipeOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
@@ -23,30 +24,17 @@ inline void eraseDeadOps(mlir::func::FuncOp func) {
 /// (`pipe.microbatches`), 1 when unset.
 inline int64_t microbatchesOf(mlir::Operation *op) {
   auto module = op->getParentOfType<mlir::ModuleOp>();
-  auto mb = module
-                ? module->getAttrOfType<mlir::IntegerAttr>("pipe.microbatches")
-                : mlir::IntegerAttr();
-  return mb ? mb.getInt() : 1;
+  return module ? pipeline::getNumMicrobatches(module) : 1;
 }
 
-/// The function of `stage` and `phase` ("forward", "backward", "update")
-/// made by gpipe-outline-stages, or null.
+/// The function of `stage` and `phase` made by gpipe-outline-stages, or
+/// null.
 inline mlir::func::FuncOp findStageFunc(mlir::ModuleOp module, int64_t stage,
-                                        llvm::StringRef phase) {
-  for (auto f : module.getOps<mlir::func::FuncOp>()) {
-    auto s = f->getAttrOfType<mlir::IntegerAttr>("pipe.stage");
-    auto p = f->getAttrOfType<mlir::StringAttr>("pipe.phase");
-    if (s && p && s.getInt() == stage && p.getValue() == phase)
+                                        pipeline::Phase phase) {
+  for (auto f : module.getOps<mlir::func::FuncOp>())
+    if (pipeline::getStage(f) == stage && pipeline::getPhase(f) == phase)
       return f;
-  }
   return nullptr;
-}
-
-/// The number of stages of an outlined module (its `pipe.stages`, else 1).
-inline int64_t numStages(mlir::ModuleOp module) {
-  if (auto k = module->getAttrOfType<mlir::IntegerAttr>("pipe.stages"))
-    return k.getInt();
-  return 1;
 }
 
 } // namespace gpipe

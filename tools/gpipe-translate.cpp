@@ -45,15 +45,16 @@ static LogicalResult stageToCpp(Operation *op, llvm::raw_ostream &os) {
   if (precision != "fp32" && precision != "bf16")
     return module.emitError("--precision must be fp32 or bf16, got '")
            << precision << "'";
-  auto stages = module->getAttrOfType<IntegerAttr>("pipe.stages");
-  if (!stages)
+  if (!module->hasAttr(
+          gpipe::pipeline::PipeDialect::StagesAttrHelper::getNameStr()))
     return module.emitError("not pipeline IR: the module has no pipe.stages "
                             "(run gpipe-compile --emit mlir or gpipe-opt "
                             "--gpipe-pipeline first)");
-  if (stageIndex < 0 || stageIndex >= stages.getInt())
+  int64_t stages = gpipe::pipeline::getNumStages(module);
+  if (stageIndex < 0 || stageIndex >= stages)
     return module.emitError("--stage ")
            << stageIndex.getValue() << " is out of range: the pipeline has "
-           << stages.getInt() << " stage(s)";
+           << stages << " stage(s)";
   gpipe::EmitOptions options;
   options.cuda = target == "cuda";
   options.bf16 = precision == "bf16";

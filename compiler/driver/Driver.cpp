@@ -243,10 +243,9 @@ int gpipe::compile(const CompileOptions &o) {
       return cleanupAndFail();
     stages.push_back(std::move(*stage));
     for (auto f : module.getOps<func::FuncOp>())
-      if (auto a = f->getAttrOfType<IntegerAttr>("pipe.stage"))
-        if (a.getInt() == s &&
-            f->getAttrOfType<StringAttr>("pipe.phase").getValue() == "forward")
-          forwards.push_back(f);
+      if (pipeline::getStage(f) == s &&
+          pipeline::getPhase(f) == pipeline::Phase::Forward)
+        forwards.push_back(f);
   }
 
   // Initial weights, the model (for --save-onnx), the plan, the sources.

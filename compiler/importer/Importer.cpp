@@ -247,7 +247,7 @@ LogicalResult Importer::importGraph() {
                                    builder.getFunctionType(argTypes, {}));
   Block *body = func.addEntryBlock();
   for (auto [k, input] : llvm::enumerate(inputs)) {
-    func.setArgAttr(k, "nn.input", builder.getStringAttr(input->name()));
+    nn::setInputName(func, k, builder.getStringAttr(input->name()));
     values[input->name()] = body->getArgument(k);
   }
   builder.setInsertionPointToStart(body);
@@ -300,8 +300,8 @@ LogicalResult Importer::importGraph() {
   func.setFunctionType(builder.getFunctionType(
       argTypes, llvm::to_vector(ValueRange(outs).getTypes())));
   for (auto [k, output] : llvm::enumerate(graph.output()))
-    func.setResultAttr(k, "nn.output", builder.getStringAttr(output.name()));
-  func.setResultAttr(lossIndex, "nn.loss", builder.getUnitAttr());
+    nn::setOutputName(func, k, builder.getStringAttr(output.name()));
+  nn::setLoss(func, lossIndex);
   if (params.empty())
     return fileError() << "the model has no float32 initializers: nothing "
                           "to train";

@@ -14,6 +14,23 @@ def NN_Dialect : Dialect {
     parameter is marked by `nn.param_grad`. Every op carries a cost estimate;
     forward ops carry their reverse-mode gradient rule.
   }];
+
+  // The attributes the importer and the passes put on the training step
+  // (docs/passes.md): read and written through the accessors of
+  // NNDialect.h, verified by the hooks below.
+  let discardableAttrs = (ins
+    // On an argument: the ONNX name of the graph input it is.
+    "::mlir::StringAttr":$input,
+    // On a result: the ONNX name of the graph output it is.
+    "::mlir::StringAttr":$output,
+    // On the one result that is the training loss.
+    "::mlir::UnitAttr":$loss,
+    // On an op: it belongs to the backward phase (gpipe-autodiff).
+    "::mlir::UnitAttr":$backward
+  );
+  let hasOperationAttrVerify = 1;
+  let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
 }
 
 class NN_Op<string mnemonic, list<Trait> traits = []>

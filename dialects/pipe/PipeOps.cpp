@@ -1,4 +1,4 @@
-// The pipe dialect: registration and verifiers.
+// The pipe dialect's ops: verifiers.
 #include "dialects/pipe/PipeOps.h"
 
 #include "dialects/nn/NNOps.h"
@@ -10,15 +10,6 @@
 
 using namespace mlir;
 using namespace gpipe::pipeline;
-
-#include "dialects/pipe/PipeDialect.cpp.inc"
-
-void PipeDialect::initialize() {
-  addOperations<
-#define GET_OP_LIST
-#include "dialects/pipe/PipeOps.cpp.inc"
-      >();
-}
 
 /// Checks what every in-place update needs: the updated value is a parameter
 /// (equal types are checked by AllTypesMatch), and nothing reads it after the
@@ -87,9 +78,8 @@ static LogicalResult verifyPeer(Operation *op, int64_t peer, int64_t tag) {
   if (tag < 0)
     return op->emitOpError("tag must be >= 0, got ") << tag;
   if (auto func = op->getParentOfType<func::FuncOp>())
-    if (auto stage = func->getAttrOfType<IntegerAttr>("pipe.stage"))
-      if (stage.getInt() == peer)
-        return op->emitOpError("peer is the op's own stage ") << peer;
+    if (getStage(func) == peer)
+      return op->emitOpError("peer is the op's own stage ") << peer;
   return success();
 }
 
@@ -156,39 +146,9 @@ LogicalResult RematOp::verify() {
 // ScheduleOp
 //===----------------------------------------------------------------------===//
 
-FailureOr<SmallVector<ScheduleOp::Action>> ScheduleOp::parseActions() {
-  SmallVector<Action> actions;
-  for (auto [i, attr] : llvm::enumerate(getActions())) {
-    StringRef s = cast<StringAttr>(attr).getValue();
-    Action a{Action::Update, -1};
-    if (s == "U") {
-      actions.push_back(a);
-      continue;
-    }
-    if (s.consume_front("F"))
-      a.kind = Action::Forward;
-    else if (s.consume_front("B"))
-      a.kind = Action::Backward;
-    else
-      return emitOpError("action #")
-                 << i << " '" << cast<StringAttr>(attr).getValue()
-                 << "' is not F<m>, B<m> or U",
-             failure();
-    if (s.empty() || !llvm::all_of(s, llvm::isDigit) ||
-        s.getAsInteger(10, a.microbatch))
-      return emitOpError("action #")
-                 << i << " '" << cast<StringAttr>(attr).getValue()
-                 << "' has no micro-batch number",
-             failure();
-    actions.push_back(a);
-  }
-  return actions;
-}
-
 int64_t ScheduleOp::getNumMicrobatches() {
   if (auto module = (*this)->getParentOfType<ModuleOp>())
-    if (auto attr = module->getAttrOfType<IntegerAttr>("pipe.microbatches"))
-      return attr.getInt();
+    return gpipe::pipeline::getNumMicrobatches(module);
   return 1;
 }
 
@@ -198,12 +158,12 @@ int64_t ScheduleOp::getNumStashSlots() {
   return getNumMicrobatches();
 }
 
-int64_t ScheduleOp::maxInFlight(ArrayRef<Action> actions) {
+int64_t ScheduleOp::maxInFlight(ArrayRef<ActionAttr> actions) {
   int64_t live = 0, most = 0;
-  for (const Action &a : actions) {
-    if (a.kind == Action::Forward)
+  for (ActionAttr a : actions) {
+    if (a.getPhase() == Phase::Forward)
       most = std::max(most, ++live);
-    else if (a.kind == Action::Backward)
+    else if (a.getPhase() == Phase::Backward)
       --live;
   }
   return most;
@@ -213,9 +173,19 @@ LogicalResult ScheduleOp::verify() {
   if (static_cast<int64_t>(getStage()) < 0)
     return emitOpError("stage must be >= 0, got ")
            << static_cast<int64_t>(getStage());
-  FailureOr<SmallVector<Action>> actions = parseActions();
-  if (failed(actions))
-    return failure();
+  SmallVector<ActionAttr> actions(getActionList());
+  for (auto [i, a] : llvm::enumerate(actions)) {
+    // Parsed actions are verified already, ActionAttr::get's are not.
+    if (failed(ActionAttr::verify(
+            [&, i = i] { return emitOpError("action #") << i << ": "; },
+            a.getPhase(), a.getMicrobatch(), a.getChunk())))
+      return failure();
+    if (a.getChunk() != 0)
+      return emitOpError("action #")
+             << i << " runs model chunk " << a.getChunk()
+             << " but a stage has one (interleaved schedules are not "
+                "supported)";
+  }
   int64_t m = getNumMicrobatches();
   if (m < 1 || m > (int64_t(1) << 20))
     return emitOpError("the module's pipe.microbatches must be in [1, 2^20], "
@@ -223,26 +193,25 @@ LogicalResult ScheduleOp::verify() {
            << m;
   SmallVector<int> forwardAt(m, -1), backwardAt(m, -1);
   int updates = 0;
-  for (auto [i, a] : llvm::enumerate(*actions)) {
-    if (a.kind == Action::Update) {
-      if (i + 1 != actions->size())
+  for (auto [i, a] : llvm::enumerate(actions)) {
+    if (a.getPhase() == Phase::Update) {
+      if (i + 1 != actions.size())
         return emitOpError("the update (action #") << i << ") must be last";
       ++updates;
       continue;
     }
-    if (a.microbatch >= m)
+    int64_t mb = *a.getMicrobatch();
+    if (mb >= m)
       return emitOpError("action #")
-             << i << " names micro-batch " << a.microbatch << " but there are "
-             << m << " (module attribute pipe.microbatches)";
-    auto &at = a.kind == Action::Forward ? forwardAt : backwardAt;
-    if (at[a.microbatch] >= 0)
+             << i << " names micro-batch " << mb << " but there are " << m
+             << " (module attribute pipe.microbatches)";
+    auto &at = a.getPhase() == Phase::Forward ? forwardAt : backwardAt;
+    if (at[mb] >= 0)
+      return emitOpError("action #") << i << " repeats " << a.getShortName();
+    at[mb] = i;
+    if (a.getPhase() == Phase::Backward && forwardAt[mb] < 0)
       return emitOpError("action #")
-             << i << " repeats " << (a.kind == Action::Forward ? "F" : "B")
-             << a.microbatch;
-    at[a.microbatch] = i;
-    if (a.kind == Action::Backward && forwardAt[a.microbatch] < 0)
-      return emitOpError("action #")
-             << i << ": B" << a.microbatch << " comes before F" << a.microbatch;
+             << i << ": B" << mb << " comes before F" << mb;
   }
   for (int64_t k = 0; k < m; ++k)
     if (forwardAt[k] < 0 || backwardAt[k] < 0)
@@ -259,18 +228,18 @@ LogicalResult ScheduleOp::verify() {
     // Micro-batch i stashes in slot i mod slots: that slot's previous
     // micro-batch must have run its backward.
     SmallVector<int64_t> holder(slots, -1);
-    for (auto [i, a] : llvm::enumerate(*actions)) {
-      if (a.kind == Action::Update)
+    for (auto [i, a] : llvm::enumerate(actions)) {
+      if (a.getPhase() == Phase::Update)
         continue;
-      int64_t &h = holder[a.microbatch % slots];
-      if (a.kind == Action::Forward) {
+      int64_t mb = *a.getMicrobatch();
+      int64_t &h = holder[mb % slots];
+      if (a.getPhase() == Phase::Forward) {
         if (h >= 0)
           return emitOpError("action #")
-                 << i << " F" << a.microbatch << " needs stash slot "
-                 << a.microbatch % slots << " of " << slots
-                 << ", still held by micro-batch " << h
+                 << i << " F" << mb << " needs stash slot " << mb % slots
+                 << " of " << slots << ", still held by micro-batch " << h
                  << " (whose backward has not run)";
-        h = a.microbatch;
+        h = mb;
       } else {
         h = -1;
       }
@@ -287,8 +256,7 @@ LogicalResult ScheduleOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
     auto func = symbolTable.lookupNearestSymbolFrom<func::FuncOp>(*this, ref);
     if (!func)
       return emitOpError() << what << " function " << ref << " does not exist";
-    auto stage = func->getAttrOfType<IntegerAttr>("pipe.stage");
-    if (!stage || stage.getInt() != getStage())
+    if (gpipe::pipeline::getStage(func) != static_cast<int64_t>(getStage()))
       return emitOpError() << what << " function " << ref
                            << " does not belong to stage " << getStage();
   }

@@ -8,12 +8,12 @@
 #include "mlir/IR/Dialect.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/SymbolTable.h"
 #include "mlir/Interfaces/ControlFlowInterfaces.h"
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
-#include "mlir/IR/SymbolTable.h"
 
-#include "dialects/pipe/PipeDialect.h.inc"
+#include "dialects/pipe/PipeDialect.h"
 
 #define GET_OP_CLASSES
 #include "dialects/pipe/PipeOps.h.inc"

@@ -7,26 +7,7 @@ include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/ControlFlowInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/IR/SymbolInterfaces.td"
-
-def Pipe_Dialect : Dialect {
-  let name = "pipe";
-  // Not `pipe`: that would collide with POSIX pipe().
-  let cppNamespace = "::gpipe::pipeline";
-  let summary = "Pipeline structure of a training step.";
-  let description = [{
-    Ops that say how a training step is executed rather than what it computes:
-    the in-place optimizer update of a parameter, point-to-point transfers
-    between pipeline stages, gradient accumulation over micro-batches, the
-    loss report, rematerialization regions, and each stage's schedule.
-
-    After `gpipe-outline-stages`, stage S is three functions carrying
-    `pipe.stage = S` and `pipe.phase = "forward" | "backward" | "update"`: the
-    forward function runs once per micro-batch and returns the values its
-    backward needs (the stash, kept for every in-flight micro-batch); the
-    backward function takes them as arguments; the update function runs once
-    per mini-batch.
-  }];
-}
+include "dialects/pipe/PipeAttrs.td"
 
 class Pipe_Op<string mnemonic, list<Trait> traits = []>
     : Op<Pipe_Dialect, mnemonic, traits>;
@@ -198,14 +179,16 @@ def Pipe_ScheduleOp : Pipe_Op<"schedule", [
     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "the ordered actions a stage runs for one mini-batch";
   let description = [{
-    `$actions` lists, in order, the forward (`"F<m>"`) and backward
-    (`"B<m>"`) of every micro-batch m in [0, M) and the optimizer update
-    (`"U"`, last), where M is the module's `pipe.microbatches` (1 if absent).
-    Each micro-batch's forward comes before its backward. `$forward`,
-    `$backward` and `$update` name the stage's functions; the sends and
-    receives of an action are those of its function, in order. The
-    `gpipe-check-schedule` pass checks that all stages' schedules together
-    pair every send with one receive and cannot deadlock.
+    `$actions` lists, in order, the forward (`#pipe.action<forward, mb = m>`)
+    and backward (`#pipe.action<backward, mb = m>`) of every micro-batch m in
+    [0, M) and the optimizer update (`#pipe.action<update>`, last), where M is
+    the module's `pipe.microbatches` (1 if absent). Each micro-batch's forward
+    comes before its backward; every action runs model chunk 0 (a stage has
+    one forward and one backward function). `$forward`, `$backward` and
+    `$update` name the stage's functions; the sends and receives of an action
+    are those of its function, in order. The `gpipe-check-schedule` pass
+    checks that all stages' schedules together pair every send with one
+    receive and cannot deadlock.
 
     `$stash_slots` (default M) is how many micro-batches' stashes the stage
     keeps: micro-batch m uses slot `m mod stash_slots`. The verifier checks
@@ -213,15 +196,18 @@ def Pipe_ScheduleOp : Pipe_Op<"schedule", [
 
     ```mlir
     pipe.schedule stage 0 forward @stage0_forward backward @stage0_backward
-        update @stage0_update actions ["F0", "F1", "B1", "B0", "U"]
+        update @stage0_update actions [#pipe.action<forward, mb = 0>,
+        #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1>,
+        #pipe.action<backward, mb = 0>, #pipe.action<update>]
     pipe.schedule stage 1 forward @stage1_forward backward @stage1_backward
-        update @stage1_update actions ["F0", "B0", "F1", "B1", "U"]
-        stash_slots 1
+        update @stage1_update actions [#pipe.action<forward, mb = 0>,
+        #pipe.action<backward, mb = 0>, #pipe.action<forward, mb = 1>,
+        #pipe.action<backward, mb = 1>, #pipe.action<update>] stash_slots 1
     ```
   }];
   let arguments = (ins I64Attr:$stage, FlatSymbolRefAttr:$forward,
                    FlatSymbolRefAttr:$backward, FlatSymbolRefAttr:$update,
-                   StrArrayAttr:$actions,
+                   Pipe_ActionArrayAttr:$actions,
                    OptionalAttr<I64Attr>:$stash_slots);
   let assemblyFormat = [{
     `stage` $stage `forward` $forward `backward` $backward `update` $update
@@ -229,20 +215,15 @@ def Pipe_ScheduleOp : Pipe_Op<"schedule", [
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
-    /// One parsed entry of `actions`.
-    struct Action {
-      enum Kind { Forward, Backward, Update } kind;
-      int64_t microbatch; // -1 for the update
-    };
-    /// Parses `actions`; emits an error and fails on a malformed entry.
-    ::mlir::FailureOr<::llvm::SmallVector<Action>> parseActions();
+    /// `actions`, typed.
+    auto getActionList() { return getActions().getAsRange<ActionAttr>(); }
     /// The module's pipe.microbatches (1 if absent).
     int64_t getNumMicrobatches();
     /// `stash_slots`, or M when absent.
     int64_t getNumStashSlots();
     /// The most micro-batches whose forward has run and backward not, at
     /// any point of `actions`.
-    static int64_t maxInFlight(::llvm::ArrayRef<Action> actions);
+    static int64_t maxInFlight(::llvm::ArrayRef<ActionAttr> actions);
   }];
 }
 

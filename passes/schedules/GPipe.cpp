@@ -5,14 +5,17 @@
 namespace gpipe {
 namespace schedules {
 
-Table generateGPipe(int64_t k, int64_t m) {
+using pipeline::ActionAttr;
+using pipeline::Phase;
+
+Table generateGPipe(mlir::MLIRContext *ctx, int64_t k, int64_t m) {
   Table table(k);
   for (auto &actions : table) {
     for (int64_t i = 0; i < m; ++i)
-      actions.push_back({Action::Forward, i});
+      actions.push_back(ActionAttr::get(ctx, Phase::Forward, i));
     for (int64_t i = m - 1; i >= 0; --i)
-      actions.push_back({Action::Backward, i});
-    actions.push_back({Action::Update, -1});
+      actions.push_back(ActionAttr::get(ctx, Phase::Backward, i));
+    actions.push_back(ActionAttr::get(ctx, Phase::Update));
   }
   return table;
 }

@@ -13,21 +13,24 @@
 namespace gpipe {
 namespace schedules {
 
-Table generateOneFOneB(int64_t k, int64_t m) {
+using pipeline::ActionAttr;
+using pipeline::Phase;
+
+Table generateOneFOneB(mlir::MLIRContext *ctx, int64_t k, int64_t m) {
   Table table(k);
   for (int64_t s = 0; s < k; ++s) {
     auto &actions = table[s];
     const int64_t warmup = std::min(k - 1 - s, m);
     int64_t forward = 0, backward = 0;
     for (; forward < warmup; ++forward)
-      actions.push_back({Action::Forward, forward});
+      actions.push_back(ActionAttr::get(ctx, Phase::Forward, forward));
     while (forward < m) {
-      actions.push_back({Action::Forward, forward++});
-      actions.push_back({Action::Backward, backward++});
+      actions.push_back(ActionAttr::get(ctx, Phase::Forward, forward++));
+      actions.push_back(ActionAttr::get(ctx, Phase::Backward, backward++));
     }
     while (backward < m)
-      actions.push_back({Action::Backward, backward++});
-    actions.push_back({Action::Update, -1});
+      actions.push_back(ActionAttr::get(ctx, Phase::Backward, backward++));
+    actions.push_back(ActionAttr::get(ctx, Phase::Update));
   }
   return table;
 }

@@ -5,12 +5,6 @@
 namespace gpipe {
 namespace schedules {
 
-std::string actionName(const Action &a) {
-  if (a.kind == Action::Update)
-    return "U";
-  return (a.kind == Action::Forward ? "F" : "B") + std::to_string(a.microbatch);
-}
-
 static const Schedule kSchedules[] = {
     {"gpipe",
      "GPipe: every micro-batch's forward, then their backwards in reverse "

@@ -5,6 +5,7 @@
 
 #include "dialects/pipe/PipeOps.h"
 
+#include "mlir/IR/MLIRContext.h"
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
@@ -15,26 +16,11 @@
 namespace gpipe {
 namespace schedules {
 
-/// One action of a stage: the forward or backward of a micro-batch, or the
-/// optimizer update (pipe.schedule's parsed form).
-using Action = pipeline::ScheduleOp::Action;
+/// Every stage's actions (pipe.schedule's), stage-major.
+using Table = llvm::SmallVector<llvm::SmallVector<pipeline::ActionAttr>>;
 
-/// "F3", "B0", "U": the form pipe.schedule and pipeline.json use.
-std::string actionName(const Action &a);
-
-/// Every stage's actions, stage-major.
-using Table = llvm::SmallVector<llvm::SmallVector<Action>>;
-
-/// How the runtime must run a schedule's sends.
-enum class Sends {
-  /// A send returns once its receive has taken the data (MPI_Send, one
-  /// in-order CUDA communication stream): the deadlock check simulates
-  /// rendezvous.
-  Blocking,
-  /// A send returns at once, its data copied (the CPU runtime's buffered
-  /// sends): only receives wait.
-  Buffered,
-};
+/// How the runtime must run a schedule's sends (the module's pipe.sends).
+using Sends = pipeline::Sends;
 
 /// A registered schedule.
 struct Schedule {
@@ -42,7 +28,7 @@ struct Schedule {
   llvm::StringRef description; // one line, for --help and errors
   Sends sends;                 // what the schedule needs of the runtime
   /// The actions of stages 0..k-1 for m micro-batches (k, m >= 1).
-  Table (*generate)(int64_t k, int64_t m);
+  Table (*generate)(mlir::MLIRContext *ctx, int64_t k, int64_t m);
 };
 
 /// Every registered schedule, in registration order.
@@ -53,8 +39,8 @@ const Schedule *lookup(llvm::StringRef name);
 std::string names();
 
 // The generators (one file each).
-Table generateGPipe(int64_t k, int64_t m);
-Table generateOneFOneB(int64_t k, int64_t m);
+Table generateGPipe(mlir::MLIRContext *ctx, int64_t k, int64_t m);
+Table generateOneFOneB(mlir::MLIRContext *ctx, int64_t k, int64_t m);
 
 } // namespace schedules
 } // namespace gpipe

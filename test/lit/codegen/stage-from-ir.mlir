@@ -16,6 +16,9 @@
 // the weight gradient into a buffer of its own, pipe.accumulate_grad adds it
 // to the accumulator, and the update multiplies nothing.
 // RUN: sed 's/ {deferred, in_place}//' %s | gpipe-translate --gpipe-stage-to-cpp --stage 0 | FileCheck %s --check-prefix=PLAIN
+// Fusion groups are checked: a GEMM and a parameter cannot be one unit.
+// RUN: sed 's/{transB = true}/{pipe.fused = 0 : i64, transB = true}/; s/nn.param "w" : tensor<3x3xf32>$/nn.param "w" {pipe.fused = 0 : i64} : tensor<3x3xf32>/' %s | not gpipe-translate --gpipe-stage-to-cpp --stage 0 2>&1 | FileCheck %s --check-prefix=BADGROUP
+// BADGROUP: error: code generation cannot emit this fusion group (pipe.fused) as one unit: it needs elementwise ops of one result shape, or on CUDA a GEMM and the relu that is its only reader
 // PLAIN-LABEL: static void backward(
 // PLAIN: // nn.gemm
 // PLAIN-NEXT: gp_gemm(1, 0, 3, 3, 2, 1.0f,
@@ -110,6 +113,6 @@ module attributes {pipe.batch_size = 4 : i64, pipe.microbatches = 2 : i64, pipe.
   func.func @stage1_update() attributes {pipe.phase = "update", pipe.stage = 1 : i64} {
     return
   }
-  pipe.schedule stage 0 forward @stage0_forward backward @stage0_backward update @stage0_update actions ["F0", "F1", "B1", "B0", "U"] stash_slots 2
-  pipe.schedule stage 1 forward @stage1_forward backward @stage1_backward update @stage1_update actions ["F0", "F1", "B1", "B0", "U"] stash_slots 2
+  pipe.schedule stage 0 forward @stage0_forward backward @stage0_backward update @stage0_update actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>] stash_slots 2
+  pipe.schedule stage 1 forward @stage1_forward backward @stage1_backward update @stage1_update actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>] stash_slots 2
 }

@@ -1,4 +1,6 @@
-// Verifier and type-constraint errors of the nn ops: one case per message.
+// Verifier and type-constraint errors of the nn ops, and of the nn
+// dialect's discardable attributes (nn.input, nn.output, nn.loss,
+// nn.backward): one case per message.
 // RUN: gpipe-opt %s --split-input-file --verify-diagnostics
 
 // A parameter needs a name.
@@ -522,4 +524,80 @@ func.func @transpose_result(%a: tensor<2x3x4xf32>) {
   // expected-error @+1 {{'nn.transpose' op result dimension 1 is 3, expected 2 (input dimension 0)}}
   %y = nn.transpose %a, [2, 0, 1] : tensor<2x3x4xf32> -> tensor<4x3x2xf32>
   return
+}
+
+// -----
+
+// The nn dialect's discardable attributes: nn.backward is a unit attribute
+// on an op.
+func.func @backward_not_unit(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'nn.relu' op attribute 'nn.backward' must be a unit attribute, got true}}
+  %y = nn.relu %x {nn.backward = true} : tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+// nn.input names a graph input: it belongs on a function argument.
+func.func @input_on_op(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'nn.relu' op attribute 'nn.input' belongs on a function argument}}
+  %y = nn.relu %x {nn.input = "x"} : tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+// nn.loss marks a result, not the function.
+// expected-error @+1 {{'func.func' op attribute 'nn.loss' belongs on a function result}}
+func.func @loss_on_function(%x: tensor<f32>) -> tensor<f32> attributes {nn.loss} {
+  return %x : tensor<f32>
+}
+
+// -----
+
+// An attribute in the nn namespace that the dialect does not declare.
+func.func @unknown(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'nn.relu' op has 'nn.stage', which is not an attribute of the nn dialect}}
+  %y = nn.relu %x {nn.stage = 0 : i64} : tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+// nn.input is the ONNX input's name: a string.
+// expected-error @+1 {{'func.func' op argument #0: attribute 'nn.input' must be a string (the ONNX input name), got 0 : i64}}
+func.func @input_not_string(%x: tensor<4xf32> {nn.input = 0 : i64}) {
+  return
+}
+
+// -----
+
+// nn.loss marks a result, not an argument.
+// expected-error @+1 {{'func.func' op argument #0 has 'nn.loss', which is not an attribute of arguments}}
+func.func @loss_on_argument(%x: tensor<f32> {nn.loss}) {
+  return
+}
+
+// -----
+
+// nn.output is the ONNX output's name: a string.
+// expected-error @+1 {{'func.func' op result #0: attribute 'nn.output' must be a string (the ONNX output name), got 1 : i64}}
+func.func @output_not_string(%x: tensor<f32>) -> (tensor<f32> {nn.output = 1 : i64}) {
+  return %x : tensor<f32>
+}
+
+// -----
+
+// nn.loss is a unit attribute.
+// expected-error @+1 {{'func.func' op result #0: attribute 'nn.loss' must be a unit attribute, got "yes"}}
+func.func @loss_not_unit(%x: tensor<f32>) -> (tensor<f32> {nn.loss = "yes"}) {
+  return %x : tensor<f32>
+}
+
+// -----
+
+// nn.input names an argument, not a result.
+// expected-error @+1 {{'func.func' op result #0 has 'nn.input', which is not an attribute of results}}
+func.func @input_on_result(%x: tensor<f32>) -> (tensor<f32> {nn.input = "x"}) {
+  return %x : tensor<f32>
 }

@@ -1,5 +1,6 @@
-// Every nn op in its custom form: parsed, printed, re-parsed and printed again
-// (the second print is checked); then through the generic form.
+// Every nn op in its custom form, and the discardable nn attributes: parsed,
+// printed, re-parsed and printed again (the second print is checked); then
+// through the generic form.
 // RUN: gpipe-opt %s | gpipe-opt | FileCheck %s
 // RUN: gpipe-opt %s --mlir-print-op-generic | gpipe-opt | FileCheck %s
 
@@ -140,4 +141,15 @@ func.func @loss(%x: tensor<4x8xf32>, %l: tensor<4xi64>, %g: tensor<f32>) -> (ten
   %2 = nn.softmax_cross_entropy_grad %x, %l, %g : tensor<4x8xf32>, tensor<4xi64>
   %3 = nn.softmax_cross_entropy_grad %x, %l, %g {ignore_index = 0 : i64} : tensor<4x8xf32>, tensor<4xi64>
   return %0, %1, %2, %3 : tensor<f32>, tensor<f32>, tensor<4x8xf32>, tensor<4x8xf32>
+}
+
+// The discardable nn attributes: nn.input on arguments, nn.output and
+// nn.loss on results, nn.backward on an op.
+// CHECK-LABEL: func.func @attributes(
+// CHECK-SAME: %[[X:[^:]+]]: tensor<4xf32> {nn.input = "x"}) -> (tensor<f32> {nn.loss, nn.output = "loss"})
+// CHECK-NEXT: %{{.+}} = nn.relu %[[X]] {nn.backward} : tensor<4xf32>
+func.func @attributes(%x: tensor<4xf32> {nn.input = "x"}) -> (tensor<f32> {nn.loss, nn.output = "loss"}) {
+  %0 = nn.relu %x {nn.backward} : tensor<4xf32>
+  %1 = nn.constant dense<0.0> : tensor<f32>
+  return %1 : tensor<f32>
 }

@@ -7,9 +7,9 @@
 // Three stages, M = 2, GPipe order, with a skip in both directions: stage 0
 // sends to 1 then 2; stage 2 receives from 0 then 1; backward mirrored.
 // CHECK-LABEL: module attributes {pipe.microbatches = 2 : i64, pipe.stages = 3 : i64}
-// CHECK: pipe.schedule stage 0 forward @s0_f backward @s0_b update @s0_u actions ["F0", "F1", "B1", "B0", "U"]
-// CHECK-NEXT: pipe.schedule stage 1 forward @s1_f backward @s1_b update @s1_u actions ["F0", "F1", "B1", "B0", "U"]
-// CHECK-NEXT: pipe.schedule stage 2 forward @s2_f backward @s2_b update @s2_u actions ["F0", "F1", "B1", "B0", "U"]
+// CHECK: pipe.schedule stage 0 forward @s0_f backward @s0_b update @s0_u actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+// CHECK-NEXT: pipe.schedule stage 1 forward @s1_f backward @s1_b update @s1_u actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+// CHECK-NEXT: pipe.schedule stage 2 forward @s2_f backward @s2_b update @s2_u actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 module attributes {pipe.microbatches = 2 : i64, pipe.stages = 3 : i64} {
   func.func @s0_f(%x: tensor<4x8xf32>) attributes {pipe.stage = 0 : i64} {
     pipe.send %x to 1 tag 0 : tensor<4x8xf32>
@@ -51,9 +51,9 @@ module attributes {pipe.microbatches = 2 : i64, pipe.stages = 3 : i64} {
   func.func @s2_u() attributes {pipe.stage = 2 : i64} {
     return
   }
-  pipe.schedule stage 0 forward @s0_f backward @s0_b update @s0_u actions ["F0", "F1", "B1", "B0", "U"]
-  pipe.schedule stage 1 forward @s1_f backward @s1_b update @s1_u actions ["F0", "F1", "B1", "B0", "U"]
-  pipe.schedule stage 2 forward @s2_f backward @s2_b update @s2_u actions ["F0", "F1", "B1", "B0", "U"]
+  pipe.schedule stage 0 forward @s0_f backward @s0_b update @s0_u actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+  pipe.schedule stage 1 forward @s1_f backward @s1_b update @s1_u actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+  pipe.schedule stage 2 forward @s2_f backward @s2_b update @s2_u actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 }
 
 // -----
@@ -62,8 +62,8 @@ module attributes {pipe.microbatches = 2 : i64, pipe.stages = 3 : i64} {
 // forward order, and the schedules may be listed in any order. Transfers of
 // i64 tensors (labels) are checked like f32 ones.
 // CHECK-LABEL: module attributes {pipe.microbatches = 3 : i64, pipe.stages = 2 : i64}
-// CHECK: pipe.schedule stage 1 forward @f1 backward @b1 update @u1 actions ["F0", "F1", "F2", "B0", "B1", "B2", "U"]
-// CHECK-NEXT: pipe.schedule stage 0 forward @f0 backward @b0 update @u0 actions ["F0", "F1", "F2", "B0", "B1", "B2", "U"]
+// CHECK: pipe.schedule stage 1 forward @f1 backward @b1 update @u1 actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<forward, mb = 2>, #pipe.action<backward, mb = 0>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 2>, #pipe.action<update>]
+// CHECK-NEXT: pipe.schedule stage 0 forward @f0 backward @b0 update @u0 actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<forward, mb = 2>, #pipe.action<backward, mb = 0>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 2>, #pipe.action<update>]
 module attributes {pipe.microbatches = 3 : i64, pipe.stages = 2 : i64} {
   func.func @f0(%x: tensor<2x3xf32>, %l: tensor<2xi64>) attributes {pipe.stage = 0 : i64} {
     pipe.send %x to 1 tag 0 : tensor<2x3xf32>
@@ -90,15 +90,15 @@ module attributes {pipe.microbatches = 3 : i64, pipe.stages = 2 : i64} {
   func.func @u1() attributes {pipe.stage = 1 : i64} {
     return
   }
-  pipe.schedule stage 1 forward @f1 backward @b1 update @u1 actions ["F0", "F1", "F2", "B0", "B1", "B2", "U"]
-  pipe.schedule stage 0 forward @f0 backward @b0 update @u0 actions ["F0", "F1", "F2", "B0", "B1", "B2", "U"]
+  pipe.schedule stage 1 forward @f1 backward @b1 update @u1 actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<forward, mb = 2>, #pipe.action<backward, mb = 0>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 2>, #pipe.action<update>]
+  pipe.schedule stage 0 forward @f0 backward @b0 update @u0 actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<forward, mb = 2>, #pipe.action<backward, mb = 0>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 2>, #pipe.action<update>]
 }
 
 // -----
 
 // One stage, no transfers at all, no module attributes (K = M = 1).
 // CHECK-LABEL: module {
-// CHECK: pipe.schedule stage 0 forward @f backward @b update @u actions ["F0", "B0", "U"]
+// CHECK: pipe.schedule stage 0 forward @f backward @b update @u actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 module {
   func.func @f() attributes {pipe.stage = 0 : i64} {
     return
@@ -109,7 +109,7 @@ module {
   func.func @u() attributes {pipe.stage = 0 : i64} {
     return
   }
-  pipe.schedule stage 0 forward @f backward @b update @u actions ["F0", "B0", "U"]
+  pipe.schedule stage 0 forward @f backward @b update @u actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 }
 
 // -----
@@ -118,8 +118,8 @@ module {
 // stage 1 sends micro-batch 0's gradient. That deadlocks with blocking sends
 // (schedule-invalid.mlir) but runs with buffered ones (pipe.sends).
 // CHECK-LABEL: module attributes {pipe.microbatches = 2 : i64, pipe.sends = "buffered", pipe.stages = 2 : i64}
-// CHECK: pipe.schedule stage 0 forward @f0 backward @b0 update @u0 actions ["F0", "F1", "B0", "B1", "U"] stash_slots 2
-// CHECK-NEXT: pipe.schedule stage 1 forward @f1 backward @b1 update @u1 actions ["F0", "B0", "F1", "B1", "U"] stash_slots 1
+// CHECK: pipe.schedule stage 0 forward @f0 backward @b0 update @u0 actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<backward, mb = 1>, #pipe.action<update>] stash_slots 2
+// CHECK-NEXT: pipe.schedule stage 1 forward @f1 backward @b1 update @u1 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1>, #pipe.action<update>] stash_slots 1
 module attributes {pipe.microbatches = 2 : i64, pipe.sends = "buffered", pipe.stages = 2 : i64} {
   func.func @f0(%x: tensor<4xf32>) attributes {pipe.stage = 0 : i64} {
     pipe.send %x to 1 tag 0 : tensor<4xf32>
@@ -143,6 +143,6 @@ module attributes {pipe.microbatches = 2 : i64, pipe.sends = "buffered", pipe.st
   func.func @u1() attributes {pipe.stage = 1 : i64} {
     return
   }
-  pipe.schedule stage 0 forward @f0 backward @b0 update @u0 actions ["F0", "F1", "B0", "B1", "U"] stash_slots 2
-  pipe.schedule stage 1 forward @f1 backward @b1 update @u1 actions ["F0", "B0", "F1", "B1", "U"] stash_slots 1
+  pipe.schedule stage 0 forward @f0 backward @b0 update @u0 actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<backward, mb = 1>, #pipe.action<update>] stash_slots 2
+  pipe.schedule stage 1 forward @f1 backward @b1 update @u1 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1>, #pipe.action<update>] stash_slots 1
 }

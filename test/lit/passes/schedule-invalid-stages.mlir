@@ -7,5 +7,5 @@ module attributes {pipe.stages = -1 : i64} {
   func.func @e0() attributes {pipe.stage = 0 : i64} {
     return
   }
-  pipe.schedule stage 0 forward @e0 backward @e0 update @e0 actions ["F0", "B0", "U"]
+  pipe.schedule stage 0 forward @e0 backward @e0 update @e0 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 }

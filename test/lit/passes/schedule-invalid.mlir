@@ -26,8 +26,8 @@ module attributes {pipe.stages = 2 : i64} {
     return
   }
   // expected-error @+1 {{the schedule deadlocks: stage 0 blocks in action F0 on pipe.send to stage 1 (tag 0, tensor<4xf32>)}}
-  pipe.schedule stage 0 forward @f0 backward @e0 update @e0 actions ["F0", "B0", "U"]
-  pipe.schedule stage 1 forward @f1 backward @e1 update @e1 actions ["F0", "B0", "U"]
+  pipe.schedule stage 0 forward @f0 backward @e0 update @e0 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+  pipe.schedule stage 1 forward @f1 backward @e1 update @e1 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 }
 
 // -----
@@ -62,8 +62,8 @@ module attributes {pipe.microbatches = 2 : i64, pipe.stages = 2 : i64} {
     return
   }
   // expected-error @+1 {{the schedule deadlocks: stage 0 blocks in action F1 on pipe.send to stage 1 (tag 0, tensor<4xf32>)}}
-  pipe.schedule stage 0 forward @f0 backward @b0 update @u0 actions ["F0", "F1", "B0", "B1", "U"]
-  pipe.schedule stage 1 forward @f1 backward @b1 update @u1 actions ["F0", "B0", "F1", "B1", "U"]
+  pipe.schedule stage 0 forward @f0 backward @b0 update @u0 actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<backward, mb = 1>, #pipe.action<update>]
+  pipe.schedule stage 1 forward @f1 backward @b1 update @u1 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1>, #pipe.action<update>]
 }
 
 // -----
@@ -82,8 +82,8 @@ module attributes {pipe.stages = 2 : i64} {
     return
   }
   // expected-error @+1 {{stage 0, action F0 on pipe.send to stage 1 (tag 0, tensor<4xf32>): no matching pipe.recv in stage 1 (1 sends of this tag per step, 0 receives)}}
-  pipe.schedule stage 0 forward @f0 backward @e0 update @e0 actions ["F0", "B0", "U"]
-  pipe.schedule stage 1 forward @e1 backward @e1 update @e1 actions ["F0", "B0", "U"]
+  pipe.schedule stage 0 forward @f0 backward @e0 update @e0 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+  pipe.schedule stage 1 forward @e1 backward @e1 update @e1 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 }
 
 // -----
@@ -107,9 +107,9 @@ module attributes {pipe.microbatches = 2 : i64, pipe.stages = 2 : i64} {
   func.func @e1() attributes {pipe.stage = 1 : i64} {
     return
   }
-  pipe.schedule stage 0 forward @f0 backward @e0 update @e0 actions ["F0", "F1", "B1", "B0", "U"]
+  pipe.schedule stage 0 forward @f0 backward @e0 update @e0 actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
   // expected-error @+1 {{stage 1, action F0 on pipe.recv from stage 0 (tag 3, tensor<4xf32>): no matching pipe.send in stage 0 (2 receives of this tag per step, 0 sends)}}
-  pipe.schedule stage 1 forward @f1 backward @e1 update @e1 actions ["F0", "F1", "B1", "B0", "U"]
+  pipe.schedule stage 1 forward @f1 backward @e1 update @e1 actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 }
 
 // -----
@@ -136,9 +136,9 @@ module attributes {pipe.stages = 2 : i64} {
   func.func @e1() attributes {pipe.stage = 1 : i64} {
     return
   }
-  pipe.schedule stage 0 forward @f0 backward @e0 update @e0 actions ["F0", "B0", "U"]
+  pipe.schedule stage 0 forward @f0 backward @e0 update @e0 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
   // expected-error @+1 {{stage 1, action B0 on pipe.recv from stage 0 (tag 0, tensor<4xf32>): no matching pipe.send in stage 0 (2 receives of this tag per step, 1 sends)}}
-  pipe.schedule stage 1 forward @f1 backward @b1 update @e1 actions ["F0", "B0", "U"]
+  pipe.schedule stage 1 forward @f1 backward @b1 update @e1 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 }
 
 // -----
@@ -160,8 +160,8 @@ module attributes {pipe.stages = 2 : i64} {
   func.func @e1() attributes {pipe.stage = 1 : i64} {
     return
   }
-  pipe.schedule stage 0 forward @f0 backward @e0 update @e0 actions ["F0", "B0", "U"]
-  pipe.schedule stage 1 forward @f1 backward @e1 update @e1 actions ["F0", "B0", "U"]
+  pipe.schedule stage 0 forward @f0 backward @e0 update @e0 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+  pipe.schedule stage 1 forward @f1 backward @e1 update @e1 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 }
 
 // -----
@@ -183,9 +183,9 @@ module attributes {pipe.microbatches = 2 : i64, pipe.stages = 2 : i64} {
   func.func @e1() attributes {pipe.stage = 1 : i64} {
     return
   }
-  pipe.schedule stage 0 forward @f0 backward @e0 update @e0 actions ["F0", "F1", "B1", "B0", "U"]
+  pipe.schedule stage 0 forward @f0 backward @e0 update @e0 actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
   // expected-error @+1 {{stage 1, action F1 on pipe.recv from stage 0 (tag 0, tensor<4xf32>) gets micro-batch 0 (sent in stage 0's action F0): the stages run micro-batches in different orders}}
-  pipe.schedule stage 1 forward @f1 backward @e1 update @e1 actions ["F1", "F0", "B1", "B0", "U"]
+  pipe.schedule stage 1 forward @f1 backward @e1 update @e1 actions [#pipe.action<forward, mb = 1>, #pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 }
 
 // -----
@@ -196,7 +196,7 @@ module attributes {pipe.stages = 2 : i64} {
   func.func @e0() attributes {pipe.stage = 0 : i64} {
     return
   }
-  pipe.schedule stage 0 forward @e0 backward @e0 update @e0 actions ["F0", "B0", "U"]
+  pipe.schedule stage 0 forward @e0 backward @e0 update @e0 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 }
 
 // -----
@@ -222,10 +222,10 @@ module attributes {pipe.stages = 2 : i64} {
   func.func @e2() attributes {pipe.stage = 2 : i64} {
     return
   }
-  pipe.schedule stage 0 forward @e0 backward @e0 update @e0 actions ["F0", "B0", "U"]
-  pipe.schedule stage 1 forward @e1 backward @e1 update @e1 actions ["F0", "B0", "U"]
+  pipe.schedule stage 0 forward @e0 backward @e0 update @e0 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+  pipe.schedule stage 1 forward @e1 backward @e1 update @e1 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
   // expected-error @+1 {{schedule of stage 2 but the module has 2 stages}}
-  pipe.schedule stage 2 forward @e2 backward @e2 update @e2 actions ["F0", "B0", "U"]
+  pipe.schedule stage 2 forward @e2 backward @e2 update @e2 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 }
 
 // -----
@@ -235,9 +235,9 @@ module {
   func.func @e0() attributes {pipe.stage = 0 : i64} {
     return
   }
-  pipe.schedule stage 0 forward @e0 backward @e0 update @e0 actions ["F0", "B0", "U"]
+  pipe.schedule stage 0 forward @e0 backward @e0 update @e0 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
   // expected-error @+1 {{stage 0 has two schedules}}
-  pipe.schedule stage 0 forward @e0 backward @e0 update @e0 actions ["F0", "B0", "U"]
+  pipe.schedule stage 0 forward @e0 backward @e0 update @e0 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 }
 
 // -----
@@ -255,8 +255,8 @@ module attributes {pipe.stages = 2 : i64} {
   func.func @e1() attributes {pipe.stage = 1 : i64} {
     return
   }
-  pipe.schedule stage 0 forward @f0 backward @e0 update @e0 actions ["F0", "B0", "U"]
-  pipe.schedule stage 1 forward @e1 backward @e1 update @e1 actions ["F0", "B0", "U"]
+  pipe.schedule stage 0 forward @f0 backward @e0 update @e0 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+  pipe.schedule stage 1 forward @e1 backward @e1 update @e1 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 }
 
 // -----
@@ -291,17 +291,7 @@ module attributes {pipe.microbatches = 2 : i64, pipe.sends = "buffered", pipe.st
     return
   }
   // expected-error @+1 {{the schedule deadlocks even with buffered sends: stage 0 blocks in action B0 on pipe.recv from stage 1 (tag 1, tensor<4xf32>)}}
-  pipe.schedule stage 0 forward @f0 backward @b0 update @u0 actions ["F0", "B0", "F1", "B1", "U"]
-  pipe.schedule stage 1 forward @f1 backward @b1 update @u1 actions ["F0", "F1", "B0", "B1", "U"]
+  pipe.schedule stage 0 forward @f0 backward @b0 update @u0 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1>, #pipe.action<update>]
+  pipe.schedule stage 1 forward @f1 backward @b1 update @u1 actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<backward, mb = 1>, #pipe.action<update>]
 }
 
-// -----
-
-// pipe.sends names the runtime's send semantics: blocking or buffered.
-// expected-error @+1 {{pipe.sends must be "blocking" or "buffered", got "eager"}}
-module attributes {pipe.sends = "eager", pipe.stages = 1 : i64} {
-  func.func @f() attributes {pipe.stage = 0 : i64} {
-    return
-  }
-  pipe.schedule stage 0 forward @f backward @f update @f actions ["F0", "B0", "U"]
-}

@@ -15,14 +15,14 @@
 // RUN: gpipe-compile %examples/mlp.onnx --emit mlir -o - --stages 3 --microbatches 1 --remat none | FileCheck %s --check-prefix=M1
 
 // M4: module attributes {pipe.batch_size = 32 : i64, pipe.microbatches = 4 : i64, pipe.remat = "stage", pipe.schedule = "gpipe", pipe.sends = "blocking", pipe.stages = 3 : i64}
-// M4: pipe.schedule stage 0 forward @stage0_forward backward @stage0_backward update @stage0_update actions ["F0", "F1", "F2", "F3", "B3", "B2", "B1", "B0", "U"]
-// M4-NEXT: pipe.schedule stage 1 forward @stage1_forward backward @stage1_backward update @stage1_update actions ["F0", "F1", "F2", "F3", "B3", "B2", "B1", "B0", "U"]
-// M4-NEXT: pipe.schedule stage 2 forward @stage2_forward backward @stage2_backward update @stage2_update actions ["F0", "F1", "F2", "F3", "B3", "B2", "B1", "B0", "U"]
+// M4: pipe.schedule stage 0 forward @stage0_forward backward @stage0_backward update @stage0_update actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<forward, mb = 2>, #pipe.action<forward, mb = 3>, #pipe.action<backward, mb = 3>, #pipe.action<backward, mb = 2>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+// M4-NEXT: pipe.schedule stage 1 forward @stage1_forward backward @stage1_backward update @stage1_update actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<forward, mb = 2>, #pipe.action<forward, mb = 3>, #pipe.action<backward, mb = 3>, #pipe.action<backward, mb = 2>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+// M4-NEXT: pipe.schedule stage 2 forward @stage2_forward backward @stage2_backward update @stage2_update actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<forward, mb = 2>, #pipe.action<forward, mb = 3>, #pipe.action<backward, mb = 3>, #pipe.action<backward, mb = 2>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 // M4-NEXT: }
 // M1: module attributes {pipe.batch_size = 32 : i64, pipe.microbatches = 1 : i64, pipe.schedule = "gpipe", pipe.sends = "blocking", pipe.stages = 3 : i64}
-// M1: pipe.schedule stage 0 forward @stage0_forward backward @stage0_backward update @stage0_update actions ["F0", "B0", "U"]
-// M1-NEXT: pipe.schedule stage 1 forward @stage1_forward backward @stage1_backward update @stage1_update actions ["F0", "B0", "U"]
-// M1-NEXT: pipe.schedule stage 2 forward @stage2_forward backward @stage2_backward update @stage2_update actions ["F0", "B0", "U"]
+// M1: pipe.schedule stage 0 forward @stage0_forward backward @stage0_backward update @stage0_update actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+// M1-NEXT: pipe.schedule stage 1 forward @stage1_forward backward @stage1_backward update @stage1_update actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+// M1-NEXT: pipe.schedule stage 2 forward @stage2_forward backward @stage2_backward update @stage2_update actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 // M1-NEXT: }
 
 // Three stages, M = 4, with transfers in both directions and a skip
@@ -32,14 +32,14 @@
 // CHECK: func.func @s2_u()
 // CHECK-NEXT: return
 // CHECK-NEXT: }
-// CHECK-NEXT: pipe.schedule stage 0 forward @s0_f backward @s0_b update @s0_u actions ["F0", "F1", "F2", "F3", "B3", "B2", "B1", "B0", "U"] stash_slots 4{{$}}
-// CHECK-NEXT: pipe.schedule stage 1 forward @s1_f backward @s1_b update @s1_u actions ["F0", "F1", "F2", "F3", "B3", "B2", "B1", "B0", "U"] stash_slots 4{{$}}
-// CHECK-NEXT: pipe.schedule stage 2 forward @s2_f backward @s2_b update @s2_u actions ["F0", "F1", "F2", "F3", "B3", "B2", "B1", "B0", "U"] stash_slots 4{{$}}
+// CHECK-NEXT: pipe.schedule stage 0 forward @s0_f backward @s0_b update @s0_u actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<forward, mb = 2>, #pipe.action<forward, mb = 3>, #pipe.action<backward, mb = 3>, #pipe.action<backward, mb = 2>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>] stash_slots 4{{$}}
+// CHECK-NEXT: pipe.schedule stage 1 forward @s1_f backward @s1_b update @s1_u actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<forward, mb = 2>, #pipe.action<forward, mb = 3>, #pipe.action<backward, mb = 3>, #pipe.action<backward, mb = 2>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>] stash_slots 4{{$}}
+// CHECK-NEXT: pipe.schedule stage 2 forward @s2_f backward @s2_b update @s2_u actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<forward, mb = 2>, #pipe.action<forward, mb = 3>, #pipe.action<backward, mb = 3>, #pipe.action<backward, mb = 2>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>] stash_slots 4{{$}}
 // CHECK-NEXT: }
 // ONEF-LABEL: module attributes {pipe.microbatches = 4 : i64, pipe.schedule = "1f1b", pipe.sends = "buffered", pipe.stages = 3 : i64}
-// ONEF: pipe.schedule stage 0 forward @s0_f backward @s0_b update @s0_u actions ["F0", "F1", "F2", "B0", "F3", "B1", "B2", "B3", "U"] stash_slots 3{{$}}
-// ONEF-NEXT: pipe.schedule stage 1 forward @s1_f backward @s1_b update @s1_u actions ["F0", "F1", "B0", "F2", "B1", "F3", "B2", "B3", "U"] stash_slots 2{{$}}
-// ONEF-NEXT: pipe.schedule stage 2 forward @s2_f backward @s2_b update @s2_u actions ["F0", "B0", "F1", "B1", "F2", "B2", "F3", "B3", "U"] stash_slots 1{{$}}
+// ONEF: pipe.schedule stage 0 forward @s0_f backward @s0_b update @s0_u actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<forward, mb = 2>, #pipe.action<backward, mb = 0>, #pipe.action<forward, mb = 3>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 2>, #pipe.action<backward, mb = 3>, #pipe.action<update>] stash_slots 3{{$}}
+// ONEF-NEXT: pipe.schedule stage 1 forward @s1_f backward @s1_b update @s1_u actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<forward, mb = 2>, #pipe.action<backward, mb = 1>, #pipe.action<forward, mb = 3>, #pipe.action<backward, mb = 2>, #pipe.action<backward, mb = 3>, #pipe.action<update>] stash_slots 2{{$}}
+// ONEF-NEXT: pipe.schedule stage 2 forward @s2_f backward @s2_b update @s2_u actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1>, #pipe.action<forward, mb = 2>, #pipe.action<backward, mb = 2>, #pipe.action<forward, mb = 3>, #pipe.action<backward, mb = 3>, #pipe.action<update>] stash_slots 1{{$}}
 // ONEF-NEXT: }
 module attributes {pipe.microbatches = 4 : i64, pipe.stages = 3 : i64} {
   func.func @s0_f(%x: tensor<4x8xf32>) attributes {pipe.phase = "forward", pipe.stage = 0 : i64} {
@@ -89,8 +89,8 @@ module attributes {pipe.microbatches = 4 : i64, pipe.stages = 3 : i64} {
 // Two stages, no pipe.microbatches: M = 1. The functions are found by their
 // pipe.stage / pipe.phase, whatever their names and order.
 // CHECK-LABEL: module attributes {pipe.schedule = "gpipe", pipe.sends = "blocking", pipe.stages = 2 : i64}
-// CHECK: pipe.schedule stage 0 forward @fwd0 backward @bwd0 update @upd0 actions ["F0", "B0", "U"]
-// CHECK-NEXT: pipe.schedule stage 1 forward @fwd1 backward @bwd1 update @upd1 actions ["F0", "B0", "U"]
+// CHECK: pipe.schedule stage 0 forward @fwd0 backward @bwd0 update @upd0 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+// CHECK-NEXT: pipe.schedule stage 1 forward @fwd1 backward @bwd1 update @upd1 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 // CHECK-NEXT: }
 module attributes {pipe.stages = 2 : i64} {
   func.func @upd1() attributes {pipe.phase = "update", pipe.stage = 1 : i64} {
@@ -122,7 +122,7 @@ module attributes {pipe.stages = 2 : i64} {
 
 // No pipe.stages: one stage; M = 1 given explicitly.
 // CHECK-LABEL: module attributes {pipe.microbatches = 1 : i64, pipe.schedule = "gpipe", pipe.sends = "blocking"}
-// CHECK: pipe.schedule stage 0 forward @f backward @b update @u actions ["F0", "B0", "U"]
+// CHECK: pipe.schedule stage 0 forward @f backward @b update @u actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 // CHECK-NOT: pipe.schedule
 module attributes {pipe.microbatches = 1 : i64} {
   func.func @f() attributes {pipe.phase = "forward", pipe.stage = 0 : i64} {

@@ -449,7 +449,7 @@ module {
     return
   }
   // expected-error @+1 {{'pipe.schedule' op stage must be >= 0, got -1}}
-  pipe.schedule stage -1 forward @s backward @s update @s actions ["F0", "B0", "U"]
+  pipe.schedule stage -1 forward @s backward @s update @s actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 }
 
 // -----
@@ -461,51 +461,96 @@ module attributes {pipe.stages = 1 : i64} {
     return
   }
   // expected-error @+1 {{'pipe.schedule' op stage must be >= 0, got -1}}
-  pipe.schedule stage -1 forward @s backward @s update @s actions ["F0", "B0", "U"]
+  pipe.schedule stage -1 forward @s backward @s update @s actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 }
 
 // -----
 
-// pipe.schedule: an action that is not F<m>, B<m> or U.
+// pipe.schedule: actions are #pipe.action attributes, not strings.
 module {
   func.func @s() attributes {pipe.stage = 0 : i64} {
     return
   }
-  // expected-error @+1 {{'pipe.schedule' op action #1 'W0' is not F<m>, B<m> or U}}
-  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "W0", "B0", "U"]
+  // expected-error @+1 {{'pipe.schedule' op attribute 'actions' failed to satisfy constraint: array of schedule actions}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "B0", "U"]
 }
 
 // -----
 
-// pipe.schedule: F and B need a micro-batch number.
+// #pipe.action: the phase is forward, backward or update.
 module {
   func.func @s() attributes {pipe.stage = 0 : i64} {
     return
   }
-  // expected-error @+1 {{'pipe.schedule' op action #1 'B' has no micro-batch number}}
-  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "B", "U"]
+  // expected-error @+1 {{expected one of [forward, backward, update] for pipeline phase (which of its stage's functions an action runs), got: wait}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<wait, mb = 0>]
 }
 
 // -----
 
-// pipe.schedule: the micro-batch number is decimal digits only.
+// #pipe.action: a backward (or forward) names its micro-batch.
 module {
   func.func @s() attributes {pipe.stage = 0 : i64} {
     return
   }
-  // expected-error @+1 {{'pipe.schedule' op action #0 'F-1' has no micro-batch number}}
-  pipe.schedule stage 0 forward @s backward @s update @s actions ["F-1", "B0", "U"]
+  // expected-error @+1 {{a backward action needs a micro-batch (mb = <m>)}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<forward, mb = 0>, #pipe.action<backward>, #pipe.action<update>]
 }
 
 // -----
 
-// pipe.schedule: the update is spelled "U" exactly.
+// #pipe.action: micro-batches are numbered from 0.
 module {
   func.func @s() attributes {pipe.stage = 0 : i64} {
     return
   }
-  // expected-error @+1 {{'pipe.schedule' op action #2 'U0' is not F<m>, B<m> or U}}
-  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "B0", "U0"]
+  // expected-error @+1 {{micro-batch must be >= 0, got -1}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<forward, mb = -1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+}
+
+// -----
+
+// #pipe.action: the update runs once per mini-batch, for no micro-batch.
+module {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  // expected-error @+1 {{the update action has no micro-batch}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update, mb = 0>]
+}
+
+// -----
+
+// #pipe.action: model chunks are numbered from 0.
+module {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  // expected-error @+1 {{chunk must be >= 0, got -1}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<forward, mb = 0, chunk = -1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+}
+
+// -----
+
+// #pipe.action: only mb and chunk, each once.
+module {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  // expected-error @+1 {{expected 'mb = <micro-batch>' or 'chunk = <chunk>', each at most once}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<forward, mb = 0, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+}
+
+// -----
+
+// pipe.schedule: a stage has one forward and one backward function, so every
+// action runs model chunk 0 (no interleaved schedules yet).
+module {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op action #1 runs model chunk 1 but a stage has one (interleaved schedules are not supported)}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0, chunk = 1>, #pipe.action<update>]
 }
 
 // -----
@@ -516,7 +561,7 @@ module attributes {pipe.microbatches = 2 : i64} {
     return
   }
   // expected-error @+1 {{'pipe.schedule' op action #1: B1 comes before F1}}
-  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "B1", "F1", "B0", "U"]
+  pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 1>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 }
 
 // -----
@@ -527,7 +572,7 @@ module attributes {pipe.microbatches = 2 : i64} {
     return
   }
   // expected-error @+1 {{'pipe.schedule' op action #2 repeats F0}}
-  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "F1", "F0", "B1", "B0", "U"]
+  pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 }
 
 // -----
@@ -537,7 +582,7 @@ module {
     return
   }
   // expected-error @+1 {{'pipe.schedule' op action #2 repeats B0}}
-  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "B0", "B0", "U"]
+  pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 }
 
 // -----
@@ -548,7 +593,7 @@ module attributes {pipe.microbatches = 2 : i64} {
     return
   }
   // expected-error @+1 {{'pipe.schedule' op micro-batch 1 lacks its forward}}
-  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "B0", "U"]
+  pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 }
 
 // -----
@@ -559,7 +604,7 @@ module attributes {pipe.microbatches = 2 : i64} {
     return
   }
   // expected-error @+1 {{'pipe.schedule' op micro-batch 0 lacks its backward}}
-  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "F1", "B1", "U"]
+  pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1>, #pipe.action<update>]
 }
 
 // -----
@@ -570,7 +615,7 @@ module {
     return
   }
   // expected-error @+1 {{'pipe.schedule' op the update (action #1) must be last}}
-  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "U", "B0"]
+  pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<forward, mb = 0>, #pipe.action<update>, #pipe.action<backward, mb = 0>]
 }
 
 // -----
@@ -582,7 +627,7 @@ module {
     return
   }
   // expected-error @+1 {{'pipe.schedule' op the update (action #2) must be last}}
-  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "B0", "U", "U"]
+  pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>, #pipe.action<update>]
 }
 
 // -----
@@ -593,7 +638,7 @@ module {
     return
   }
   // expected-error @+1 {{'pipe.schedule' op needs exactly one update action 'U'}}
-  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "B0"]
+  pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>]
 }
 
 // -----
@@ -604,7 +649,7 @@ module {
     return
   }
   // expected-error @+1 {{'pipe.schedule' op action #1 names micro-batch 1 but there are 1 (module attribute pipe.microbatches)}}
-  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "F1", "B0", "U"]
+  pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 }
 
 // -----
@@ -614,7 +659,7 @@ module attributes {pipe.microbatches = 4 : i64} {
     return
   }
   // expected-error @+1 {{'pipe.schedule' op action #4 names micro-batch 4 but there are 4 (module attribute pipe.microbatches)}}
-  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "F1", "F2", "F3", "F4", "B3", "B2", "B1", "B0", "U"]
+  pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<forward, mb = 2>, #pipe.action<forward, mb = 3>, #pipe.action<forward, mb = 4>, #pipe.action<backward, mb = 3>, #pipe.action<backward, mb = 2>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 }
 
 // -----
@@ -625,7 +670,7 @@ module {
     return
   }
   // expected-error @+1 {{'pipe.schedule' op backward function @missing does not exist}}
-  pipe.schedule stage 0 forward @s backward @missing update @s actions ["F0", "B0", "U"]
+  pipe.schedule stage 0 forward @s backward @missing update @s actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 }
 
 // -----
@@ -639,7 +684,7 @@ module {
     return
   }
   // expected-error @+1 {{'pipe.schedule' op update function @s1 does not belong to stage 0}}
-  pipe.schedule stage 0 forward @s0 backward @s0 update @s1 actions ["F0", "B0", "U"]
+  pipe.schedule stage 0 forward @s0 backward @s0 update @s1 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 }
 
 // -----
@@ -653,7 +698,7 @@ module {
     return
   }
   // expected-error @+1 {{'pipe.schedule' op forward function @plain does not belong to stage 0}}
-  pipe.schedule stage 0 forward @plain backward @s update @s actions ["F0", "B0", "U"]
+  pipe.schedule stage 0 forward @plain backward @s update @s actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 }
 
 // -----
@@ -664,7 +709,7 @@ module attributes {pipe.microbatches = 2 : i64} {
     return
   }
   // expected-error @+1 {{'pipe.schedule' op stash_slots must be in [1, 2] (the micro-batches), got 3}}
-  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "F1", "B1", "B0", "U"] stash_slots 3
+  pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>] stash_slots 3
 }
 
 // -----
@@ -676,7 +721,7 @@ module attributes {pipe.microbatches = 2 : i64} {
     return
   }
   // expected-error @+1 {{'pipe.schedule' op action #1 F1 needs stash slot 0 of 1, still held by micro-batch 0 (whose backward has not run)}}
-  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "F1", "B1", "B0", "U"] stash_slots 1
+  pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>] stash_slots 1
 }
 
 // -----
@@ -689,7 +734,7 @@ module attributes {pipe.microbatches = 4 : i64} {
     return
   }
   // expected-error @+1 {{'pipe.schedule' op action #3 F2 needs stash slot 0 of 2, still held by micro-batch 0 (whose backward has not run)}}
-  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "F1", "B1", "F2", "B0", "B2", "F3", "B3", "U"] stash_slots 2
+  pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1>, #pipe.action<forward, mb = 2>, #pipe.action<backward, mb = 0>, #pipe.action<backward, mb = 2>, #pipe.action<forward, mb = 3>, #pipe.action<backward, mb = 3>, #pipe.action<update>] stash_slots 2
 }
 
 // -----

@@ -1,6 +1,7 @@
 // Every pipe op (sgd_update, adam_update, send, recv, accumulate_grad,
-// accumulated_grad, report_loss, remat + yield, schedule): parsed, printed
-// and re-parsed; then through the generic form.
+// accumulated_grad, report_loss, remat + yield, schedule) and attribute
+// (#pipe.action, the discardable pipe.* attributes): parsed, printed and
+// re-parsed; then through the generic form.
 // RUN: gpipe-opt %s | gpipe-opt | FileCheck %s
 // RUN: gpipe-opt %s --mlir-print-op-generic | gpipe-opt | FileCheck %s
 
@@ -127,8 +128,8 @@ func.func @remat(%x: tensor<4x8xf32>, %l: tensor<4xi64>) -> (tensor<4x16xf32>, t
 // order and an interleaved one (each forward before its backward, the
 // update last); the functions belong to the schedule's stage.
 // CHECK-LABEL: module @pipelined attributes {pipe.microbatches = 3 : i64, pipe.stages = 2 : i64}
-// CHECK: pipe.schedule stage 0 forward @f0 backward @b0 update @u0 actions ["F0", "F1", "F2", "B2", "B1", "B0", "U"]
-// CHECK-NEXT: pipe.schedule stage 1 forward @f1 backward @b1 update @u1 actions ["F0", "B0", "F1", "F2", "B1", "B2", "U"] {note = "1f1b"}
+// CHECK: pipe.schedule stage 0 forward @f0 backward @b0 update @u0 actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<forward, mb = 2>, #pipe.action<backward, mb = 2>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+// CHECK-NEXT: pipe.schedule stage 1 forward @f1 backward @b1 update @u1 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<forward, mb = 2>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 2>, #pipe.action<update>] {note = "1f1b"}
 module @pipelined attributes {pipe.microbatches = 3 : i64, pipe.stages = 2 : i64} {
   func.func @f0() attributes {pipe.stage = 0 : i64} {
     return
@@ -148,17 +149,41 @@ module @pipelined attributes {pipe.microbatches = 3 : i64, pipe.stages = 2 : i64
   func.func @u1() attributes {pipe.stage = 1 : i64} {
     return
   }
-  pipe.schedule stage 0 forward @f0 backward @b0 update @u0 actions ["F0", "F1", "F2", "B2", "B1", "B0", "U"]
-  pipe.schedule stage 1 forward @f1 backward @b1 update @u1 actions ["F0", "B0", "F1", "F2", "B1", "B2", "U"] {note = "1f1b"}
+  pipe.schedule stage 0 forward @f0 backward @b0 update @u0 actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<forward, mb = 2>, #pipe.action<backward, mb = 2>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+  pipe.schedule stage 1 forward @f1 backward @b1 update @u1 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<forward, mb = 2>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 2>, #pipe.action<update>] {note = "1f1b"}
 }
 
 // Without pipe.microbatches, M = 1; the same function may serve several
 // actions.
 // CHECK-LABEL: module @single
-// CHECK: pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "B0", "U"]
+// CHECK: pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 module @single {
   func.func @s() attributes {pipe.stage = 0 : i64} {
     return
   }
-  pipe.schedule stage 0 forward @s backward @s update @s actions ["F0", "B0", "U"]
+  pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+}
+
+// #pipe.action on its own: mb and chunk in either order, the chunk printed
+// only when nonzero (pipe.schedule itself accepts chunk 0 only).
+// CHECK-LABEL: func.func @actions() attributes {actions = [#pipe.action<forward, mb = 3>, #pipe.action<backward, mb = 0, chunk = 1>, #pipe.action<update, chunk = 2>, #pipe.action<update>]}
+func.func @actions() attributes {actions = [#pipe.action<forward, mb = 3, chunk = 0>, #pipe.action<backward, chunk = 1, mb = 0>, #pipe.action<update, chunk = 2>, #pipe.action<update>]} {
+  return
+}
+
+// Every discardable pipe attribute with a value its verifier accepts.
+// CHECK-LABEL: module @attributes attributes {pipe.batch_size = 8 : i64, pipe.microbatches = 2 : i64, pipe.remat = "stage", pipe.schedule = "1f1b", pipe.sends = "buffered", pipe.stages = 1 : i64}
+// CHECK: func.func @forward() attributes {pipe.phase = "forward", pipe.stage = 0 : i64}
+// CHECK: func.func @backward() attributes {pipe.phase = "backward", pipe.stage = 0 : i64}
+// CHECK: func.func @update() attributes {pipe.phase = "update", pipe.stage = 0 : i64}
+module @attributes attributes {pipe.batch_size = 8 : i64, pipe.microbatches = 2 : i64, pipe.remat = "stage", pipe.schedule = "1f1b", pipe.sends = "buffered", pipe.stages = 1 : i64} {
+  func.func @forward() attributes {pipe.phase = "forward", pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @backward() attributes {pipe.phase = "backward", pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @update() attributes {pipe.phase = "update", pipe.stage = 0 : i64} {
+    return
+  }
 }
