@@ -23,7 +23,6 @@
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringMap.h"
-#include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -162,7 +161,6 @@ struct StageState {
   int64_t accumulatorBegin = 0, accumulatorEnd = 0;
   // Accumulators a single GEMM writes (one micro-batch): [accumulatorBegin,
   // clearedBegin); the update clears only [clearedBegin, accumulatorEnd).
-  llvm::StringSet<> overwritten;
   int64_t clearedBegin = 0;
   /// A weight gradient dW = G^T X whose GEMM waits for the update: each
   /// micro-batch's backward copies G and X into row blocks of `gOffset` and
@@ -1197,7 +1195,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   // Accumulators that their GEMM writes (beta 0; gpipe-accumulate-in-place's
   // `overwrite`) come first; only the rest is cleared.
   backward.walk([&](pipeline::AccumulateGradOp acc) {
-    if (acc.getOverwrite() && st.overwritten.insert(acc.getParam()).second)
+    if (acc.getOverwrite() && !st.accumulator.count(acc.getParam()))
       st.accumulator[acc.getParam()] = st.permanent(bytesOf(acc.getGrad()));
   });
   st.clearedBegin = st.cursor;
