@@ -1,14 +1,13 @@
 // Lowers one pipeline stage (forward, backward and update functions plus its
 // schedule) to a C++ stage program on the runtime.
 //
-// Memory: one arena per stage, planned here, laid out as
-//   [parameters][optimizer state][gradient accumulators]
-//   [stash: M slots, one per in-flight micro-batch][temporaries]
-// Parameters, optimizer state and accumulators live for the whole run. The
-// stash holds what a micro-batch's forward keeps for its backward. The
-// temporaries of each function are planned on their own (the actions run one
-// at a time): every tensor gets a slot that is reused once its last reader
-// has run (first fit, 64-byte aligned). Reshapes are views.
+// A printer: it reads lowered IR (gpipe-lower) and decides nothing. Memory
+// is gpipe-plan-memory's: every value's offset in the stage's one arena
+// (pipe.buffer and friends) and the arena's layout (pipe.memory on the
+// stage's pipe.schedule); fusion groups are gpipe-fuse-elementwise's, in-place
+// and deferred accumulation gpipe-accumulate-in-place's and
+// gpipe-split-weight-grad's, bf16 parameter copies gpipe-bf16-shadows'.
+// Reshapes are views of their input's buffer.
 #include "compiler/CppEmitter.h"
 
 #include "dialects/nn/NNOps.h"
@@ -53,9 +52,6 @@ std::string gpipe::weightFileName(const std::string &name,
 
 namespace {
 
-// Tensors in the arena start at multiples of this (CPU: a cache line; CUDA:
-// what cuBLASLt's fastest kernels assume).
-constexpr int64_t kCpuAlign = 64, kCudaAlign = 256;
 // Loops with at least this many elements are split over the stage's threads
 // (OpenMP); smaller ones cost more to wake a team for than they save.
 constexpr int64_t kParallelMin = 1 << 15;
@@ -101,10 +97,6 @@ std::optional<std::string> scalarExpr(Operation *op, ArrayRef<std::string> a,
       .Default([](Operation *) { return Expr(); });
 }
 
-int64_t alignUp(int64_t x, int64_t align) {
-  return (x + align - 1) / align * align;
-}
-
 RankedTensorType tensorType(Value v) {
   return cast<RankedTensorType>(v.getType());
 }
@@ -114,76 +106,37 @@ int64_t bytesOf(Value v) {
   return t.getNumElements() * (t.getElementType().isF32() ? 4 : 8);
 }
 
-/// First-fit allocator over arena offsets.
-class SlotAllocator {
-public:
-  SlotAllocator(int64_t base, int64_t align)
-      : base(base), top(base), align(align) {}
-  int64_t allocate(int64_t size) {
-    size = alignUp(std::max<int64_t>(size, 1), align);
-    int64_t offset = base;
-    for (auto [start, len] : live) {
-      if (start - offset >= size)
-        break;
-      offset = std::max(offset, start + len);
-    }
-    live.emplace(offset, size);
-    top = std::max(top, offset + size);
-    return offset;
-  }
-  void release(int64_t offset) {
-    for (auto it = live.begin(); it != live.end(); ++it)
-      if (it->first == offset) {
-        live.erase(it);
-        return;
-      }
-  }
-  int64_t peak() const { return top; }
-
-private:
-  int64_t base, top, align;
-  std::set<std::pair<int64_t, int64_t>> live;
-};
-
 /// What the functions of one stage share: the arena's long-lived parts, the
 /// generated globals, and the stash layout.
 struct StageState {
   EmitOptions options;
-  int64_t align = kCpuAlign;
   std::string globals;
   llvm::raw_string_ostream gs{globals};
   int counter = 0;
-  int64_t cursor = 0; // end of the long-lived part of the arena
+  // The memory plan's offsets (gpipe-plan-memory), by parameter name or op.
   llvm::StringMap<int64_t> paramOffset;
   std::vector<std::pair<std::string, RankedTensorType>> paramOrder;
   llvm::DenseMap<Operation *, llvm::SmallVector<int64_t>> optimizerState;
   llvm::StringMap<int64_t> accumulator;
-  int64_t accumulatorBegin = 0, accumulatorEnd = 0;
-  // Accumulators a single GEMM writes (one micro-batch): [accumulatorBegin,
-  // clearedBegin); the update clears only [clearedBegin, accumulatorEnd).
-  int64_t clearedBegin = 0;
-  /// A weight gradient dW = G^T X whose GEMM waits for the update: each
-  /// micro-batch's backward copies G and X into row blocks of `gOffset` and
-  /// `xOffset`, and the update runs one GEMM over all M micro-batches (full
-  /// size, instead of M small ones that each stream the weight-sized
-  /// accumulator).
+  // The update clears the accumulators in [clearedBegin, clearedEnd).
+  int64_t clearedBegin = 0, clearedEnd = 0;
+  /// A weight gradient dW = G^T X whose GEMM waits for the update
+  /// (gpipe-split-weight-grad): each micro-batch's backward copies G and X
+  /// into row blocks of `gOffset` and `xOffset`, and the update runs one
+  /// GEMM over all M micro-batches.
   struct DeferredGemm {
     std::string param;
     int64_t rows = 0, gCols = 0, xCols = 0; // per micro-batch: G [rows, gCols]
     int64_t gOffset = 0, xOffset = 0;
   };
   llvm::MapVector<Operation *, DeferredGemm> deferred;
-  int64_t deferredBytes = 0;
-  // Stash slot of the micro-batch: offsets relative to S, the slot's base.
-  int64_t stashBase = 0, stashBytes = 0;
-  llvm::SmallVector<int64_t> stashOffsetOfResult; // forward result k
-  int64_t transientBase = 0;
+  // The stash slots: micro-batch mb uses slot mb % stashSlots, at
+  // stashBase + slot * stashBytes.
+  int64_t stashBase = 0, stashBytes = 0, stashSlots = 1;
   // Graph input (forward argument) index of the labels of a mean loss
   // with ignore_index, for the mini-batch count.
   std::optional<int64_t> labelInput;
   int64_t microbatches = 1;
-  // The schedule's stash slots: micro-batch mb uses slot mb % stashSlots.
-  int64_t stashSlots = 1;
   EmittedStage result;
 
   /// The gp_math of the GEMMs.
@@ -192,17 +145,9 @@ struct StageState {
            : options.allowTf32 ? "GP_MATH_TF32"
                                : "GP_MATH_F32";
   }
-  int64_t permanent(int64_t bytes) {
-    int64_t at = cursor;
-    cursor += alignUp(bytes, align);
-    return at;
-  }
-  int64_t aligned(int64_t bytes) const { return alignUp(bytes, align); }
-  // CUDA: constants live in the arena (uploaded by init), at these offsets.
-  llvm::DenseMap<Operation *, int64_t> constantOffset;
   // CUDA, bf16: the bf16 copy of each parameter a GEMM reads.
   llvm::StringMap<int64_t> shadowOffset;
-  int64_t scratchBytes = 0; // the largest GEMM's bf16 operand copies
+  int64_t scratchBytes = 0; // the runtime's bf16 operand scratch
   std::string initBody;     // statements of init(ctx), null when empty
   std::string shapeArray(ArrayRef<int64_t> shape) {
     std::string name = "shape" + std::to_string(counter++);
@@ -229,16 +174,16 @@ class FuncEmitter {
 public:
   FuncEmitter(StageState &stage, func::FuncOp func)
       : stage(stage), func(func), os(body) {}
-  /// Plans the function's memory and emits its body into `body`.
+  /// Emits the function's body into `body`.
   LogicalResult run();
   std::string body;
-  int64_t transientPeak = 0;
   /// The ONNX node(s) of the unit being emitted, as a C string literal: CUDA
   /// launch checks name them.
   std::string unitNodes = "\"\"";
 
 private:
-  LogicalResult plan();
+  /// Where each value lives, from the memory plan's buffers.
+  LogicalResult bindStorage();
   LogicalResult emitOp(Operation *op);
   // The printers of single ops (emitOp's TypeSwitch).
   LogicalResult emit(nn::ReduceToOp o);
@@ -328,8 +273,6 @@ private:
   func::FuncOp func;
   llvm::raw_string_ostream os;
   llvm::DenseMap<Value, Storage> storage;
-  // Values with a slot among the temporaries.
-  llvm::DenseSet<Value> transient;
   // GEMM results accumulated straight into their parameter's accumulator.
   llvm::DenseSet<Value> accumulateInPlace;
   // ... of which these are the accumulator's only value: written, not added.
@@ -406,23 +349,11 @@ FuncEmitter::lossNorm(Operation *op, Value labels,
 }
 
 LogicalResult FuncEmitter::formUnits() {
-  // The fusion groups gpipe-fuse-elementwise marked (pipe.fused = N): each
-  // becomes one unit, in the place of its first op; other ops are units of
-  // their own.
-  Block &block = func.getBody().front();
-  llvm::DenseMap<int64_t, int64_t> unitOfGroup;
-  for (Operation &op : block) {
-    if (std::optional<int64_t> group = pipeline::getFusionGroup(&op)) {
-      auto [it, fresh] = unitOfGroup.try_emplace(*group, units.size());
-      if (!fresh) {
-        units[it->second].push_back(&op);
-        unitOf[&op] = it->second;
-        continue;
-      }
-    }
-    units.push_back({&op});
-    unitOf[&op] = units.size() - 1;
-  }
+  // The fusion groups gpipe-fuse-elementwise marked (pipe.fused = N).
+  pipeline::FusionUnits fu = pipeline::getFusionUnits(func.getBody().front());
+  units = std::move(fu.units);
+  unitOf = std::move(fu.unitOf);
+  fusedAway = std::move(fu.internal);
   // What the printers can emit as one unit: elementwise ops of one result
   // shape (a loop or kernel), or (CUDA) a GEMM and the relu of its
   // epilogue.
@@ -444,59 +375,43 @@ LogicalResult FuncEmitter::formUnits() {
           "unit: it needs elementwise ops of one result shape, or on CUDA a "
           "GEMM and the relu that is its only reader");
   }
-  for (auto &unit : units) {
-    if (unit.size() < 2)
-      continue;
-    for (Operation *op : unit) {
-      Value r = op->getResult(0);
-      if (!r.use_empty() && llvm::all_of(r.getUsers(), [&](Operation *user) {
-            return unitOf.lookup(user) == unitOf.lookup(op);
-          }))
-        fusedAway.insert(r);
-    }
-  }
   return success();
 }
 
-LogicalResult FuncEmitter::plan() {
+LogicalResult FuncEmitter::bindStorage() {
   Block &block = func.getBody().front();
-  // Aliases: a reshape's result is a view of its input's storage.
-  llvm::DenseMap<Value, Value> root;
-  auto rootOf = [&](Value v) {
-    while (root.count(v))
-      v = root.lookup(v);
-    return v;
+  auto bind = [&](Value v, Operation *where) -> LogicalResult {
+    pipeline::BufferAttr b = pipeline::getBuffer(v);
+    if (!b)
+      return where->emitError("code generation needs the memory plan: this "
+                              "value has no pipe.buffer (run gpipe-lower, "
+                              "which runs gpipe-plan-memory)");
+    storage[v] = {b.getSpace() == pipeline::BufferSpace::Stash ? Storage::Stash
+                                                               : Storage::Arena,
+                  b.getOffset(), ""};
+    return success();
   };
-  for (Operation &op : block)
-    if (auto r = dyn_cast<nn::ReshapeOp>(op))
-      root[r.getOutput()] = r.getInput();
-
-  // Long-lived storage: parameters, optimizer state, accumulators (shared by
-  // the stage's functions), constants.
+  for (BlockArgument arg : block.getArguments())
+    if (failed(bind(arg, func)))
+      return failure();
   for (Operation &op : block) {
-    if (auto p = dyn_cast<nn::ParamOp>(op)) {
-      auto [it, inserted] = stage.paramOffset.try_emplace(p.getName(), 0);
-      if (inserted) {
-        it->second = stage.permanent(bytesOf(p.getOutput()));
-        stage.paramOrder.push_back(
-            {p.getName().str(), tensorType(p.getOutput())});
-        stage.result.memory.parameterBytes +=
-            stage.aligned(bytesOf(p.getOutput()));
-      }
-      storage[p.getOutput()] = {Storage::Arena, it->second, ""};
-    } else if (auto c = dyn_cast<nn::ConstantOp>(op)) {
+    if (auto c = dyn_cast<nn::ConstantOp>(op)) {
       std::string name = emitConstant(c);
-      if (stage.options.cuda) {
-        // Kernels cannot read host arrays: init copies it into the arena.
-        int64_t at = stage.constantOffset.lookup(c);
-        storage[c.getOutput()] = {Storage::Arena, at, ""};
-        stage.initBody += copyToDevice(at, name, bytesOf(c.getOutput()));
-      } else {
+      if (!stage.options.cuda) {
         storage[c.getOutput()] = {Storage::Const, 0, name};
+        continue;
       }
-    } else if (auto g = dyn_cast<pipeline::AccumulatedGradOp>(op)) {
-      storage[g.getGrad()] = {Storage::Arena,
-                              stage.accumulator.lookup(g.getParam()), ""};
+      // Kernels cannot read host arrays: init copies it into the arena.
+      if (failed(bind(c.getOutput(), c)))
+        return failure();
+      stage.initBody += copyToDevice(storage[c.getOutput()].offset, name,
+                                     bytesOf(c.getOutput()));
+    } else if (auto r = dyn_cast<nn::ReshapeOp>(op)) {
+      storage[r.getOutput()] = storage[r.getInput()]; // a view
+    } else {
+      for (Value res : op.getResults())
+        if (!fusedAway.contains(res) && failed(bind(res, &op)))
+          return failure();
     }
   }
   // A GEMM whose only reader is an accumulation adds into (or writes) the
@@ -507,99 +422,7 @@ LogicalResult FuncEmitter::plan() {
       accumulateInPlace.insert(acc.getGrad());
       if (acc.getOverwrite())
         overwriteInPlace.insert(acc.getGrad());
-      storage[acc.getGrad()] = {Storage::Arena,
-                                stage.accumulator.lookup(acc.getParam()), ""};
     }
-
-  // The stash: the forward's results live in the micro-batch's slot, the
-  // backward's arguments are that slot.
-  bool isForward = pipeline::getPhase(func) == pipeline::Phase::Forward;
-  if (isForward) {
-    auto ret = block.getTerminator();
-    for (auto [k, v] : llvm::enumerate(ret->getOperands())) {
-      Value r = rootOf(v);
-      Operation *def = r.getDefiningOp();
-      if (def && isa<nn::ParamOp, nn::ConstantOp>(def))
-        return def->emitError("internal error: a parameter or constant is "
-                              "stashed");
-      storage[r] = {Storage::Stash, stage.stashOffsetOfResult[k], ""};
-    }
-  } else if (block.getNumArguments()) {
-    for (BlockArgument arg : block.getArguments())
-      storage[arg] = {Storage::Stash,
-                      stage.stashOffsetOfResult[arg.getArgNumber()], ""};
-  }
-
-  // Temporaries: last use (through views) decides when a slot is free again.
-  llvm::DenseMap<Value, int64_t> lastUse;
-  for (Operation &op : block)
-    for (Value operand : op.getOperands()) {
-      Value r = rootOf(operand);
-      lastUse[r] = std::max<int64_t>(lastUse.lookup(r), unitOf[&op]);
-    }
-  SlotAllocator slots(stage.transientBase, stage.align);
-  std::vector<std::pair<Value, int64_t>> temporaries; // (value, defining unit)
-  // Graph inputs not kept in the stash are loaded into temporaries first.
-  for (BlockArgument arg : block.getArguments())
-    if (!storage.count(arg)) {
-      storage[arg] = {Storage::Arena, slots.allocate(bytesOf(arg)), ""};
-      transient.insert(arg);
-      temporaries.push_back({arg, -1});
-      if (!lastUse.count(arg))
-        lastUse[arg] = -1;
-    }
-  for (auto [u, unit] : llvm::enumerate(units)) {
-    int64_t unitIndex = u;
-    for (Operation *op : unit)
-      for (Value res : op->getResults()) {
-        if (storage.count(res) || fusedAway.contains(res))
-          continue;
-        if (root.count(res)) {
-          storage[res] = storage[rootOf(res)];
-          continue;
-        }
-        storage[res] = {Storage::Arena, slots.allocate(bytesOf(res)), ""};
-        transient.insert(res);
-        // A result nobody reads is still written: free it after this unit.
-        if (!lastUse.count(res))
-          lastUse[res] = unitIndex;
-        temporaries.push_back({res, unitIndex});
-      }
-    // Free after allocating the whole unit's results, so results never
-    // overlap the operands they are computed from.
-    llvm::DenseSet<Value> released;
-    for (Operation *op : unit) {
-      for (Value operand : op->getOperands()) {
-        Value r = rootOf(operand);
-        if (lastUse.lookup(r) == unitIndex && transient.contains(r) &&
-            released.insert(r).second)
-          slots.release(storage[r].offset);
-      }
-      for (Value res : op->getResults())
-        if (!root.count(res) && lastUse.lookup(res) == unitIndex &&
-            transient.contains(res) && res.use_empty() &&
-            released.insert(res).second)
-          slots.release(storage[res].offset);
-    }
-  }
-  // The plan is checked, not trusted: two tensors alive at the same time must
-  // not share a byte.
-  for (size_t i = 0; i < temporaries.size(); ++i) {
-    auto [a, aDef] = temporaries[i];
-    int64_t aEnd = lastUse.lookup(a), aOff = storage[a].offset;
-    for (size_t j = i + 1; j < temporaries.size(); ++j) {
-      auto [b, bDef] = temporaries[j];
-      int64_t bEnd = lastUse.lookup(b), bOff = storage[b].offset;
-      bool liveTogether = aDef <= bEnd && bDef <= aEnd;
-      bool shareBytes = aOff < bOff + bytesOf(b) && bOff < aOff + bytesOf(a);
-      if (liveTogether && shareBytes) {
-        Operation *where = b.getDefiningOp() ? b.getDefiningOp() : func;
-        return where->emitError("internal error: the memory plan overlaps "
-                                "this value with one that is still alive");
-      }
-    }
-  }
-  transientPeak = slots.peak() - stage.transientBase;
   return success();
 }
 
@@ -1066,7 +889,7 @@ LogicalResult FuncEmitter::run() {
   if (!func.getBody().hasOneBlock())
     return func.emitError("code generation needs a single-block function");
   Block &block = func.getBody().front();
-  if (failed(formUnits()) || failed(plan()))
+  if (failed(formUnits()) || failed(bindStorage()))
     return failure();
   bool isForward = pipeline::getPhase(func) == pipeline::Phase::Forward;
   if (isForward)
@@ -1146,13 +969,30 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   if (remat.wasInterrupted())
     return failure();
 
+  // The memory plan (gpipe-plan-memory), for this target and precision.
+  pipeline::MemoryPlanAttr plan = pipeline::getMemoryPlan(schedule);
+  if (!plan)
+    return schedule.emitError("code generation needs the memory plan "
+                              "(pipe.memory): run gpipe-lower, which runs "
+                              "gpipe-plan-memory"),
+           failure();
+  {
+    StringRef target = options.cuda ? "cuda" : "cpu";
+    StringRef precision = options.bf16 ? "bf16" : "fp32";
+    if (plan.getTarget() != target || plan.getPrecision() != precision)
+      return schedule.emitError("the memory plan is for target ")
+                 << plan.getTarget() << ", precision " << plan.getPrecision()
+                 << ", but code generation is for " << target << ", "
+                 << precision << ": lower with gpipe-lower=\"target=" << target
+                 << " precision=" << precision << "\"",
+             failure();
+  }
+
   StageState st;
   st.options = options;
-  st.align = options.cuda ? kCudaAlign : kCpuAlign;
   EmittedStage &result = st.result;
   int64_t numStages = pipeline::getNumStages(module);
   st.microbatches = pipeline::getNumMicrobatches(module);
-  st.stashSlots = schedule.getNumStashSlots();
   result.bufferedSends =
       pipeline::getSends(module) == pipeline::Sends::Buffered;
   if (result.bufferedSends && options.cuda)
@@ -1166,137 +1006,63 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
     batch = tensorType(fwd.getArgument(0)).getDimSize(0) * st.microbatches;
   batch = pipeline::getBatchSize(module).value_or(batch);
 
-  // Long-lived storage: parameters, optimizer state, then accumulators.
-  for (func::FuncOp f : fns)
-    f.walk([&](nn::ParamOp p) {
-      auto [it, inserted] = st.paramOffset.try_emplace(p.getName(), 0);
-      if (inserted) {
-        it->second = st.permanent(bytesOf(p.getOutput()));
-        st.paramOrder.push_back({p.getName().str(), tensorType(p.getOutput())});
-        result.memory.parameterBytes += st.aligned(bytesOf(p.getOutput()));
+  // The long-lived buffers' offsets, from the plan.
+  auto missing = [&](Operation *op, StringRef what) {
+    op->emitError("code generation needs the memory plan: no ")
+        << what << " (run gpipe-lower, which runs gpipe-plan-memory)";
+    return WalkResult::interrupt();
+  };
+  for (func::FuncOp f : fns) {
+    WalkResult walk = f.walk([&](Operation *op) -> WalkResult {
+      if (auto p = dyn_cast<nn::ParamOp>(op)) {
+        pipeline::BufferAttr b = pipeline::getBuffer(p.getOutput());
+        if (!b)
+          return missing(op, "pipe.buffer");
+        if (st.paramOffset.try_emplace(p.getName(), b.getOffset()).second)
+          st.paramOrder.push_back(
+              {p.getName().str(), tensorType(p.getOutput())});
+        if (pipeline::BufferAttr shadow = pipeline::getShadow(p))
+          st.shadowOffset[p.getName()] = shadow.getOffset();
+      } else if (auto acc = dyn_cast<pipeline::AccumulateGradOp>(op)) {
+        pipeline::BufferAttr b = pipeline::getAccumulator(op);
+        if (!b)
+          return missing(op, "pipe.accumulator");
+        st.accumulator[acc.getParam()] = b.getOffset();
+        if (!acc.getDeferred())
+          return WalkResult::advance();
+        SmallVector<pipeline::BufferAttr> ops =
+            pipeline::getDeferredOperands(op);
+        if (ops.size() != 2)
+          return missing(op, "pipe.deferred_operands");
+        auto gemm = acc.getGrad().getDefiningOp<nn::GemmOp>();
+        StageState::DeferredGemm d;
+        d.param = acc.getParam().str();
+        d.rows = tensorType(gemm.getA()).getDimSize(0);
+        d.gCols = tensorType(gemm.getA()).getDimSize(1);
+        d.xCols = tensorType(gemm.getB()).getDimSize(1);
+        d.gOffset = ops[0].getOffset();
+        d.xOffset = ops[1].getOffset();
+        st.deferred[gemm] = d;
+      } else if (auto acc = dyn_cast<pipeline::AccumulatedGradOp>(op)) {
+        pipeline::BufferAttr b = pipeline::getBuffer(acc.getGrad());
+        if (!b)
+          return missing(op, "pipe.buffer");
+        st.accumulator[acc.getParam()] = b.getOffset();
+      } else if (isa<pipeline::SGDUpdateOp, pipeline::AdamUpdateOp>(op)) {
+        for (pipeline::BufferAttr b : pipeline::getState(op))
+          st.optimizerState[op].push_back(b.getOffset());
       }
+      return WalkResult::advance();
     });
-  update.walk([&](Operation *op) {
-    int buffers = 0;
-    Value param;
-    if (auto sgd = dyn_cast<pipeline::SGDUpdateOp>(op)) {
-      buffers = sgd.getMomentum().convertToDouble() > 0 ? 1 : 0;
-      param = sgd.getParam();
-    } else if (auto adam = dyn_cast<pipeline::AdamUpdateOp>(op)) {
-      buffers = 2;
-      param = adam.getParam();
-    }
-    for (int k = 0; k < buffers; ++k) {
-      st.optimizerState[op].push_back(st.permanent(bytesOf(param)));
-      result.memory.optimizerBytes += st.aligned(bytesOf(param));
-    }
-  });
-  st.accumulatorBegin = st.cursor;
-  // Accumulators that their GEMM writes (beta 0; gpipe-accumulate-in-place's
-  // `overwrite`) come first; only the rest is cleared.
-  backward.walk([&](pipeline::AccumulateGradOp acc) {
-    if (acc.getOverwrite() && !st.accumulator.count(acc.getParam()))
-      st.accumulator[acc.getParam()] = st.permanent(bytesOf(acc.getGrad()));
-  });
-  st.clearedBegin = st.cursor;
-  for (func::FuncOp f : fns)
-    f.walk([&](Operation *op) {
-      StringRef name;
-      Value v;
-      if (auto a = dyn_cast<pipeline::AccumulateGradOp>(op)) {
-        name = a.getParam();
-        v = a.getGrad();
-      } else if (auto a = dyn_cast<pipeline::AccumulatedGradOp>(op)) {
-        name = a.getParam();
-        v = a.getGrad();
-      } else {
-        return;
-      }
-      if (!st.accumulator.count(name))
-        st.accumulator[name] = st.permanent(bytesOf(v));
-    });
-  st.accumulatorEnd = st.cursor;
-  // Weight-gradient GEMMs deferred to the update (gpipe-split-weight-grad):
-  // their operands for every micro-batch.
-  backward.walk([&](pipeline::AccumulateGradOp acc) {
-    if (!acc.getDeferred())
-      return;
-    auto gemm = acc.getGrad().getDefiningOp<nn::GemmOp>();
-    StageState::DeferredGemm d;
-    d.param = acc.getParam().str();
-    d.rows = tensorType(gemm.getA()).getDimSize(0);
-    d.gCols = tensorType(gemm.getA()).getDimSize(1);
-    d.xCols = tensorType(gemm.getB()).getDimSize(1);
-    d.gOffset = st.permanent(st.microbatches * d.rows * d.gCols * 4);
-    d.xOffset = st.permanent(st.microbatches * d.rows * d.xCols * 4);
-    st.deferredBytes += st.aligned(st.microbatches * d.rows * d.gCols * 4) +
-                        st.aligned(st.microbatches * d.rows * d.xCols * 4);
-    st.deferred[gemm] = d;
-  });
-
-  if (options.cuda) {
-    // Constants: kernels read them from the arena.
-    for (func::FuncOp f : fns)
-      f.walk([&](nn::ConstantOp c) {
-        st.constantOffset[c] = st.permanent(bytesOf(c.getOutput()));
-        result.memory.arenaConstantBytes += st.aligned(bytesOf(c.getOutput()));
-      });
+    if (walk.wasInterrupted())
+      return failure();
   }
-  {
-    // bf16: a bf16 copy of every parameter a GEMM reads, kept by the update
-    // (fp32 master weights); every other operand is rounded into the
-    // scratch when the GEMM runs.
-    auto paramOf = [](Value v) -> nn::ParamOp {
-      while (auto r = v.getDefiningOp<nn::ReshapeOp>())
-        v = r.getInput();
-      return v.getDefiningOp<nn::ParamOp>();
-    };
-    auto bf16Bytes = [&](Value v) {
-      return st.aligned(tensorType(v).getNumElements() * 2);
-    };
-    if (options.bf16) {
-      for (func::FuncOp f : fns)
-        f.walk([&](nn::GemmOp g) {
-          for (Value v : {g.getA(), g.getB()})
-            if (nn::ParamOp p = paramOf(v))
-              if (!st.shadowOffset.count(p.getName())) {
-                st.shadowOffset[p.getName()] = st.permanent(bf16Bytes(v));
-                result.memory.shadowBytes += bf16Bytes(v);
-              }
-        });
-      for (func::FuncOp f : fns)
-        f.walk([&](nn::GemmOp g) {
-          int64_t need = 0;
-          for (Value v : {g.getA(), g.getB()})
-            if (!paramOf(v))
-              need += bf16Bytes(v);
-          st.scratchBytes = std::max(st.scratchBytes, need);
-        });
-      for (auto &entry : st.deferred) {
-        const StageState::DeferredGemm &d = entry.second;
-        st.scratchBytes =
-            std::max(st.scratchBytes,
-                     st.aligned(st.microbatches * d.rows * d.gCols * 2) +
-                         st.aligned(st.microbatches * d.rows * d.xCols * 2));
-      }
-    }
-  }
-
-  // The stash: one slot per in-flight micro-batch, holding the forward's
-  // results (their storage roots, through reshapes).
-  {
-    llvm::DenseMap<Value, int64_t> rootOffset;
-    for (Value v : fwd.getTerminator()->getOperands()) {
-      while (auto r = v.getDefiningOp<nn::ReshapeOp>())
-        v = r.getInput();
-      auto [it, inserted] = rootOffset.try_emplace(v, st.stashBytes);
-      if (inserted)
-        st.stashBytes += st.aligned(bytesOf(v));
-      st.stashOffsetOfResult.push_back(it->second);
-    }
-  }
-  st.stashBase = st.cursor;
-  st.transientBase = st.stashBase + st.stashBytes * st.stashSlots;
+  st.clearedBegin = plan.getClearedBegin();
+  st.clearedEnd = plan.getClearedEnd();
+  st.scratchBytes = plan.getScratch();
+  st.stashBase = plan.getStashBase();
+  st.stashBytes = plan.getStashSlot();
+  st.stashSlots = plan.getStashSlots();
 
   // The labels of a mean loss with ignore_index, for the mini-batch count.
   forward.walk([&](nn::SoftmaxCrossEntropyOp x) {
@@ -1340,23 +1106,25 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   forward.walk([&](pipeline::ReportLossOp) { result.hasLoss = true; });
 
   std::string bodies[3];
-  int64_t peak = 0;
   for (int k = 0; k < 3; ++k) {
     FuncEmitter fe(st, fns[k]);
     if (failed(fe.run()))
       return failure();
     bodies[k] = std::move(fe.body);
-    peak = std::max(peak, fe.transientPeak);
   }
 
   MemoryPlan &m = result.memory;
-  m.gradientBytes = st.accumulatorEnd - st.accumulatorBegin + st.deferredBytes;
-  m.stashBytesPerMicrobatch = st.stashBytes;
-  m.stashBytes = st.stashBytes * st.stashSlots;
-  m.stashSlots = st.stashSlots;
-  m.transientBytes = peak;
-  m.arenaBytes = st.transientBase + peak;
-  m.scratchBytes = st.scratchBytes;
+  m.parameterBytes = plan.getParameters();
+  m.optimizerBytes = plan.getOptimizer();
+  m.gradientBytes = plan.getGradients();
+  m.arenaConstantBytes = plan.getConstants();
+  m.shadowBytes = plan.getShadows();
+  m.stashBytesPerMicrobatch = plan.getStashSlot();
+  m.stashBytes = plan.getStashSlot() * plan.getStashSlots();
+  m.stashSlots = plan.getStashSlots();
+  m.transientBytes = plan.getTransient();
+  m.arenaBytes = plan.getArena();
+  m.scratchBytes = plan.getScratch();
   if (options.cuda) {
     // The runtime double-buffers every tensor it sends (gp_send).
     std::set<std::pair<int64_t, int64_t>> sent;
@@ -1459,10 +1227,10 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
        << ");\n";
   }
   ss << bodies[2];
-  if (st.accumulatorEnd > st.clearedBegin)
+  if (st.clearedEnd > st.clearedBegin)
     ss << (options.cuda ? "  gp_cuda_check(cudaMemsetAsync(A + "
                         : "  std::memset(A + ")
-       << st.clearedBegin << ", 0, " << st.accumulatorEnd - st.clearedBegin
+       << st.clearedBegin << ", 0, " << st.clearedEnd - st.clearedBegin
        << (options.cuda ? ", gp_cuda_stream()));\n" : ");\n");
   ss << "}\n\n";
   // bf16: the parameters' bf16 copies start from the loaded weights.

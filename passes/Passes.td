@@ -181,6 +181,77 @@ def FuseElementwise : Pass<"gpipe-fuse-elementwise", "mlir::func::FuncOp"> {
   ];
 }
 
+def Bf16Shadows : Pass<"gpipe-bf16-shadows", "mlir::ModuleOp"> {
+  let summary = "Keeps a bf16 copy of every parameter a GEMM reads";
+  let description = [{
+    Lowering, for `precision=bf16` (part of `gpipe-lower` then). A bf16 GEMM
+    rounds its fp32 operands to bf16; a parameter's rounding is done once per
+    update instead of once per GEMM: every `nn.param` of a stage whose
+    parameter an `nn.gemm` of that stage reads as A or B (directly or
+    through `nn.reshape`) is marked `pipe.bf16_shadow`, in all three of the
+    stage's functions. The update then keeps the copy current after changing
+    the fp32 master weights, the stage's `init` makes it from the loaded
+    weights, and the GEMMs read it. `gpipe-plan-memory` gives each copy its
+    place (`pipe.shadow`).
+  }];
+}
+
+def PlanMemory : Pass<"gpipe-plan-memory", "mlir::ModuleOp"> {
+  let summary = "Lays out each stage's arena and puts every value in it";
+  let description = [{
+    Lowering, after the other lowering passes (it reads their marks). For
+    each stage (its three functions and its `pipe.schedule`), in this
+    order, aligned to 64 bytes (`target=cpu`) or 256 (`target=cuda`):
+    parameters (by first appearance), optimizer state, gradient
+    accumulators (first those an `overwrite` GEMM writes, then those the
+    update clears), the operands of deferred weight-gradient GEMMs (all
+    micro-batches), with `target=cuda` the constants, with `pipe.bf16_shadow`
+    the bf16 copies; then `stash_slots` stash slots (the schedule's count),
+    each holding the forward's results (by storage root); then the
+    temporaries. Each function's temporaries are planned on their own (the
+    actions run one at a time), in code-generation units (a fusion group is
+    one unit; its internal values get no buffer): a value gets the first
+    free slot that fits when its unit runs and gives it back after its last
+    reader's unit (first fit; results never share bytes with the operands of
+    their own unit). Views (`nn.reshape`) get no buffer: they read their
+    input's. CPU constants get none: they are arrays in the program.
+
+    Writes `pipe.buffer` on every other value (its defining op, or its
+    function argument), `pipe.accumulator` and `pipe.deferred_operands` on
+    `pipe.accumulate_grad`, `pipe.state` on optimizer updates, `pipe.shadow`
+    on marked `nn.param`s, and the stage's layout as `pipe.memory` on its
+    `pipe.schedule` (what `pipeline.json`'s memory report and the runtime's
+    one allocation use). `precision=bf16` also sizes the runtime's bf16
+    operand scratch. Code generation prints these offsets; it plans
+    nothing.
+  }];
+  let options = [
+    Option<"target", "target", "std::string", "\"cpu\"", "cpu or cuda">,
+    Option<"precision", "precision", "std::string", "\"fp32\"",
+           "fp32 or bf16">,
+  ];
+  let dependentDialects = ["gpipe::pipeline::PipeDialect"];
+}
+
+def CheckMemory : Pass<"gpipe-check-memory", "mlir::ModuleOp"> {
+  let summary = "Checks each stage's memory plan against its IR and schedule";
+  let description = [{
+    Checks the plan, not trusting it (part of `gpipe-lower`, after
+    `gpipe-plan-memory`); every failure is an error located at the op or
+    schedule concerned. For each stage: it has a `pipe.memory`; every value
+    code generation stores has a buffer, aligned, inside its part of the
+    arena; each long-lived object (a parameter, its bf16 copy, its
+    accumulator, an update's state, a deferred GEMM's operands, a CUDA
+    constant) has one buffer in all three functions and shares no byte with
+    another; an in-place GEMM writes its accumulator; the forward's stashed
+    results and the backward's arguments agree and fit a slot; no two
+    temporaries of a function that are alive at the same time share a byte;
+    and, reading the schedule's action list, no forward overwrites a stash
+    slot whose micro-batch's backward has not run yet (micro-batch m uses
+    slot m mod stash_slots).
+  }];
+}
+
 def Schedule : Pass<"gpipe-schedule", "mlir::ModuleOp"> {
   let summary = "Builds each stage's action list and checks it";
   let description = [{

@@ -47,6 +47,13 @@ void gpipe::buildLoweringPipeline(OpPassManager &pm,
   FuseElementwiseOptions fuse;
   fuse.target = options.target;
   fpm.addPass(createFuseElementwise(fuse));
+  if (options.precision == "bf16")
+    pm.addPass(createBf16Shadows());
+  PlanMemoryOptions plan;
+  plan.target = options.target;
+  plan.precision = options.precision;
+  pm.addPass(createPlanMemory(plan));
+  pm.addPass(createCheckMemory());
 }
 
 void gpipe::registerCompilePipeline() {
@@ -60,7 +67,7 @@ void gpipe::registerCompilePipeline() {
       "gpipe-lower",
       "Lowers scheduled pipeline IR to what code generation reads "
       "(gpipe-inline-remat, gpipe-accumulate-in-place, "
-      "gpipe-split-weight-grad, "
-      "gpipe-fuse-elementwise)",
+      "gpipe-split-weight-grad, gpipe-fuse-elementwise, with precision=bf16 "
+      "gpipe-bf16-shadows, gpipe-plan-memory, gpipe-check-memory)",
       buildLoweringPipeline);
 }

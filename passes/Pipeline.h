@@ -50,13 +50,18 @@ void buildCompilePipeline(mlir::OpPassManager &pm,
 
 struct LoweringOptions : mlir::PassPipelineOptions<LoweringOptions> {
   Option<std::string> target{*this, "target",
-                             llvm::cl::desc("cpu or cuda (fusion)"),
+                             llvm::cl::desc("cpu or cuda (fusion, memory)"),
                              llvm::cl::init("cpu")};
+  Option<std::string> precision{
+      *this, "precision",
+      llvm::cl::desc("fp32 or bf16 (bf16 parameter copies, scratch)"),
+      llvm::cl::init("fp32")};
 };
 
 /// Adds the lowering below the pipeline IR, what code generation needs
 /// (`gpipe-lower`): remat regions inlined, in-place gradient accumulation,
-/// deferred weight-gradient GEMMs, fusion groups for `target`.
+/// deferred weight-gradient GEMMs, fusion groups for `target`, bf16
+/// parameter copies for `precision`, the memory plan, and its check.
 void buildLoweringPipeline(mlir::OpPassManager &pm,
                            const LoweringOptions &options);
 

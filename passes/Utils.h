@@ -37,6 +37,29 @@ inline mlir::func::FuncOp findStageFunc(mlir::ModuleOp module, int64_t stage,
   return nullptr;
 }
 
+/// The value whose storage `v` is a view of (through nn.reshape), or `v`.
+inline mlir::Value viewRoot(mlir::Value v) {
+  while (auto r = v.getDefiningOp<nn::ReshapeOp>())
+    v = r.getInput();
+  return v;
+}
+
+/// The nn.param that `v` is (through views), or null.
+inline nn::ParamOp paramOf(mlir::Value v) {
+  return viewRoot(v).getDefiningOp<nn::ParamOp>();
+}
+
+/// The bytes of a static tensor value (f32: 4 per element, i64: 8).
+inline int64_t bytesOf(mlir::Value v) {
+  auto t = mlir::cast<mlir::RankedTensorType>(v.getType());
+  return t.getNumElements() * (t.getElementType().isF32() ? 4 : 8);
+}
+
+/// `x` rounded up to a multiple of `align`.
+inline int64_t alignUp(int64_t x, int64_t align) {
+  return (x + align - 1) / align * align;
+}
+
 } // namespace gpipe
 
 #endif

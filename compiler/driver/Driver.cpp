@@ -224,6 +224,7 @@ int gpipe::compile(const CompileOptions &o) {
     PassManager lower(&ctx);
     LoweringOptions lo;
     lo.target = o.target;
+    lo.precision = o.precision;
     buildLoweringPipeline(lower, lo);
     if (failed(lower.run(module)))
       return cleanupAndFail();

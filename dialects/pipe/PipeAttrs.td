@@ -1,4 +1,5 @@
-// The pipe dialect's enums and attributes: phases and schedule actions.
+// The pipe dialect's enums and attributes: phases, schedule actions, and
+// the memory plan.
 #ifndef GPIPE_PIPE_ATTRS
 #define GPIPE_PIPE_ATTRS
 
@@ -72,5 +73,92 @@ def Pipe_ActionAttr : AttrDef<Pipe_Dialect, "Action"> {
 
 def Pipe_ActionArrayAttr
     : TypedArrayAttrBase<Pipe_ActionAttr, "array of schedule actions">;
+
+// Memory planning (gpipe-plan-memory): where a value lives in its stage's
+// arena.
+def Pipe_BufferSpace : I32EnumAttr<"BufferSpace",
+    "the part of a stage's memory a buffer's offset is relative to", [
+      // The stage's arena (the runtime's one allocation per stage).
+      I32EnumAttrCase<"Arena", 0, "arena">,
+      // The current micro-batch's stash slot (what a forward keeps for its
+      // backward); the slot's base is the memory plan's stash_base plus the
+      // slot number times stash_slot.
+      I32EnumAttrCase<"Stash", 1, "stash">]> {
+  let cppNamespace = "::gpipe::pipeline";
+  let genSpecializedAttr = 0;
+}
+
+def Pipe_BufferAttr : AttrDef<Pipe_Dialect, "Buffer"> {
+  let mnemonic = "buffer";
+  let summary = "bytes [offset, offset + bytes) of the arena or of a stash slot";
+  let description = [{
+    Where gpipe-plan-memory put a value (`pipe.buffer` on the op that defines
+    it, or on a function argument), a parameter's bf16 copy (`pipe.shadow`),
+    an accumulator (`pipe.accumulator`), optimizer state (`pipe.state`) or a
+    deferred GEMM's operands (`pipe.deferred_operands`). `bytes` is the
+    reserved size (the value's size rounded up to the plan's alignment).
+
+    ```mlir
+    #pipe.buffer<arena, offset = 4096, bytes = 1024>
+    #pipe.buffer<stash, offset = 0, bytes = 256>
+    ```
+  }];
+  let parameters = (ins EnumParameter<Pipe_BufferSpace>:$space,
+                        "int64_t":$offset, "int64_t":$bytes);
+  let assemblyFormat = "`<` $space `,` struct($offset, $bytes) `>`";
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    int64_t getEnd() const { return getOffset() + getBytes(); }
+    /// Whether the two buffers share a byte of the same space.
+    bool overlaps(BufferAttr other) const {
+      return getSpace() == other.getSpace() &&
+             getOffset() < other.getEnd() && other.getOffset() < getEnd();
+    }
+  }];
+}
+
+def Pipe_MemoryPlanAttr : AttrDef<Pipe_Dialect, "MemoryPlan"> {
+  let mnemonic = "memory_plan";
+  let summary = "the layout of one stage's arena";
+  let description = [{
+    `pipe.memory` on a stage's `pipe.schedule`, from gpipe-plan-memory, for
+    `target` ("cpu" or "cuda") and `precision` ("fp32" or "bf16"). Every
+    offset is a multiple of `align`. The arena (`arena` bytes) is laid out as
+
+        [0, stash_base)             long-lived: parameters, optimizer state,
+                                    gradient accumulators (those in
+                                    [cleared_begin, cleared_end) are zeroed
+                                    after each update), deferred GEMM
+                                    operands, (CUDA) constants, (bf16)
+                                    parameter copies
+        [stash_base, transient_base)  stash_slots slots of stash_slot bytes
+        [transient_base, arena)     the temporaries of one action at a time
+                                    (`transient` bytes: the largest action's)
+
+    `parameters`, `optimizer`, `gradients`, `constants` and `shadows` are the
+    long-lived part's sizes by kind (the manifest's memory report);
+    `scratch` is the runtime's bf16 operand scratch, outside the arena.
+
+    ```mlir
+    #pipe.memory_plan<target = "cpu", precision = "fp32", align = 64,
+      arena = 5248, parameters = 1024, optimizer = 0, gradients = 1024,
+      constants = 0, shadows = 0, cleared_begin = 1024, cleared_end = 2048,
+      stash_base = 2048, stash_slot = 512, stash_slots = 4,
+      transient_base = 4096, transient = 1152, scratch = 0>
+    ```
+  }];
+  let parameters = (ins StringRefParameter<"the target">:$target,
+                        StringRefParameter<"the precision">:$precision,
+                        "int64_t":$align, "int64_t":$arena,
+                        "int64_t":$parameters, "int64_t":$optimizer,
+                        "int64_t":$gradients, "int64_t":$constants,
+                        "int64_t":$shadows, "int64_t":$cleared_begin,
+                        "int64_t":$cleared_end, "int64_t":$stash_base,
+                        "int64_t":$stash_slot, "int64_t":$stash_slots,
+                        "int64_t":$transient_base, "int64_t":$transient,
+                        "int64_t":$scratch);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
 
 #endif // GPIPE_PIPE_ATTRS

@@ -2,12 +2,15 @@
 // accessors of its discardable attributes.
 #include "dialects/pipe/PipeOps.h"
 
+#include "dialects/nn/NNOps.h"
+
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
+using namespace gpipe;
 using namespace gpipe::pipeline;
 
 #include "dialects/pipe/PipeDialect.cpp.inc"
@@ -97,6 +100,69 @@ std::string ActionAttr::getShortName() const {
 }
 
 //===----------------------------------------------------------------------===//
+// BufferAttr, MemoryPlanAttr
+//===----------------------------------------------------------------------===//
+
+LogicalResult BufferAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                 BufferSpace, int64_t offset, int64_t bytes) {
+  if (offset < 0 || bytes < 0)
+    return emitError() << "a buffer's offset and bytes must be >= 0, got "
+                       << offset << " and " << bytes;
+  return success();
+}
+
+LogicalResult MemoryPlanAttr::verify(
+    function_ref<InFlightDiagnostic()> emitError, StringRef target,
+    StringRef precision, int64_t align, int64_t arena, int64_t parameters,
+    int64_t optimizer, int64_t gradients, int64_t constants, int64_t shadows,
+    int64_t clearedBegin, int64_t clearedEnd, int64_t stashBase,
+    int64_t stashSlot, int64_t stashSlots, int64_t transientBase,
+    int64_t transient, int64_t scratch) {
+  if (target != "cpu" && target != "cuda")
+    return emitError() << "memory plan: target must be \"cpu\" or \"cuda\", "
+                          "got \""
+                       << target << "\"";
+  if (precision != "fp32" && precision != "bf16")
+    return emitError() << "memory plan: precision must be \"fp32\" or "
+                          "\"bf16\", got \""
+                       << precision << "\"";
+  if (align < 1 || (align & (align - 1)))
+    return emitError() << "memory plan: align must be a power of two, got "
+                       << align;
+  for (int64_t v : {arena, parameters, optimizer, gradients, constants, shadows,
+                    clearedBegin, stashSlot, transient, scratch})
+    if (v < 0)
+      return emitError() << "memory plan: sizes and offsets must be >= 0";
+  if (stashSlots < 1)
+    return emitError() << "memory plan: stash_slots must be >= 1, got "
+                       << stashSlots;
+  for (int64_t v : {stashBase, stashSlot, transientBase})
+    if (v % align)
+      return emitError() << "memory plan: stash_base, stash_slot and "
+                            "transient_base must be multiples of align ("
+                         << align << ")";
+  if (!(clearedBegin <= clearedEnd && clearedEnd <= stashBase))
+    return emitError() << "memory plan: the cleared accumulators ["
+                       << clearedBegin << ", " << clearedEnd
+                       << ") must lie before the stash (" << stashBase << ")";
+  if (stashBase + stashSlot * stashSlots > transientBase)
+    return emitError() << "memory plan: " << stashSlots << " stash slots of "
+                       << stashSlot << " bytes from " << stashBase
+                       << " overlap the temporaries at " << transientBase;
+  if (transientBase + transient > arena)
+    return emitError() << "memory plan: the temporaries [" << transientBase
+                       << ", " << transientBase + transient
+                       << ") end past the arena (" << arena << " bytes)";
+  if (parameters + optimizer + gradients + constants + shadows > stashBase)
+    return emitError() << "memory plan: the long-lived buffers ("
+                       << parameters + optimizer + gradients + constants +
+                              shadows
+                       << " bytes) do not fit before the stash (" << stashBase
+                       << ")";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // Discardable attributes: verification
 //===----------------------------------------------------------------------===//
 
@@ -151,6 +217,62 @@ LogicalResult PipeDialect::verifyOperationAttribute(Operation *op,
       return expected("the name of a schedule");
     return success();
   }
+  // Memory planning.
+  auto onOp = [&](bool ok, StringRef where) -> LogicalResult {
+    if (ok)
+      return success();
+    return op->emitOpError()
+           << "attribute '" << name.getValue() << "' belongs on " << where;
+  };
+  auto arenaBuffer = [&](Attribute a) {
+    auto b = dyn_cast_or_null<BufferAttr>(a);
+    return b && b.getSpace() == BufferSpace::Arena;
+  };
+  auto arenaBuffers = [&](size_t count) {
+    auto array = dyn_cast<ArrayAttr>(value);
+    return array && (count == 0 || array.size() == count) &&
+           llvm::all_of(array, arenaBuffer);
+  };
+  if (name == getBf16ShadowAttrHelper().getName()) {
+    if (failed(onOp(isa<nn::ParamOp>(op), "an nn.param")))
+      return failure();
+    return isa<UnitAttr>(value) ? success() : expected("a unit attribute");
+  }
+  if (name == getBufferAttrHelper().getName()) {
+    if (failed(onOp(!isa<FunctionOpInterface>(op) && op->getNumResults() == 1,
+                    "an op with one result, or a function argument")))
+      return failure();
+    return isa<BufferAttr>(value) ? success() : expected("a #pipe.buffer");
+  }
+  if (name == getShadowAttrHelper().getName()) {
+    if (failed(onOp(isa<nn::ParamOp>(op), "an nn.param")))
+      return failure();
+    return arenaBuffer(value) ? success() : expected("an arena #pipe.buffer");
+  }
+  if (name == getAccumulatorAttrHelper().getName()) {
+    if (failed(onOp(isa<AccumulateGradOp>(op), "a pipe.accumulate_grad")))
+      return failure();
+    return arenaBuffer(value) ? success() : expected("an arena #pipe.buffer");
+  }
+  if (name == getStateAttrHelper().getName()) {
+    if (failed(onOp(isa<SGDUpdateOp, AdamUpdateOp>(op),
+                    "a pipe.sgd_update or pipe.adam_update")))
+      return failure();
+    return arenaBuffers(0) ? success()
+                           : expected("an array of arena #pipe.buffer");
+  }
+  if (name == getDeferredOperandsAttrHelper().getName()) {
+    if (failed(onOp(isa<AccumulateGradOp>(op), "a pipe.accumulate_grad")))
+      return failure();
+    return arenaBuffers(2) ? success()
+                           : expected("two arena #pipe.buffer (G, then X)");
+  }
+  if (name == getMemoryAttrHelper().getName()) {
+    if (failed(onOp(isa<ScheduleOp>(op), "a pipe.schedule")))
+      return failure();
+    return isa<MemoryPlanAttr>(value) ? success()
+                                      : expected("a #pipe.memory_plan");
+  }
   return op->emitOpError() << "has '" << name.getValue()
                            << "', which is not an attribute of the pipe "
                               "dialect";
@@ -168,6 +290,15 @@ static LogicalResult notAnOperationAttribute(Operation *op, StringRef where,
 LogicalResult PipeDialect::verifyRegionArgAttribute(Operation *op, unsigned,
                                                     unsigned argIndex,
                                                     NamedAttribute attr) {
+  // A function argument's buffer (gpipe-plan-memory).
+  if (attr.getName() == getBufferAttrHelper().getName() &&
+      isa<FunctionOpInterface>(op)) {
+    if (isa<BufferAttr>(attr.getValue()))
+      return success();
+    return op->emitOpError()
+           << "argument #" << argIndex << ": attribute 'pipe.buffer' must be "
+           << "a #pipe.buffer, got " << attr.getValue();
+  }
   return notAnOperationAttribute(op, "argument", argIndex, attr);
 }
 
@@ -264,4 +395,114 @@ std::optional<int64_t> gpipe::pipeline::getFusionGroup(Operation *op) {
 }
 void gpipe::pipeline::setFusionGroup(Operation *op, int64_t group) {
   setInt<PipeDialect::FusedAttrHelper>(op, group);
+}
+
+FusionUnits gpipe::pipeline::getFusionUnits(Block &block) {
+  FusionUnits f;
+  llvm::DenseMap<int64_t, int64_t> unitOfGroup;
+  for (Operation &op : block) {
+    if (std::optional<int64_t> group = getFusionGroup(&op)) {
+      auto [it, fresh] = unitOfGroup.try_emplace(*group, f.units.size());
+      if (!fresh) {
+        f.units[it->second].push_back(&op);
+        f.unitOf[&op] = it->second;
+        continue;
+      }
+    }
+    f.units.push_back({&op});
+    f.unitOf[&op] = f.units.size() - 1;
+  }
+  for (auto &unit : f.units) {
+    if (unit.size() < 2)
+      continue;
+    for (Operation *op : unit)
+      for (Value r : op->getResults())
+        if (!r.use_empty() && llvm::all_of(r.getUsers(), [&](Operation *user) {
+              return f.unitOf.lookup(user) == f.unitOf.lookup(op);
+            }))
+          f.internal.insert(r);
+  }
+  return f;
+}
+
+bool gpipe::pipeline::hasBf16Shadow(Operation *op) {
+  return PipeDialect::Bf16ShadowAttrHelper(op->getContext()).isAttrPresent(op);
+}
+void gpipe::pipeline::setBf16Shadow(Operation *op) {
+  PipeDialect::Bf16ShadowAttrHelper(op->getContext())
+      .setAttr(op, UnitAttr::get(op->getContext()));
+}
+
+BufferAttr gpipe::pipeline::getBuffer(Value value) {
+  StringRef name = PipeDialect::BufferAttrHelper::getNameStr();
+  if (Operation *def = value.getDefiningOp())
+    return def->getAttrOfType<BufferAttr>(name);
+  auto arg = cast<BlockArgument>(value);
+  auto func = dyn_cast<FunctionOpInterface>(arg.getOwner()->getParentOp());
+  if (!func || arg.getOwner() != &func.getFunctionBody().front())
+    return {};
+  return func.getArgAttrOfType<BufferAttr>(arg.getArgNumber(), name);
+}
+void gpipe::pipeline::setBuffer(Value value, BufferAttr buffer) {
+  StringRef name = PipeDialect::BufferAttrHelper::getNameStr();
+  if (Operation *def = value.getDefiningOp())
+    return def->setAttr(name, buffer);
+  auto arg = cast<BlockArgument>(value);
+  cast<FunctionOpInterface>(arg.getOwner()->getParentOp())
+      .setArgAttr(arg.getArgNumber(), name, buffer);
+}
+
+template <typename Helper> static BufferAttr getBufferAttr(Operation *op) {
+  return dyn_cast_or_null<BufferAttr>(Helper(op->getContext()).getAttr(op));
+}
+template <typename Helper>
+static SmallVector<BufferAttr> getBufferArray(Operation *op) {
+  SmallVector<BufferAttr> buffers;
+  if (ArrayAttr array = Helper(op->getContext()).getAttr(op))
+    for (Attribute a : array)
+      if (auto b = dyn_cast<BufferAttr>(a))
+        buffers.push_back(b);
+  return buffers;
+}
+template <typename Helper>
+static void setBufferArray(Operation *op, ArrayRef<BufferAttr> buffers) {
+  SmallVector<Attribute> attrs(buffers.begin(), buffers.end());
+  Helper(op->getContext()).setAttr(op, ArrayAttr::get(op->getContext(), attrs));
+}
+
+BufferAttr gpipe::pipeline::getShadow(Operation *op) {
+  return getBufferAttr<PipeDialect::ShadowAttrHelper>(op);
+}
+void gpipe::pipeline::setShadow(Operation *op, BufferAttr buffer) {
+  PipeDialect::ShadowAttrHelper(op->getContext()).setAttr(op, buffer);
+}
+
+BufferAttr gpipe::pipeline::getAccumulator(Operation *op) {
+  return getBufferAttr<PipeDialect::AccumulatorAttrHelper>(op);
+}
+void gpipe::pipeline::setAccumulator(Operation *op, BufferAttr buffer) {
+  PipeDialect::AccumulatorAttrHelper(op->getContext()).setAttr(op, buffer);
+}
+
+SmallVector<BufferAttr> gpipe::pipeline::getState(Operation *op) {
+  return getBufferArray<PipeDialect::StateAttrHelper>(op);
+}
+void gpipe::pipeline::setState(Operation *op, ArrayRef<BufferAttr> buffers) {
+  setBufferArray<PipeDialect::StateAttrHelper>(op, buffers);
+}
+
+SmallVector<BufferAttr> gpipe::pipeline::getDeferredOperands(Operation *op) {
+  return getBufferArray<PipeDialect::DeferredOperandsAttrHelper>(op);
+}
+void gpipe::pipeline::setDeferredOperands(Operation *op,
+                                          ArrayRef<BufferAttr> buffers) {
+  setBufferArray<PipeDialect::DeferredOperandsAttrHelper>(op, buffers);
+}
+
+MemoryPlanAttr gpipe::pipeline::getMemoryPlan(Operation *op) {
+  return dyn_cast_or_null<MemoryPlanAttr>(
+      PipeDialect::MemoryAttrHelper(op->getContext()).getAttr(op));
+}
+void gpipe::pipeline::setMemoryPlan(Operation *op, MemoryPlanAttr plan) {
+  PipeDialect::MemoryAttrHelper(op->getContext()).setAttr(op, plan);
 }

@@ -4,12 +4,18 @@
 #define GPIPE_DIALECTS_PIPE_PIPEDIALECT_H
 
 #include "mlir/IR/Attributes.h"
+#include "mlir/IR/Block.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Dialect.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "mlir/IR/Operation.h"
+#include "mlir/IR/Value.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SmallVector.h"
 
 #include <optional>
+#include <vector>
 
 #include "dialects/pipe/PipeDialect.h.inc"
 #include "dialects/pipe/PipeEnums.h.inc"
@@ -62,6 +68,54 @@ void setSends(mlir::Operation *op, Sends sends);
 /// (gpipe-fuse-elementwise).
 std::optional<int64_t> getFusionGroup(mlir::Operation *op);
 void setFusionGroup(mlir::Operation *op, int64_t group);
+
+/// The units code generation emits a function's block in: each fusion group
+/// (pipe.fused) is one unit, in the place of its first op; every other op is
+/// a unit of its own.
+struct FusionUnits {
+  std::vector<llvm::SmallVector<mlir::Operation *>> units;
+  llvm::DenseMap<mlir::Operation *, int64_t> unitOf;
+  /// Results of a unit of several ops that only that unit reads: they stay
+  /// in registers and get no buffer.
+  llvm::DenseSet<mlir::Value> internal;
+};
+FusionUnits getFusionUnits(mlir::Block &block);
+
+/// `pipe.bf16_shadow`: the parameter of this nn.param keeps a bf16 copy for
+/// the GEMMs that read it (gpipe-bf16-shadows).
+bool hasBf16Shadow(mlir::Operation *op);
+void setBf16Shadow(mlir::Operation *op);
+
+/// `pipe.buffer` (gpipe-plan-memory): where a value lives, on the op that
+/// defines it or on the function argument; null when the value has none (a
+/// view, a fusion group's internal value, a CPU constant).
+BufferAttr getBuffer(mlir::Value value);
+void setBuffer(mlir::Value value, BufferAttr buffer);
+
+/// `pipe.shadow` on an nn.param: where its bf16 copy lives; null if none.
+BufferAttr getShadow(mlir::Operation *op);
+void setShadow(mlir::Operation *op, BufferAttr buffer);
+
+/// `pipe.accumulator` on a pipe.accumulate_grad: its parameter's
+/// accumulator.
+BufferAttr getAccumulator(mlir::Operation *op);
+void setAccumulator(mlir::Operation *op, BufferAttr buffer);
+
+/// `pipe.state` on an optimizer update: its state buffers, in the order the
+/// update reads them (SGD: the momentum; Adam: the two moments).
+llvm::SmallVector<BufferAttr> getState(mlir::Operation *op);
+void setState(mlir::Operation *op, llvm::ArrayRef<BufferAttr> buffers);
+
+/// `pipe.deferred_operands` on a deferred pipe.accumulate_grad: the GEMM's
+/// operands G and X for all micro-batches; empty when absent.
+llvm::SmallVector<BufferAttr> getDeferredOperands(mlir::Operation *op);
+void setDeferredOperands(mlir::Operation *op,
+                         llvm::ArrayRef<BufferAttr> buffers);
+
+/// `pipe.memory` on a pipe.schedule: its stage's arena layout; null when
+/// absent.
+MemoryPlanAttr getMemoryPlan(mlir::Operation *op);
+void setMemoryPlan(mlir::Operation *op, MemoryPlanAttr plan);
 
 } // namespace pipeline
 } // namespace gpipe

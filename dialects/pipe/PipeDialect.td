@@ -42,7 +42,26 @@ def Pipe_Dialect : Dialect {
     "::mlir::StringAttr":$schedule,
     "::mlir::StringAttr":$sends,
     // Lowering: the fusion group of an op (gpipe-fuse-elementwise).
-    "::mlir::IntegerAttr":$fused
+    "::mlir::IntegerAttr":$fused,
+    // Lowering: a parameter a bf16 GEMM reads keeps a bf16 copy (on its
+    // nn.param ops; gpipe-bf16-shadows).
+    "::mlir::UnitAttr":$bf16_shadow,
+    // Memory planning (gpipe-plan-memory). Declared as Attribute: the
+    // accessors cast to BufferAttr and MemoryPlanAttr (declared after the
+    // dialect).
+    // Where an op's result, or a function argument, lives (a BufferAttr).
+    "::mlir::Attribute":$buffer,
+    // Where a parameter's bf16 copy lives, on its nn.param (a BufferAttr).
+    "::mlir::Attribute":$shadow,
+    // The accumulator of a pipe.accumulate_grad's parameter (a BufferAttr).
+    "::mlir::Attribute":$accumulator,
+    // An optimizer update's state buffers (BufferAttrs).
+    "::mlir::ArrayAttr":$state,
+    // A deferred weight-gradient GEMM's operands for all micro-batches, on
+    // its pipe.accumulate_grad (two BufferAttrs: G, then X).
+    "::mlir::ArrayAttr":$deferred_operands,
+    // A stage's arena layout, on its pipe.schedule (a MemoryPlanAttr).
+    "::mlir::Attribute":$memory
   );
   let hasOperationAttrVerify = 1;
   let hasRegionArgAttrVerify = 1;

@@ -2,7 +2,7 @@
 // two-stage, two-micro-batch pipeline (stage 0: a GEMM; stage 1: exp and the
 // loss), as gpipe-compile --emit mlir prints it lowered (gpipe-lower marked
 // the weight gradient's accumulation in_place and deferred), with one
-// location added.
+// location added; gpipe-plan-memory adds the memory plan the printer prints.
 // Stage 0 shows the memory plan (parameters, the accumulator, the deferred
 // weight-gradient GEMM's operands, two stash slots, temporaries, all 64-byte
 // aligned, in one arena), the schedule as an action table, the transfers,
@@ -10,14 +10,24 @@
 // the update multiplies once over both micro-batches). Stage 1: exp as a
 // loop, its result kept in the stash for the backward; the loss divides by
 // the mini-batch size 4 (2 micro-batches of 2).
-// RUN: gpipe-translate --gpipe-stage-to-cpp --stage 0 %s | FileCheck %s --check-prefix=S0
-// RUN: gpipe-translate --gpipe-stage-to-cpp --stage 1 %s | FileCheck %s --check-prefix=S1
+// RUN: gpipe-opt %s --gpipe-plan-memory --mlir-print-debuginfo | gpipe-translate --gpipe-stage-to-cpp --stage 0 | FileCheck %s --check-prefix=S0
+// RUN: gpipe-opt %s --gpipe-plan-memory --mlir-print-debuginfo | gpipe-translate --gpipe-stage-to-cpp --stage 1 | FileCheck %s --check-prefix=S1
 // Without the marks the printer follows the plain IR: the backward computes
 // the weight gradient into a buffer of its own, pipe.accumulate_grad adds it
 // to the accumulator, and the update multiplies nothing.
-// RUN: sed 's/ {deferred, in_place}//' %s | gpipe-translate --gpipe-stage-to-cpp --stage 0 | FileCheck %s --check-prefix=PLAIN
+// RUN: sed 's/ {deferred, in_place}//' %s | gpipe-opt --gpipe-plan-memory --mlir-print-debuginfo | gpipe-translate --gpipe-stage-to-cpp --stage 0 | FileCheck %s --check-prefix=PLAIN
+// The printer prints the plan, it does not make one: moved by hand in the
+// planned IR, the forward GEMM's result is written where the IR says.
+// RUN: gpipe-opt %s --gpipe-plan-memory | sed 's/offset = 384, bytes = 64>, transB/offset = 1024, bytes = 64>, transB/' | gpipe-translate --gpipe-stage-to-cpp --stage 0 | FileCheck %s --check-prefix=MOVED
+// MOVED-LABEL: static void forward(
+// MOVED: gp_gemm(0, 1, 2, 3, 3, 1.0f, ((const float *)(S + 0)), 3, ((const float *)(A + 0)), 3, 0.0f, ((float *)(A + 1024)), 3);
+// Without a plan, or with one for another target, it refuses.
+// RUN: not gpipe-translate --gpipe-stage-to-cpp --stage 0 %s 2>&1 | FileCheck %s --check-prefix=NOPLAN
+// NOPLAN: error: code generation needs the memory plan (pipe.memory): run gpipe-lower, which runs gpipe-plan-memory
+// RUN: gpipe-opt %s --gpipe-plan-memory | not gpipe-translate --gpipe-stage-to-cpp --stage 0 --target cuda 2>&1 | FileCheck %s --check-prefix=OTHERPLAN
+// OTHERPLAN: error: the memory plan is for target cpu, precision fp32, but code generation is for cuda, fp32: lower with gpipe-lower="target=cuda precision=fp32"
 // Fusion groups are checked: a GEMM and a parameter cannot be one unit.
-// RUN: sed 's/{transB = true}/{pipe.fused = 0 : i64, transB = true}/; s/nn.param "w" : tensor<3x3xf32>$/nn.param "w" {pipe.fused = 0 : i64} : tensor<3x3xf32>/' %s | not gpipe-translate --gpipe-stage-to-cpp --stage 0 2>&1 | FileCheck %s --check-prefix=BADGROUP
+// RUN: sed 's/{transB = true}/{pipe.fused = 0 : i64, transB = true}/; s/nn.param "w" : tensor<3x3xf32>$/nn.param "w" {pipe.fused = 0 : i64} : tensor<3x3xf32>/' %s | gpipe-opt --gpipe-plan-memory --mlir-print-debuginfo | not gpipe-translate --gpipe-stage-to-cpp --stage 0 2>&1 | FileCheck %s --check-prefix=BADGROUP
 // BADGROUP: error: code generation cannot emit this fusion group (pipe.fused) as one unit: it needs elementwise ops of one result shape, or on CUDA a GEMM and the relu that is its only reader
 // PLAIN-LABEL: static void backward(
 // PLAIN: // nn.gemm

@@ -1,0 +1,336 @@
+// gpipe-check-memory: each stage's memory plan (gpipe-plan-memory's
+// pipe.memory and buffers) checked against its IR and its schedule.
+#include "passes/Passes.h"
+#include "passes/Utils.h"
+
+#include <map>
+
+namespace gpipe {
+#define GEN_PASS_DEF_CHECKMEMORY
+#include "passes/Passes.h.inc"
+} // namespace gpipe
+
+using namespace mlir;
+using namespace gpipe;
+using pipeline::ActionAttr;
+using pipeline::BufferAttr;
+using pipeline::BufferSpace;
+using pipeline::MemoryPlanAttr;
+using pipeline::Phase;
+
+namespace {
+
+std::string str(BufferAttr b) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << b;
+  return s;
+}
+
+/// The checks of one stage.
+class StageChecker {
+public:
+  StageChecker(int64_t stage, pipeline::ScheduleOp schedule,
+               MemoryPlanAttr plan, std::array<func::FuncOp, 3> fns)
+      : stage(stage), schedule(schedule), plan(plan), fns(fns) {}
+
+  LogicalResult run() {
+    for (func::FuncOp fn : fns)
+      if (failed(collectLongLived(fn)))
+        return failure();
+    if (failed(checkLongLived()) || failed(checkStash()))
+      return failure();
+    for (func::FuncOp fn : fns)
+      if (failed(checkTemporaries(fn)))
+        return failure();
+    return checkSlots();
+  }
+
+private:
+  /// A long-lived object (a parameter, its accumulator, ...) has one buffer.
+  LogicalResult object(const std::string &what, BufferAttr b, Operation *op) {
+    if (!b)
+      return op->emitError("stage ")
+             << stage << ": " << what << " has no buffer; run "
+             << "gpipe-plan-memory";
+    auto [it, inserted] = objects.try_emplace(what, b, op);
+    if (!inserted && it->second.first != b)
+      return op->emitError("stage ")
+                 .append(stage, ": ", what, " is at ", str(b), " here but at ",
+                         str(it->second.first), " elsewhere")
+                 .attachNote(it->second.second->getLoc())
+             << "there";
+    return success();
+  }
+
+  LogicalResult collectLongLived(func::FuncOp fn) {
+    WalkResult walk = fn.walk([&](Operation *op) -> WalkResult {
+      LogicalResult ok = success();
+      if (auto p = dyn_cast<nn::ParamOp>(op)) {
+        std::string name = ("'" + p.getName() + "'").str();
+        ok =
+            object("parameter " + name, pipeline::getBuffer(p.getOutput()), op);
+        if (succeeded(ok) && pipeline::hasBf16Shadow(op))
+          ok = object("the bf16 copy of " + name, pipeline::getShadow(op), op);
+      } else if (auto c = dyn_cast<nn::ConstantOp>(op)) {
+        if (BufferAttr b = pipeline::getBuffer(c.getOutput()))
+          ok = object("constant #" + std::to_string(constants++), b, op);
+      } else if (auto acc = dyn_cast<pipeline::AccumulateGradOp>(op)) {
+        std::string name = ("'" + acc.getParam() + "'").str();
+        BufferAttr b = pipeline::getAccumulator(op);
+        ok = object("the accumulator of " + name, b, op);
+        if (succeeded(ok) && acc.getInPlace() &&
+            pipeline::getBuffer(acc.getGrad()) != b)
+          ok = acc.emitError("stage ")
+               << stage << ": the in-place GEMM of " << name
+               << " does not write its accumulator " << str(b);
+        if (succeeded(ok) && acc.getDeferred()) {
+          SmallVector<BufferAttr> d = pipeline::getDeferredOperands(op);
+          if (d.size() != 2)
+            ok = acc.emitError("stage ")
+                 << stage << ": the deferred GEMM of " << name
+                 << " has no pipe.deferred_operands";
+          else if (failed(object("the deferred G of " + name, d[0], op)) ||
+                   failed(object("the deferred X of " + name, d[1], op)))
+            ok = failure();
+        }
+      } else if (auto acc = dyn_cast<pipeline::AccumulatedGradOp>(op)) {
+        ok = object(("the accumulator of '" + acc.getParam() + "'").str(),
+                    pipeline::getBuffer(acc.getGrad()), op);
+      } else if (isa<pipeline::SGDUpdateOp, pipeline::AdamUpdateOp>(op)) {
+        nn::ParamOp p = paramOf(op->getOperand(0));
+        std::string of = p ? ("'" + p.getName() + "'").str()
+                           : "update #" + std::to_string(updates);
+        for (auto [k, b] : llvm::enumerate(pipeline::getState(op)))
+          if (failed(
+                  object("optimizer state #" + std::to_string(k) + " of " + of,
+                         b, op)))
+            ok = failure();
+        ++updates;
+      }
+      return failed(ok) ? WalkResult::interrupt() : WalkResult::advance();
+    });
+    return failure(walk.wasInterrupted());
+  }
+
+  /// Long-lived objects lie before the stash, aligned, and apart.
+  LogicalResult checkLongLived() {
+    std::vector<std::pair<std::string, BufferAttr>> sorted;
+    for (auto &[what, entry] : objects) {
+      BufferAttr b = entry.first;
+      if (b.getSpace() != BufferSpace::Arena ||
+          b.getOffset() % plan.getAlign() || b.getEnd() > plan.getStashBase())
+        return entry.second->emitError("stage ")
+               << stage << ": " << what << " at " << str(b)
+               << " is not an aligned arena buffer before the stash "
+                  "(stash_base "
+               << plan.getStashBase() << ", align " << plan.getAlign() << ")";
+      sorted.push_back({what, b});
+    }
+    llvm::sort(sorted, [](auto &a, auto &b) {
+      return a.second.getOffset() < b.second.getOffset();
+    });
+    for (size_t i = 1; i < sorted.size(); ++i)
+      if (sorted[i - 1].second.overlaps(sorted[i].second))
+        return objects[sorted[i].first].second->emitError("stage ")
+               << stage << ": " << sorted[i].first << " at "
+               << str(sorted[i].second) << " overlaps " << sorted[i - 1].first
+               << " at " << str(sorted[i - 1].second);
+    return success();
+  }
+
+  /// The forward's stashed results and the backward's arguments agree.
+  LogicalResult checkStash() {
+    Block &fwd = fns[0].getBody().front(), &bwd = fns[1].getBody().front();
+    Operation *ret = fwd.getTerminator();
+    if (ret->getNumOperands() != bwd.getNumArguments())
+      return fns[1].emitError("stage ")
+             << stage << ": the backward takes " << bwd.getNumArguments()
+             << " arguments but the forward stashes " << ret->getNumOperands();
+    for (auto [k, v] : llvm::enumerate(ret->getOperands())) {
+      BufferAttr kept = pipeline::getBuffer(viewRoot(v));
+      BufferAttr read = pipeline::getBuffer(bwd.getArgument(k));
+      auto inSlot = [&](BufferAttr b) {
+        return b && b.getSpace() == BufferSpace::Stash &&
+               b.getOffset() % plan.getAlign() == 0 &&
+               b.getEnd() <= plan.getStashSlot();
+      };
+      if (!inSlot(kept) || !inSlot(read) ||
+          kept.getOffset() != read.getOffset())
+        return fns[1].emitError("stage ")
+               << stage << ": stashed value #" << k << " is kept at "
+               << (kept ? str(kept) : "no buffer") << " but read at "
+               << (read ? str(read) : "no buffer") << " (a slot has "
+               << plan.getStashSlot() << " bytes)";
+    }
+    return success();
+  }
+
+  /// Temporaries: inside the transient part, and apart while alive.
+  LogicalResult checkTemporaries(func::FuncOp fn) {
+    Block &block = fn.getBody().front();
+    pipeline::FusionUnits fu = pipeline::getFusionUnits(block);
+    llvm::DenseMap<Value, int64_t> lastUse;
+    for (Operation &op : block)
+      for (Value operand : op.getOperands()) {
+        Value r = viewRoot(operand);
+        lastUse[r] = std::max<int64_t>(lastUse.lookup(r), fu.unitOf[&op]);
+      }
+    struct Temp {
+      Value value;
+      BufferAttr buffer;
+      int64_t def, end;
+    };
+    std::vector<Temp> temps;
+    // What may live in the stash: the forward's stashed results (their
+    // storage roots), the backward's arguments.
+    llvm::DenseSet<Value> stashed, inPlace;
+    for (Operation &op : block)
+      if (auto acc = dyn_cast<pipeline::AccumulateGradOp>(op);
+          acc && acc.getInPlace())
+        inPlace.insert(acc.getGrad());
+    if (fn == fns[0])
+      for (Value v : block.getTerminator()->getOperands())
+        stashed.insert(viewRoot(v));
+    else if (fn == fns[1])
+      for (BlockArgument arg : block.getArguments())
+        stashed.insert(arg);
+    const int64_t lo = plan.getTransientBase(),
+                  hi = plan.getTransientBase() + plan.getTransient();
+    auto visit = [&](Value v, int64_t def, Operation *where) -> LogicalResult {
+      BufferAttr b = pipeline::getBuffer(v);
+      if (!b)
+        return where->emitError("stage ")
+               << stage << ": this value has no buffer; run gpipe-plan-memory";
+      if (b.getSpace() == BufferSpace::Stash) {
+        if (!stashed.contains(v))
+          return where->emitError("stage ")
+                 << stage << ": this value is in the stash at " << str(b)
+                 << " but is not a stashed value";
+        return success(); // checked by checkStash
+      }
+      if (b.getOffset() < lo) {
+        // Only long-lived objects live there (checked by collectLongLived).
+        Operation *def = v.getDefiningOp();
+        if (!inPlace.contains(v) &&
+            !(def &&
+              isa<nn::ParamOp, nn::ConstantOp, pipeline::AccumulatedGradOp>(
+                  def)))
+          return where->emitError("stage ")
+                 << stage << ": this value's buffer " << str(b)
+                 << " lies in the long-lived part of the arena [0, "
+                 << plan.getStashBase() << "), but the value is a temporary";
+        return success();
+      }
+      if (b.getOffset() % plan.getAlign() || b.getEnd() > hi ||
+          b.getBytes() < bytesOf(v))
+        return where->emitError("stage ")
+               << stage << ": temporary at " << str(b)
+               << " is not an aligned buffer of its size inside the "
+                  "temporaries ["
+               << lo << ", " << hi << ")";
+      temps.push_back({v, b, def, lastUse.count(v) ? lastUse[v] : def});
+      return success();
+    };
+    for (BlockArgument arg : block.getArguments())
+      if (failed(visit(arg, -1, fn)))
+        return failure();
+    for (auto [u, unit] : llvm::enumerate(fu.units))
+      for (Operation *op : unit)
+        for (Value res : op->getResults()) {
+          if (isa<nn::ReshapeOp>(op) || fu.internal.contains(res) ||
+              (isa<nn::ConstantOp>(op) && !pipeline::getBuffer(res)))
+            continue;
+          if (failed(visit(res, u, op)))
+            return failure();
+        }
+    for (size_t i = 0; i < temps.size(); ++i)
+      for (size_t j = i + 1; j < temps.size(); ++j) {
+        const Temp &a = temps[i], &b = temps[j];
+        if (a.def <= b.end && b.def <= a.end && a.buffer.overlaps(b.buffer)) {
+          Operation *where = b.value.getDefiningOp();
+          InFlightDiagnostic d =
+              (where ? where : fn.getOperation())->emitError("stage ");
+          d << stage << ": this value's buffer " << str(b.buffer)
+            << " overlaps " << str(a.buffer)
+            << ", which holds a value still alive";
+          if (Operation *other = a.value.getDefiningOp())
+            d.attachNote(other->getLoc()) << "that value";
+          return d;
+        }
+      }
+    return success();
+  }
+
+  /// Reads the schedule: a forward never takes a slot still in use.
+  LogicalResult checkSlots() {
+    const int64_t slots = plan.getStashSlots();
+    std::vector<int64_t> holder(slots, -1); // micro-batch in each slot
+    for (ActionAttr a : schedule.getActionList()) {
+      if (a.getPhase() == Phase::Update)
+        continue;
+      int64_t mb = *a.getMicrobatch(), slot = mb % slots;
+      if (a.getPhase() == Phase::Forward) {
+        if (holder[slot] >= 0)
+          return schedule.emitError("stage ")
+                 << stage << ": action " << a.getShortName()
+                 << " stashes micro-batch " << mb << " in slot " << slot
+                 << ", which still holds micro-batch " << holder[slot]
+                 << " (its backward has not run); the plan has " << slots
+                 << " stash slot(s)";
+        holder[slot] = mb;
+      } else if (holder[slot] == mb) {
+        holder[slot] = -1;
+      } else {
+        return schedule.emitError("stage ")
+               << stage << ": action " << a.getShortName()
+               << " reads micro-batch " << mb << "'s stash from slot " << slot
+               << ", which holds "
+               << (holder[slot] < 0
+                       ? std::string("nothing")
+                       : "micro-batch " + std::to_string(holder[slot]));
+      }
+    }
+    return success();
+  }
+
+  int64_t stage;
+  pipeline::ScheduleOp schedule;
+  MemoryPlanAttr plan;
+  std::array<func::FuncOp, 3> fns;
+  std::map<std::string, std::pair<BufferAttr, Operation *>> objects;
+  int constants = 0, updates = 0;
+};
+
+struct CheckMemoryPass : gpipe::impl::CheckMemoryBase<CheckMemoryPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (module.getOps<pipeline::ScheduleOp>().empty())
+      return; // not scheduled yet: no stages, no plan
+    for (int64_t s = 0, k = pipeline::getNumStages(module); s < k; ++s) {
+      pipeline::ScheduleOp schedule;
+      for (auto sched : module.getOps<pipeline::ScheduleOp>())
+        if (static_cast<int64_t>(sched.getStage()) == s)
+          schedule = sched;
+      std::array<func::FuncOp, 3> fns = {
+          findStageFunc(module, s, Phase::Forward),
+          findStageFunc(module, s, Phase::Backward),
+          findStageFunc(module, s, Phase::Update)};
+      if (!schedule || !fns[0] || !fns[1] || !fns[2]) {
+        module.emitError("stage ")
+            << s << " lacks its functions or its pipe.schedule";
+        return signalPassFailure();
+      }
+      MemoryPlanAttr plan = pipeline::getMemoryPlan(schedule);
+      if (!plan) {
+        schedule.emitError("stage ")
+            << s << " has no memory plan (pipe.memory): run gpipe-plan-memory";
+        return signalPassFailure();
+      }
+      if (failed(StageChecker(s, schedule, plan, fns).run()))
+        return signalPassFailure();
+    }
+  }
+};
+
+} // namespace

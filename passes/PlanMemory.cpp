@@ -1,0 +1,441 @@
+// gpipe-bf16-shadows and gpipe-plan-memory: which parameters keep a bf16
+// copy, and where every value of a stage lives in its arena (lowering).
+#include "passes/Passes.h"
+#include "passes/Utils.h"
+
+#include "llvm/ADT/StringSet.h"
+
+#include <algorithm>
+#include <set>
+
+namespace gpipe {
+#define GEN_PASS_DEF_BF16SHADOWS
+#define GEN_PASS_DEF_PLANMEMORY
+#include "passes/Passes.h.inc"
+} // namespace gpipe
+
+using namespace mlir;
+using namespace gpipe;
+using pipeline::BufferAttr;
+using pipeline::BufferSpace;
+using pipeline::Phase;
+
+namespace {
+
+/// A stage's three functions and its schedule, or a located error.
+struct StageFuncs {
+  func::FuncOp forward, backward, update;
+  pipeline::ScheduleOp schedule;
+  std::array<func::FuncOp, 3> all() const {
+    return {forward, backward, update};
+  }
+};
+
+FailureOr<StageFuncs> stageFuncs(ModuleOp module, int64_t s) {
+  StageFuncs f{findStageFunc(module, s, Phase::Forward),
+               findStageFunc(module, s, Phase::Backward),
+               findStageFunc(module, s, Phase::Update),
+               {}};
+  for (auto sched : module.getOps<pipeline::ScheduleOp>())
+    if (static_cast<int64_t>(sched.getStage()) == s)
+      f.schedule = sched;
+  if (!f.forward || !f.backward || !f.update || !f.schedule)
+    return module.emitError("stage ")
+           << s
+           << " lacks its functions or its pipe.schedule; run "
+              "gpipe-outline-stages and gpipe-schedule first";
+  return f;
+}
+
+struct Bf16ShadowsPass : gpipe::impl::Bf16ShadowsBase<Bf16ShadowsPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (module.getOps<pipeline::ScheduleOp>().empty())
+      return; // not scheduled yet: no stages
+    for (int64_t s = 0, k = pipeline::getNumStages(module); s < k; ++s) {
+      FailureOr<StageFuncs> f = stageFuncs(module, s);
+      if (failed(f))
+        return signalPassFailure();
+      llvm::StringSet<> readByGemm;
+      for (func::FuncOp fn : f->all())
+        fn.walk([&](nn::GemmOp g) {
+          for (Value v : {g.getA(), g.getB()})
+            if (nn::ParamOp p = paramOf(v))
+              readByGemm.insert(p.getName());
+        });
+      for (func::FuncOp fn : f->all())
+        fn.walk([&](nn::ParamOp p) {
+          if (readByGemm.contains(p.getName()))
+            pipeline::setBf16Shadow(p);
+        });
+    }
+  }
+};
+
+/// First-fit allocator over arena offsets.
+class SlotAllocator {
+public:
+  SlotAllocator(int64_t base, int64_t align)
+      : base(base), top(base), align(align) {}
+  /// The offset of a free slot of `size` bytes (rounded up to the alignment).
+  int64_t allocate(int64_t size) {
+    size = alignUp(std::max<int64_t>(size, 1), align);
+    int64_t offset = base;
+    for (auto [start, len] : live) {
+      if (start - offset >= size)
+        break;
+      offset = std::max(offset, start + len);
+    }
+    live.emplace(offset, size);
+    top = std::max(top, offset + size);
+    return offset;
+  }
+  void release(int64_t offset) {
+    for (auto it = live.begin(); it != live.end(); ++it)
+      if (it->first == offset) {
+        live.erase(it);
+        return;
+      }
+  }
+  int64_t peak() const { return top; }
+
+private:
+  int64_t base, top, align;
+  std::set<std::pair<int64_t, int64_t>> live;
+};
+
+/// Plans one stage.
+class StagePlanner {
+public:
+  StagePlanner(StageFuncs f, int64_t align, bool cuda, bool bf16,
+               int64_t microbatches)
+      : f(f), ctx(f.forward.getContext()), align(align), cuda(cuda), bf16(bf16),
+        microbatches(microbatches) {}
+  LogicalResult run(StringRef target, StringRef precision);
+
+private:
+  int64_t aligned(int64_t bytes) const { return alignUp(bytes, align); }
+  BufferAttr arena(int64_t offset, int64_t bytes) const {
+    return BufferAttr::get(ctx, BufferSpace::Arena, offset, aligned(bytes));
+  }
+  /// The next `bytes` of the long-lived part.
+  BufferAttr permanent(int64_t bytes) {
+    BufferAttr b = arena(cursor, bytes);
+    cursor += aligned(bytes);
+    return b;
+  }
+  void planLongLived();
+  LogicalResult planStash();
+  /// The temporaries of one function; returns their peak bytes.
+  FailureOr<int64_t> planTemporaries(func::FuncOp func);
+
+  StageFuncs f;
+  MLIRContext *ctx;
+  int64_t align;
+  bool cuda, bf16;
+  int64_t microbatches;
+  int64_t cursor = 0;
+  llvm::StringMap<BufferAttr> params, shadows, accumulators;
+  int64_t parameterBytes = 0, optimizerBytes = 0, gradientBytes = 0,
+          constantBytes = 0, shadowBytes = 0, scratchBytes = 0;
+  int64_t clearedBegin = 0, clearedEnd = 0;
+  // The stash: each forward result's offset in a slot, and a slot's bytes.
+  llvm::SmallVector<int64_t> stashOffsetOfResult;
+  int64_t stashSlot = 0, transientBase = 0;
+};
+
+void StagePlanner::planLongLived() {
+  // Parameters, by first appearance in forward, backward, update.
+  for (func::FuncOp fn : f.all())
+    fn.walk([&](nn::ParamOp p) {
+      auto [it, inserted] = params.try_emplace(p.getName());
+      if (inserted) {
+        it->second = permanent(bytesOf(p.getOutput()));
+        parameterBytes += it->second.getBytes();
+      }
+      pipeline::setBuffer(p.getOutput(), it->second);
+    });
+  // Optimizer state: SGD with momentum one buffer, Adam two.
+  f.update.walk([&](Operation *op) {
+    int buffers = 0;
+    Value param;
+    if (auto sgd = dyn_cast<pipeline::SGDUpdateOp>(op)) {
+      buffers = sgd.getMomentum().convertToDouble() > 0 ? 1 : 0;
+      param = sgd.getParam();
+    } else if (auto adam = dyn_cast<pipeline::AdamUpdateOp>(op)) {
+      buffers = 2;
+      param = adam.getParam();
+    } else {
+      return;
+    }
+    SmallVector<BufferAttr> state;
+    for (int k = 0; k < buffers; ++k) {
+      state.push_back(permanent(bytesOf(param)));
+      optimizerBytes += state.back().getBytes();
+    }
+    if (buffers)
+      pipeline::setState(op, state);
+  });
+  // Accumulators: first those a GEMM overwrites (gpipe-accumulate-in-place's
+  // `overwrite`), then those the update clears.
+  const int64_t accumulatorBegin = cursor;
+  f.backward.walk([&](pipeline::AccumulateGradOp acc) {
+    if (acc.getOverwrite() && !accumulators.count(acc.getParam()))
+      accumulators[acc.getParam()] = permanent(bytesOf(acc.getGrad()));
+  });
+  clearedBegin = cursor;
+  for (func::FuncOp fn : f.all())
+    fn.walk([&](Operation *op) {
+      StringRef name;
+      Value v;
+      if (auto a = dyn_cast<pipeline::AccumulateGradOp>(op)) {
+        name = a.getParam();
+        v = a.getGrad();
+      } else if (auto a = dyn_cast<pipeline::AccumulatedGradOp>(op)) {
+        name = a.getParam();
+        v = a.getGrad();
+      } else {
+        return;
+      }
+      if (!accumulators.count(name))
+        accumulators[name] = permanent(bytesOf(v));
+    });
+  clearedEnd = cursor;
+  gradientBytes = cursor - accumulatorBegin;
+  for (func::FuncOp fn : f.all())
+    fn.walk([&](Operation *op) {
+      if (auto a = dyn_cast<pipeline::AccumulateGradOp>(op))
+        pipeline::setAccumulator(a, accumulators.lookup(a.getParam()));
+      else if (auto a = dyn_cast<pipeline::AccumulatedGradOp>(op))
+        pipeline::setBuffer(a.getGrad(), accumulators.lookup(a.getParam()));
+    });
+  // Deferred weight-gradient GEMMs (gpipe-split-weight-grad): G and X of
+  // every micro-batch, in row blocks.
+  f.backward.walk([&](pipeline::AccumulateGradOp acc) {
+    if (!acc.getDeferred())
+      return;
+    auto gemm = acc.getGrad().getDefiningOp<nn::GemmOp>();
+    BufferAttr g = permanent(microbatches * bytesOf(gemm.getA()));
+    BufferAttr x = permanent(microbatches * bytesOf(gemm.getB()));
+    gradientBytes += g.getBytes() + x.getBytes();
+    pipeline::setDeferredOperands(acc, {g, x});
+  });
+  // CUDA: kernels read constants from the arena (init uploads them).
+  if (cuda)
+    for (func::FuncOp fn : f.all())
+      fn.walk([&](nn::ConstantOp c) {
+        BufferAttr b = permanent(bytesOf(c.getOutput()));
+        constantBytes += b.getBytes();
+        pipeline::setBuffer(c.getOutput(), b);
+      });
+  // bf16 copies of the parameters gpipe-bf16-shadows marked, in the order
+  // the GEMMs read them.
+  for (func::FuncOp fn : f.all())
+    fn.walk([&](nn::GemmOp g) {
+      for (Value v : {g.getA(), g.getB()}) {
+        nn::ParamOp p = paramOf(v);
+        if (!p || !pipeline::hasBf16Shadow(p) || shadows.count(p.getName()))
+          continue;
+        auto t = cast<RankedTensorType>(p.getOutput().getType());
+        shadows[p.getName()] = permanent(t.getNumElements() * 2);
+        shadowBytes += shadows[p.getName()].getBytes();
+      }
+    });
+  for (func::FuncOp fn : f.all())
+    fn.walk([&](nn::ParamOp p) {
+      if (BufferAttr b = shadows.lookup(p.getName()))
+        pipeline::setShadow(p, b);
+    });
+  // bf16: the runtime's scratch takes the largest GEMM's operands that have
+  // no copy, rounded to bf16.
+  if (bf16) {
+    auto bf16Bytes = [&](Value v) {
+      return aligned(cast<RankedTensorType>(v.getType()).getNumElements() * 2);
+    };
+    for (func::FuncOp fn : f.all())
+      fn.walk([&](nn::GemmOp g) {
+        int64_t need = 0;
+        for (Value v : {g.getA(), g.getB()}) {
+          nn::ParamOp p = paramOf(v);
+          if (!p || !pipeline::hasBf16Shadow(p))
+            need += bf16Bytes(v);
+        }
+        scratchBytes = std::max(scratchBytes, need);
+      });
+    f.backward.walk([&](pipeline::AccumulateGradOp acc) {
+      if (!acc.getDeferred())
+        return;
+      auto gemm = acc.getGrad().getDefiningOp<nn::GemmOp>();
+      auto rowBlocks = [&](Value v) {
+        return aligned(microbatches *
+                       cast<RankedTensorType>(v.getType()).getNumElements() *
+                       2);
+      };
+      scratchBytes = std::max(scratchBytes,
+                              rowBlocks(gemm.getA()) + rowBlocks(gemm.getB()));
+    });
+  }
+}
+
+LogicalResult StagePlanner::planStash() {
+  // One slot holds the forward's results, by storage root.
+  llvm::DenseMap<Value, int64_t> rootOffset;
+  for (Value v : f.forward.getBody().front().getTerminator()->getOperands()) {
+    Value r = viewRoot(v);
+    if (Operation *def = r.getDefiningOp();
+        def && isa<nn::ParamOp, nn::ConstantOp>(def))
+      return def->emitError("a parameter or constant is stashed (the forward "
+                            "returns it): it is in the arena already");
+    auto [it, inserted] = rootOffset.try_emplace(r, stashSlot);
+    if (inserted) {
+      stashSlot += aligned(bytesOf(r));
+      pipeline::setBuffer(r, BufferAttr::get(ctx, BufferSpace::Stash,
+                                             it->second, aligned(bytesOf(r))));
+    }
+    stashOffsetOfResult.push_back(it->second);
+  }
+  Block &bwd = f.backward.getBody().front();
+  if (bwd.getNumArguments() != stashOffsetOfResult.size())
+    return f.backward.emitError("the backward takes ")
+           << bwd.getNumArguments() << " arguments but the forward stashes "
+           << stashOffsetOfResult.size() << " values";
+  for (BlockArgument arg : bwd.getArguments())
+    pipeline::setBuffer(arg,
+                        BufferAttr::get(ctx, BufferSpace::Stash,
+                                        stashOffsetOfResult[arg.getArgNumber()],
+                                        aligned(bytesOf(arg))));
+  return success();
+}
+
+FailureOr<int64_t> StagePlanner::planTemporaries(func::FuncOp func) {
+  Block &block = func.getBody().front();
+  pipeline::FusionUnits fu = pipeline::getFusionUnits(block);
+  // Values placed already: long-lived ones, the stash. An in-place GEMM's
+  // result is its accumulator.
+  llvm::DenseSet<Value> placed;
+  for (Operation &op : block)
+    if (auto acc = dyn_cast<pipeline::AccumulateGradOp>(op);
+        acc && acc.getInPlace())
+      pipeline::setBuffer(acc.getGrad(), pipeline::getAccumulator(acc));
+  auto isPlaced = [&](Value v) {
+    return pipeline::getBuffer(v) || placed.contains(v);
+  };
+  // Last use (in units, through views) decides when a slot is free again.
+  llvm::DenseMap<Value, int64_t> lastUse;
+  for (Operation &op : block)
+    for (Value operand : op.getOperands()) {
+      Value r = viewRoot(operand);
+      lastUse[r] = std::max<int64_t>(lastUse.lookup(r), fu.unitOf[&op]);
+    }
+  SlotAllocator slots(transientBase, align);
+  llvm::DenseMap<Value, int64_t> offsetOf;
+  auto place = [&](Value v) {
+    int64_t at = slots.allocate(bytesOf(v));
+    offsetOf[v] = at;
+    pipeline::setBuffer(
+        v, BufferAttr::get(ctx, BufferSpace::Arena, at,
+                           alignUp(std::max<int64_t>(bytesOf(v), 1), align)));
+  };
+  // Graph inputs that are not stashed are loaded into temporaries first.
+  for (BlockArgument arg : block.getArguments())
+    if (!isPlaced(arg)) {
+      place(arg);
+      if (!lastUse.count(arg))
+        lastUse[arg] = -1;
+    }
+  for (auto [u, unit] : llvm::enumerate(fu.units)) {
+    const int64_t unitIndex = u;
+    for (Operation *op : unit)
+      for (Value res : op->getResults()) {
+        if (isPlaced(res) || fu.internal.contains(res) ||
+            isa<nn::ReshapeOp>(op) || (!cuda && isa<nn::ConstantOp>(op)))
+          continue;
+        place(res);
+        // A result nobody reads is still written: free it after this unit.
+        if (!lastUse.count(res))
+          lastUse[res] = unitIndex;
+      }
+    // Free after placing the whole unit's results, so results never
+    // overlap the operands they are computed from.
+    llvm::DenseSet<Value> released;
+    auto release = [&](Value r) {
+      if (lastUse.lookup(r) == unitIndex && offsetOf.count(r) &&
+          released.insert(r).second)
+        slots.release(offsetOf[r]);
+    };
+    for (Operation *op : unit) {
+      for (Value operand : op->getOperands())
+        release(viewRoot(operand));
+      for (Value res : op->getResults())
+        if (!isa<nn::ReshapeOp>(op) && res.use_empty())
+          release(res);
+    }
+  }
+  return slots.peak() - transientBase;
+}
+
+LogicalResult StagePlanner::run(StringRef target, StringRef precision) {
+  planLongLived();
+  if (failed(planStash()))
+    return failure();
+  const int64_t stashBase = cursor;
+  const int64_t stashSlots = f.schedule.getNumStashSlots();
+  transientBase = stashBase + stashSlot * stashSlots;
+  int64_t transient = 0;
+  for (func::FuncOp fn : f.all()) {
+    FailureOr<int64_t> peak = planTemporaries(fn);
+    if (failed(peak))
+      return failure();
+    transient = std::max(transient, *peak);
+  }
+  pipeline::setMemoryPlan(
+      f.schedule,
+      pipeline::MemoryPlanAttr::get(
+          ctx, target, precision, align, transientBase + transient,
+          parameterBytes, optimizerBytes, gradientBytes, constantBytes,
+          shadowBytes, clearedBegin, clearedEnd, stashBase, stashSlot,
+          stashSlots, transientBase, transient, scratchBytes));
+  return success();
+}
+
+struct PlanMemoryPass : gpipe::impl::PlanMemoryBase<PlanMemoryPass> {
+  using PlanMemoryBase::PlanMemoryBase;
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (target != "cpu" && target != "cuda") {
+      module.emitError("gpipe-plan-memory: target must be cpu or cuda, got '")
+          << target << "'";
+      return signalPassFailure();
+    }
+    if (precision != "fp32" && precision != "bf16") {
+      module.emitError(
+          "gpipe-plan-memory: precision must be fp32 or bf16, got '")
+          << precision << "'";
+      return signalPassFailure();
+    }
+    // Nothing to plan before the stages are scheduled.
+    if (module.getOps<pipeline::ScheduleOp>().empty())
+      return;
+    const bool cuda = target == "cuda";
+    // CPU: a cache line; CUDA: what cuBLASLt's fastest kernels assume.
+    const int64_t align = cuda ? 256 : 64;
+    const int64_t m = pipeline::getNumMicrobatches(module);
+    for (int64_t s = 0, k = pipeline::getNumStages(module); s < k; ++s) {
+      FailureOr<StageFuncs> f = stageFuncs(module, s);
+      if (failed(f))
+        return signalPassFailure();
+      WalkResult remat = f->backward.walk([](pipeline::RematOp op) {
+        op.emitError("gpipe-plan-memory needs the recomputation inlined: run "
+                     "gpipe-inline-remat first");
+        return WalkResult::interrupt();
+      });
+      if (remat.wasInterrupted())
+        return signalPassFailure();
+      StagePlanner planner(*f, align, cuda, precision == "bf16", m);
+      if (failed(planner.run(target, precision)))
+        return signalPassFailure();
+    }
+  }
+};
+
+} // namespace
