@@ -235,8 +235,13 @@ Operation *Outliner::Builder::cloneOp(Operation *op) {
 static func::FuncOp makeFunc(OpBuilder &b, Location loc, StringRef name,
                              TypeRange args, TypeRange results, int64_t stage,
                              pipeline::Phase phase) {
+  // A name no other symbol (a parameter, say) has.
+  Operation *module = b.getInsertionBlock()->getParentOp();
+  std::string unique = name.str();
+  for (int k = 1; SymbolTable::lookupSymbolIn(module, unique); ++k)
+    unique = name.str() + "_" + std::to_string(k);
   auto func =
-      func::FuncOp::create(b, loc, name, b.getFunctionType(args, results));
+      func::FuncOp::create(b, loc, unique, b.getFunctionType(args, results));
   pipeline::setStage(func, stage);
   pipeline::setPhase(func, phase);
   Block *body = func.addEntryBlock();

@@ -94,6 +94,12 @@ FailureOr<Value> ImportContext::valueOf(const onnx::NodeProto &node,
   Value v;
   Location loc = NameLoc::get(StringAttr::get(&ctx, name), fileLoc);
   if (c->isFloat && initializerNames.contains(name)) {
+    // The parameter's symbol, declared before the training step (in order
+    // of first use), then its value.
+    auto func = builder.getBlock()->getParentOp();
+    OpBuilder declare(func);
+    nn::ParameterOp::create(declare, loc, declare.getStringAttr(name),
+                            TypeAttr::get(f32(c->shape)));
     v = nn::ParamOp::create(builder, loc, f32(c->shape), name);
     params.push_back({name, c->shape, c->f});
   } else if (c->isFloat) {

@@ -243,7 +243,12 @@ LogicalResult Importer::importGraph() {
   result.module = module;
   builder.setInsertionPointToEnd(module.getBody());
   // Result types are known only after import: create with none, fix below.
-  auto func = func::FuncOp::create(builder, fileLoc, "train_step",
+  // Parameters are symbols of the module too (nn.parameter, named after
+  // their initializers): the training step takes a name none of them has.
+  std::string stepName = "train_step";
+  for (int k = 1; initializerNames.contains(stepName); ++k)
+    stepName = "train_step_" + std::to_string(k);
+  auto func = func::FuncOp::create(builder, fileLoc, stepName,
                                    builder.getFunctionType(argTypes, {}));
   Block *body = func.addEntryBlock();
   for (auto [k, input] : llvm::enumerate(inputs)) {

@@ -10,7 +10,7 @@ def NN_Dialect : Dialect {
   let summary = "Tensor compute ops of a training graph, with gradient ops.";
   let description = [{
     Value-semantics ops on statically shaped tensors. Trainable parameters are
-    explicit (`nn.param "name"`); the gradient of the loss with respect to a
+    module-level symbols (`nn.parameter @name`) read by `nn.param @name`; the gradient of the loss with respect to a
     parameter is marked by `nn.param_grad`. Every op carries a cost estimate;
     forward ops carry their reverse-mode gradient rule.
   }];

@@ -5,9 +5,11 @@
 #include "dialects/nn/NNDialect.h"
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/SymbolTable.h"
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
@@ -40,6 +42,13 @@ mlir::LogicalResult splitElementwiseBatch(
 /// chains of them can share one loop or kernel (ODS: NN_Fusible).
 template <typename ConcreteType>
 class Fusible : public mlir::OpTrait::TraitBase<ConcreteType, Fusible> {};
+
+/// Checks that `op`'s parameter `name` is declared (an nn.parameter symbol in
+/// the enclosing module) with `type`: the verifier of every op that names a
+/// parameter (nn.param, pipe.accumulate_grad, pipe.accumulated_grad).
+mlir::LogicalResult verifyParameterUse(mlir::Operation *op,
+                                       llvm::StringRef name, mlir::Type type,
+                                       mlir::SymbolTableCollection &symbols);
 } // namespace gpipe::nn
 
 #include "dialects/nn/NNInterfaces.h.inc"

@@ -8,6 +8,7 @@ include "mlir/IR/BuiltinAttributeInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/IR/OpBase.td"
+include "mlir/IR/SymbolInterfaces.td"
 
 // Ops with their own FLOP count; ops that move no data (views, values) at all.
 def NN_Cost : DeclareOpInterfaceMethods<NN_CostOpInterface, ["getFlops"]>;

@@ -91,8 +91,6 @@ LogicalResult RecvOp::verify() {
 }
 
 LogicalResult AccumulateGradOp::verify() {
-  if (getParam().empty())
-    return emitOpError("needs a parameter name");
   if ((getOverwrite() || getDeferred()) && !getInPlace())
     return emitOpError("'") << (getOverwrite() ? "overwrite" : "deferred")
                             << "' needs 'in_place'";
@@ -111,10 +109,16 @@ LogicalResult AccumulateGradOp::verify() {
   return success();
 }
 
-LogicalResult AccumulatedGradOp::verify() {
-  if (getParam().empty())
-    return emitOpError("needs a parameter name");
-  return success();
+LogicalResult
+AccumulateGradOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  return nn::verifyParameterUse(*this, getParam(), getGrad().getType(),
+                                symbols);
+}
+
+LogicalResult
+AccumulatedGradOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  return nn::verifyParameterUse(*this, getParam(), getGrad().getType(),
+                                symbols);
 }
 
 LogicalResult ReportLossOp::verify() {

@@ -86,10 +86,12 @@ def Pipe_RecvOp : Pipe_Op<"recv", [MemoryEffects<[MemRead, MemWrite]>]> {
 // Gradient accumulation and the loss.
 //===----------------------------------------------------------------------===//
 
-def Pipe_AccumulateGradOp : Pipe_Op<"accumulate_grad", [MemoryEffects<[MemRead, MemWrite]>]> {
+def Pipe_AccumulateGradOp : Pipe_Op<"accumulate_grad", [MemoryEffects<[MemRead, MemWrite]>,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "adds a micro-batch's gradient to a parameter's accumulator";
   let description = [{
-    Each parameter has one gradient accumulator, zero at the start of every
+    Each parameter (`$param`, an `nn.parameter` symbol whose type is
+    `$grad`'s) has one gradient accumulator, zero at the start of every
     mini-batch. A stage's backward adds each micro-batch's gradient with this
     op; its update reads the sum with `pipe.accumulated_grad`.
 
@@ -105,19 +107,19 @@ def Pipe_AccumulateGradOp : Pipe_Op<"accumulate_grad", [MemoryEffects<[MemRead, 
       weight gradient `A^T B`; each micro-batch's backward keeps its two
       operands and the update computes it once over all micro-batches.
   }];
-  let arguments = (ins Pipe_F32Tensor:$grad, StrAttr:$param,
+  let arguments = (ins Pipe_F32Tensor:$grad, FlatSymbolRefAttr:$param,
                    UnitAttr:$in_place, UnitAttr:$overwrite,
                    UnitAttr:$deferred);
   let assemblyFormat = "$grad `to` $param attr-dict `:` type($grad)";
   let hasVerifier = 1;
 }
 
-def Pipe_AccumulatedGradOp : Pipe_Op<"accumulated_grad", [MemoryEffects<[MemRead]>]> {
+def Pipe_AccumulatedGradOp : Pipe_Op<"accumulated_grad", [MemoryEffects<[MemRead]>,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "the gradient of a parameter summed over the mini-batch";
-  let arguments = (ins StrAttr:$param);
+  let arguments = (ins FlatSymbolRefAttr:$param);
   let results = (outs Pipe_F32Tensor:$grad);
   let assemblyFormat = "$param attr-dict `:` type($grad)";
-  let hasVerifier = 1;
 }
 
 def Pipe_ReportLossOp : Pipe_Op<"report_loss", [MemoryEffects<[MemWrite]>]> {

@@ -38,10 +38,11 @@ namespace {
 /// A chain of `depth` tanh layers on [64, 256] with a loss, already through
 /// autodiff-like gradient ops, to exercise slot reuse.
 std::string chainIR(int depth) {
-  std::string ir = "func.func @step(%x: tensor<64x256xf32> {nn.input = \"x\"}, "
+  std::string ir = "nn.parameter @w : tensor<256x256xf32>\n"
+                   "func.func @step(%x: tensor<64x256xf32> {nn.input = \"x\"}, "
                    "%y: tensor<64xi64> {nn.input = \"y\"}) -> (tensor<f32> "
                    "{nn.loss}) {\n";
-  ir += "  %w = nn.param \"w\" : tensor<256x256xf32>\n";
+  ir += "  %w = nn.param @w : tensor<256x256xf32>\n";
   std::string prev = "%x";
   for (int i = 0; i < depth; ++i) {
     std::string h = "%h" + std::to_string(i), t = "%t" + std::to_string(i);

@@ -4,10 +4,23 @@
 using namespace mlir;
 using namespace gpipe::nn;
 
-LogicalResult ParamOp::verify() {
-  if (getName().empty())
-    return emitOpError("parameter name must not be empty");
+LogicalResult gpipe::nn::verifyParameterUse(Operation *op, StringRef name,
+                                            Type type,
+                                            SymbolTableCollection &symbols) {
+  auto decl = symbols.lookupNearestSymbolFrom<ParameterOp>(
+      op, StringAttr::get(op->getContext(), name));
+  if (!decl)
+    return op->emitOpError("parameter @")
+           << name << " is not declared (no nn.parameter @" << name
+           << " in the module)";
+  if (decl.getType() != type)
+    return op->emitOpError("has type ") << type << " but parameter @" << name
+                                        << " is declared " << decl.getType();
   return success();
+}
+
+LogicalResult ParamOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  return verifyParameterUse(*this, getName(), getOutput().getType(), symbols);
 }
 
 int64_t ParamOp::getFlops() { return 0; }

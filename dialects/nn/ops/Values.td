@@ -1,4 +1,5 @@
-// Ops of the nn dialect: values (parameters, constants, parameter gradients).
+// Ops of the nn dialect: values (parameter declarations and values,
+// constants, parameter gradients).
 #ifndef GPIPE_NN_OPS_VALUES
 #define GPIPE_NN_OPS_VALUES
 
@@ -6,19 +7,42 @@
 // Values: parameters and constants.
 //===----------------------------------------------------------------------===//
 
-def NN_ParamOp : NN_Op<"param", [NN_FreeCost]> {
-  let summary = "a trainable parameter (an ONNX floating-point initializer)";
+def NN_ParameterOp : NN_Op<"parameter", [Symbol, HasParent<"::mlir::ModuleOp">]> {
+  let summary = "declares a trainable parameter (an ONNX floating-point initializer)";
   let description = [{
-    Reads the current value of the named parameter at the start of a training
-    step. The name is the ONNX initializer's name; it is unique per function.
+    A module-level symbol, one per parameter, named by its ONNX initializer
+    (`@"fc1.weight"`), with its type. Everything that refers to a parameter
+    names this symbol: `nn.param` (its value), `pipe.accumulate_grad` and
+    `pipe.accumulated_grad` (its gradient accumulator); their verifiers check
+    that it exists and that the types agree. Its initial value is the
+    model's initializer, written by gpipe-compile to `weights/`.
     ```mlir
-    %w = nn.param "fc1.weight" : tensor<32x16xf32>
+    nn.parameter @"fc1.weight" : tensor<32x16xf32>
     ```
   }];
-  let arguments = (ins StrAttr:$name);
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       TypeAttrOf<NN_F32Tensor>:$type);
+  let assemblyFormat = "$sym_name attr-dict `:` $type";
+  let extraClassDeclaration = [{
+    ::mlir::RankedTensorType getTensorType() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getType());
+    }
+  }];
+}
+
+def NN_ParamOp : NN_Op<"param", [NN_FreeCost,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "the value of a trainable parameter";
+  let description = [{
+    Reads the current value of the parameter `nn.parameter` `$name` declares
+    at the start of a training step; its type is the declaration's.
+    ```mlir
+    %w = nn.param @"fc1.weight" : tensor<32x16xf32>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$name);
   let results = (outs NN_F32Tensor:$output);
   let assemblyFormat = "$name attr-dict `:` type($output)";
-  let hasVerifier = 1;
 }
 
 def NN_ConstantOp : NN_Op<"constant", [ConstantLike, Pure,

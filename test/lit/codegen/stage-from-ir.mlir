@@ -27,7 +27,7 @@
 // RUN: gpipe-opt %s --gpipe-plan-memory | not gpipe-translate --gpipe-stage-to-cpp --stage 0 --target cuda 2>&1 | FileCheck %s --check-prefix=OTHERPLAN
 // OTHERPLAN: error: the memory plan is for target cpu, precision fp32, but code generation is for cuda, fp32: lower with gpipe-lower="target=cuda precision=fp32"
 // Fusion groups are checked: a GEMM and a parameter cannot be one unit.
-// RUN: sed 's/{transB = true}/{pipe.fused = 0 : i64, transB = true}/; s/nn.param "w" : tensor<3x3xf32>$/nn.param "w" {pipe.fused = 0 : i64} : tensor<3x3xf32>/' %s | gpipe-opt --gpipe-plan-memory --mlir-print-debuginfo | not gpipe-translate --gpipe-stage-to-cpp --stage 0 2>&1 | FileCheck %s --check-prefix=BADGROUP
+// RUN: sed 's/{transB = true}/{pipe.fused = 0 : i64, transB = true}/; s/nn.param @w : tensor<3x3xf32>$/nn.param @w {pipe.fused = 0 : i64} : tensor<3x3xf32>/' %s | gpipe-opt --gpipe-plan-memory --mlir-print-debuginfo | not gpipe-translate --gpipe-stage-to-cpp --stage 0 2>&1 | FileCheck %s --check-prefix=BADGROUP
 // BADGROUP: error: code generation cannot emit this fusion group (pipe.fused) as one unit: it needs elementwise ops of one result shape, or on CUDA a GEMM and the relu that is its only reader
 // PLAIN-LABEL: static void backward(
 // PLAIN: // nn.gemm
@@ -88,8 +88,9 @@
 // S1: static const gp_program kProgram = {"stage1", 1, 2, 2, 4LL, 1, kInputs, 0, kParams, 384LL, 5, kActions,
 
 module attributes {pipe.batch_size = 4 : i64, pipe.microbatches = 2 : i64, pipe.schedule = "gpipe", pipe.sends = "blocking", pipe.stages = 2 : i64} {
+  nn.parameter @w : tensor<3x3xf32>
   func.func @stage0_forward(%arg0: tensor<2x3xf32> {nn.input = "x"}) -> tensor<2x3xf32> attributes {pipe.phase = "forward", pipe.stage = 0 : i64} {
-    %0 = nn.param "w" : tensor<3x3xf32>
+    %0 = nn.param @w : tensor<3x3xf32>
     %1 = nn.gemm %arg0, %0 {transB = true} : (tensor<2x3xf32>, tensor<3x3xf32>) -> tensor<2x3xf32> loc("h")
     pipe.send %1 to 1 tag 0 : tensor<2x3xf32>
     return %arg0 : tensor<2x3xf32>
@@ -97,12 +98,12 @@ module attributes {pipe.batch_size = 4 : i64, pipe.microbatches = 2 : i64, pipe.
   func.func @stage0_backward(%arg0: tensor<2x3xf32>) attributes {pipe.phase = "backward", pipe.stage = 0 : i64} {
     %0 = pipe.recv from 1 tag 1 : tensor<2x3xf32>
     %1 = nn.gemm %0, %arg0 {transA = true} : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<3x3xf32>
-    pipe.accumulate_grad %1 to "w" {deferred, in_place} : tensor<3x3xf32>
+    pipe.accumulate_grad %1 to @w {deferred, in_place} : tensor<3x3xf32>
     return
   }
   func.func @stage0_update() attributes {pipe.phase = "update", pipe.stage = 0 : i64} {
-    %0 = pipe.accumulated_grad "w" : tensor<3x3xf32>
-    %1 = nn.param "w" : tensor<3x3xf32>
+    %0 = pipe.accumulated_grad @w : tensor<3x3xf32>
+    %1 = nn.param @w : tensor<3x3xf32>
     pipe.sgd_update %1, %0 {lr = 1.000000e-01 : f64, momentum = 0.000000e+00 : f64, nesterov = false, weight_decay = 0.000000e+00 : f64} : tensor<3x3xf32>
     return
   }

@@ -3,28 +3,45 @@
 // nn.backward): one case per message.
 // RUN: gpipe-opt %s --split-input-file --verify-diagnostics
 
-// A parameter needs a name.
-func.func @param_empty_name() {
-  // expected-error @+1 {{'nn.param' op parameter name must not be empty}}
-  %p = nn.param "" : tensor<4xf32>
+// A parameter is a declared symbol (nn.parameter).
+func.func @param_undeclared() {
+  // expected-error @+1 {{'nn.param' op parameter @missing is not declared (no nn.parameter @missing in the module)}}
+  %p = nn.param @missing : tensor<4xf32>
+  return
+}
+
+// -----
+
+// nn.param has its declaration's type.
+nn.parameter @w : tensor<4xf32>
+func.func @param_type_mismatch() {
+  // expected-error @+1 {{'nn.param' op has type 'tensor<8xf32>' but parameter @w is declared 'tensor<4xf32>'}}
+  %p = nn.param @w : tensor<8xf32>
   return
 }
 
 // -----
 
 // Dynamic shapes are rejected (every nn tensor is statically shaped).
+nn.parameter @w : tensor<4xf32>
 func.func @param_dynamic_shape() {
   // expected-error @+1 {{'nn.param' op result #0 must be statically shaped tensor of 32-bit float values, but got 'tensor<?xf32>'}}
-  %p = nn.param "w" : tensor<?xf32>
+  %p = nn.param @w : tensor<?xf32>
   return
 }
 
 // -----
 
 // Parameters are f32.
-func.func @param_f16() {
-  // expected-error @+1 {{'nn.param' op result #0 must be statically shaped tensor of 32-bit float values, but got 'tensor<4xf16>'}}
-  %p = nn.param "w" : tensor<4xf16>
+// expected-error @+1 {{'nn.parameter' op attribute 'type' failed to satisfy constraint: type attribute of statically shaped tensor of 32-bit float values}}
+nn.parameter @w : tensor<4xf16>
+
+// -----
+
+// A parameter is declared in the module, not in a function.
+func.func @parameter_in_function() {
+  // expected-error @+1 {{'nn.parameter' op expects parent op 'builtin.module'}}
+  nn.parameter @w : tensor<4xf32>
   return
 }
 
@@ -48,9 +65,10 @@ func.func @param_grad_not_param(%x: tensor<4xf32>) {
 
 // -----
 
+nn.parameter @w : tensor<4xf32>
 // The gradient has the parameter's type.
 func.func @param_grad_type_mismatch(%g: tensor<8xf32>) {
-  %p = nn.param "w" : tensor<4xf32>
+  %p = nn.param @w : tensor<4xf32>
   // expected-error @+1 {{'nn.param_grad' op failed to verify that all of {param, grad} have same type}}
   "nn.param_grad"(%p, %g) : (tensor<4xf32>, tensor<8xf32>) -> ()
   return

@@ -4,17 +4,25 @@
 // RUN: gpipe-opt %s | gpipe-opt | FileCheck %s
 // RUN: gpipe-opt %s --mlir-print-op-generic | gpipe-opt | FileCheck %s
 
+// Parameters are module symbols; a name that is not a bare identifier is
+// quoted.
+// CHECK: nn.parameter @fc1.weight : tensor<32x16xf32>
+// CHECK-NEXT: nn.parameter @"layer/1:scale" : tensor<f32>
+// CHECK-NEXT: nn.parameter @w : tensor<8x4xf32>
+nn.parameter @fc1.weight : tensor<32x16xf32>
+nn.parameter @"layer/1:scale" : tensor<f32>
+nn.parameter @w : tensor<8x4xf32>
 // nn.param and nn.constant (f32 splat, f32 and i64 dense) are leaves.
 // CHECK-LABEL: func.func @values()
-// CHECK-NEXT: %[[W:.+]] = nn.param "fc1.weight" : tensor<32x16xf32>
-// CHECK-NEXT: %[[S:.+]] = nn.param "scale" : tensor<f32>
+// CHECK-NEXT: %[[W:.+]] = nn.param @fc1.weight : tensor<32x16xf32>
+// CHECK-NEXT: %[[S:.+]] = nn.param @"layer/1:scale" : tensor<f32>
 // CHECK-NEXT: %[[C0:.+]] = nn.constant dense<1.000000e+00> : tensor<f32>
 // CHECK-NEXT: %[[C1:.+]] = nn.constant dense<[1.500000e+00, -2.000000e+00]> : tensor<2xf32>
 // CHECK-NEXT: %[[C2:.+]] = nn.constant dense<[4, -1]> : tensor<2xi64>
 // CHECK-NEXT: return %[[W]], %[[S]], %[[C0]], %[[C1]], %[[C2]]
 func.func @values() -> (tensor<32x16xf32>, tensor<f32>, tensor<f32>, tensor<2xf32>, tensor<2xi64>) {
-  %w = nn.param "fc1.weight" : tensor<32x16xf32>
-  %s = nn.param "scale" : tensor<f32>
+  %w = nn.param @fc1.weight : tensor<32x16xf32>
+  %s = nn.param @"layer/1:scale" : tensor<f32>
   %c0 = nn.constant dense<1.0> : tensor<f32>
   %c1 = nn.constant dense<[1.5, -2.0]> : tensor<2xf32>
   %c2 = nn.constant dense<[4, -1]> : tensor<2xi64>
@@ -24,10 +32,10 @@ func.func @values() -> (tensor<32x16xf32>, tensor<f32>, tensor<f32>, tensor<2xf3
 // nn.param_grad takes a parameter and a gradient of its type.
 // CHECK-LABEL: func.func @param_grad(
 // CHECK-SAME: %[[G:[^:]+]]: tensor<8x4xf32>
-// CHECK-NEXT: %[[W:.+]] = nn.param "w" : tensor<8x4xf32>
+// CHECK-NEXT: %[[W:.+]] = nn.param @w : tensor<8x4xf32>
 // CHECK-NEXT: nn.param_grad %[[W]], %[[G]] : tensor<8x4xf32>
 func.func @param_grad(%g: tensor<8x4xf32>) {
-  %w = nn.param "w" : tensor<8x4xf32>
+  %w = nn.param @w : tensor<8x4xf32>
   nn.param_grad %w, %g : tensor<8x4xf32>
   return
 }

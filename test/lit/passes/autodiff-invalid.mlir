@@ -2,30 +2,33 @@
 // rule on the path from the parameters to the loss.
 // RUN: gpipe-opt %s --split-input-file --gpipe-autodiff --verify-diagnostics
 
+nn.parameter @w : tensor<4x8xf32>
 // No result is marked nn.loss.
 // expected-error @+1 {{no result is marked 'nn.loss'; nothing to differentiate}}
 func.func @no_loss(%l: tensor<4xi64>) -> tensor<f32> {
-  %w = nn.param "w" : tensor<4x8xf32>
+  %w = nn.param @w : tensor<4x8xf32>
   %loss = nn.softmax_cross_entropy %w, %l : tensor<4x8xf32>, tensor<4xi64>
   return %loss : tensor<f32>
 }
 
 // -----
 
+nn.parameter @w : tensor<4x8xf32>
 // Two results are marked nn.loss.
 // expected-error @+1 {{more than one result is marked 'nn.loss'}}
 func.func @two_losses(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}, tensor<f32> {nn.loss}) {
-  %w = nn.param "w" : tensor<4x8xf32>
+  %w = nn.param @w : tensor<4x8xf32>
   %loss = nn.softmax_cross_entropy %w, %l : tensor<4x8xf32>, tensor<4xi64>
   return %loss, %loss : tensor<f32>, tensor<f32>
 }
 
 // -----
 
+nn.parameter @w : tensor<4x8xf32>
 // The loss must be a scalar (here result #1, a [4, 8] tensor).
 // expected-error @+1 {{the loss (result #1) must be a tensor<f32> scalar, got 'tensor<4x8xf32>'}}
 func.func @non_scalar_loss(%l: tensor<4xi64>) -> (tensor<f32>, tensor<4x8xf32> {nn.loss}) {
-  %w = nn.param "w" : tensor<4x8xf32>
+  %w = nn.param @w : tensor<4x8xf32>
   %loss = nn.softmax_cross_entropy %w, %l : tensor<4x8xf32>, tensor<4xi64>
   %t = nn.tanh %w : tensor<4x8xf32>
   return %loss, %t : tensor<f32>, tensor<4x8xf32>
@@ -51,10 +54,11 @@ func.func @two_blocks(%x: tensor<f32>) -> (tensor<f32> {nn.loss}) {
 
 // -----
 
+nn.parameter @w : tensor<4x8xf32>
 // nn.reduce_to has no gradient rule: it may not sit between a parameter and
 // the loss.
 func.func @reduce_to_on_path(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
-  %w = nn.param "w" : tensor<4x8xf32>
+  %w = nn.param @w : tensor<4x8xf32>
   // expected-error @+1 {{cannot differentiate 'nn.reduce_to': it has no gradient rule}}
   %r = nn.reduce_to %w : tensor<4x8xf32> -> tensor<8xf32>
   %y = nn.add %w, %r : tensor<4x8xf32>, tensor<8xf32> -> tensor<4x8xf32>
@@ -64,9 +68,10 @@ func.func @reduce_to_on_path(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
 
 // -----
 
+nn.parameter @w : tensor<4x8xf32>
 // nn.slice has no gradient rule either.
 func.func @slice_on_path(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
-  %w = nn.param "w" : tensor<4x8xf32>
+  %w = nn.param @w : tensor<4x8xf32>
   %t = nn.tanh %w : tensor<4x8xf32>
   // expected-error @+1 {{cannot differentiate 'nn.slice': it has no gradient rule}}
   %s = nn.slice %t {axis = 1 : i64, start = 4 : i64} : tensor<4x8xf32> -> tensor<4x4xf32>
@@ -76,9 +81,10 @@ func.func @slice_on_path(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
 
 // -----
 
+nn.parameter @w : tensor<4x8xf32>
 // Gradient ops are not differentiated again (no second-order gradients).
 func.func @grad_op_on_path(%x: tensor<4x8xf32>, %l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
-  %w = nn.param "w" : tensor<4x8xf32>
+  %w = nn.param @w : tensor<4x8xf32>
   // expected-error @+1 {{cannot differentiate 'nn.relu_grad': it has no gradient rule}}
   %g = nn.relu_grad %x, %w : tensor<4x8xf32>
   %loss = nn.softmax_cross_entropy %g, %l : tensor<4x8xf32>, tensor<4xi64>
@@ -87,12 +93,13 @@ func.func @grad_op_on_path(%x: tensor<4x8xf32>, %l: tensor<4xi64>) -> (tensor<f3
 
 // -----
 
-// Parameter names are unique: two nn.param "w" would be updated twice.
+nn.parameter @w : tensor<3x3xf32>
+// Parameter names are unique: two nn.param @w would be updated twice.
 func.func @duplicate_param(%x: tensor<4x3xf32>, %y: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
   // expected-note @+1 {{first declared here}}
-  %w = nn.param "w" : tensor<3x3xf32>
+  %w = nn.param @w : tensor<3x3xf32>
   // expected-error @+1 {{parameter 'w' is declared twice}}
-  %w2 = nn.param "w" : tensor<3x3xf32>
+  %w2 = nn.param @w : tensor<3x3xf32>
   %h = nn.gemm %x, %w : (tensor<4x3xf32>, tensor<3x3xf32>) -> tensor<4x3xf32>
   %g = nn.gemm %h, %w2 : (tensor<4x3xf32>, tensor<3x3xf32>) -> tensor<4x3xf32>
   %l = nn.softmax_cross_entropy %g, %y : tensor<4x3xf32>, tensor<4xi64>

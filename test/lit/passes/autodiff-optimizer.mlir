@@ -4,10 +4,12 @@
 // RUN: gpipe-opt %s --gpipe-autodiff --gpipe-optimizer="optimizer=adamw lr=0.001 weight-decay=0.01" | FileCheck %s --check-prefixes=CHECK,ADAMW
 // RUN: gpipe-opt %s --gpipe-autodiff --gpipe-optimizer="lr=0.1 momentum=0.9" | FileCheck %s --check-prefixes=CHECK,SGD
 
+nn.parameter @fc.weight : tensor<8x16xf32>
+nn.parameter @fc.bias : tensor<8xf32>
 // CHECK-LABEL: func.func @linear(
 // CHECK-SAME: %[[X:[^:]+]]: tensor<4x16xf32>, %[[L:[^:]+]]: tensor<4xi64>
-// CHECK: %[[W:.+]] = nn.param "fc.weight"
-// CHECK: %[[B:.+]] = nn.param "fc.bias"
+// CHECK: %[[W:.+]] = nn.param @fc.weight
+// CHECK: %[[B:.+]] = nn.param @fc.bias
 // CHECK: %[[Y:.+]] = nn.gemm %[[X]], %[[W]], %[[B]] {transB = true}
 // CHECK: %[[LOSS:.+]] = nn.softmax_cross_entropy %[[Y]], %[[L]]
 // CHECK: %[[DY:.+]] = nn.softmax_cross_entropy_grad %[[Y]], %[[L]]
@@ -19,8 +21,8 @@
 // SGD-NEXT: pipe.sgd_update %[[B]], %[[DB]] {lr = 1.000000e-01 : f64, momentum = 9.000000e-01 : f64, nesterov = false, weight_decay = 0.000000e+00 : f64} : tensor<8xf32>
 // CHECK-NEXT: return %[[LOSS]] : tensor<f32>
 func.func @linear(%x: tensor<4x16xf32>, %labels: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
-  %w = nn.param "fc.weight" : tensor<8x16xf32>
-  %b = nn.param "fc.bias" : tensor<8xf32>
+  %w = nn.param @fc.weight : tensor<8x16xf32>
+  %b = nn.param @fc.bias : tensor<8xf32>
   %y = nn.gemm %x, %w, %b {transB = true} : (tensor<4x16xf32>, tensor<8x16xf32>, tensor<8xf32>) -> tensor<4x8xf32>
   %loss = nn.softmax_cross_entropy %y, %labels : tensor<4x8xf32>, tensor<4xi64>
   return %loss : tensor<f32>

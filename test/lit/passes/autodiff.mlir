@@ -2,14 +2,16 @@
 // gradients, and the pruning of gradients nobody needs.
 // RUN: gpipe-opt %s --split-input-file --gpipe-autodiff | FileCheck %s
 
+nn.parameter @fc.weight : tensor<8x16xf32>
+nn.parameter @fc.bias : tensor<8xf32>
 // A Linear layer (ONNX Gemm, transB = 1, with bias) and its loss: the seed is
 // 1.0, dY comes from the loss gradient (ignore_index carried over), and
 // dW = dY^T X (gemm transA), db = reduce_to(dY). X is a data input: no gemm
 // computes dX = dY W.
 // CHECK-LABEL: func.func @linear(
 // CHECK-SAME: %[[X:[^:]+]]: tensor<4x16xf32>, %[[L:[^:]+]]: tensor<4xi64>
-// CHECK: %[[W:.+]] = nn.param "fc.weight"
-// CHECK: %[[B:.+]] = nn.param "fc.bias"
+// CHECK: %[[W:.+]] = nn.param @fc.weight
+// CHECK: %[[B:.+]] = nn.param @fc.bias
 // CHECK: %[[Y:.+]] = nn.gemm %[[X]], %[[W]], %[[B]] {transB = true}
 // CHECK: %[[LOSS:.+]] = nn.softmax_cross_entropy %[[Y]], %[[L]] {ignore_index = -100 : i64}
 // CHECK: %[[ONE:.+]] = nn.constant dense<1.000000e+00> : tensor<f32>
@@ -23,8 +25,8 @@
 // CHECK-NEXT: nn.param_grad %[[B]], %[[DB]] : tensor<8xf32>
 // CHECK-NEXT: return %[[LOSS]] : tensor<f32>
 func.func @linear(%x: tensor<4x16xf32>, %labels: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
-  %w = nn.param "fc.weight" : tensor<8x16xf32>
-  %b = nn.param "fc.bias" : tensor<8xf32>
+  %w = nn.param @fc.weight : tensor<8x16xf32>
+  %b = nn.param @fc.bias : tensor<8xf32>
   %y = nn.gemm %x, %w, %b {transB = true} : (tensor<4x16xf32>, tensor<8x16xf32>, tensor<8xf32>) -> tensor<4x8xf32>
   %loss = nn.softmax_cross_entropy %y, %labels {ignore_index = -100 : i64} : tensor<4x8xf32>, tensor<4xi64>
   return %loss : tensor<f32>
@@ -32,6 +34,8 @@ func.func @linear(%x: tensor<4x16xf32>, %labels: tensor<4xi64>) -> (tensor<f32> 
 
 // -----
 
+nn.parameter @fc1.weight : tensor<32x16xf32>
+nn.parameter @fc2.weight : tensor<8x32xf32>
 // Two layers with a relu: the hidden activation's gradient dH = dY W2 is
 // computed (it feeds dW1), relu_grad takes the relu's output (positive
 // exactly where the input is; the next gemm keeps it anyway), and the first
@@ -40,8 +44,8 @@ func.func @linear(%x: tensor<4x16xf32>, %labels: tensor<4xi64>) -> (tensor<f32> 
 // differentiated.
 // CHECK-LABEL: func.func @mlp(
 // CHECK-SAME: %[[X:[^:]+]]: tensor<4x16xf32>, %[[L:[^:]+]]: tensor<4x1xi64>
-// CHECK: %[[W1:.+]] = nn.param "fc1.weight"
-// CHECK: %[[W2:.+]] = nn.param "fc2.weight"
+// CHECK: %[[W1:.+]] = nn.param @fc1.weight
+// CHECK: %[[W2:.+]] = nn.param @fc2.weight
 // CHECK: %[[H:.+]] = nn.gemm %[[X]], %[[W1]] {transB = true}
 // CHECK: %[[A:.+]] = nn.relu %[[H]]
 // CHECK: %[[Y:.+]] = nn.gemm %[[A]], %[[W2]] {transB = true}
@@ -58,8 +62,8 @@ func.func @linear(%x: tensor<4x16xf32>, %labels: tensor<4xi64>) -> (tensor<f32> 
 // CHECK-NEXT: nn.param_grad %[[W2]], %[[DW2]] : tensor<8x32xf32>
 // CHECK-NEXT: return
 func.func @mlp(%x: tensor<4x16xf32>, %labels: tensor<4x1xi64>) -> (tensor<f32> {nn.loss}) {
-  %w1 = nn.param "fc1.weight" : tensor<32x16xf32>
-  %w2 = nn.param "fc2.weight" : tensor<8x32xf32>
+  %w1 = nn.param @fc1.weight : tensor<32x16xf32>
+  %w2 = nn.param @fc2.weight : tensor<8x32xf32>
   %h = nn.gemm %x, %w1 {transB = true} : (tensor<4x16xf32>, tensor<32x16xf32>) -> tensor<4x32xf32>
   %a = nn.relu %h : tensor<4x32xf32>
   %y = nn.gemm %a, %w2 {transB = true} : (tensor<4x32xf32>, tensor<8x32xf32>) -> tensor<4x8xf32>
@@ -70,18 +74,20 @@ func.func @mlp(%x: tensor<4x16xf32>, %labels: tensor<4x1xi64>) -> (tensor<f32> {
 
 // -----
 
+nn.parameter @a : tensor<2x3xf32>
+nn.parameter @b : tensor<3x5xf32>
 // Y = A B (A: 2x3, B: 3x5): dA = dY B^T, dB = A^T dY.
 // CHECK-LABEL: func.func @gemm_nn(
-// CHECK: %[[A:.+]] = nn.param "a"
-// CHECK: %[[B:.+]] = nn.param "b"
+// CHECK: %[[A:.+]] = nn.param @a
+// CHECK: %[[B:.+]] = nn.param @b
 // CHECK: %[[DY:.+]] = nn.softmax_cross_entropy_grad
 // CHECK-NEXT: %[[DA:.+]] = nn.gemm %[[DY]], %[[B]] {transB = true} : (tensor<2x5xf32>, tensor<3x5xf32>) -> tensor<2x3xf32>
 // CHECK-NEXT: %[[DB:.+]] = nn.gemm %[[A]], %[[DY]] {transA = true} : (tensor<2x3xf32>, tensor<2x5xf32>) -> tensor<3x5xf32>
 // CHECK-NEXT: nn.param_grad %[[A]], %[[DA]]
 // CHECK-NEXT: nn.param_grad %[[B]], %[[DB]]
 func.func @gemm_nn(%l: tensor<2xi64>) -> (tensor<f32> {nn.loss}) {
-  %a = nn.param "a" : tensor<2x3xf32>
-  %b = nn.param "b" : tensor<3x5xf32>
+  %a = nn.param @a : tensor<2x3xf32>
+  %b = nn.param @b : tensor<3x5xf32>
   %y = nn.gemm %a, %b : (tensor<2x3xf32>, tensor<3x5xf32>) -> tensor<2x5xf32>
   %loss = nn.softmax_cross_entropy %y, %l : tensor<2x5xf32>, tensor<2xi64>
   return %loss : tensor<f32>
@@ -89,18 +95,20 @@ func.func @gemm_nn(%l: tensor<2xi64>) -> (tensor<f32> {nn.loss}) {
 
 // -----
 
+nn.parameter @a : tensor<3x2xf32>
+nn.parameter @b : tensor<3x5xf32>
 // Y = A^T B (A: 3x2, B: 3x5): dA = B dY^T, dB = A dY.
 // CHECK-LABEL: func.func @gemm_tn(
-// CHECK: %[[A:.+]] = nn.param "a"
-// CHECK: %[[B:.+]] = nn.param "b"
+// CHECK: %[[A:.+]] = nn.param @a
+// CHECK: %[[B:.+]] = nn.param @b
 // CHECK: %[[DY:.+]] = nn.softmax_cross_entropy_grad
 // CHECK-NEXT: %[[DA:.+]] = nn.gemm %[[B]], %[[DY]] {transB = true} : (tensor<3x5xf32>, tensor<2x5xf32>) -> tensor<3x2xf32>
 // CHECK-NEXT: %[[DB:.+]] = nn.gemm %[[A]], %[[DY]] : (tensor<3x2xf32>, tensor<2x5xf32>) -> tensor<3x5xf32>
 // CHECK-NEXT: nn.param_grad %[[A]], %[[DA]]
 // CHECK-NEXT: nn.param_grad %[[B]], %[[DB]]
 func.func @gemm_tn(%l: tensor<2xi64>) -> (tensor<f32> {nn.loss}) {
-  %a = nn.param "a" : tensor<3x2xf32>
-  %b = nn.param "b" : tensor<3x5xf32>
+  %a = nn.param @a : tensor<3x2xf32>
+  %b = nn.param @b : tensor<3x5xf32>
   %y = nn.gemm %a, %b {transA = true} : (tensor<3x2xf32>, tensor<3x5xf32>) -> tensor<2x5xf32>
   %loss = nn.softmax_cross_entropy %y, %l : tensor<2x5xf32>, tensor<2xi64>
   return %loss : tensor<f32>
@@ -108,18 +116,20 @@ func.func @gemm_tn(%l: tensor<2xi64>) -> (tensor<f32> {nn.loss}) {
 
 // -----
 
+nn.parameter @a : tensor<2x3xf32>
+nn.parameter @b : tensor<5x3xf32>
 // Y = A B^T (A: 2x3, B: 5x3): dA = dY B, dB = dY^T A.
 // CHECK-LABEL: func.func @gemm_nt(
-// CHECK: %[[A:.+]] = nn.param "a"
-// CHECK: %[[B:.+]] = nn.param "b"
+// CHECK: %[[A:.+]] = nn.param @a
+// CHECK: %[[B:.+]] = nn.param @b
 // CHECK: %[[DY:.+]] = nn.softmax_cross_entropy_grad
 // CHECK-NEXT: %[[DA:.+]] = nn.gemm %[[DY]], %[[B]] : (tensor<2x5xf32>, tensor<5x3xf32>) -> tensor<2x3xf32>
 // CHECK-NEXT: %[[DB:.+]] = nn.gemm %[[DY]], %[[A]] {transA = true} : (tensor<2x5xf32>, tensor<2x3xf32>) -> tensor<5x3xf32>
 // CHECK-NEXT: nn.param_grad %[[A]], %[[DA]]
 // CHECK-NEXT: nn.param_grad %[[B]], %[[DB]]
 func.func @gemm_nt(%l: tensor<2xi64>) -> (tensor<f32> {nn.loss}) {
-  %a = nn.param "a" : tensor<2x3xf32>
-  %b = nn.param "b" : tensor<5x3xf32>
+  %a = nn.param @a : tensor<2x3xf32>
+  %b = nn.param @b : tensor<5x3xf32>
   %y = nn.gemm %a, %b {transB = true} : (tensor<2x3xf32>, tensor<5x3xf32>) -> tensor<2x5xf32>
   %loss = nn.softmax_cross_entropy %y, %l : tensor<2x5xf32>, tensor<2xi64>
   return %loss : tensor<f32>
@@ -127,13 +137,16 @@ func.func @gemm_nt(%l: tensor<2xi64>) -> (tensor<f32> {nn.loss}) {
 
 // -----
 
+nn.parameter @a : tensor<3x2xf32>
+nn.parameter @b : tensor<5x3xf32>
+nn.parameter @c : tensor<2x1xf32>
 // Y = alpha A^T B^T + beta C (A: 3x2, B: 5x3, C: 2x1): dA = alpha B^T dY^T,
 // dB = alpha dY^T A^T (both gemms keep alpha, beta defaults to 1), and
 // dC = reduce_to(beta * dY).
 // CHECK-LABEL: func.func @gemm_tt(
-// CHECK: %[[A:.+]] = nn.param "a"
-// CHECK: %[[B:.+]] = nn.param "b"
-// CHECK: %[[C:.+]] = nn.param "c"
+// CHECK: %[[A:.+]] = nn.param @a
+// CHECK: %[[B:.+]] = nn.param @b
+// CHECK: %[[C:.+]] = nn.param @c
 // CHECK: %[[DY:.+]] = nn.softmax_cross_entropy_grad
 // CHECK-NEXT: %[[DA:.+]] = nn.gemm %[[B]], %[[DY]] {alpha = 5.000000e-01 : f32, transA = true, transB = true} : (tensor<5x3xf32>, tensor<2x5xf32>) -> tensor<3x2xf32>
 // CHECK-NEXT: %[[DB:.+]] = nn.gemm %[[DY]], %[[A]] {alpha = 5.000000e-01 : f32, transA = true, transB = true} : (tensor<2x5xf32>, tensor<3x2xf32>) -> tensor<5x3xf32>
@@ -144,9 +157,9 @@ func.func @gemm_nt(%l: tensor<2xi64>) -> (tensor<f32> {nn.loss}) {
 // CHECK-NEXT: nn.param_grad %[[B]], %[[DB]]
 // CHECK-NEXT: nn.param_grad %[[C]], %[[DC]]
 func.func @gemm_tt(%l: tensor<2xi64>) -> (tensor<f32> {nn.loss}) {
-  %a = nn.param "a" : tensor<3x2xf32>
-  %b = nn.param "b" : tensor<5x3xf32>
-  %c = nn.param "c" : tensor<2x1xf32>
+  %a = nn.param @a : tensor<3x2xf32>
+  %b = nn.param @b : tensor<5x3xf32>
+  %c = nn.param @c : tensor<2x1xf32>
   %y = nn.gemm %a, %b, %c {transA = true, transB = true, alpha = 0.5 : f32, beta = 3.0 : f32} : (tensor<3x2xf32>, tensor<5x3xf32>, tensor<2x1xf32>) -> tensor<2x5xf32>
   %loss = nn.softmax_cross_entropy %y, %l : tensor<2x5xf32>, tensor<2xi64>
   return %loss : tensor<f32>
@@ -154,16 +167,17 @@ func.func @gemm_tt(%l: tensor<2xi64>) -> (tensor<f32> {nn.loss}) {
 
 // -----
 
+nn.parameter @w : tensor<4x8xf32>
 // exp's gradient reads its output: dx = dy * exp(x), an nn.mul of the
 // incoming gradient and the op's result (no gradient op of its own).
 // CHECK-LABEL: func.func @exp(
-// CHECK: %[[W:.+]] = nn.param "w"
+// CHECK: %[[W:.+]] = nn.param @w
 // CHECK: %[[E:.+]] = nn.exp %[[W]] : tensor<4x8xf32>
 // CHECK: %[[DE:.+]] = nn.softmax_cross_entropy_grad %[[E]],
 // CHECK-NEXT: %[[DW:.+]] = nn.mul %[[DE]], %[[E]] : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
 // CHECK-NEXT: nn.param_grad %[[W]], %[[DW]]
 func.func @exp(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
-  %w = nn.param "w" : tensor<4x8xf32>
+  %w = nn.param @w : tensor<4x8xf32>
   %e = nn.exp %w : tensor<4x8xf32>
   %loss = nn.softmax_cross_entropy %e, %l : tensor<4x8xf32>, tensor<4xi64>
   return %loss : tensor<f32>
@@ -171,10 +185,11 @@ func.func @exp(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
 
 // -----
 
+nn.parameter @w : tensor<4x8xf32>
 // An activation chain: erf_grad takes the op's input, relu_grad, sigmoid_grad
 // and tanh_grad its output; neg's gradient is a neg.
 // CHECK-LABEL: func.func @activations(
-// CHECK: %[[W:.+]] = nn.param "w"
+// CHECK: %[[W:.+]] = nn.param @w
 // CHECK: %[[N:.+]] = nn.neg %[[W]]
 // CHECK: %[[T:.+]] = nn.tanh %[[N]]
 // CHECK: %[[S:.+]] = nn.sigmoid %[[T]]
@@ -188,7 +203,7 @@ func.func @exp(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
 // CHECK-NEXT: %[[DW:.+]] = nn.neg %[[DN]] : tensor<4x8xf32>
 // CHECK-NEXT: nn.param_grad %[[W]], %[[DW]]
 func.func @activations(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
-  %w = nn.param "w" : tensor<4x8xf32>
+  %w = nn.param @w : tensor<4x8xf32>
   %n = nn.neg %w : tensor<4x8xf32>
   %t = nn.tanh %n : tensor<4x8xf32>
   %s = nn.sigmoid %t : tensor<4x8xf32>
@@ -200,12 +215,15 @@ func.func @activations(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
 
 // -----
 
+nn.parameter @w : tensor<4x8xf32>
+nn.parameter @v : tensor<4x8xf32>
+nn.parameter @b : tensor<8xf32>
 // add: the gradient passes through unchanged to same-shape operands and is
 // reduced (reduce_to) only for the broadcast one, whichever side it is on.
 // CHECK-LABEL: func.func @add(
-// CHECK: %[[W:.+]] = nn.param "w"
-// CHECK: %[[V:.+]] = nn.param "v"
-// CHECK: %[[B:.+]] = nn.param "b"
+// CHECK: %[[W:.+]] = nn.param @w
+// CHECK: %[[V:.+]] = nn.param @v
+// CHECK: %[[B:.+]] = nn.param @b
 // CHECK: %[[DY:.+]] = nn.softmax_cross_entropy_grad
 // CHECK-NEXT: %[[DB:.+]] = nn.reduce_to %[[DY]] : tensor<4x8xf32> -> tensor<8xf32>
 // CHECK-NOT: nn.reduce_to
@@ -213,9 +231,9 @@ func.func @activations(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
 // CHECK-NEXT: nn.param_grad %[[V]], %[[DY]] : tensor<4x8xf32>
 // CHECK-NEXT: nn.param_grad %[[B]], %[[DB]] : tensor<8xf32>
 func.func @add(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
-  %w = nn.param "w" : tensor<4x8xf32>
-  %v = nn.param "v" : tensor<4x8xf32>
-  %b = nn.param "b" : tensor<8xf32>
+  %w = nn.param @w : tensor<4x8xf32>
+  %v = nn.param @v : tensor<4x8xf32>
+  %b = nn.param @b : tensor<8xf32>
   %s = nn.add %w, %v : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
   %y = nn.add %b, %s : tensor<8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
   %loss = nn.softmax_cross_entropy %y, %l : tensor<4x8xf32>, tensor<4xi64>
@@ -224,18 +242,20 @@ func.func @add(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
 
 // -----
 
+nn.parameter @w : tensor<4x8xf32>
+nn.parameter @b : tensor<1x8xf32>
 // sub: dlhs = dY, drhs = reduce_to(-dY) for the broadcast [1, 8] rhs.
 // CHECK-LABEL: func.func @sub(
-// CHECK: %[[W:.+]] = nn.param "w"
-// CHECK: %[[B:.+]] = nn.param "b"
+// CHECK: %[[W:.+]] = nn.param @w
+// CHECK: %[[B:.+]] = nn.param @b
 // CHECK: %[[DY:.+]] = nn.softmax_cross_entropy_grad
 // CHECK-NEXT: %[[NEG:.+]] = nn.neg %[[DY]] : tensor<4x8xf32>
 // CHECK-NEXT: %[[DB:.+]] = nn.reduce_to %[[NEG]] : tensor<4x8xf32> -> tensor<1x8xf32>
 // CHECK-NEXT: nn.param_grad %[[W]], %[[DY]] : tensor<4x8xf32>
 // CHECK-NEXT: nn.param_grad %[[B]], %[[DB]] : tensor<1x8xf32>
 func.func @sub(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
-  %w = nn.param "w" : tensor<4x8xf32>
-  %b = nn.param "b" : tensor<1x8xf32>
+  %w = nn.param @w : tensor<4x8xf32>
+  %b = nn.param @b : tensor<1x8xf32>
   %y = nn.sub %w, %b : tensor<4x8xf32>, tensor<1x8xf32> -> tensor<4x8xf32>
   %loss = nn.softmax_cross_entropy %y, %l : tensor<4x8xf32>, tensor<4xi64>
   return %loss : tensor<f32>
@@ -243,14 +263,15 @@ func.func @sub(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
 
 // -----
 
+nn.parameter @w : tensor<4x8xf32>
 // sub with a data lhs: only the parameter's gradient (-dY) is kept.
 // CHECK-LABEL: func.func @sub_data_lhs(
-// CHECK: %[[W:.+]] = nn.param "w"
+// CHECK: %[[W:.+]] = nn.param @w
 // CHECK: %[[DY:.+]] = nn.softmax_cross_entropy_grad
 // CHECK-NEXT: %[[NEG:.+]] = nn.neg %[[DY]] : tensor<4x8xf32>
 // CHECK-NEXT: nn.param_grad %[[W]], %[[NEG]] : tensor<4x8xf32>
 func.func @sub_data_lhs(%x: tensor<4x8xf32>, %l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
-  %w = nn.param "w" : tensor<4x8xf32>
+  %w = nn.param @w : tensor<4x8xf32>
   %y = nn.sub %x, %w : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
   %loss = nn.softmax_cross_entropy %y, %l : tensor<4x8xf32>, tensor<4xi64>
   return %loss : tensor<f32>
@@ -258,11 +279,13 @@ func.func @sub_data_lhs(%x: tensor<4x8xf32>, %l: tensor<4xi64>) -> (tensor<f32> 
 
 // -----
 
+nn.parameter @w : tensor<4x8xf32>
+nn.parameter @s : tensor<f32>
 // mul by a scalar parameter: dW = dY * s (no reduction), ds = reduce_to(dY * W)
 // down to the scalar.
 // CHECK-LABEL: func.func @mul(
-// CHECK: %[[W:.+]] = nn.param "w"
-// CHECK: %[[S:.+]] = nn.param "s"
+// CHECK: %[[W:.+]] = nn.param @w
+// CHECK: %[[S:.+]] = nn.param @s
 // CHECK: %[[DY:.+]] = nn.softmax_cross_entropy_grad
 // CHECK-NEXT: %[[DW:.+]] = nn.mul %[[DY]], %[[S]] : tensor<4x8xf32>, tensor<f32> -> tensor<4x8xf32>
 // CHECK-NEXT: %[[P:.+]] = nn.mul %[[DY]], %[[W]] : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
@@ -270,8 +293,8 @@ func.func @sub_data_lhs(%x: tensor<4x8xf32>, %l: tensor<4xi64>) -> (tensor<f32> 
 // CHECK-NEXT: nn.param_grad %[[W]], %[[DW]] : tensor<4x8xf32>
 // CHECK-NEXT: nn.param_grad %[[S]], %[[DS]] : tensor<f32>
 func.func @mul(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
-  %w = nn.param "w" : tensor<4x8xf32>
-  %s = nn.param "s" : tensor<f32>
+  %w = nn.param @w : tensor<4x8xf32>
+  %s = nn.param @s : tensor<f32>
   %y = nn.mul %w, %s : tensor<4x8xf32>, tensor<f32> -> tensor<4x8xf32>
   %loss = nn.softmax_cross_entropy %y, %l : tensor<4x8xf32>, tensor<4xi64>
   return %loss : tensor<f32>
@@ -279,10 +302,12 @@ func.func @mul(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
 
 // -----
 
+nn.parameter @w : tensor<4x8xf32>
+nn.parameter @d : tensor<4x1xf32>
 // div Y = W / D with D: [4, 1]: dW = dY / D, dD = reduce_to(-(dY * Y) / D).
 // CHECK-LABEL: func.func @div(
-// CHECK: %[[W:.+]] = nn.param "w"
-// CHECK: %[[D:.+]] = nn.param "d"
+// CHECK: %[[W:.+]] = nn.param @w
+// CHECK: %[[D:.+]] = nn.param @d
 // CHECK: %[[Y:.+]] = nn.div %[[W]], %[[D]]
 // CHECK: %[[DY:.+]] = nn.softmax_cross_entropy_grad %[[Y]],
 // CHECK-NEXT: %[[DW:.+]] = nn.div %[[DY]], %[[D]] : tensor<4x8xf32>, tensor<4x1xf32> -> tensor<4x8xf32>
@@ -293,8 +318,8 @@ func.func @mul(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
 // CHECK-NEXT: nn.param_grad %[[W]], %[[DW]] : tensor<4x8xf32>
 // CHECK-NEXT: nn.param_grad %[[D]], %[[DD]] : tensor<4x1xf32>
 func.func @div(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
-  %w = nn.param "w" : tensor<4x8xf32>
-  %d = nn.param "d" : tensor<4x1xf32>
+  %w = nn.param @w : tensor<4x8xf32>
+  %d = nn.param @d : tensor<4x1xf32>
   %y = nn.div %w, %d : tensor<4x8xf32>, tensor<4x1xf32> -> tensor<4x8xf32>
   %loss = nn.softmax_cross_entropy %y, %l : tensor<4x8xf32>, tensor<4xi64>
   return %loss : tensor<f32>
@@ -302,10 +327,11 @@ func.func @div(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
 
 // -----
 
+nn.parameter @w : tensor<4x8xf32>
 // A parameter used by two ops: its two gradients are summed with nn.add (the
 // later use's gradient comes first).
 // CHECK-LABEL: func.func @used_twice(
-// CHECK: %[[W:.+]] = nn.param "w"
+// CHECK: %[[W:.+]] = nn.param @w
 // CHECK: %[[T:.+]] = nn.tanh %[[W]]
 // CHECK: %[[S:.+]] = nn.sigmoid %[[W]]
 // CHECK: %[[DY:.+]] = nn.softmax_cross_entropy_grad
@@ -314,7 +340,7 @@ func.func @div(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
 // CHECK-NEXT: %[[SUM:.+]] = nn.add %[[GS]], %[[GT]] : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
 // CHECK-NEXT: nn.param_grad %[[W]], %[[SUM]] : tensor<4x8xf32>
 func.func @used_twice(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
-  %w = nn.param "w" : tensor<4x8xf32>
+  %w = nn.param @w : tensor<4x8xf32>
   %a = nn.tanh %w : tensor<4x8xf32>
   %b = nn.sigmoid %w : tensor<4x8xf32>
   %y = nn.add %a, %b : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
@@ -324,16 +350,17 @@ func.func @used_twice(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
 
 // -----
 
+nn.parameter @w : tensor<4x8xf32>
 // W * W: both operand gradients go to W and are summed: 2 W dY.
 // CHECK-LABEL: func.func @square(
-// CHECK: %[[W:.+]] = nn.param "w"
+// CHECK: %[[W:.+]] = nn.param @w
 // CHECK: %[[DY:.+]] = nn.softmax_cross_entropy_grad
 // CHECK-NEXT: %[[G0:.+]] = nn.mul %[[DY]], %[[W]]
 // CHECK-NEXT: %[[G1:.+]] = nn.mul %[[DY]], %[[W]]
 // CHECK-NEXT: %[[SUM:.+]] = nn.add %[[G0]], %[[G1]]
 // CHECK-NEXT: nn.param_grad %[[W]], %[[SUM]]
 func.func @square(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
-  %w = nn.param "w" : tensor<4x8xf32>
+  %w = nn.param @w : tensor<4x8xf32>
   %y = nn.mul %w, %w : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
   %loss = nn.softmax_cross_entropy %y, %l : tensor<4x8xf32>, tensor<4xi64>
   return %loss : tensor<f32>
@@ -341,20 +368,22 @@ func.func @square(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
 
 // -----
 
+nn.parameter @a : tensor<4x3xf32>
+nn.parameter @b : tensor<4x5xf32>
 // concat along axis 1 of [a: 3 | x: 8 | b: 5]: each parameter's gradient is
 // the slice of dY at its offset (0 and 3 + 8 = 11); the data input in the
 // middle gets no slice.
 // CHECK-LABEL: func.func @concat(
-// CHECK: %[[A:.+]] = nn.param "a"
-// CHECK: %[[B:.+]] = nn.param "b"
+// CHECK: %[[A:.+]] = nn.param @a
+// CHECK: %[[B:.+]] = nn.param @b
 // CHECK: %[[DY:.+]] = nn.softmax_cross_entropy_grad
 // CHECK-NEXT: %[[DA:.+]] = nn.slice %[[DY]] {axis = 1 : i64, start = 0 : i64} : tensor<4x16xf32> -> tensor<4x3xf32>
 // CHECK-NEXT: %[[DB:.+]] = nn.slice %[[DY]] {axis = 1 : i64, start = 11 : i64} : tensor<4x16xf32> -> tensor<4x5xf32>
 // CHECK-NEXT: nn.param_grad %[[A]], %[[DA]] : tensor<4x3xf32>
 // CHECK-NEXT: nn.param_grad %[[B]], %[[DB]] : tensor<4x5xf32>
 func.func @concat(%x: tensor<4x8xf32>, %l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
-  %a = nn.param "a" : tensor<4x3xf32>
-  %b = nn.param "b" : tensor<4x5xf32>
+  %a = nn.param @a : tensor<4x3xf32>
+  %b = nn.param @b : tensor<4x5xf32>
   %cc = nn.concat %a, %x, %b {axis = 1 : i64} : (tensor<4x3xf32>, tensor<4x8xf32>, tensor<4x5xf32>) -> tensor<4x16xf32>
   %loss = nn.softmax_cross_entropy %cc, %l : tensor<4x16xf32>, tensor<4xi64>
   return %loss : tensor<f32>
@@ -362,18 +391,20 @@ func.func @concat(%x: tensor<4x8xf32>, %l: tensor<4xi64>) -> (tensor<f32> {nn.lo
 
 // -----
 
+nn.parameter @a : tensor<2x8xf32>
+nn.parameter @b : tensor<4x8xf32>
 // concat along axis 0: the slices are taken along axis 0.
 // CHECK-LABEL: func.func @concat_axis0(
-// CHECK: %[[A:.+]] = nn.param "a"
-// CHECK: %[[B:.+]] = nn.param "b"
+// CHECK: %[[A:.+]] = nn.param @a
+// CHECK: %[[B:.+]] = nn.param @b
 // CHECK: %[[DY:.+]] = nn.softmax_cross_entropy_grad
 // CHECK-NEXT: %[[DA:.+]] = nn.slice %[[DY]] {axis = 0 : i64, start = 0 : i64} : tensor<6x8xf32> -> tensor<2x8xf32>
 // CHECK-NEXT: %[[DB:.+]] = nn.slice %[[DY]] {axis = 0 : i64, start = 2 : i64} : tensor<6x8xf32> -> tensor<4x8xf32>
 // CHECK-NEXT: nn.param_grad %[[A]], %[[DA]] : tensor<2x8xf32>
 // CHECK-NEXT: nn.param_grad %[[B]], %[[DB]] : tensor<4x8xf32>
 func.func @concat_axis0(%l: tensor<6xi64>) -> (tensor<f32> {nn.loss}) {
-  %a = nn.param "a" : tensor<2x8xf32>
-  %b = nn.param "b" : tensor<4x8xf32>
+  %a = nn.param @a : tensor<2x8xf32>
+  %b = nn.param @b : tensor<4x8xf32>
   %cc = nn.concat %a, %b {axis = 0 : i64} : (tensor<2x8xf32>, tensor<4x8xf32>) -> tensor<6x8xf32>
   %loss = nn.softmax_cross_entropy %cc, %l : tensor<6x8xf32>, tensor<6xi64>
   return %loss : tensor<f32>
@@ -381,14 +412,15 @@ func.func @concat_axis0(%l: tensor<6xi64>) -> (tensor<f32> {nn.loss}) {
 
 // -----
 
+nn.parameter @w : tensor<2x16xf32>
 // reshape: the gradient is reshaped back to the input's shape.
 // CHECK-LABEL: func.func @reshape(
-// CHECK: %[[W:.+]] = nn.param "w"
+// CHECK: %[[W:.+]] = nn.param @w
 // CHECK: %[[DY:.+]] = nn.softmax_cross_entropy_grad
 // CHECK-NEXT: %[[DW:.+]] = nn.reshape %[[DY]] : tensor<4x8xf32> -> tensor<2x16xf32>
 // CHECK-NEXT: nn.param_grad %[[W]], %[[DW]] : tensor<2x16xf32>
 func.func @reshape(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
-  %w = nn.param "w" : tensor<2x16xf32>
+  %w = nn.param @w : tensor<2x16xf32>
   %r = nn.reshape %w : tensor<2x16xf32> -> tensor<4x8xf32>
   %loss = nn.softmax_cross_entropy %r, %l : tensor<4x8xf32>, tensor<4xi64>
   return %loss : tensor<f32>
@@ -396,22 +428,25 @@ func.func @reshape(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
 
 // -----
 
+nn.parameter @w : tensor<4x8xf32>
+nn.parameter @unused : tensor<4x8xf32>
+nn.parameter @dead : tensor<3xf32>
 // Parameters that do not reach the loss (one feeds a second result, one is
 // unused) get no param_grad. Ops without a gradient rule (nn.slice) are fine
 // off the differentiated path: on a data input, or after a parameter that does
 // not reach the loss.
 // CHECK-LABEL: func.func @not_reaching_loss(
-// CHECK: %[[W:.+]] = nn.param "w"
-// CHECK: %[[U:.+]] = nn.param "unused"
-// CHECK: %[[D:.+]] = nn.param "dead"
+// CHECK: %[[W:.+]] = nn.param @w
+// CHECK: %[[U:.+]] = nn.param @unused
+// CHECK: %[[D:.+]] = nn.param @dead
 // CHECK: %[[DY:.+]] = nn.softmax_cross_entropy_grad
 // CHECK-NEXT: nn.param_grad %[[W]], %[[DY]]
 // CHECK-NEXT: return
 // CHECK-NOT: nn.param_grad
 func.func @not_reaching_loss(%x: tensor<4x16xf32>, %l: tensor<4xi64>) -> (tensor<f32> {nn.loss}, tensor<4x2xf32>) {
-  %w = nn.param "w" : tensor<4x8xf32>
-  %u = nn.param "unused" : tensor<4x8xf32>
-  %d = nn.param "dead" : tensor<3xf32>
+  %w = nn.param @w : tensor<4x8xf32>
+  %u = nn.param @unused : tensor<4x8xf32>
+  %d = nn.param @dead : tensor<3xf32>
   %xs = nn.slice %x {axis = 1 : i64, start = 8 : i64} : tensor<4x16xf32> -> tensor<4x8xf32>
   %y = nn.add %xs, %w : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
   %t = nn.tanh %u : tensor<4x8xf32>
@@ -422,16 +457,17 @@ func.func @not_reaching_loss(%x: tensor<4x16xf32>, %l: tensor<4xi64>) -> (tensor
 
 // -----
 
+nn.parameter @w : tensor<4x8xf32>
 // The loss may be any result: here result #1.
 // CHECK-LABEL: func.func @loss_second(
-// CHECK: %[[W:.+]] = nn.param "w"
+// CHECK: %[[W:.+]] = nn.param @w
 // CHECK: %[[T:.+]] = nn.tanh %[[W]]
 // CHECK: %[[LOSS:.+]] = nn.softmax_cross_entropy %[[W]],
 // CHECK: %[[DY:.+]] = nn.softmax_cross_entropy_grad %[[W]],
 // CHECK-NEXT: nn.param_grad %[[W]], %[[DY]]
 // CHECK-NEXT: return %[[T]], %[[LOSS]]
 func.func @loss_second(%l: tensor<4xi64>) -> (tensor<4x8xf32>, tensor<f32> {nn.loss}) {
-  %w = nn.param "w" : tensor<4x8xf32>
+  %w = nn.param @w : tensor<4x8xf32>
   %t = nn.tanh %w : tensor<4x8xf32>
   %loss = nn.softmax_cross_entropy %w, %l : tensor<4x8xf32>, tensor<4xi64>
   return %t, %loss : tensor<4x8xf32>, tensor<f32>
@@ -439,6 +475,7 @@ func.func @loss_second(%l: tensor<4xi64>) -> (tensor<4x8xf32>, tensor<f32> {nn.l
 
 // -----
 
+nn.parameter @w : tensor<2x3x4xf32>
 // transpose: the gradient is transposed back with the inverse permutation
 // ([2, 0, 1] -> [1, 2, 0]).
 // CHECK-LABEL: func.func @transpose_grad
@@ -447,7 +484,7 @@ func.func @loss_second(%l: tensor<4xi64>) -> (tensor<4x8xf32>, tensor<f32> {nn.l
 // CHECK: %[[DW:.+]] = nn.transpose %[[DT]], [1, 2, 0] : tensor<4x2x3xf32> -> tensor<2x3x4xf32>
 // CHECK: nn.param_grad %[[W]], %[[DW]] : tensor<2x3x4xf32>
 func.func @transpose_grad(%y: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
-  %w = nn.param "w" : tensor<2x3x4xf32>
+  %w = nn.param @w : tensor<2x3x4xf32>
   %t = nn.transpose %w, [2, 0, 1] : tensor<2x3x4xf32> -> tensor<4x2x3xf32>
   %r = nn.reshape %t : tensor<4x2x3xf32> -> tensor<4x6xf32>
   %l = nn.softmax_cross_entropy %r, %y : tensor<4x6xf32>, tensor<4xi64>

@@ -41,8 +41,9 @@
 // RUN: not gpipe-opt %s --gpipe-check-memory 2>&1 | FileCheck %s --check-prefix=NOPLAN
 // NOPLAN: error: stage 0 has no memory plan (pipe.memory): run gpipe-plan-memory
 module attributes {pipe.microbatches = 2 : i64, pipe.stages = 1 : i64} {
+  nn.parameter @w : tensor<3x3xf32>
   func.func @forward(%x: tensor<2x3xf32> {nn.input = "x"}, %y: tensor<2xi64> {nn.input = "y"}) -> (tensor<2x3xf32>, tensor<2x3xf32>) attributes {pipe.phase = "forward", pipe.stage = 0 : i64} {
-    %w = nn.param "w" : tensor<3x3xf32>
+    %w = nn.param @w : tensor<3x3xf32>
     %h = nn.gemm %x, %w {transB = true} : (tensor<2x3xf32>, tensor<3x3xf32>) -> tensor<2x3xf32>
     %e = nn.exp %h {pipe.fused = 0 : i64} : tensor<2x3xf32>
     %t = nn.tanh %e {pipe.fused = 0 : i64} : tensor<2x3xf32>
@@ -54,12 +55,12 @@ module attributes {pipe.microbatches = 2 : i64, pipe.stages = 1 : i64} {
     %c = nn.constant dense<2.000000e+00> : tensor<2x3xf32>
     %g = nn.mul %t, %c : tensor<2x3xf32>, tensor<2x3xf32> -> tensor<2x3xf32>
     %dw = nn.gemm %g, %x {transA = true} : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<3x3xf32>
-    pipe.accumulate_grad %dw to "w" : tensor<3x3xf32>
+    pipe.accumulate_grad %dw to @w : tensor<3x3xf32>
     return
   }
   func.func @update() attributes {pipe.phase = "update", pipe.stage = 0 : i64} {
-    %g = pipe.accumulated_grad "w" : tensor<3x3xf32>
-    %w = nn.param "w" : tensor<3x3xf32>
+    %g = pipe.accumulated_grad @w : tensor<3x3xf32>
+    %w = nn.param @w : tensor<3x3xf32>
     pipe.sgd_update %w, %g {lr = 0.1 : f64, momentum = 0.9 : f64, nesterov = false, weight_decay = 0.0 : f64} : tensor<3x3xf32>
     return
   }

@@ -17,10 +17,11 @@ func.func @indivisible(%x: tensor<6x4xf32>, %l: tensor<6xi64>) -> (tensor<f32> {
 
 // -----
 
+nn.parameter @w : tensor<4x8xf32>
 // The graph inputs' first axes must agree (8 and 4).
 // expected-error @+1 {{graph inputs disagree on the batch size: 8 and 4 (argument #1)}}
 func.func @inputs_disagree(%x: tensor<8x4xf32>, %l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
-  %w = nn.param "w" : tensor<4x8xf32>
+  %w = nn.param @w : tensor<4x8xf32>
   %y = nn.gemm %w, %x : (tensor<4x8xf32>, tensor<8x4xf32>) -> tensor<4x4xf32>
   %loss = nn.softmax_cross_entropy %y, %l : tensor<4x4xf32>, tensor<4xi64>
   return %loss : tensor<f32>
@@ -28,19 +29,21 @@ func.func @inputs_disagree(%x: tensor<8x4xf32>, %l: tensor<4xi64>) -> (tensor<f3
 
 // -----
 
+nn.parameter @w : tensor<f32>
 // Only scalar inputs: nothing to split.
 // expected-error @+1 {{no graph input carries a batch to split}}
 func.func @no_batch(%s: tensor<f32>) -> (tensor<f32> {nn.loss}) {
-  %w = nn.param "w" : tensor<f32>
+  %w = nn.param @w : tensor<f32>
   %y = nn.mul %w, %s : tensor<f32>, tensor<f32> -> tensor<f32>
   return %y : tensor<f32>
 }
 
 // -----
 
+nn.parameter @w : tensor<8x4xf32>
 // X^T W contracts over the batch (A = X with transA: batch on A's axis 0).
 func.func @gemm_contracts_a(%x: tensor<8x16xf32>) -> (tensor<f32> {nn.loss}) {
-  %w = nn.param "w" : tensor<8x4xf32>
+  %w = nn.param @w : tensor<8x4xf32>
   // expected-error @+1 {{cannot split the batch into micro-batches: the GEMM contracts over the batch axis}}
   %y = nn.gemm %x, %w {transA = true} : (tensor<8x16xf32>, tensor<8x4xf32>) -> tensor<16x4xf32>
   %s = nn.reduce_to %y : tensor<16x4xf32> -> tensor<f32>
@@ -49,9 +52,10 @@ func.func @gemm_contracts_a(%x: tensor<8x16xf32>) -> (tensor<f32> {nn.loss}) {
 
 // -----
 
+nn.parameter @w : tensor<4x8xf32>
 // W X contracts over the batch (B = X without transB: batch on B's axis 0).
 func.func @gemm_contracts_b(%x: tensor<8x16xf32>) -> (tensor<f32> {nn.loss}) {
-  %w = nn.param "w" : tensor<4x8xf32>
+  %w = nn.param @w : tensor<4x8xf32>
   // expected-error @+1 {{cannot split the batch into micro-batches: the GEMM contracts over the batch axis}}
   %y = nn.gemm %w, %x : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
   %s = nn.reduce_to %y : tensor<4x16xf32> -> tensor<f32>
@@ -70,11 +74,13 @@ func.func @gemm_both(%x: tensor<8x16xf32>) -> (tensor<f32> {nn.loss}) {
 
 // -----
 
+nn.parameter @a : tensor<12x4xf32>
+nn.parameter @b : tensor<4x5xf32>
 // Only C carries the batch: the output's rows come from the parameter A, which
 // has the batch size on them and cannot be split.
 func.func @gemm_c_only(%x: tensor<12x5xf32>, %l: tensor<12xi64>) -> (tensor<f32> {nn.loss}) {
-  %a = nn.param "a" : tensor<12x4xf32>
-  %b = nn.param "b" : tensor<4x5xf32>
+  %a = nn.param @a : tensor<12x4xf32>
+  %b = nn.param @b : tensor<4x5xf32>
   // expected-error @+1 {{cannot split the batch into micro-batches}}
   %g = nn.gemm %a, %b, %x : (tensor<12x4xf32>, tensor<4x5xf32>, tensor<12x5xf32>) -> tensor<12x5xf32>
   %loss = nn.softmax_cross_entropy %g, %l : tensor<12x5xf32>, tensor<12xi64>
@@ -83,11 +89,13 @@ func.func @gemm_c_only(%x: tensor<12x5xf32>, %l: tensor<12xi64>) -> (tensor<f32>
 
 // -----
 
+nn.parameter @w : tensor<4x16xf32>
+nn.parameter @c : tensor<8xf32>
 // A [B] bias through C while the batch is on the output's columns (batch on
 // B with transB): the bias has the batch size but does not carry the batch.
 func.func @gemm_c_on_batch(%x: tensor<8x16xf32>) -> (tensor<f32> {nn.loss}) {
-  %w = nn.param "w" : tensor<4x16xf32>
-  %c = nn.param "c" : tensor<8xf32>
+  %w = nn.param @w : tensor<4x16xf32>
+  %c = nn.param @c : tensor<8xf32>
   // expected-error @+1 {{cannot split the batch into micro-batches: the GEMM's C operand has the batch size on the batch axis but does not depend on the graph inputs}}
   %y = nn.gemm %w, %x, %c {transB = true} : (tensor<4x16xf32>, tensor<8x16xf32>, tensor<8xf32>) -> tensor<4x8xf32>
   %s = nn.reduce_to %y : tensor<4x8xf32> -> tensor<f32>
@@ -106,9 +114,10 @@ func.func @concat_batch(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) {
 
 // -----
 
+nn.parameter @w : tensor<8x2xf32>
 // Concat of a batch tensor with a parameter (along another axis).
 func.func @concat_param(%x: tensor<8x4xf32>, %l: tensor<8xi64>) -> (tensor<f32> {nn.loss}) {
-  %w = nn.param "w" : tensor<8x2xf32>
+  %w = nn.param @w : tensor<8x2xf32>
   // expected-error @+1 {{cannot split the batch into micro-batches: concat of tensors that do not all carry the batch on one axis}}
   %c = nn.concat %x, %w {axis = 1 : i64} : (tensor<8x4xf32>, tensor<8x2xf32>) -> tensor<8x6xf32>
   %loss = nn.softmax_cross_entropy %c, %l : tensor<8x6xf32>, tensor<8xi64>
@@ -170,9 +179,10 @@ func.func @broadcast_misaligned(%x: tensor<8x8xf32>, %l: tensor<8xi64>) -> (tens
 
 // -----
 
+nn.parameter @bias_per_row : tensor<8x4xf32>
 // A [B, 4] constant added to the batch: its rows are not per-sample.
 func.func @constant_with_batch_size(%x: tensor<8x4xf32>, %l: tensor<8xi64>) -> (tensor<f32> {nn.loss}) {
-  %c = nn.param "bias_per_row" : tensor<8x4xf32>
+  %c = nn.param @bias_per_row : tensor<8x4xf32>
   // expected-error @+1 {{cannot split the batch into micro-batches: an operand that does not depend on the graph inputs has the batch size on the batch axis}}
   %a = nn.add %x, %c : tensor<8x4xf32>, tensor<8x4xf32> -> tensor<8x4xf32>
   %loss = nn.softmax_cross_entropy %a, %l : tensor<8x4xf32>, tensor<8xi64>
@@ -191,10 +201,11 @@ func.func @loss_labels_no_batch(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) 
 
 // -----
 
+nn.parameter @offset : tensor<f32>
 // With micro-batches only a mean over the batch can be split: a loss with
 // another term (here a parameter added to it) would count that term M times.
 func.func @loss_plus_param(%x: tensor<8x3xf32>, %y: tensor<8xi64>) -> (tensor<f32> {nn.loss}) {
-  %w = nn.param "offset" : tensor<f32>
+  %w = nn.param @offset : tensor<f32>
   %l = nn.softmax_cross_entropy %x, %y : tensor<8x3xf32>, tensor<8xi64>
   // expected-error @+1 {{cannot split the batch into micro-batches: the loss must be a softmax cross-entropy (a mean over the batch), not 'nn.add'}}
   %t = nn.add %l, %w : tensor<f32>, tensor<f32> -> tensor<f32>

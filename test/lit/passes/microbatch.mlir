@@ -19,8 +19,8 @@
 // CHECK-SAME: %[[X:[^:]+]]: tensor<2x16xf32> {nn.input = "x"}, %[[L:[^:]+]]: tensor<2xi64> {nn.input = "y"})
 // CHECK-SAME: -> (tensor<f32> {nn.loss}, tensor<2x4xf32>)
 // CHECK-SAME: attributes {pipe.batch_size = 8 : i64, pipe.microbatches = 4 : i64}
-// CHECK-NEXT: %[[W1:.+]] = nn.param "fc1.weight" : tensor<32x16xf32>
-// CHECK-NEXT: %[[B1:.+]] = nn.param "fc1.bias" : tensor<32xf32>
+// CHECK-NEXT: %[[W1:.+]] = nn.param @fc1.weight : tensor<32x16xf32>
+// CHECK-NEXT: %[[B1:.+]] = nn.param @fc1.bias : tensor<32xf32>
 // CHECK-NEXT: %[[H:.+]] = nn.gemm %[[X]], %[[W1]], %[[B1]] {transB = true} : (tensor<2x16xf32>, tensor<32x16xf32>, tensor<32xf32>) -> tensor<2x32xf32>
 // CHECK-NEXT: %[[C:.+]] = nn.constant dense<5.000000e-01> : tensor<f32>
 // CHECK-NEXT: %[[S:.+]] = nn.mul %[[H]], %[[C]] : tensor<2x32xf32>, tensor<f32> -> tensor<2x32xf32>
@@ -29,11 +29,14 @@
 // CHECK-NEXT: %[[T2:.+]] = nn.transpose %[[T]], [2, 0, 1] : tensor<2x32x1xf32> -> tensor<1x2x32xf32>
 // CHECK-NEXT: %[[F:.+]] = nn.reshape %[[T2]] : tensor<1x2x32xf32> -> tensor<2x32xf32>
 // CHECK-NEXT: %[[FT:.+]] = nn.transpose %[[F]], [1, 0] : tensor<2x32xf32> -> tensor<32x2xf32>
-// CHECK-NEXT: %[[W2:.+]] = nn.param "fc2.weight" : tensor<4x32xf32>
+// CHECK-NEXT: %[[W2:.+]] = nn.param @fc2.weight : tensor<4x32xf32>
 // CHECK-NEXT: %[[Y:.+]] = nn.gemm %[[FT]], %[[W2]] {transA = true, transB = true} : (tensor<32x2xf32>, tensor<4x32xf32>) -> tensor<2x4xf32>
 // CHECK-NEXT: %[[LOSS:.+]] = nn.softmax_cross_entropy %[[Y]], %[[L]] {ignore_index = -100 : i64, microbatches = 4 : i64} : tensor<2x4xf32>, tensor<2xi64>
 // CHECK-NEXT: return %[[LOSS]], %[[Y]] : tensor<f32>, tensor<2x4xf32>
 
+nn.parameter @fc1.weight : tensor<32x16xf32>
+nn.parameter @fc1.bias : tensor<32xf32>
+nn.parameter @fc2.weight : tensor<4x32xf32>
 // With M = 1 nothing but the function attributes changes; the loss gets no
 // `microbatches`.
 // ONE-LABEL: func.func @mlp(
@@ -48,8 +51,8 @@
 // ONE: nn.softmax_cross_entropy {{.+}} {ignore_index = -100 : i64} : tensor<8x4xf32>, tensor<8xi64>
 // ONE-NEXT: return
 func.func @mlp(%x: tensor<8x16xf32> {nn.input = "x"}, %labels: tensor<8xi64> {nn.input = "y"}) -> (tensor<f32> {nn.loss}, tensor<8x4xf32>) {
-  %w1 = nn.param "fc1.weight" : tensor<32x16xf32>
-  %b1 = nn.param "fc1.bias" : tensor<32xf32>
+  %w1 = nn.param @fc1.weight : tensor<32x16xf32>
+  %b1 = nn.param @fc1.bias : tensor<32xf32>
   %h = nn.gemm %x, %w1, %b1 {transB = true} : (tensor<8x16xf32>, tensor<32x16xf32>, tensor<32xf32>) -> tensor<8x32xf32>
   %c = nn.constant dense<0.5> : tensor<f32>
   %s = nn.mul %h, %c : tensor<8x32xf32>, tensor<f32> -> tensor<8x32xf32>
@@ -58,7 +61,7 @@ func.func @mlp(%x: tensor<8x16xf32> {nn.input = "x"}, %labels: tensor<8xi64> {nn
   %t2 = nn.transpose %t, [2, 0, 1] : tensor<2x32x4xf32> -> tensor<4x2x32xf32>
   %f = nn.reshape %t2 : tensor<4x2x32xf32> -> tensor<8x32xf32>
   %ft = nn.transpose %f, [1, 0] : tensor<8x32xf32> -> tensor<32x8xf32>
-  %w2 = nn.param "fc2.weight" : tensor<4x32xf32>
+  %w2 = nn.param @fc2.weight : tensor<4x32xf32>
   %y = nn.gemm %ft, %w2 {transA = true, transB = true} : (tensor<32x8xf32>, tensor<4x32xf32>) -> tensor<8x4xf32>
   %loss = nn.softmax_cross_entropy %y, %labels {ignore_index = -100 : i64} : tensor<8x4xf32>, tensor<8xi64>
   return %loss, %y : tensor<f32>, tensor<8x4xf32>
@@ -66,14 +69,16 @@ func.func @mlp(%x: tensor<8x16xf32> {nn.input = "x"}, %labels: tensor<8xi64> {nn
 
 // -----
 
+nn.parameter @w : tensor<4x16xf32>
+nn.parameter @b : tensor<4x1xf32>
 // The batch on GEMM operand B: with transB (B is [B, K], the batch is B's
 // axis 0) and without (B is [K, B], axis 1); both put the batch on the
 // output's columns. C ([4, 1]) broadcasts along them. The labels' reshape
 // [B, 1] -> [B] shrinks too (an i64 tensor).
 // CHECK-LABEL: func.func @gemm_batch_on_b(
 // CHECK-SAME: %[[X:[^:]+]]: tensor<2x16xf32>, %[[L:[^:]+]]: tensor<2x1xi64>) -> (tensor<f32> {nn.loss})
-// CHECK-NEXT: %[[W:.+]] = nn.param "w" : tensor<4x16xf32>
-// CHECK-NEXT: %[[B:.+]] = nn.param "b" : tensor<4x1xf32>
+// CHECK-NEXT: %[[W:.+]] = nn.param @w : tensor<4x16xf32>
+// CHECK-NEXT: %[[B:.+]] = nn.param @b : tensor<4x1xf32>
 // CHECK-NEXT: %[[YT:.+]] = nn.gemm %[[W]], %[[X]], %[[B]] {transB = true} : (tensor<4x16xf32>, tensor<2x16xf32>, tensor<4x1xf32>) -> tensor<4x2xf32>
 // CHECK-NEXT: %[[XT:.+]] = nn.transpose %[[X]], [1, 0] : tensor<2x16xf32> -> tensor<16x2xf32>
 // CHECK-NEXT: %[[ZT:.+]] = nn.gemm %[[W]], %[[XT]] : (tensor<4x16xf32>, tensor<16x2xf32>) -> tensor<4x2xf32>
@@ -86,8 +91,8 @@ func.func @mlp(%x: tensor<8x16xf32> {nn.input = "x"}, %labels: tensor<8xi64> {nn
 // ONE-SAME: tensor<8x16xf32>, %{{[^:]+}}: tensor<8x1xi64>) -> (tensor<f32> {nn.loss})
 // ONE: nn.gemm {{.+}} -> tensor<4x8xf32>
 func.func @gemm_batch_on_b(%x: tensor<8x16xf32>, %labels: tensor<8x1xi64>) -> (tensor<f32> {nn.loss}) {
-  %w = nn.param "w" : tensor<4x16xf32>
-  %bias = nn.param "b" : tensor<4x1xf32>
+  %w = nn.param @w : tensor<4x16xf32>
+  %bias = nn.param @b : tensor<4x1xf32>
   %yt = nn.gemm %w, %x, %bias {transB = true} : (tensor<4x16xf32>, tensor<8x16xf32>, tensor<4x1xf32>) -> tensor<4x8xf32>
   %xt = nn.transpose %x, [1, 0] : tensor<8x16xf32> -> tensor<16x8xf32>
   %zt = nn.gemm %w, %xt : (tensor<4x16xf32>, tensor<16x8xf32>) -> tensor<4x8xf32>
@@ -100,6 +105,7 @@ func.func @gemm_batch_on_b(%x: tensor<8x16xf32>, %labels: tensor<8x1xi64>) -> (t
 
 // -----
 
+nn.parameter @scale : tensor<6x1xf32>
 // Broadcasting aligns trailing axes: a rank-1 batch vector [B] added to a
 // [6, B] tensor carries the batch on the result's axis 1. A slice and a
 // concat along a non-batch axis keep the batch; a slice that keeps the whole
@@ -111,7 +117,7 @@ func.func @gemm_batch_on_b(%x: tensor<8x16xf32>, %labels: tensor<8x1xi64>) -> (t
 // CHECK-NEXT: %[[V:.+]] = nn.reshape %[[COL]] : tensor<2x1xf32> -> tensor<2xf32>
 // CHECK-NEXT: %[[XT:.+]] = nn.transpose %[[X]], [1, 0] : tensor<2x6xf32> -> tensor<6x2xf32>
 // CHECK-NEXT: %[[A:.+]] = nn.add %[[XT]], %[[V]] : tensor<6x2xf32>, tensor<2xf32> -> tensor<6x2xf32>
-// CHECK-NEXT: %[[P:.+]] = nn.param "scale" : tensor<6x1xf32>
+// CHECK-NEXT: %[[P:.+]] = nn.param @scale : tensor<6x1xf32>
 // CHECK-NEXT: %[[Q:.+]] = nn.tanh %[[P]] : tensor<6x1xf32>
 // CHECK-NEXT: %[[M:.+]] = nn.mul %[[A]], %[[Q]] : tensor<6x2xf32>, tensor<6x1xf32> -> tensor<6x2xf32>
 // CHECK-NEXT: %[[MT:.+]] = nn.transpose %[[M]], [1, 0] : tensor<6x2xf32> -> tensor<2x6xf32>
@@ -123,7 +129,7 @@ func.func @broadcast_concat_slice(%x: tensor<8x6xf32>, %labels: tensor<8xi64>) -
   %v = nn.reshape %col : tensor<8x1xf32> -> tensor<8xf32>
   %xt = nn.transpose %x, [1, 0] : tensor<8x6xf32> -> tensor<6x8xf32>
   %a = nn.add %xt, %v : tensor<6x8xf32>, tensor<8xf32> -> tensor<6x8xf32>
-  %p = nn.param "scale" : tensor<6x1xf32>
+  %p = nn.param @scale : tensor<6x1xf32>
   %q = nn.tanh %p : tensor<6x1xf32>
   %m = nn.mul %a, %q : tensor<6x8xf32>, tensor<6x1xf32> -> tensor<6x8xf32>
   %mt = nn.transpose %m, [1, 0] : tensor<6x8xf32> -> tensor<8x6xf32>
@@ -135,20 +141,21 @@ func.func @broadcast_concat_slice(%x: tensor<8x6xf32>, %labels: tensor<8xi64>) -
 
 // -----
 
+nn.parameter @w : tensor<5x5xf32>
 // Scalar graph inputs carry no batch (the batch comes from the others); a
 // GEMM whose A and C both carry the batch on the output's rows (a residual
 // added through C) splits.
 // CHECK-LABEL: func.func @scalar_input_and_gemm_c(
 // CHECK-SAME: %[[T:[^:]+]]: tensor<f32>, %[[X:[^:]+]]: tensor<3x5xf32>, %[[L:[^:]+]]: tensor<3xi64>)
 // CHECK-SAME: attributes {pipe.batch_size = 12 : i64, pipe.microbatches = 4 : i64}
-// CHECK-NEXT: %[[W:.+]] = nn.param "w" : tensor<5x5xf32>
+// CHECK-NEXT: %[[W:.+]] = nn.param @w : tensor<5x5xf32>
 // CHECK-NEXT: %[[G:.+]] = nn.gemm %[[X]], %[[W]], %[[X]] : (tensor<3x5xf32>, tensor<5x5xf32>, tensor<3x5xf32>) -> tensor<3x5xf32>
 // CHECK-NEXT: %[[D:.+]] = nn.div %[[G]], %[[T]] : tensor<3x5xf32>, tensor<f32> -> tensor<3x5xf32>
 // CHECK-NEXT: nn.softmax_cross_entropy %[[D]], %[[L]] {microbatches = 4 : i64} : tensor<3x5xf32>, tensor<3xi64>
 // ONE-LABEL: func.func @scalar_input_and_gemm_c(
 // ONE-SAME: attributes {pipe.batch_size = 12 : i64, pipe.microbatches = 1 : i64}
 func.func @scalar_input_and_gemm_c(%t: tensor<f32>, %x: tensor<12x5xf32>, %labels: tensor<12xi64>) -> (tensor<f32> {nn.loss}) {
-  %w = nn.param "w" : tensor<5x5xf32>
+  %w = nn.param @w : tensor<5x5xf32>
   %g = nn.gemm %x, %w, %x : (tensor<12x5xf32>, tensor<5x5xf32>, tensor<12x5xf32>) -> tensor<12x5xf32>
   %d = nn.div %g, %t : tensor<12x5xf32>, tensor<f32> -> tensor<12x5xf32>
   %loss = nn.softmax_cross_entropy %d, %labels : tensor<12x5xf32>, tensor<12xi64>

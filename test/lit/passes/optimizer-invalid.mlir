@@ -6,10 +6,11 @@
 // RUN: not gpipe-opt %s --gpipe-optimizer="optimizer=adam lr=-1" 2>&1 | FileCheck %s --check-prefix=LR
 // RUN: not gpipe-opt %s --gpipe-optimizer="optimizer=adamw beta2=1" 2>&1 | FileCheck %s --check-prefix=BETA2
 
+nn.parameter @w : tensor<4x8xf32>
 // Unknown optimizer: reported on the function.
 // UNKNOWN: :[[@LINE+1]]:1: error: unknown optimizer 'rmsprop' (expected sgd, adam or adamw)
 func.func @step(%g: tensor<4x8xf32>) {
-  %w = nn.param "w" : tensor<4x8xf32>
+  %w = nn.param @w : tensor<4x8xf32>
   // Nesterov without momentum (torch.optim.SGD rejects it too).
   // NESTEROV: :[[@LINE+4]]:3: error: 'pipe.sgd_update' op nesterov requires a momentum > 0
   // MOMENTUM: :[[@LINE+3]]:3: error: 'pipe.sgd_update' op momentum = -9.000000e-01 is out of range [0.000000e+00, INF)

@@ -33,68 +33,74 @@
 // K2-LABEL: func.func @chain(
 // K2-SAME: %[[X:[^:]+]]: tensor<8x16xf32>, %[[L:[^:]+]]: tensor<8xi64>)
 // K2-SAME: attributes {pipe.stages = 2 : i64}
-// K2-NEXT: %[[W0:.+]] = nn.param "w0" {pipe.stage = 0 : i64} : tensor<16x16xf32>
+// K2-NEXT: %[[W0:.+]] = nn.param @w0 {pipe.stage = 0 : i64} : tensor<16x16xf32>
 // K2-NEXT: %[[G0:.+]] = nn.gemm %[[X]], %[[W0]] {pipe.stage = 0 : i64}
-// K2-NEXT: %[[W1:.+]] = nn.param "w1" {pipe.stage = 0 : i64}
+// K2-NEXT: %[[W1:.+]] = nn.param @w1 {pipe.stage = 0 : i64}
 // K2-NEXT: %[[G1:.+]] = nn.gemm %[[G0]], %[[W1]] {pipe.stage = 0 : i64}
-// K2-NEXT: %[[W2:.+]] = nn.param "w2" {pipe.stage = 0 : i64}
+// K2-NEXT: %[[W2:.+]] = nn.param @w2 {pipe.stage = 0 : i64}
 // K2-NEXT: %[[G2:.+]] = nn.gemm %[[G1]], %[[W2]] {pipe.stage = 0 : i64}
-// K2-NEXT: nn.param "w3" {pipe.stage = 1 : i64}
-// K2-NEXT: nn.param "b3" {pipe.stage = 1 : i64}
+// K2-NEXT: nn.param @w3 {pipe.stage = 1 : i64}
+// K2-NEXT: nn.param @b3 {pipe.stage = 1 : i64}
 // K2-NEXT: nn.gemm %[[G2]], {{.+}} {pipe.stage = 1 : i64}
-// K2-NEXT: nn.param "w4" {pipe.stage = 1 : i64}
+// K2-NEXT: nn.param @w4 {pipe.stage = 1 : i64}
 // K2-NEXT: nn.gemm {{.+}} {pipe.stage = 1 : i64}
 // K2-NEXT: nn.softmax_cross_entropy {{.+}} {pipe.stage = 1 : i64}
 // K2-NEXT: return
 
 // K3-LABEL: func.func @chain(
 // K3-SAME: attributes {pipe.stages = 3 : i64}
-// K3-NEXT: nn.param "w0" {pipe.stage = 0 : i64}
+// K3-NEXT: nn.param @w0 {pipe.stage = 0 : i64}
 // K3-NEXT: nn.gemm {{.+}} {pipe.stage = 0 : i64}
-// K3-NEXT: nn.param "w1" {pipe.stage = 0 : i64}
+// K3-NEXT: nn.param @w1 {pipe.stage = 0 : i64}
 // K3-NEXT: nn.gemm {{.+}} {pipe.stage = 0 : i64}
-// K3-NEXT: nn.param "w2" {pipe.stage = 1 : i64}
+// K3-NEXT: nn.param @w2 {pipe.stage = 1 : i64}
 // K3-NEXT: nn.gemm {{.+}} {pipe.stage = 1 : i64}
-// K3-NEXT: nn.param "w3" {pipe.stage = 2 : i64}
-// K3-NEXT: nn.param "b3" {pipe.stage = 2 : i64}
+// K3-NEXT: nn.param @w3 {pipe.stage = 2 : i64}
+// K3-NEXT: nn.param @b3 {pipe.stage = 2 : i64}
 // K3-NEXT: nn.gemm {{.+}} {pipe.stage = 2 : i64}
-// K3-NEXT: nn.param "w4" {pipe.stage = 2 : i64}
+// K3-NEXT: nn.param @w4 {pipe.stage = 2 : i64}
 // K3-NEXT: nn.gemm {{.+}} {pipe.stage = 2 : i64}
 // K3-NEXT: nn.softmax_cross_entropy {{.+}} {pipe.stage = 2 : i64}
 // K3-NEXT: return
 
 // K4-LABEL: func.func @chain(
 // K4-SAME: attributes {pipe.stages = 4 : i64}
-// K4-NEXT: nn.param "w0" {pipe.stage = 0 : i64}
+// K4-NEXT: nn.param @w0 {pipe.stage = 0 : i64}
 // K4-NEXT: nn.gemm {{.+}} {pipe.stage = 0 : i64}
-// K4-NEXT: nn.param "w1" {pipe.stage = 0 : i64}
+// K4-NEXT: nn.param @w1 {pipe.stage = 0 : i64}
 // K4-NEXT: nn.gemm {{.+}} {pipe.stage = 0 : i64}
-// K4-NEXT: nn.param "w2" {pipe.stage = 1 : i64}
+// K4-NEXT: nn.param @w2 {pipe.stage = 1 : i64}
 // K4-NEXT: nn.gemm {{.+}} {pipe.stage = 1 : i64}
-// K4-NEXT: nn.param "w3" {pipe.stage = 2 : i64}
-// K4-NEXT: nn.param "b3" {pipe.stage = 2 : i64}
+// K4-NEXT: nn.param @w3 {pipe.stage = 2 : i64}
+// K4-NEXT: nn.param @b3 {pipe.stage = 2 : i64}
 // K4-NEXT: nn.gemm {{.+}} {pipe.stage = 2 : i64}
-// K4-NEXT: nn.param "w4" {pipe.stage = 2 : i64}
+// K4-NEXT: nn.param @w4 {pipe.stage = 2 : i64}
 // K4-NEXT: nn.gemm {{.+}} {pipe.stage = 2 : i64}
 // K4-NEXT: nn.softmax_cross_entropy {{.+}} {pipe.stage = 3 : i64}
 // K4-NEXT: return
 
+nn.parameter @w0 : tensor<16x16xf32>
+nn.parameter @w1 : tensor<16x64xf32>
+nn.parameter @w2 : tensor<64x64xf32>
+nn.parameter @w3 : tensor<64x16xf32>
+nn.parameter @b3 : tensor<16xf32>
+nn.parameter @w4 : tensor<16x4xf32>
 // With K = 3, autodiff walks back through the stages: the seed and the loss
 // gradient on stage 2, each GEMM's two gradient GEMMs (dA, dB) and the bias's
 // reduce_to on the GEMM's stage, all marked nn.backward; the input's GEMM
 // gets no dA. Each update is on its parameter's stage.
 // AD-LABEL: func.func @chain(
 // AD-SAME: %[[X:[^:]+]]: tensor<8x16xf32>, %[[L:[^:]+]]: tensor<8xi64>)
-// AD-NEXT: %[[W0:.+]] = nn.param "w0" {pipe.stage = 0 : i64}
+// AD-NEXT: %[[W0:.+]] = nn.param @w0 {pipe.stage = 0 : i64}
 // AD-NEXT: %[[G0:.+]] = nn.gemm %[[X]], %[[W0]] {pipe.stage = 0 : i64}
-// AD-NEXT: %[[W1:.+]] = nn.param "w1" {pipe.stage = 0 : i64}
+// AD-NEXT: %[[W1:.+]] = nn.param @w1 {pipe.stage = 0 : i64}
 // AD-NEXT: %[[G1:.+]] = nn.gemm %[[G0]], %[[W1]] {pipe.stage = 0 : i64}
-// AD-NEXT: %[[W2:.+]] = nn.param "w2" {pipe.stage = 1 : i64}
+// AD-NEXT: %[[W2:.+]] = nn.param @w2 {pipe.stage = 1 : i64}
 // AD-NEXT: %[[G2:.+]] = nn.gemm %[[G1]], %[[W2]] {pipe.stage = 1 : i64}
-// AD-NEXT: %[[W3:.+]] = nn.param "w3" {pipe.stage = 2 : i64}
-// AD-NEXT: %[[B3:.+]] = nn.param "b3" {pipe.stage = 2 : i64}
+// AD-NEXT: %[[W3:.+]] = nn.param @w3 {pipe.stage = 2 : i64}
+// AD-NEXT: %[[B3:.+]] = nn.param @b3 {pipe.stage = 2 : i64}
 // AD-NEXT: %[[G3:.+]] = nn.gemm %[[G2]], %[[W3]], %[[B3]] {pipe.stage = 2 : i64}
-// AD-NEXT: %[[W4:.+]] = nn.param "w4" {pipe.stage = 2 : i64}
+// AD-NEXT: %[[W4:.+]] = nn.param @w4 {pipe.stage = 2 : i64}
 // AD-NEXT: %[[Y:.+]] = nn.gemm %[[G3]], %[[W4]] {pipe.stage = 2 : i64}
 // AD-NEXT: %[[LOSS:.+]] = nn.softmax_cross_entropy %[[Y]], %[[L]] {pipe.stage = 2 : i64}
 // AD-NEXT: %[[ONE:.+]] = nn.constant {nn.backward, pipe.stage = 2 : i64} dense<1.000000e+00> : tensor<f32>
@@ -117,16 +123,16 @@
 // AD-NEXT: pipe.adam_update %[[W4]], %[[DW4]] {{{.+}}, pipe.stage = 2 : i64, {{.+}}} : tensor<16x4xf32>
 // AD-NEXT: return %[[LOSS]] : tensor<f32>
 func.func @chain(%x: tensor<8x16xf32>, %labels: tensor<8xi64>) -> (tensor<f32> {nn.loss}) {
-  %w0 = nn.param "w0" : tensor<16x16xf32>
+  %w0 = nn.param @w0 : tensor<16x16xf32>
   %h0 = nn.gemm %x, %w0 : (tensor<8x16xf32>, tensor<16x16xf32>) -> tensor<8x16xf32>
-  %w1 = nn.param "w1" : tensor<16x64xf32>
+  %w1 = nn.param @w1 : tensor<16x64xf32>
   %h1 = nn.gemm %h0, %w1 : (tensor<8x16xf32>, tensor<16x64xf32>) -> tensor<8x64xf32>
-  %w2 = nn.param "w2" : tensor<64x64xf32>
+  %w2 = nn.param @w2 : tensor<64x64xf32>
   %h2 = nn.gemm %h1, %w2 : (tensor<8x64xf32>, tensor<64x64xf32>) -> tensor<8x64xf32>
-  %w3 = nn.param "w3" : tensor<64x16xf32>
-  %b3 = nn.param "b3" : tensor<16xf32>
+  %w3 = nn.param @w3 : tensor<64x16xf32>
+  %b3 = nn.param @b3 : tensor<16xf32>
   %h3 = nn.gemm %h2, %w3, %b3 : (tensor<8x64xf32>, tensor<64x16xf32>, tensor<16xf32>) -> tensor<8x16xf32>
-  %w4 = nn.param "w4" : tensor<16x4xf32>
+  %w4 = nn.param @w4 : tensor<16x4xf32>
   %y = nn.gemm %h3, %w4 : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32>
   %loss = nn.softmax_cross_entropy %y, %labels : tensor<8x4xf32>, tensor<8xi64>
   return %loss : tensor<f32>
@@ -134,6 +140,8 @@ func.func @chain(%x: tensor<8x16xf32>, %labels: tensor<8xi64>) -> (tensor<f32> {
 
 // -----
 
+nn.parameter @w : tensor<64x64xf32>
+nn.parameter @unused : tensor<4xf32>
 // The loss goes last even when an op independent of it follows it in the
 // block: compute order [gemm, loss, tanh, mul] becomes [gemm, tanh, mul,
 // loss]; with K = 3 (costs 30.72, 6.14, 6.15, 3.17) the GEMM, the tanh and
@@ -141,8 +149,8 @@ func.func @chain(%x: tensor<8x16xf32>, %labels: tensor<8xi64>) -> (tensor<f32> {
 // on stage 1. An unused parameter and a constant get no stage.
 // K3-LABEL: func.func @loss_not_last(
 // K3-SAME: attributes {pipe.stages = 3 : i64}
-// K3-NEXT: nn.param "w" {pipe.stage = 0 : i64}
-// K3-NEXT: nn.param "unused" : tensor<4xf32>
+// K3-NEXT: nn.param @w {pipe.stage = 0 : i64}
+// K3-NEXT: nn.param @unused : tensor<4xf32>
 // K3-NEXT: nn.constant dense<2.000000e+00> : tensor<f32>
 // K3-NEXT: nn.gemm {{.+}} {pipe.stage = 0 : i64}
 // K3-NEXT: nn.softmax_cross_entropy {{.+}} {pipe.stage = 2 : i64}
@@ -152,8 +160,8 @@ func.func @chain(%x: tensor<8x16xf32>, %labels: tensor<8xi64>) -> (tensor<f32> {
 // K1-LABEL: func.func @loss_not_last(
 // K1: nn.softmax_cross_entropy {{.+}} {pipe.stage = 0 : i64}
 func.func @loss_not_last(%x: tensor<8x64xf32>, %labels: tensor<8xi64>) -> (tensor<f32> {nn.loss}, tensor<8x64xf32>) {
-  %w = nn.param "w" : tensor<64x64xf32>
-  %unused = nn.param "unused" : tensor<4xf32>
+  %w = nn.param @w : tensor<64x64xf32>
+  %unused = nn.param @unused : tensor<4xf32>
   %c = nn.constant dense<2.0> : tensor<f32>
   %g = nn.gemm %x, %w : (tensor<8x64xf32>, tensor<64x64xf32>) -> tensor<8x64xf32>
   %loss = nn.softmax_cross_entropy %g, %labels : tensor<8x64xf32>, tensor<8xi64>

@@ -20,9 +20,10 @@ module attributes {pipe.stages = 2 : i64} {
 
 // A parameter is in the arena already: the forward must not stash it.
 module attributes {pipe.stages = 1 : i64} {
+  nn.parameter @w : tensor<4xf32>
   func.func @f() -> tensor<4xf32> attributes {pipe.phase = "forward", pipe.stage = 0 : i64} {
     // expected-error @+1 {{a parameter or constant is stashed (the forward returns it): it is in the arena already}}
-    %w = nn.param "w" : tensor<4xf32>
+    %w = nn.param @w : tensor<4xf32>
     return %w : tensor<4xf32>
   }
   func.func @b(%w: tensor<4xf32>) attributes {pipe.phase = "backward", pipe.stage = 0 : i64} {

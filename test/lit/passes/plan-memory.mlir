@@ -17,7 +17,7 @@
 // CHECK-LABEL: func.func @forward(
 // CHECK-SAME: %arg0: tensor<2x3xf32> {nn.input = "x", pipe.buffer = #pipe.buffer<stash, offset = 0, bytes = 64>}
 // CHECK-SAME: %arg1: tensor<2xi64> {nn.input = "y", pipe.buffer = #pipe.buffer<arena, offset = 448, bytes = 64>}
-// CHECK: nn.param "w" {pipe.buffer = #pipe.buffer<arena, offset = 0, bytes = 64>}
+// CHECK: nn.param @w {pipe.buffer = #pipe.buffer<arena, offset = 0, bytes = 64>}
 // The GEMM's result is a temporary; exp and tanh are one fusion group: the
 // exp's result stays in a register (no buffer); the tanh is stashed.
 // CHECK-NEXT: nn.gemm {{.*}}pipe.buffer = #pipe.buffer<arena, offset = 512, bytes = 64>
@@ -31,9 +31,9 @@
 // CHECK-LABEL: func.func @backward(
 // CHECK-SAME: %arg0: tensor<2x3xf32> {pipe.buffer = #pipe.buffer<stash, offset = 0, bytes = 64>}
 // CHECK-SAME: %arg1: tensor<2x3xf32> {pipe.buffer = #pipe.buffer<stash, offset = 64, bytes = 64>}
-// CHECK: pipe.accumulate_grad %{{.+}} to "w" {pipe.accumulator = #pipe.buffer<arena, offset = 128, bytes = 64>}
+// CHECK: pipe.accumulate_grad %{{.+}} to @w {pipe.accumulator = #pipe.buffer<arena, offset = 128, bytes = 64>}
 // CHECK-LABEL: func.func @update(
-// CHECK: pipe.accumulated_grad "w" {pipe.buffer = #pipe.buffer<arena, offset = 128, bytes = 64>}
+// CHECK: pipe.accumulated_grad @w {pipe.buffer = #pipe.buffer<arena, offset = 128, bytes = 64>}
 // CHECK: pipe.sgd_update {{.*}}pipe.state = [#pipe.buffer<arena, offset = 64, bytes = 64>]
 // CHECK: pipe.schedule stage 0 {{.*}} {pipe.memory = #pipe.memory_plan<target = "cpu", precision = "fp32", align = 64, arena = 576, parameters = 64, optimizer = 64, gradients = 64, constants = 0, shadows = 0, cleared_begin = 128, cleared_end = 192, stash_base = 192, stash_slot = 128, stash_slots = 2, transient_base = 448, transient = 128, scratch = 0>}
 
@@ -47,13 +47,14 @@
 // nn.param of w (forward and update) points at it. The scratch holds the
 // largest GEMM's other operands in bf16.
 // BF16-LABEL: func.func @forward(
-// BF16: nn.param "w" {pipe.bf16_shadow, pipe.buffer = #pipe.buffer<arena, offset = 0, bytes = 256>, pipe.shadow = #pipe.buffer<arena, offset = 1024, bytes = 256>}
+// BF16: nn.param @w {pipe.bf16_shadow, pipe.buffer = #pipe.buffer<arena, offset = 0, bytes = 256>, pipe.shadow = #pipe.buffer<arena, offset = 1024, bytes = 256>}
 // BF16-LABEL: func.func @update(
-// BF16: nn.param "w" {pipe.bf16_shadow, pipe.buffer = #pipe.buffer<arena, offset = 0, bytes = 256>, pipe.shadow = #pipe.buffer<arena, offset = 1024, bytes = 256>}
+// BF16: nn.param @w {pipe.bf16_shadow, pipe.buffer = #pipe.buffer<arena, offset = 0, bytes = 256>, pipe.shadow = #pipe.buffer<arena, offset = 1024, bytes = 256>}
 // BF16: pipe.memory_plan<target = "cuda", precision = "bf16", {{.*}} shadows = 256, {{.*}} scratch = 512>
 module attributes {pipe.microbatches = 2 : i64, pipe.stages = 1 : i64} {
+  nn.parameter @w : tensor<3x3xf32>
   func.func @forward(%x: tensor<2x3xf32> {nn.input = "x"}, %y: tensor<2xi64> {nn.input = "y"}) -> (tensor<2x3xf32>, tensor<2x3xf32>) attributes {pipe.phase = "forward", pipe.stage = 0 : i64} {
-    %w = nn.param "w" : tensor<3x3xf32>
+    %w = nn.param @w : tensor<3x3xf32>
     %h = nn.gemm %x, %w {transB = true} : (tensor<2x3xf32>, tensor<3x3xf32>) -> tensor<2x3xf32>
     %e = nn.exp %h {pipe.fused = 0 : i64} : tensor<2x3xf32>
     %t = nn.tanh %e {pipe.fused = 0 : i64} : tensor<2x3xf32>
@@ -66,12 +67,12 @@ module attributes {pipe.microbatches = 2 : i64, pipe.stages = 1 : i64} {
     %c = nn.constant dense<2.000000e+00> : tensor<2x3xf32>
     %g = nn.mul %t, %c : tensor<2x3xf32>, tensor<2x3xf32> -> tensor<2x3xf32>
     %dw = nn.gemm %g, %x {transA = true} : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<3x3xf32>
-    pipe.accumulate_grad %dw to "w" : tensor<3x3xf32>
+    pipe.accumulate_grad %dw to @w : tensor<3x3xf32>
     return
   }
   func.func @update() attributes {pipe.phase = "update", pipe.stage = 0 : i64} {
-    %g = pipe.accumulated_grad "w" : tensor<3x3xf32>
-    %w = nn.param "w" : tensor<3x3xf32>
+    %g = pipe.accumulated_grad @w : tensor<3x3xf32>
+    %w = nn.param @w : tensor<3x3xf32>
     pipe.sgd_update %w, %g {lr = 0.1 : f64, momentum = 0.9 : f64, nesterov = false, weight_decay = 0.0 : f64} : tensor<3x3xf32>
     return
   }

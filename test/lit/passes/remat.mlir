@@ -29,7 +29,7 @@
 // sends unchanged.
 // CHECK-LABEL: func.func @stage0_forward(
 // CHECK-SAME: %[[X:[^:]+]]: tensor<8x32xf32> {nn.input = "x"}, %[[S:[^:]+]]: tensor<8x1xf32> {nn.input = "scale"}) -> (tensor<8x32xf32>, tensor<8x1xf32>)
-// CHECK-NEXT: %[[W0:.+]] = nn.param "w0"
+// CHECK-NEXT: %[[W0:.+]] = nn.param @w0
 // CHECK-NEXT: %[[A:.+]] = nn.gemm %[[X]], %[[W0]]
 // CHECK-NEXT: %[[T:.+]] = nn.tanh %[[A]]
 // CHECK-NEXT: %[[B:.+]] = nn.mul %[[T]], %[[S]]
@@ -46,7 +46,7 @@
 // CHECK-SAME: attributes {pipe.phase = "backward", pipe.stage = 0 : i64}
 // CHECK-NEXT: %[[R:.+]]:3 = pipe.remat(%[[BX]], %[[BS]]) : (tensor<8x32xf32>, tensor<8x1xf32>) -> (tensor<8x1xf32>, tensor<8x48xf32>, tensor<8x32xf32>) {
 // CHECK-NEXT: ^bb0(%[[IX:[^:]+]]: tensor<8x32xf32>, %[[IS:[^:]+]]: tensor<8x1xf32>):
-// CHECK-NEXT: %[[IW:.+]] = nn.param "w0" : tensor<32x48xf32>
+// CHECK-NEXT: %[[IW:.+]] = nn.param @w0 : tensor<32x48xf32>
 // CHECK-NEXT: %[[IA:.+]] = nn.gemm %[[IX]], %[[IW]]
 // CHECK-NEXT: %[[IT:.+]] = nn.tanh %[[IA]]
 // CHECK-NEXT: pipe.yield %[[IS]], %[[IT]], %[[IX]] : tensor<8x1xf32>, tensor<8x48xf32>, tensor<8x32xf32>
@@ -57,12 +57,12 @@
 // CHECK-NEXT: %[[DA:.+]] = nn.tanh_grad %[[R]]#1, %[[DT]]
 // CHECK-NEXT: %[[DSUM:.+]] = nn.add %[[G1]], %[[DA]]
 // CHECK-NEXT: %[[DW:.+]] = nn.gemm %[[R]]#2, %[[DSUM]] {transA = true}
-// CHECK-NEXT: pipe.accumulate_grad %[[DW]] to "w0"
+// CHECK-NEXT: pipe.accumulate_grad %[[DW]] to @w0
 // CHECK-NEXT: return
 //
 // The update functions are not touched.
 // CHECK-LABEL: func.func @stage0_update()
-// CHECK-NEXT: pipe.accumulated_grad "w0"
+// CHECK-NEXT: pipe.accumulated_grad @w0
 // CHECK-NOT: pipe.remat
 // CHECK: return
 //
@@ -74,7 +74,7 @@
 // CHECK-SAME: %[[BA:[^:]+]]: tensor<8x48xf32>)
 // CHECK-NOT: pipe.remat
 // CHECK-NEXT: %[[DC:.+]] = pipe.recv from 2 tag 4
-// CHECK-NEXT: nn.param "w1"
+// CHECK-NEXT: nn.param @w1
 // CHECK-NEXT: nn.gemm %[[DC]],
 // CHECK-NEXT: nn.gemm %[[BA]], %[[DC]] {transA = true}
 //
@@ -93,7 +93,7 @@
 // CHECK-NEXT: ^bb0(%[[IL:[^:]+]]: tensor<8xi64>, %[[IB:[^:]+]]: tensor<8x48xf32>, %[[IS:[^:]+]]: tensor<8x1xf32>, %[[IC:[^:]+]]: tensor<8x48xf32>):
 // CHECK-NEXT: %[[ID:.+]] = nn.add %[[IC]], %[[IB]]
 // CHECK-NEXT: %[[IE:.+]] = nn.mul %[[ID]], %[[IS]]
-// CHECK-NEXT: %[[IW2:.+]] = nn.param "w2"
+// CHECK-NEXT: %[[IW2:.+]] = nn.param @w2
 // CHECK-NEXT: %[[IY:.+]] = nn.gemm %[[IE]], %[[IW2]]
 // CHECK-NEXT: pipe.yield %[[IY]], %[[IL]], %[[IE]], %[[IS]] :
 // CHECK-NEXT: }
@@ -102,8 +102,11 @@
 // CHECK-NOT: pipe.remat
 // CHECK-LABEL: func.func @stage2_update()
 module attributes {pipe.batch_size = 16 : i64, pipe.microbatches = 2 : i64, pipe.stages = 3 : i64} {
+  nn.parameter @w0 : tensor<32x48xf32>
+  nn.parameter @w1 : tensor<48x48xf32>
+  nn.parameter @w2 : tensor<48x4xf32>
   func.func @stage0_forward(%x: tensor<8x32xf32> {nn.input = "x"}, %scale: tensor<8x1xf32> {nn.input = "scale"}) -> (tensor<8x1xf32>, tensor<8x48xf32>, tensor<8x32xf32>) attributes {pipe.phase = "forward", pipe.stage = 0 : i64} {
-    %w0 = nn.param "w0" : tensor<32x48xf32>
+    %w0 = nn.param @w0 : tensor<32x48xf32>
     %a = nn.gemm %x, %w0 : (tensor<8x32xf32>, tensor<32x48xf32>) -> tensor<8x48xf32>
     %t = nn.tanh %a : tensor<8x48xf32>
     %b = nn.mul %t, %scale : tensor<8x48xf32>, tensor<8x1xf32> -> tensor<8x48xf32>
@@ -119,34 +122,34 @@ module attributes {pipe.batch_size = 16 : i64, pipe.microbatches = 2 : i64, pipe
     %da2 = nn.tanh_grad %t, %dt : tensor<8x48xf32>
     %da = nn.add %da1, %da2 : tensor<8x48xf32>, tensor<8x48xf32> -> tensor<8x48xf32>
     %dw0 = nn.gemm %x, %da {transA = true} : (tensor<8x32xf32>, tensor<8x48xf32>) -> tensor<32x48xf32>
-    pipe.accumulate_grad %dw0 to "w0" : tensor<32x48xf32>
+    pipe.accumulate_grad %dw0 to @w0 : tensor<32x48xf32>
     return
   }
   func.func @stage0_update() attributes {pipe.phase = "update", pipe.stage = 0 : i64} {
-    %g = pipe.accumulated_grad "w0" : tensor<32x48xf32>
-    %w0 = nn.param "w0" : tensor<32x48xf32>
+    %g = pipe.accumulated_grad @w0 : tensor<32x48xf32>
+    %w0 = nn.param @w0 : tensor<32x48xf32>
     pipe.sgd_update %w0, %g {lr = 1.000000e-02 : f64, momentum = 0.000000e+00 : f64, nesterov = false, weight_decay = 0.000000e+00 : f64} : tensor<32x48xf32>
     return
   }
   func.func @stage1_forward() -> tensor<8x48xf32> attributes {pipe.phase = "forward", pipe.stage = 1 : i64} {
     %a = pipe.recv from 0 tag 0 : tensor<8x48xf32>
-    %w1 = nn.param "w1" : tensor<48x48xf32>
+    %w1 = nn.param @w1 : tensor<48x48xf32>
     %c = nn.gemm %a, %w1 : (tensor<8x48xf32>, tensor<48x48xf32>) -> tensor<8x48xf32>
     pipe.send %c to 2 tag 1 : tensor<8x48xf32>
     return %a : tensor<8x48xf32>
   }
   func.func @stage1_backward(%a: tensor<8x48xf32>) attributes {pipe.phase = "backward", pipe.stage = 1 : i64} {
     %dc = pipe.recv from 2 tag 4 : tensor<8x48xf32>
-    %w1 = nn.param "w1" : tensor<48x48xf32>
+    %w1 = nn.param @w1 : tensor<48x48xf32>
     %da = nn.gemm %dc, %w1 {transB = true} : (tensor<8x48xf32>, tensor<48x48xf32>) -> tensor<8x48xf32>
     %dw1 = nn.gemm %a, %dc {transA = true} : (tensor<8x48xf32>, tensor<8x48xf32>) -> tensor<48x48xf32>
-    pipe.accumulate_grad %dw1 to "w1" : tensor<48x48xf32>
+    pipe.accumulate_grad %dw1 to @w1 : tensor<48x48xf32>
     pipe.send %da to 0 tag 6 : tensor<8x48xf32>
     return
   }
   func.func @stage1_update() attributes {pipe.phase = "update", pipe.stage = 1 : i64} {
-    %g = pipe.accumulated_grad "w1" : tensor<48x48xf32>
-    %w1 = nn.param "w1" : tensor<48x48xf32>
+    %g = pipe.accumulated_grad @w1 : tensor<48x48xf32>
+    %w1 = nn.param @w1 : tensor<48x48xf32>
     pipe.sgd_update %w1, %g {lr = 1.000000e-02 : f64, momentum = 0.000000e+00 : f64, nesterov = false, weight_decay = 0.000000e+00 : f64} : tensor<48x48xf32>
     return
   }
@@ -156,7 +159,7 @@ module attributes {pipe.batch_size = 16 : i64, pipe.microbatches = 2 : i64, pipe
     %c = pipe.recv from 1 tag 1 : tensor<8x48xf32>
     %d = nn.add %c, %b : tensor<8x48xf32>, tensor<8x48xf32> -> tensor<8x48xf32>
     %e = nn.mul %d, %scale : tensor<8x48xf32>, tensor<8x1xf32> -> tensor<8x48xf32>
-    %w2 = nn.param "w2" : tensor<48x4xf32>
+    %w2 = nn.param @w2 : tensor<48x4xf32>
     %y = nn.gemm %e, %w2 : (tensor<8x48xf32>, tensor<48x4xf32>) -> tensor<8x4xf32>
     %loss = nn.softmax_cross_entropy %y, %labels {microbatches = 2 : i64} : tensor<8x4xf32>, tensor<8xi64>
     pipe.report_loss %loss : tensor<f32>
@@ -165,18 +168,18 @@ module attributes {pipe.batch_size = 16 : i64, pipe.microbatches = 2 : i64, pipe
   func.func @stage2_backward(%y: tensor<8x4xf32>, %labels: tensor<8xi64>, %e: tensor<8x48xf32>, %scale: tensor<8x1xf32>) attributes {pipe.phase = "backward", pipe.stage = 2 : i64} {
     %one = nn.constant dense<1.000000e+00> : tensor<f32>
     %dy = nn.softmax_cross_entropy_grad %y, %labels, %one {microbatches = 2 : i64} : tensor<8x4xf32>, tensor<8xi64>
-    %w2 = nn.param "w2" : tensor<48x4xf32>
+    %w2 = nn.param @w2 : tensor<48x4xf32>
     %de = nn.gemm %dy, %w2 {transB = true} : (tensor<8x4xf32>, tensor<48x4xf32>) -> tensor<8x48xf32>
     %dw2 = nn.gemm %e, %dy {transA = true} : (tensor<8x48xf32>, tensor<8x4xf32>) -> tensor<48x4xf32>
-    pipe.accumulate_grad %dw2 to "w2" : tensor<48x4xf32>
+    pipe.accumulate_grad %dw2 to @w2 : tensor<48x4xf32>
     %dd = nn.mul %de, %scale : tensor<8x48xf32>, tensor<8x1xf32> -> tensor<8x48xf32>
     pipe.send %dd to 1 tag 4 : tensor<8x48xf32>
     pipe.send %dd to 0 tag 5 : tensor<8x48xf32>
     return
   }
   func.func @stage2_update() attributes {pipe.phase = "update", pipe.stage = 2 : i64} {
-    %g = pipe.accumulated_grad "w2" : tensor<48x4xf32>
-    %w2 = nn.param "w2" : tensor<48x4xf32>
+    %g = pipe.accumulated_grad @w2 : tensor<48x4xf32>
+    %w2 = nn.param @w2 : tensor<48x4xf32>
     pipe.sgd_update %w2, %g {lr = 1.000000e-02 : f64, momentum = 0.000000e+00 : f64, nesterov = false, weight_decay = 0.000000e+00 : f64} : tensor<48x4xf32>
     return
   }

@@ -169,17 +169,19 @@ func.func @shadow_not_param(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
+nn.parameter @w : tensor<4xf32>
 func.func @shadow_in_stash() -> tensor<4xf32> {
   // expected-error @+1 {{'nn.param' op attribute 'pipe.shadow' must be an arena #pipe.buffer, got #pipe.buffer<stash, offset = 0, bytes = 64>}}
-  %w = nn.param "w" {pipe.shadow = #pipe.buffer<stash, offset = 0, bytes = 64>} : tensor<4xf32>
+  %w = nn.param @w {pipe.shadow = #pipe.buffer<stash, offset = 0, bytes = 64>} : tensor<4xf32>
   return %w : tensor<4xf32>
 }
 
 // -----
 
+nn.parameter @w : tensor<4xf32>
 // pipe.state: arena buffers, on an optimizer update.
 func.func @state_not_buffers(%g: tensor<4xf32>) {
-  %w = nn.param "w" : tensor<4xf32>
+  %w = nn.param @w : tensor<4xf32>
   // expected-error @+1 {{'pipe.sgd_update' op attribute 'pipe.state' must be an array of arena #pipe.buffer, got [64]}}
   pipe.sgd_update %w, %g {lr = 0.1 : f64, momentum = 0.9 : f64, nesterov = false, weight_decay = 0.0 : f64, pipe.state = [64]} : tensor<4xf32>
   return
@@ -187,11 +189,12 @@ func.func @state_not_buffers(%g: tensor<4xf32>) {
 
 // -----
 
+nn.parameter @w : tensor<4xf32>
 // pipe.accumulator and pipe.deferred_operands: on pipe.accumulate_grad; the
 // deferred operands are G and X.
 func.func @deferred_one(%g: tensor<4xf32>) {
   // expected-error @+1 {{'pipe.accumulate_grad' op attribute 'pipe.deferred_operands' must be two arena #pipe.buffer (G, then X), got [#pipe.buffer<arena, offset = 0, bytes = 64>]}}
-  pipe.accumulate_grad %g to "w" {pipe.deferred_operands = [#pipe.buffer<arena, offset = 0, bytes = 64>]} : tensor<4xf32>
+  pipe.accumulate_grad %g to @w {pipe.deferred_operands = [#pipe.buffer<arena, offset = 0, bytes = 64>]} : tensor<4xf32>
   return
 }
 

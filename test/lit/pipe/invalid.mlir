@@ -12,9 +12,10 @@ func.func @sgd_not_param(%x: tensor<4xf32>, %g: tensor<4xf32>) {
 
 // -----
 
+nn.parameter @w : tensor<4xf32>
 // The updated value must be an nn.param (Adam), not a value computed from one.
 func.func @adam_not_param(%g: tensor<4xf32>) {
-  %p = nn.param "w" : tensor<4xf32>
+  %p = nn.param @w : tensor<4xf32>
   %t = nn.tanh %p : tensor<4xf32>
   // expected-error @+1 {{'pipe.adam_update' op operand #0 must be the result of an 'nn.param'}}
   pipe.adam_update %t, %g {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = 0.0 : f64, decoupled = false} : tensor<4xf32>
@@ -23,9 +24,10 @@ func.func @adam_not_param(%g: tensor<4xf32>) {
 
 // -----
 
+nn.parameter @w : tensor<4x8xf32>
 // The gradient has the parameter's type (SGD).
 func.func @sgd_type_mismatch(%g: tensor<4x16xf32>) {
-  %p = nn.param "w" : tensor<4x8xf32>
+  %p = nn.param @w : tensor<4x8xf32>
   // expected-error @+1 {{'pipe.sgd_update' op failed to verify that all of {param, grad} have same type}}
   "pipe.sgd_update"(%p, %g) {lr = 0.1 : f64, momentum = 0.0 : f64, weight_decay = 0.0 : f64, nesterov = false} : (tensor<4x8xf32>, tensor<4x16xf32>) -> ()
   return
@@ -33,9 +35,10 @@ func.func @sgd_type_mismatch(%g: tensor<4x16xf32>) {
 
 // -----
 
+nn.parameter @w : tensor<1xf32>
 // The gradient has the parameter's type (Adam).
 func.func @adam_type_mismatch(%g: tensor<f32>) {
-  %p = nn.param "w" : tensor<1xf32>
+  %p = nn.param @w : tensor<1xf32>
   // expected-error @+1 {{'pipe.adam_update' op failed to verify that all of {param, grad} have same type}}
   "pipe.adam_update"(%p, %g) {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = 0.0 : f64, decoupled = false} : (tensor<1xf32>, tensor<f32>) -> ()
   return
@@ -43,9 +46,10 @@ func.func @adam_type_mismatch(%g: tensor<f32>) {
 
 // -----
 
+nn.parameter @w : tensor<4xf32>
 // Gradients are statically shaped f32 tensors.
 func.func @sgd_dynamic_grad(%g: tensor<?xf32>) {
-  %p = nn.param "w" : tensor<4xf32>
+  %p = nn.param @w : tensor<4xf32>
   // expected-error @+1 {{'pipe.sgd_update' op operand #1 must be statically shaped tensor of 32-bit float values, but got 'tensor<?xf32>'}}
   "pipe.sgd_update"(%p, %g) {lr = 0.1 : f64, momentum = 0.0 : f64, weight_decay = 0.0 : f64, nesterov = false} : (tensor<4xf32>, tensor<?xf32>) -> ()
   return
@@ -53,9 +57,10 @@ func.func @sgd_dynamic_grad(%g: tensor<?xf32>) {
 
 // -----
 
+nn.parameter @w : tensor<4xf32>
 // Hyper-parameters are f64 attributes.
 func.func @sgd_lr_f32(%g: tensor<4xf32>) {
-  %p = nn.param "w" : tensor<4xf32>
+  %p = nn.param @w : tensor<4xf32>
   // expected-error @+1 {{'pipe.sgd_update' op attribute 'lr' failed to satisfy constraint: 64-bit float attribute}}
   pipe.sgd_update %p, %g {lr = 0.1 : f32, momentum = 0.0 : f64, weight_decay = 0.0 : f64, nesterov = false} : tensor<4xf32>
   return
@@ -63,9 +68,10 @@ func.func @sgd_lr_f32(%g: tensor<4xf32>) {
 
 // -----
 
+nn.parameter @w : tensor<4xf32>
 // Every hyper-parameter is required.
 func.func @adam_missing_eps(%g: tensor<4xf32>) {
-  %p = nn.param "w" : tensor<4xf32>
+  %p = nn.param @w : tensor<4xf32>
   // expected-error @+1 {{'pipe.adam_update' op requires attribute 'eps'}}
   pipe.adam_update %p, %g {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, weight_decay = 0.0 : f64, decoupled = false} : tensor<4xf32>
   return
@@ -73,9 +79,10 @@ func.func @adam_missing_eps(%g: tensor<4xf32>) {
 
 // -----
 
+nn.parameter @w : tensor<4xf32>
 // No op may read the parameter after its update.
 func.func @use_after_update(%g: tensor<4xf32>) -> tensor<4xf32> {
-  %p = nn.param "w" : tensor<4xf32>
+  %p = nn.param @w : tensor<4xf32>
   // expected-error @+1 {{'pipe.sgd_update' op parameter is used after its update by nn.relu}}
   pipe.sgd_update %p, %g {lr = 0.1 : f64, momentum = 0.0 : f64, weight_decay = 0.0 : f64, nesterov = false} : tensor<4xf32>
   %r = nn.relu %p : tensor<4xf32>
@@ -84,9 +91,10 @@ func.func @use_after_update(%g: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
+nn.parameter @w : tensor<4xf32>
 // Returning the parameter after its update is a use after the update too.
 func.func @returned_after_update(%g: tensor<4xf32>) -> tensor<4xf32> {
-  %p = nn.param "w" : tensor<4xf32>
+  %p = nn.param @w : tensor<4xf32>
   // expected-error @+1 {{'pipe.adam_update' op parameter is used after its update by func.return}}
   pipe.adam_update %p, %g {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = 0.0 : f64, decoupled = false} : tensor<4xf32>
   return %p : tensor<4xf32>
@@ -94,9 +102,10 @@ func.func @returned_after_update(%g: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
+nn.parameter @w : tensor<4xf32>
 // A parameter is updated once: a second update is a use after the first.
 func.func @updated_twice(%g: tensor<4xf32>) {
-  %p = nn.param "w" : tensor<4xf32>
+  %p = nn.param @w : tensor<4xf32>
   // expected-error @+1 {{'pipe.sgd_update' op parameter is used after its update by pipe.sgd_update}}
   pipe.sgd_update %p, %g {lr = 0.1 : f64, momentum = 0.0 : f64, weight_decay = 0.0 : f64, nesterov = false} : tensor<4xf32>
   pipe.sgd_update %p, %g {lr = 0.1 : f64, momentum = 0.0 : f64, weight_decay = 0.0 : f64, nesterov = false} : tensor<4xf32>
@@ -105,9 +114,10 @@ func.func @updated_twice(%g: tensor<4xf32>) {
 
 // -----
 
+nn.parameter @w : tensor<4xf32>
 // SGD: lr >= 0.
 func.func @sgd_lr_negative(%g: tensor<4xf32>) {
-  %p = nn.param "w" : tensor<4xf32>
+  %p = nn.param @w : tensor<4xf32>
   // expected-error @+1 {{'pipe.sgd_update' op lr = -1.000000e-01 is out of range [0.000000e+00, INF)}}
   pipe.sgd_update %p, %g {lr = -0.1 : f64, momentum = 0.0 : f64, weight_decay = 0.0 : f64, nesterov = false} : tensor<4xf32>
   return
@@ -115,9 +125,10 @@ func.func @sgd_lr_negative(%g: tensor<4xf32>) {
 
 // -----
 
+nn.parameter @w : tensor<4xf32>
 // SGD: lr is finite.
 func.func @sgd_lr_inf(%g: tensor<4xf32>) {
-  %p = nn.param "w" : tensor<4xf32>
+  %p = nn.param @w : tensor<4xf32>
   // expected-error @+1 {{'pipe.sgd_update' op lr = INF is out of range [0.000000e+00, INF)}}
   pipe.sgd_update %p, %g {lr = 0x7FF0000000000000 : f64, momentum = 0.0 : f64, weight_decay = 0.0 : f64, nesterov = false} : tensor<4xf32>
   return
@@ -125,9 +136,10 @@ func.func @sgd_lr_inf(%g: tensor<4xf32>) {
 
 // -----
 
+nn.parameter @w : tensor<4xf32>
 // SGD: momentum >= 0.
 func.func @sgd_momentum_negative(%g: tensor<4xf32>) {
-  %p = nn.param "w" : tensor<4xf32>
+  %p = nn.param @w : tensor<4xf32>
   // expected-error @+1 {{'pipe.sgd_update' op momentum = -5.000000e-01 is out of range [0.000000e+00, INF)}}
   pipe.sgd_update %p, %g {lr = 0.1 : f64, momentum = -0.5 : f64, weight_decay = 0.0 : f64, nesterov = false} : tensor<4xf32>
   return
@@ -135,9 +147,10 @@ func.func @sgd_momentum_negative(%g: tensor<4xf32>) {
 
 // -----
 
+nn.parameter @w : tensor<4xf32>
 // SGD: NaN is rejected although it compares false with both bounds.
 func.func @sgd_momentum_nan(%g: tensor<4xf32>) {
-  %p = nn.param "w" : tensor<4xf32>
+  %p = nn.param @w : tensor<4xf32>
   // expected-error @+1 {{'pipe.sgd_update' op momentum = nan is out of range [0.000000e+00, INF)}}
   pipe.sgd_update %p, %g {lr = 0.1 : f64, momentum = 0x7FF8000000000000 : f64, weight_decay = 0.0 : f64, nesterov = false} : tensor<4xf32>
   return
@@ -145,9 +158,10 @@ func.func @sgd_momentum_nan(%g: tensor<4xf32>) {
 
 // -----
 
+nn.parameter @w : tensor<4xf32>
 // SGD: weight_decay >= 0.
 func.func @sgd_weight_decay_negative(%g: tensor<4xf32>) {
-  %p = nn.param "w" : tensor<4xf32>
+  %p = nn.param @w : tensor<4xf32>
   // expected-error @+1 {{'pipe.sgd_update' op weight_decay = -1.000000e-04 is out of range [0.000000e+00, INF)}}
   pipe.sgd_update %p, %g {lr = 0.1 : f64, momentum = 0.0 : f64, weight_decay = -1.0e-4 : f64, nesterov = false} : tensor<4xf32>
   return
@@ -155,9 +169,10 @@ func.func @sgd_weight_decay_negative(%g: tensor<4xf32>) {
 
 // -----
 
+nn.parameter @w : tensor<4xf32>
 // SGD: Nesterov needs a momentum (as in torch.optim.SGD).
 func.func @sgd_nesterov_no_momentum(%g: tensor<4xf32>) {
-  %p = nn.param "w" : tensor<4xf32>
+  %p = nn.param @w : tensor<4xf32>
   // expected-error @+1 {{'pipe.sgd_update' op nesterov requires a momentum > 0}}
   pipe.sgd_update %p, %g {lr = 0.1 : f64, momentum = 0.0 : f64, weight_decay = 0.0 : f64, nesterov = true} : tensor<4xf32>
   return
@@ -165,9 +180,10 @@ func.func @sgd_nesterov_no_momentum(%g: tensor<4xf32>) {
 
 // -----
 
+nn.parameter @w : tensor<4xf32>
 // Adam: lr >= 0.
 func.func @adam_lr_negative(%g: tensor<4xf32>) {
-  %p = nn.param "w" : tensor<4xf32>
+  %p = nn.param @w : tensor<4xf32>
   // expected-error @+1 {{'pipe.adam_update' op lr = -1.000000e-03 is out of range [0.000000e+00, INF)}}
   pipe.adam_update %p, %g {lr = -1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = 0.0 : f64, decoupled = false} : tensor<4xf32>
   return
@@ -175,9 +191,10 @@ func.func @adam_lr_negative(%g: tensor<4xf32>) {
 
 // -----
 
+nn.parameter @w : tensor<4xf32>
 // Adam: beta1 < 1 (the range is half-open).
 func.func @adam_beta1_one(%g: tensor<4xf32>) {
-  %p = nn.param "w" : tensor<4xf32>
+  %p = nn.param @w : tensor<4xf32>
   // expected-error @+1 {{'pipe.adam_update' op beta1 = 1.000000e+00 is out of range [0.000000e+00, 1.000000e+00)}}
   pipe.adam_update %p, %g {lr = 1.0e-3 : f64, beta1 = 1.0 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = 0.0 : f64, decoupled = false} : tensor<4xf32>
   return
@@ -185,9 +202,10 @@ func.func @adam_beta1_one(%g: tensor<4xf32>) {
 
 // -----
 
+nn.parameter @w : tensor<4xf32>
 // Adam: beta1 >= 0.
 func.func @adam_beta1_negative(%g: tensor<4xf32>) {
-  %p = nn.param "w" : tensor<4xf32>
+  %p = nn.param @w : tensor<4xf32>
   // expected-error @+1 {{'pipe.adam_update' op beta1 = -1.000000e-01 is out of range [0.000000e+00, 1.000000e+00)}}
   pipe.adam_update %p, %g {lr = 1.0e-3 : f64, beta1 = -0.1 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = 0.0 : f64, decoupled = false} : tensor<4xf32>
   return
@@ -195,9 +213,10 @@ func.func @adam_beta1_negative(%g: tensor<4xf32>) {
 
 // -----
 
+nn.parameter @w : tensor<4xf32>
 // Adam: beta2 < 1.
 func.func @adam_beta2_above_one(%g: tensor<4xf32>) {
-  %p = nn.param "w" : tensor<4xf32>
+  %p = nn.param @w : tensor<4xf32>
   // expected-error @+1 {{'pipe.adam_update' op beta2 = 1.500000e+00 is out of range [0.000000e+00, 1.000000e+00)}}
   pipe.adam_update %p, %g {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 1.5 : f64, eps = 1.0e-8 : f64, weight_decay = 0.0 : f64, decoupled = false} : tensor<4xf32>
   return
@@ -205,9 +224,10 @@ func.func @adam_beta2_above_one(%g: tensor<4xf32>) {
 
 // -----
 
+nn.parameter @w : tensor<4xf32>
 // Adam: eps >= 0.
 func.func @adam_eps_negative(%g: tensor<4xf32>) {
-  %p = nn.param "w" : tensor<4xf32>
+  %p = nn.param @w : tensor<4xf32>
   // expected-error @+1 {{'pipe.adam_update' op eps = -1.000000e-08 is out of range [0.000000e+00, INF)}}
   pipe.adam_update %p, %g {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = -1.0e-8 : f64, weight_decay = 0.0 : f64, decoupled = false} : tensor<4xf32>
   return
@@ -215,9 +235,10 @@ func.func @adam_eps_negative(%g: tensor<4xf32>) {
 
 // -----
 
+nn.parameter @w : tensor<4xf32>
 // AdamW: weight_decay >= 0.
 func.func @adamw_weight_decay_negative(%g: tensor<4xf32>) {
-  %p = nn.param "w" : tensor<4xf32>
+  %p = nn.param @w : tensor<4xf32>
   // expected-error @+1 {{'pipe.adam_update' op weight_decay = -1.000000e-02 is out of range [0.000000e+00, INF)}}
   pipe.adam_update %p, %g {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = -0.01 : f64, decoupled = true} : tensor<4xf32>
   return
@@ -296,28 +317,48 @@ func.func @recv_dynamic() {
 
 // -----
 
-// pipe.accumulate_grad names its parameter.
-func.func @accumulate_grad_no_name(%g: tensor<4xf32>) {
-  // expected-error @+1 {{'pipe.accumulate_grad' op needs a parameter name}}
-  pipe.accumulate_grad %g to "" : tensor<4xf32>
+// pipe.accumulate_grad names a declared parameter (an nn.parameter symbol).
+func.func @accumulate_grad_undeclared(%g: tensor<4xf32>) {
+  // expected-error @+1 {{'pipe.accumulate_grad' op parameter @w is not declared (no nn.parameter @w in the module)}}
+  pipe.accumulate_grad %g to @w : tensor<4xf32>
   return
 }
 
 // -----
 
-// pipe.accumulated_grad names its parameter.
-func.func @accumulated_grad_no_name() {
-  // expected-error @+1 {{'pipe.accumulated_grad' op needs a parameter name}}
-  %g = pipe.accumulated_grad "" : tensor<4xf32>
+// ... whose type the gradient has.
+nn.parameter @w : tensor<4xf32>
+func.func @accumulate_grad_type(%g: tensor<8xf32>) {
+  // expected-error @+1 {{'pipe.accumulate_grad' op has type 'tensor<8xf32>' but parameter @w is declared 'tensor<4xf32>'}}
+  pipe.accumulate_grad %g to @w : tensor<8xf32>
+  return
+}
+
+// -----
+
+// pipe.accumulated_grad too.
+func.func @accumulated_grad_undeclared() {
+  // expected-error @+1 {{'pipe.accumulated_grad' op parameter @w is not declared (no nn.parameter @w in the module)}}
+  %g = pipe.accumulated_grad @w : tensor<4xf32>
+  return
+}
+
+// -----
+
+nn.parameter @w : tensor<4xf32>
+func.func @accumulated_grad_type() {
+  // expected-error @+1 {{'pipe.accumulated_grad' op has type 'tensor<2x2xf32>' but parameter @w is declared 'tensor<4xf32>'}}
+  %g = pipe.accumulated_grad @w : tensor<2x2xf32>
   return
 }
 
 // -----
 
 // Gradients are f32 (an i64 tensor is not a gradient).
+nn.parameter @w : tensor<4xf32>
 func.func @accumulate_grad_i64(%g: tensor<4xi64>) {
   // expected-error @+1 {{'pipe.accumulate_grad' op operand #0 must be statically shaped tensor of 32-bit float values, but got 'tensor<4xi64>'}}
-  pipe.accumulate_grad %g to "w" : tensor<4xi64>
+  pipe.accumulate_grad %g to @w : tensor<4xi64>
   return
 }
 
@@ -395,11 +436,12 @@ func.func @remat_recv(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
+nn.parameter @w : tensor<4xf32>
 // pipe.remat: an nn op with side effects (nn.param_grad) is not allowed.
 func.func @remat_param_grad(%x: tensor<4xf32>) -> tensor<4xf32> {
   %r = pipe.remat (%x) : (tensor<4xf32>) -> tensor<4xf32> {
   ^bb0(%a: tensor<4xf32>):
-    %w = nn.param "w" : tensor<4xf32>
+    %w = nn.param @w : tensor<4xf32>
     // expected-error @+1 {{'nn.param_grad' op cannot be rematerialized: only pure nn ops and nn.param may appear in a pipe.remat region}}
     nn.param_grad %w, %a : tensor<4xf32>
     pipe.yield %a : tensor<4xf32>
@@ -739,57 +781,63 @@ module attributes {pipe.microbatches = 4 : i64} {
 
 // -----
 
+nn.parameter @w : tensor<4x3xf32>
 // The lowering marks of pipe.accumulate_grad: overwrite and deferred refine
 // in_place.
 func.func @overwrite_without_in_place(%a: tensor<8x4xf32>, %b: tensor<8x3xf32>) {
   %g = nn.gemm %a, %b {transA = true} : (tensor<8x4xf32>, tensor<8x3xf32>) -> tensor<4x3xf32>
   // expected-error @+1 {{'pipe.accumulate_grad' op 'overwrite' needs 'in_place'}}
-  pipe.accumulate_grad %g to "w" {overwrite} : tensor<4x3xf32>
+  pipe.accumulate_grad %g to @w {overwrite} : tensor<4x3xf32>
   return
 }
 
 // -----
 
+nn.parameter @w : tensor<4x3xf32>
 func.func @deferred_without_in_place(%a: tensor<8x4xf32>, %b: tensor<8x3xf32>) {
   %g = nn.gemm %a, %b {transA = true} : (tensor<8x4xf32>, tensor<8x3xf32>) -> tensor<4x3xf32>
   // expected-error @+1 {{'pipe.accumulate_grad' op 'deferred' needs 'in_place'}}
-  pipe.accumulate_grad %g to "w" {deferred} : tensor<4x3xf32>
+  pipe.accumulate_grad %g to @w {deferred} : tensor<4x3xf32>
   return
 }
 
 // -----
 
+nn.parameter @w : tensor<4x3xf32>
 func.func @overwrite_and_deferred(%a: tensor<8x4xf32>, %b: tensor<8x3xf32>) {
   %g = nn.gemm %a, %b {transA = true} : (tensor<8x4xf32>, tensor<8x3xf32>) -> tensor<4x3xf32>
   // expected-error @+1 {{'pipe.accumulate_grad' op 'overwrite' and 'deferred' exclude each other}}
-  pipe.accumulate_grad %g to "w" {in_place, overwrite, deferred} : tensor<4x3xf32>
+  pipe.accumulate_grad %g to @w {in_place, overwrite, deferred} : tensor<4x3xf32>
   return
 }
 
 // -----
 
+nn.parameter @w : tensor<4x3xf32>
 // in_place needs a GEMM (no C) that only this op reads.
 func.func @in_place_not_gemm(%g: tensor<4x3xf32>) {
   // expected-error @+1 {{'pipe.accumulate_grad' op 'in_place' needs a gradient computed by an nn.gemm without C whose only reader is this op}}
-  pipe.accumulate_grad %g to "w" {in_place} : tensor<4x3xf32>
+  pipe.accumulate_grad %g to @w {in_place} : tensor<4x3xf32>
   return
 }
 
 // -----
 
+nn.parameter @w : tensor<4x3xf32>
 func.func @in_place_gemm_read_twice(%a: tensor<8x4xf32>, %b: tensor<8x3xf32>) -> tensor<4x3xf32> {
   %g = nn.gemm %a, %b {transA = true} : (tensor<8x4xf32>, tensor<8x3xf32>) -> tensor<4x3xf32>
   // expected-error @+1 {{'pipe.accumulate_grad' op 'in_place' needs a gradient computed by an nn.gemm without C whose only reader is this op}}
-  pipe.accumulate_grad %g to "w" {in_place} : tensor<4x3xf32>
+  pipe.accumulate_grad %g to @w {in_place} : tensor<4x3xf32>
   return %g : tensor<4x3xf32>
 }
 
 // -----
 
+nn.parameter @w : tensor<4x3xf32>
 // deferred needs a weight gradient A^T B.
 func.func @deferred_not_weight_grad(%a: tensor<4x8xf32>, %b: tensor<8x3xf32>) {
   %g = nn.gemm %a, %b : (tensor<4x8xf32>, tensor<8x3xf32>) -> tensor<4x3xf32>
   // expected-error @+1 {{'pipe.accumulate_grad' op 'deferred' needs a weight-gradient GEMM A^T B (transA, no transB, alpha 1)}}
-  pipe.accumulate_grad %g to "w" {in_place, deferred} : tensor<4x3xf32>
+  pipe.accumulate_grad %g to @w {in_place, deferred} : tensor<4x3xf32>
   return
 }

@@ -5,19 +5,33 @@
 // RUN: gpipe-opt %s | gpipe-opt | FileCheck %s
 // RUN: gpipe-opt %s --mlir-print-op-generic | gpipe-opt | FileCheck %s
 
+// The parameters the functions below name (nn.parameter symbols).
+// CHECK: nn.parameter @w : tensor<4x8xf32>
+// CHECK-NEXT: nn.parameter @w2 : tensor<2x3xf32>
+// CHECK-NEXT: nn.parameter @w3 : tensor<8x16xf32>
+// CHECK-NEXT: nn.parameter @b : tensor<8xf32>
+// CHECK-NEXT: nn.parameter @scale : tensor<f32>
+// CHECK-NEXT: nn.parameter @fc.weight : tensor<4x8xf32>
+nn.parameter @w : tensor<4x8xf32>
+nn.parameter @w2 : tensor<2x3xf32>
+nn.parameter @w3 : tensor<8x16xf32>
+nn.parameter @b : tensor<8xf32>
+nn.parameter @scale : tensor<f32>
+nn.parameter @fc.weight : tensor<4x8xf32>
+
 // Plain SGD, then momentum + Nesterov + weight decay; the parameter is read
 // before its update (allowed).
 // CHECK-LABEL: func.func @sgd(
 // CHECK-SAME: %[[X:[^:]+]]: tensor<4x8xf32>, %[[G:[^:]+]]: tensor<4x8xf32>, %[[GB:[^:]+]]: tensor<8xf32>
-// CHECK-NEXT: %[[W:.+]] = nn.param "w" : tensor<4x8xf32>
-// CHECK-NEXT: %[[B:.+]] = nn.param "b" : tensor<8xf32>
+// CHECK-NEXT: %[[W:.+]] = nn.param @w : tensor<4x8xf32>
+// CHECK-NEXT: %[[B:.+]] = nn.param @b : tensor<8xf32>
 // CHECK-NEXT: %[[Y:.+]] = nn.add %[[X]], %[[W]]
 // CHECK-NEXT: pipe.sgd_update %[[W]], %[[G]] {lr = 1.000000e-01 : f64, momentum = 0.000000e+00 : f64, nesterov = false, weight_decay = 0.000000e+00 : f64} : tensor<4x8xf32>
 // CHECK-NEXT: pipe.sgd_update %[[B]], %[[GB]] {lr = 1.000000e-02 : f64, momentum = 9.000000e-01 : f64, nesterov = true, weight_decay = 5.000000e-04 : f64} : tensor<8xf32>
 // CHECK-NEXT: return %[[Y]]
 func.func @sgd(%x: tensor<4x8xf32>, %g: tensor<4x8xf32>, %gb: tensor<8xf32>) -> tensor<4x8xf32> {
-  %w = nn.param "w" : tensor<4x8xf32>
-  %b = nn.param "b" : tensor<8xf32>
+  %w = nn.param @w : tensor<4x8xf32>
+  %b = nn.param @b : tensor<8xf32>
   %y = nn.add %x, %w : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
   pipe.sgd_update %w, %g {lr = 0.1 : f64, momentum = 0.0 : f64, weight_decay = 0.0 : f64, nesterov = false} : tensor<4x8xf32>
   pipe.sgd_update %b, %gb {lr = 0.01 : f64, momentum = 0.9 : f64, weight_decay = 5.0e-4 : f64, nesterov = true} : tensor<8xf32>
@@ -28,14 +42,14 @@ func.func @sgd(%x: tensor<4x8xf32>, %g: tensor<4x8xf32>, %gb: tensor<8xf32>) -> 
 // at the closed ends of their ranges.
 // CHECK-LABEL: func.func @adam(
 // CHECK-SAME: %[[G:[^:]+]]: tensor<f32>, %[[G2:[^:]+]]: tensor<2x3xf32>
-// CHECK-NEXT: %[[S:.+]] = nn.param "scale" : tensor<f32>
-// CHECK-NEXT: %[[W:.+]] = nn.param "w" : tensor<2x3xf32>
+// CHECK-NEXT: %[[S:.+]] = nn.param @scale : tensor<f32>
+// CHECK-NEXT: %[[W:.+]] = nn.param @w2 : tensor<2x3xf32>
 // CHECK-NEXT: pipe.adam_update %[[S]], %[[G]] {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, decoupled = false, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 0.000000e+00 : f64} : tensor<f32>
 // CHECK-NEXT: pipe.adam_update %[[W]], %[[G2]] {beta1 = 0.000000e+00 : f64, beta2 = 0.000000e+00 : f64, decoupled = true, eps = 0.000000e+00 : f64, lr = 0.000000e+00 : f64, weight_decay = 1.000000e-02 : f64} : tensor<2x3xf32>
 // CHECK-NEXT: return
 func.func @adam(%g: tensor<f32>, %g2: tensor<2x3xf32>) {
-  %s = nn.param "scale" : tensor<f32>
-  %w = nn.param "w" : tensor<2x3xf32>
+  %s = nn.param @scale : tensor<f32>
+  %w = nn.param @w2 : tensor<2x3xf32>
   pipe.adam_update %s, %g {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = 0.0 : f64, decoupled = false} : tensor<f32>
   pipe.adam_update %w, %g2 {lr = 0.0 : f64, beta1 = 0.0 : f64, beta2 = 0.0 : f64, eps = 0.0 : f64, weight_decay = 0.01 : f64, decoupled = true} : tensor<2x3xf32>
   return
@@ -72,15 +86,15 @@ func.func @send_recv_unstaged(%x: tensor<2xf32>) {
 // the loss report.
 // CHECK-LABEL: func.func @accumulate(
 // CHECK-SAME: %[[G:[^:]+]]: tensor<4x8xf32>, %[[S:[^:]+]]: tensor<f32>) -> tensor<4x8xf32>
-// CHECK-NEXT: pipe.accumulate_grad %[[G]] to "fc.weight" : tensor<4x8xf32>
-// CHECK-NEXT: pipe.accumulate_grad %[[S]] to "scale" : tensor<f32>
-// CHECK-NEXT: %[[A:.+]] = pipe.accumulated_grad "fc.weight" : tensor<4x8xf32>
+// CHECK-NEXT: pipe.accumulate_grad %[[G]] to @fc.weight : tensor<4x8xf32>
+// CHECK-NEXT: pipe.accumulate_grad %[[S]] to @scale : tensor<f32>
+// CHECK-NEXT: %[[A:.+]] = pipe.accumulated_grad @fc.weight : tensor<4x8xf32>
 // CHECK-NEXT: pipe.report_loss %[[S]] : tensor<f32>
 // CHECK-NEXT: return %[[A]] : tensor<4x8xf32>
 func.func @accumulate(%g: tensor<4x8xf32>, %s: tensor<f32>) -> tensor<4x8xf32> {
-  pipe.accumulate_grad %g to "fc.weight" : tensor<4x8xf32>
-  pipe.accumulate_grad %s to "scale" : tensor<f32>
-  %a = pipe.accumulated_grad "fc.weight" : tensor<4x8xf32>
+  pipe.accumulate_grad %g to @fc.weight : tensor<4x8xf32>
+  pipe.accumulate_grad %s to @scale : tensor<f32>
+  %a = pipe.accumulated_grad @fc.weight : tensor<4x8xf32>
   pipe.report_loss %s : tensor<f32>
   return %a : tensor<4x8xf32>
 }
@@ -91,7 +105,7 @@ func.func @accumulate(%g: tensor<4x8xf32>, %s: tensor<f32>) -> tensor<4x8xf32> {
 // CHECK-SAME: %[[X:[^:]+]]: tensor<4x8xf32>, %[[L:[^:]+]]: tensor<4xi64>)
 // CHECK-NEXT: %[[R:.+]]:2 = pipe.remat(%[[X]], %[[L]]) : (tensor<4x8xf32>, tensor<4xi64>) -> (tensor<4x16xf32>, tensor<4xi64>) {
 // CHECK-NEXT: ^bb0(%[[A:[^:]+]]: tensor<4x8xf32>, %[[B:[^:]+]]: tensor<4xi64>):
-// CHECK-NEXT: %[[W:.+]] = nn.param "w" : tensor<8x16xf32>
+// CHECK-NEXT: %[[W:.+]] = nn.param @w3 : tensor<8x16xf32>
 // CHECK-NEXT: %[[C:.+]] = nn.constant dense<2.000000e+00> : tensor<f32>
 // CHECK-NEXT: %[[H:.+]] = nn.gemm %[[A]], %[[W]]
 // CHECK-NEXT: %[[M:.+]] = nn.mul %[[H]], %[[C]]
@@ -108,7 +122,7 @@ func.func @accumulate(%g: tensor<4x8xf32>, %s: tensor<f32>) -> tensor<4x8xf32> {
 func.func @remat(%x: tensor<4x8xf32>, %l: tensor<4xi64>) -> (tensor<4x16xf32>, tensor<4xi64>, tensor<2xf32>) {
   %r:2 = pipe.remat (%x, %l) : (tensor<4x8xf32>, tensor<4xi64>) -> (tensor<4x16xf32>, tensor<4xi64>) {
   ^bb0(%a: tensor<4x8xf32>, %b: tensor<4xi64>):
-    %w = nn.param "w" : tensor<8x16xf32>
+    %w = nn.param @w3 : tensor<8x16xf32>
     %c = nn.constant dense<2.0> : tensor<f32>
     %h = nn.gemm %a, %w : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
     %m = nn.mul %h, %c : tensor<4x16xf32>, tensor<f32> -> tensor<4x16xf32>
@@ -131,6 +145,10 @@ func.func @remat(%x: tensor<4x8xf32>, %l: tensor<4xi64>) -> (tensor<4x16xf32>, t
 // CHECK: pipe.schedule stage 0 forward @f0 backward @b0 update @u0 actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<forward, mb = 2>, #pipe.action<backward, mb = 2>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 // CHECK-NEXT: pipe.schedule stage 1 forward @f1 backward @b1 update @u1 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<forward, mb = 2>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 2>, #pipe.action<update>] {note = "1f1b"}
 module @pipelined attributes {pipe.microbatches = 3 : i64, pipe.stages = 2 : i64} {
+  nn.parameter @w : tensor<4x8xf32>
+  nn.parameter @b : tensor<8xf32>
+  nn.parameter @scale : tensor<f32>
+  nn.parameter @fc.weight : tensor<4x8xf32>
   func.func @f0() attributes {pipe.stage = 0 : i64} {
     return
   }
