@@ -81,6 +81,10 @@ std::optional<std::string> scalarExpr(Operation *op, ArrayRef<std::string> a,
       })
       .Case([&](nn::ErfOp) { return call("erf", x(0)); })
       .Case([&](nn::ExpOp) { return call("exp", x(0)); })
+      .Case([&](nn::LogOp) { return call("log", x(0)); })
+      .Case([&](nn::SqrtOp) { return call("sqrt", x(0)); })
+      .Case([&](nn::ReciprocalOp) { return "1.f / " + x(0); })
+      .Case([&](nn::AbsOp) { return call("fabs", x(0)); })
       .Case(
           [&](nn::ReluGradOp) { return x(0) + " > 0.f ? " + x(1) + " : 0.f"; })
       .Case([&](nn::TanhGradOp) {
@@ -90,6 +94,15 @@ std::optional<std::string> scalarExpr(Operation *op, ArrayRef<std::string> a,
         return x(1) + " * (" + x(0) + " * (1.f - " + x(0) + "))";
       })
       // d/dx erf(x) = 2/sqrt(pi) * exp(-x^2)
+      // torch's formulas: dy / (2 y), -dy * (y * y), dy * sign(x)
+      .Case([&](nn::SqrtGradOp) { return x(1) + " / (2.f * " + x(0) + ")"; })
+      .Case([&](nn::ReciprocalGradOp) {
+        return "-" + x(1) + " * (" + x(0) + " * " + x(0) + ")";
+      })
+      .Case([&](nn::AbsGradOp) {
+        return x(0) + " > 0.f ? " + x(1) + " : (" + x(0) + " < 0.f ? -" + x(1) +
+               " : 0.f)";
+      })
       .Case([&](nn::ErfGradOp) {
         return x(1) + " * (1.12837916709551257f * " +
                call("exp", "-" + x(0) + " * " + x(0)) + ")";

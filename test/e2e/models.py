@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 ALLOWED_OPS = frozenset([
     "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Relu", "Tanh", "Sigmoid",
-    "Erf", "Exp", "Constant", "Identity", "Reshape", "Flatten", "Concat", "Unsqueeze",
+    "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Abs", "Constant", "Identity", "Reshape", "Flatten", "Concat", "Unsqueeze",
     "Squeeze", "SoftmaxCrossEntropyLoss", "Transpose",
     # Shape arithmetic on static shapes, folded at import:
     "Shape", "Gather",
@@ -85,6 +85,22 @@ class MlpExp(_Loss):
     def logits(self, x):
         h = torch.exp(torch.tanh(self.l1(x)))
         return self.l3(torch.tanh(self.l2(h)))
+
+
+class MlpUnary(_Loss):
+    """Abs, Sqrt, Log, Reciprocal (issue 11's elementwise ops): Linear, then
+    a = |h| + 0.5, then sqrt(a) + log(a) * (1 / a), then Tanh-Linear
+    (16 -> 32 -> 10). a >= 0.5 keeps sqrt, log and 1/a finite."""
+
+    def __init__(self, d_in=16, hidden=32, classes=10):
+        super().__init__()
+        self.l1 = nn.Linear(d_in, hidden)
+        self.l2 = nn.Linear(hidden, classes)
+
+    def logits(self, x):
+        a = torch.abs(self.l1(x)) + 0.5
+        h = torch.sqrt(a) + torch.log(a) * torch.reciprocal(a)
+        return self.l2(torch.tanh(h))
 
 
 class MlpGeluSigmoid(_Loss):
@@ -267,6 +283,8 @@ MODELS = {
                              "Linear-GELU(erf)-Linear-Sigmoid-Linear 20->32->32->10"),
     "mlp_exp": Spec(lambda: MlpExp(16, 32, 10), 16, 10, None,
                     "Linear-Tanh-Exp-Linear-Tanh-Linear 16->32->32->10"),
+    "mlp_unary": Spec(lambda: MlpUnary(16, 32, 10), 16, 10, None,
+                      "Linear-Abs-Sqrt/Log/Reciprocal-Tanh-Linear 16->32->10"),
     "mlp_relu": Spec(lambda: MlpRelu(16, 32, 10, 3), 16, 10, None,
                      "(Linear-ReLU)x3 + Linear 16->32->32->32->10"),
     "mlp_ignore": Spec(lambda: MlpTanh(16, 32, 10, ignore_index=3), 16, 10, 3,

@@ -1,5 +1,6 @@
 // Elementwise ONNX ops: Add Sub Mul Div (broadcasting, float32; int64 shape
-// arithmetic folds at import) and Relu Tanh Sigmoid Erf Exp.
+// arithmetic folds at import) and Relu Tanh Sigmoid Erf Exp Log Sqrt
+// Reciprocal Abs.
 #include "compiler/importer/OpTable.h"
 
 #include "dialects/nn/NNOps.h"
@@ -59,7 +60,8 @@ static std::optional<int64_t> divInts(int64_t x, int64_t y) {
   return x / y;
 }
 
-/// Relu, Tanh, Sigmoid, Erf, Exp on float32 tensors.
+/// Relu, Tanh, Sigmoid, Erf, Exp, Log, Sqrt, Reciprocal, Abs on float32
+/// tensors.
 template <typename OpTy>
 static LogicalResult importUnary(ImportContext &cx,
                                  const onnx::NodeProto &node) {
@@ -80,4 +82,8 @@ void gpipe::importer::registerElementwiseOps(OpTable &table) {
   table.add("Sigmoid", importUnary<nn::SigmoidOp>);
   table.add("Erf", importUnary<nn::ErfOp>);
   table.add("Exp", importUnary<nn::ExpOp>);
+  table.add("Log", importUnary<nn::LogOp>);
+  table.add("Sqrt", importUnary<nn::SqrtOp>);
+  table.add("Reciprocal", importUnary<nn::ReciprocalOp>);
+  table.add("Abs", importUnary<nn::AbsOp>);
 }

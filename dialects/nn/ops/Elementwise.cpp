@@ -83,10 +83,17 @@ int64_t TanhOp::getFlops() { return 8 * numElements(getOutput()); }
 int64_t SigmoidOp::getFlops() { return 4 * numElements(getOutput()); }
 int64_t ErfOp::getFlops() { return 8 * numElements(getOutput()); }
 int64_t ExpOp::getFlops() { return 4 * numElements(getOutput()); }
+int64_t LogOp::getFlops() { return 8 * numElements(getOutput()); }
+int64_t SqrtOp::getFlops() { return 4 * numElements(getOutput()); }
+int64_t ReciprocalOp::getFlops() { return numElements(getOutput()); }
+int64_t AbsOp::getFlops() { return numElements(getOutput()); }
 int64_t ReluGradOp::getFlops() { return numElements(getOutput()); }
 int64_t TanhGradOp::getFlops() { return 3 * numElements(getOutput()); }
 int64_t SigmoidGradOp::getFlops() { return 3 * numElements(getOutput()); }
 int64_t ErfGradOp::getFlops() { return 6 * numElements(getOutput()); }
+int64_t SqrtGradOp::getFlops() { return 2 * numElements(getOutput()); }
+int64_t ReciprocalGradOp::getFlops() { return 3 * numElements(getOutput()); }
+int64_t AbsGradOp::getFlops() { return numElements(getOutput()); }
 
 LogicalResult NegOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
                                     SmallVectorImpl<Value> &operandGrads) {
@@ -133,6 +140,40 @@ LogicalResult ExpOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
   Value dy = resultGrads[0];
   operandGrads.push_back(
       MulOp::create(b, getLoc(), dy.getType(), dy, getOutput()));
+  return success();
+}
+
+// d/dx log(x) = 1 / x: dy / x (torch's formula), from the input.
+LogicalResult LogOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  Value dy = resultGrads[0];
+  operandGrads.push_back(
+      DivOp::create(b, getLoc(), dy.getType(), dy, getInput()));
+  return success();
+}
+
+// d/dx sqrt(x) = 1 / (2 sqrt(x)): dy / (2 y), from the output.
+LogicalResult SqrtOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                     SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(
+      SqrtGradOp::create(b, getLoc(), getOutput(), resultGrads[0]));
+  return success();
+}
+
+// d/dx (1 / x) = -1 / x^2: -dy * (y * y), from the output.
+LogicalResult
+ReciprocalOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
+                             SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(
+      ReciprocalGradOp::create(b, getLoc(), getOutput(), resultGrads[0]));
+  return success();
+}
+
+// d/dx |x| = sign(x) (0 at 0, as torch): from the input.
+LogicalResult AbsOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(
+      AbsGradOp::create(b, getLoc(), getInput(), resultGrads[0]));
   return success();
 }
 

@@ -49,6 +49,10 @@ def NN_TanhOp : NN_UnaryOp<"tanh", "hyperbolic tangent">;
 def NN_SigmoidOp : NN_UnaryOp<"sigmoid", "logistic sigmoid">;
 def NN_ErfOp : NN_UnaryOp<"erf", "error function">;
 def NN_ExpOp : NN_UnaryOp<"exp", "exponential">;
+def NN_LogOp : NN_UnaryOp<"log", "natural logarithm">;
+def NN_SqrtOp : NN_UnaryOp<"sqrt", "square root">;
+def NN_ReciprocalOp : NN_UnaryOp<"reciprocal", "reciprocal 1 / x">;
+def NN_AbsOp : NN_UnaryOp<"abs", "absolute value">;
 
 // Gradient ops of the activations: fused `dy * f'(...)`.
 class NN_ActGradOp<string mnemonic, string desc, string from> : NN_Op<mnemonic,
@@ -64,5 +68,8 @@ def NN_ReluGradOp : NN_ActGradOp<"relu_grad", "relu", "output">;
 def NN_TanhGradOp : NN_ActGradOp<"tanh_grad", "tanh", "output">;
 def NN_SigmoidGradOp : NN_ActGradOp<"sigmoid_grad", "sigmoid", "output">;
 def NN_ErfGradOp : NN_ActGradOp<"erf_grad", "erf", "input">;
+def NN_SqrtGradOp : NN_ActGradOp<"sqrt_grad", "sqrt", "output">;
+def NN_ReciprocalGradOp : NN_ActGradOp<"reciprocal_grad", "reciprocal", "output">;
+def NN_AbsGradOp : NN_ActGradOp<"abs_grad", "abs", "input">;
 
 #endif // GPIPE_NN_OPS_ELEMENTWISE

@@ -42,7 +42,7 @@ def main():
         extra = [helper.make_node("Softmax", ["h"], ["s"], name="/act/Softmax"),
                  helper.make_node("Mystery", ["s"], ["m"], name="/custom/Mystery",
                                   domain="com.example"),
-                 helper.make_node("Abs", ["m"], ["a"], name="/act/Abs")]
+                 helper.make_node("Floor", ["m"], ["a"], name="/act/Floor")]
         m = model(linear_graph(extra), (("", 17), ("com.example", 1)))
     elif kind == "double-input":
         m = model(linear_graph(x_type=TensorProto.DOUBLE))

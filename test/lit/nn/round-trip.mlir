@@ -84,10 +84,17 @@ func.func @binary(%x: tensor<4x8xf32>, %r: tensor<8xf32>, %col: tensor<4x1xf32>,
 // CHECK-NEXT: nn.sigmoid %[[X]] : tensor<4x8xf32>
 // CHECK-NEXT: nn.erf %[[X]] : tensor<4x8xf32>
 // CHECK-NEXT: nn.exp %[[X]] : tensor<4x8xf32>
+// CHECK-NEXT: nn.log %[[X]] : tensor<4x8xf32>
+// CHECK-NEXT: nn.sqrt %[[X]] : tensor<4x8xf32>
+// CHECK-NEXT: nn.reciprocal %[[X]] : tensor<4x8xf32>
+// CHECK-NEXT: nn.abs %[[X]] : tensor<4x8xf32>
 // CHECK-NEXT: nn.relu_grad %[[X]], %[[G]] : tensor<4x8xf32>
 // CHECK-NEXT: nn.tanh_grad %[[X]], %[[G]] : tensor<4x8xf32>
 // CHECK-NEXT: nn.sigmoid_grad %[[X]], %[[G]] : tensor<4x8xf32>
 // CHECK-NEXT: nn.erf_grad %[[X]], %[[G]] : tensor<4x8xf32>
+// CHECK-NEXT: nn.sqrt_grad %[[X]], %[[G]] : tensor<4x8xf32>
+// CHECK-NEXT: nn.reciprocal_grad %[[X]], %[[G]] : tensor<4x8xf32>
+// CHECK-NEXT: nn.abs_grad %[[X]], %[[G]] : tensor<4x8xf32>
 func.func @unary(%x: tensor<4x8xf32>, %g: tensor<4x8xf32>) {
   %0 = nn.neg %x : tensor<4x8xf32>
   %1 = nn.relu %x : tensor<4x8xf32>
@@ -95,10 +102,17 @@ func.func @unary(%x: tensor<4x8xf32>, %g: tensor<4x8xf32>) {
   %3 = nn.sigmoid %x : tensor<4x8xf32>
   %4 = nn.erf %x : tensor<4x8xf32>
   %e = nn.exp %x : tensor<4x8xf32>
+  %lg = nn.log %x : tensor<4x8xf32>
+  %sq = nn.sqrt %x : tensor<4x8xf32>
+  %rc = nn.reciprocal %x : tensor<4x8xf32>
+  %ab = nn.abs %x : tensor<4x8xf32>
   %5 = nn.relu_grad %x, %g : tensor<4x8xf32>
   %6 = nn.tanh_grad %x, %g : tensor<4x8xf32>
   %7 = nn.sigmoid_grad %x, %g : tensor<4x8xf32>
   %8 = nn.erf_grad %x, %g : tensor<4x8xf32>
+  %sqg = nn.sqrt_grad %x, %g : tensor<4x8xf32>
+  %rcg = nn.reciprocal_grad %x, %g : tensor<4x8xf32>
+  %abg = nn.abs_grad %x, %g : tensor<4x8xf32>
   return
 }
 

@@ -186,6 +186,35 @@ func.func @exp(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
 // -----
 
 nn.parameter @w : tensor<4x8xf32>
+// abs, sqrt, reciprocal and log (torch's formulas): abs_grad reads abs's
+// input, sqrt_grad and reciprocal_grad their op's output, and log's
+// gradient is dy / x, an nn.div by log's input. Here
+// loss(log(1 / sqrt(|w|))), differentiated from the loss back to w.
+// CHECK-LABEL: func.func @unary_math(
+// CHECK: %[[W:.+]] = nn.param @w
+// CHECK: %[[A:.+]] = nn.abs %[[W]]
+// CHECK: %[[S:.+]] = nn.sqrt %[[A]]
+// CHECK: %[[R:.+]] = nn.reciprocal %[[S]]
+// CHECK: %[[L:.+]] = nn.log %[[R]]
+// CHECK: %[[DL:.+]] = nn.softmax_cross_entropy_grad %[[L]],
+// CHECK-NEXT: %[[DR:.+]] = nn.div %[[DL]], %[[R]] : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+// CHECK-NEXT: %[[DS:.+]] = nn.reciprocal_grad %[[R]], %[[DR]] : tensor<4x8xf32>
+// CHECK-NEXT: %[[DA:.+]] = nn.sqrt_grad %[[S]], %[[DS]] : tensor<4x8xf32>
+// CHECK-NEXT: %[[DW:.+]] = nn.abs_grad %[[W]], %[[DA]] : tensor<4x8xf32>
+// CHECK-NEXT: nn.param_grad %[[W]], %[[DW]]
+func.func @unary_math(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
+  %w = nn.param @w : tensor<4x8xf32>
+  %a = nn.abs %w : tensor<4x8xf32>
+  %s = nn.sqrt %a : tensor<4x8xf32>
+  %r = nn.reciprocal %s : tensor<4x8xf32>
+  %g = nn.log %r : tensor<4x8xf32>
+  %loss = nn.softmax_cross_entropy %g, %l : tensor<4x8xf32>, tensor<4xi64>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+nn.parameter @w : tensor<4x8xf32>
 // An activation chain: erf_grad takes the op's input, relu_grad, sigmoid_grad
 // and tanh_grad its output; neg's gradient is a neg.
 // CHECK-LABEL: func.func @activations(
