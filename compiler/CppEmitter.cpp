@@ -203,6 +203,8 @@ private:
   LogicalResult emit(nn::TransposeOp o);
   LogicalResult emit(nn::ConcatOp o);
   LogicalResult emit(nn::SliceOp o);
+  LogicalResult emit(nn::SoftmaxOp o);
+  LogicalResult emit(nn::SoftmaxGradOp o);
   LogicalResult emit(nn::SoftmaxCrossEntropyOp o);
   LogicalResult emit(nn::SoftmaxCrossEntropyGradOp o);
   LogicalResult emit(pipeline::SGDUpdateOp o);
@@ -658,10 +660,11 @@ LogicalResult FuncEmitter::emitOp(Operation *op) {
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](nn::GemmOp o) { return emitGemm(o, nullptr), success(); })
       .Case<nn::ReduceToOp, nn::TransposeOp, nn::ConcatOp, nn::SliceOp,
-            nn::SoftmaxCrossEntropyOp, nn::SoftmaxCrossEntropyGradOp,
-            pipeline::SGDUpdateOp, pipeline::AdamUpdateOp, pipeline::SendOp,
-            pipeline::RecvOp, pipeline::ReportLossOp,
-            pipeline::AccumulateGradOp>([&](auto o) { return emit(o); })
+            nn::SoftmaxOp, nn::SoftmaxGradOp, nn::SoftmaxCrossEntropyOp,
+            nn::SoftmaxCrossEntropyGradOp, pipeline::SGDUpdateOp,
+            pipeline::AdamUpdateOp, pipeline::SendOp, pipeline::RecvOp,
+            pipeline::ReportLossOp, pipeline::AccumulateGradOp>(
+          [&](auto o) { return emit(o); })
       .Default([&](Operation *) {
         return op->emitError("code generation does not support '")
                << op->getName() << "' yet";
@@ -714,6 +717,24 @@ static std::pair<int64_t, int64_t> outerInner(RankedTensorType t,
       inner *= t.getDimSize(d);
   }
   return {outer, inner};
+}
+
+LogicalResult FuncEmitter::emit(nn::SoftmaxOp o) {
+  auto t = tensorType(o.getInput());
+  auto [outer, inner] = outerInner(t, o.getAxis());
+  os << "  gp_softmax(" << ptr(o.getInput()) << ", "
+     << ptr(o.getOutput(), false) << ", " << outer << ", "
+     << t.getDimSize(o.getAxis()) << ", " << inner << ");\n";
+  return success();
+}
+
+LogicalResult FuncEmitter::emit(nn::SoftmaxGradOp o) {
+  auto t = tensorType(o.getValue());
+  auto [outer, inner] = outerInner(t, o.getAxis());
+  os << "  gp_softmax_bwd(" << ptr(o.getValue()) << ", " << ptr(o.getGrad())
+     << ", " << ptr(o.getOutput(), false) << ", " << outer << ", "
+     << t.getDimSize(o.getAxis()) << ", " << inner << ");\n";
+  return success();
 }
 
 LogicalResult FuncEmitter::emit(nn::TransposeOp o) {

@@ -32,6 +32,7 @@ const OpTable &gpipe::importer::onnxOpTable() {
     registerElementwiseOps(t);
     registerGemmOps(t);
     registerLossOps(t);
+    registerNormalizationOps(t);
     registerShapeOps(t);
     return t;
   }();

@@ -39,5 +39,6 @@ include "dialects/nn/ops/Gemm.td"
 include "dialects/nn/ops/Elementwise.td"
 include "dialects/nn/ops/DataMovement.td"
 include "dialects/nn/ops/Loss.td"
+include "dialects/nn/ops/Normalization.td"
 
 #endif // GPIPE_NN_OPS

@@ -173,6 +173,44 @@ void gp_cast_bf16(const float *in, void *out, int64_t n) {
     o[i] = bf16Bits(in[i]);
 }
 
+void gp_softmax(const float *x, float *y, int64_t outer, int64_t n,
+                int64_t inner) {
+  const int64_t rows = outer * inner;
+#pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t base = (r / inner) * n * inner + r % inner;
+    float m = -std::numeric_limits<float>::infinity();
+    for (int64_t k = 0; k < n; ++k)
+      m = std::max(m, x[base + k * inner]);
+    double s = 0.0;
+    for (int64_t k = 0; k < n; ++k) {
+      const float e = std::exp(x[base + k * inner] - m);
+      y[base + k * inner] = e;
+      s += e;
+    }
+    const float inv = static_cast<float>(1.0 / s);
+    for (int64_t k = 0; k < n; ++k)
+      y[base + k * inner] *= inv;
+  }
+}
+
+void gp_softmax_bwd(const float *y, const float *dy, float *dx, int64_t outer,
+                    int64_t n, int64_t inner) {
+  const int64_t rows = outer * inner;
+#pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t base = (r / inner) * n * inner + r % inner;
+    double s = 0.0;
+    for (int64_t k = 0; k < n; ++k)
+      s += static_cast<double>(dy[base + k * inner]) * y[base + k * inner];
+    const float sf = static_cast<float>(s);
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t i = base + k * inner;
+      dx[i] = y[i] * (dy[i] - sf);
+    }
+  }
+}
+
 void gp_reduce_to(const float *in, const int64_t *in_shape, float *out,
                   const int64_t *out_shape, int32_t rank) {
   int64_t inSize = 1, outSize = 1;

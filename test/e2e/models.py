@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 ALLOWED_OPS = frozenset([
     "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Relu", "Tanh", "Sigmoid",
-    "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Abs", "Constant", "Identity", "Reshape", "Flatten", "Concat", "Unsqueeze",
+    "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Abs", "Softmax", "Constant", "Identity", "Reshape", "Flatten", "Concat", "Unsqueeze",
     "Squeeze", "SoftmaxCrossEntropyLoss", "Transpose",
     # Shape arithmetic on static shapes, folded at import:
     "Shape", "Gather",
@@ -101,6 +101,24 @@ class MlpUnary(_Loss):
         a = torch.abs(self.l1(x)) + 0.5
         h = torch.sqrt(a) + torch.log(a) * torch.reciprocal(a)
         return self.l2(torch.tanh(h))
+
+
+class MlpSoftmax(_Loss):
+    """Softmax on the last axis and on a middle one: Linear-Tanh, then
+    softmax(Linear(h), -1) * h + softmax(h as [B, 4, 8] on axis 1), then Linear
+    (16 -> 32 -> 10)."""
+
+    def __init__(self, d_in=16, hidden=32, classes=10):
+        super().__init__()
+        self.l1 = nn.Linear(d_in, hidden)
+        self.l2 = nn.Linear(hidden, hidden)
+        self.l3 = nn.Linear(hidden, classes)
+
+    def logits(self, x):
+        h = torch.tanh(self.l1(x))
+        p = torch.softmax(self.l2(h), dim=-1)
+        q = torch.softmax(h.reshape(-1, 4, 8), dim=1).reshape(-1, 32)
+        return self.l3(p * h + q)
 
 
 class MlpGeluSigmoid(_Loss):
@@ -285,6 +303,8 @@ MODELS = {
                     "Linear-Tanh-Exp-Linear-Tanh-Linear 16->32->32->10"),
     "mlp_unary": Spec(lambda: MlpUnary(16, 32, 10), 16, 10, None,
                       "Linear-Abs-Sqrt/Log/Reciprocal-Tanh-Linear 16->32->10"),
+    "mlp_softmax": Spec(lambda: MlpSoftmax(16, 32, 10), 16, 10, None,
+                        "Linear-Tanh-Softmax(last, middle axis)-Linear 16->32->10"),
     "mlp_relu": Spec(lambda: MlpRelu(16, 32, 10, 3), 16, 10, None,
                      "(Linear-ReLU)x3 + Linear 16->32->32->32->10"),
     "mlp_ignore": Spec(lambda: MlpTanh(16, 32, 10, ignore_index=3), 16, 10, 3,

@@ -772,6 +772,54 @@ void testOptimizers() {
   runAdam("adamw wd=0.01", true);
 }
 
+/// gp_softmax and gp_softmax_bwd on [outer, n, inner] views against a double
+/// reference (the max shift included: one input of 80 would overflow expf).
+void runSoftmax(int64_t outer, int64_t n, int64_t inner) {
+  const int64_t size = outer * n * inner;
+  std::vector<float> x = randomVector(size, -3.0f, 3.0f);
+  x[0] = 80.0f;
+  const std::vector<float> dy = randomVector(size);
+  std::vector<double> y(size), dx(size);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < inner; ++j) {
+      auto at = [&](int64_t k) { return (o * n + k) * inner + j; };
+      double m = -1e300, s = 0.0, dot = 0.0;
+      for (int64_t k = 0; k < n; ++k)
+        m = std::max(m, static_cast<double>(x[at(k)]));
+      for (int64_t k = 0; k < n; ++k)
+        s += std::exp(x[at(k)] - m);
+      for (int64_t k = 0; k < n; ++k) {
+        y[at(k)] = std::exp(x[at(k)] - m) / s;
+        dot += dy[at(k)] * y[at(k)];
+      }
+      for (int64_t k = 0; k < n; ++k)
+        dx[at(k)] = y[at(k)] * (dy[at(k)] - dot);
+    }
+  DeviceBuffer<float> dX(x), dDy(dy);
+  DeviceBuffer<float> dY(std::vector<float>(size, kNaN));
+  DeviceBuffer<float> dDx(std::vector<float>(size, kNaN));
+  gp_softmax(dX.get(), dY.get(), outer, n, inner);
+  gp_softmax_bwd(dY.get(), dDy.get(), dDx.get(), outer, n, inner);
+  const std::vector<float> gotY = dY.download(), gotDx = dDx.download();
+  double errY = 0, errDx = 0;
+  for (int64_t i = 0; i < size; ++i) {
+    errY = std::max(errY, relErr(gotY[i], y[i], 1.0));
+    errDx = std::max(errDx, relErr(gotDx[i], dx[i], 1.0));
+  }
+  const std::string name = "softmax [" + std::to_string(outer) + "," +
+                           std::to_string(n) + "," + std::to_string(inner) +
+                           "]";
+  check(name + ": y", errY, 1e-6);
+  check(name + ": dx", errDx, 1e-5);
+}
+
+void testSoftmax() {
+  runSoftmax(64, 10, 1);  // last axis
+  runSoftmax(8, 16, 32);  // a middle axis
+  runSoftmax(1, 2048, 1); // one long row
+  runSoftmax(300, 1, 7);  // a size-1 axis: all ones, zero gradient
+}
+
 } // namespace
 
 int main() {
@@ -789,6 +837,7 @@ int main() {
   testGemm();
   testGemmFallback();
   testReduce();
+  testSoftmax();
   testCopyBlocks();
   testXent();
   testOptimizers();

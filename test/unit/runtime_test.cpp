@@ -441,6 +441,44 @@ TEST(Kernels, GemmExEpiloguesAndBf16) {
     EXPECT_EQ(c, 0.0f);
 }
 
+// Softmax and its gradient on [outer, n, inner] views, against a double
+// reference: rows sum to 1, large inputs do not overflow (the max is
+// subtracted), and dx = y * (dy - sum(dy * y)) along the axis.
+TEST(Kernels, SoftmaxAndGradientMatchReference) {
+  struct Case {
+    int64_t outer, n, inner;
+  };
+  for (Case c : {Case{4, 6, 1}, Case{3, 5, 4}, Case{1, 7, 2}, Case{2, 1, 3}}) {
+    const int64_t size = c.outer * c.n * c.inner;
+    std::vector<float> x = randomVec(static_cast<size_t>(size), 5);
+    x[0] = 80.0f; // exp(80) overflows float without the max shift
+    std::vector<float> dy = randomVec(static_cast<size_t>(size), 6);
+    std::vector<float> y(size), dx(size);
+    gp_softmax(x.data(), y.data(), c.outer, c.n, c.inner);
+    gp_softmax_bwd(y.data(), dy.data(), dx.data(), c.outer, c.n, c.inner);
+    for (int64_t o = 0; o < c.outer; ++o)
+      for (int64_t j = 0; j < c.inner; ++j) {
+        auto at = [&](int64_t k) { return (o * c.n + k) * c.inner + j; };
+        double m = -1e300, s = 0.0, sum = 0.0, dot = 0.0;
+        for (int64_t k = 0; k < c.n; ++k)
+          m = std::max(m, static_cast<double>(x[at(k)]));
+        for (int64_t k = 0; k < c.n; ++k)
+          s += std::exp(x[at(k)] - m);
+        for (int64_t k = 0; k < c.n; ++k) {
+          const double want = std::exp(x[at(k)] - m) / s;
+          EXPECT_NEAR(y[at(k)], want, 1e-6) << "y at " << at(k);
+          sum += y[at(k)];
+          dot += static_cast<double>(dy[at(k)]) * want;
+        }
+        EXPECT_NEAR(sum, 1.0, 1e-5);
+        for (int64_t k = 0; k < c.n; ++k) {
+          const double want = std::exp(x[at(k)] - m) / s * (dy[at(k)] - dot);
+          EXPECT_NEAR(dx[at(k)], want, 1e-5) << "dx at " << at(k);
+        }
+      }
+  }
+}
+
 TEST(Kernels, ReduceToMatchesNaive) {
   struct Case {
     std::vector<int64_t> in, out;

@@ -198,6 +198,18 @@ void gp_cast_bf16(const float *in, void *out, int64_t n);
 void gp_reduce_to(const float *in, const int64_t *in_shape, float *out,
                   const int64_t *out_shape, int32_t rank);
 
+/// Softmax along the middle axis of x viewed as [outer, n, inner]:
+/// y[o, k, j] = exp(x[o, k, j] - m) / sum_k' exp(x[o, k', j] - m), m the
+/// row's maximum (the sum in double). y may alias x.
+void gp_softmax(const float *x, float *y, int64_t outer, int64_t n,
+                int64_t inner);
+
+/// The softmax's gradient from its output y and the incoming gradient dy,
+/// same view: dx = y * (dy - sum_k(dy * y)) (the sum in double). dx may alias
+/// dy.
+void gp_softmax_bwd(const float *y, const float *dy, float *dx, int64_t outer,
+                    int64_t n, int64_t inner);
+
 /// Copies a block view: for o in [0,outer): copy `count` floats-or-elements
 /// (elem_bytes each) from src + o*src_stride to dst + o*dst_stride (strides in
 /// elements). Used for Concat (and its gradient, slicing).

@@ -206,6 +206,46 @@ __global__ void adamKernel(float *__restrict__ p, const float *__restrict__ g,
 }
 
 //===----------------------------------------------------------------------===//
+// Softmax (gp_softmax, gp_softmax_bwd): one thread per row of the softmax
+// axis (correct for any axis; a row-per-warp kernel is the faster form for
+// long last-axis rows, left for the attention work)
+//===----------------------------------------------------------------------===//
+
+__global__ void softmaxKernel(const float *x, float *y, int64_t outer,
+                              int64_t n, int64_t inner) {
+  for (int64_t r = globalThread(); r < outer * inner; r += gridThreads()) {
+    const int64_t base = (r / inner) * n * inner + r % inner;
+    float m = -INFINITY;
+    for (int64_t k = 0; k < n; ++k)
+      m = fmaxf(m, x[base + k * inner]);
+    double s = 0.0;
+    for (int64_t k = 0; k < n; ++k) {
+      const float e = expf(x[base + k * inner] - m);
+      y[base + k * inner] = e;
+      s += e;
+    }
+    const float inv = static_cast<float>(1.0 / s);
+    for (int64_t k = 0; k < n; ++k)
+      y[base + k * inner] *= inv;
+  }
+}
+
+__global__ void softmaxBwdKernel(const float *y, const float *dy, float *dx,
+                                 int64_t outer, int64_t n, int64_t inner) {
+  for (int64_t r = globalThread(); r < outer * inner; r += gridThreads()) {
+    const int64_t base = (r / inner) * n * inner + r % inner;
+    double s = 0.0;
+    for (int64_t k = 0; k < n; ++k)
+      s += static_cast<double>(dy[base + k * inner]) * y[base + k * inner];
+    const float sf = static_cast<float>(s);
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t i = base + k * inner;
+      dx[i] = y[i] * (dy[i] - sf);
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
 // Reductions (gp_reduce_to)
 //===----------------------------------------------------------------------===//
 
@@ -935,6 +975,24 @@ void gp_cast_bf16(const float *in, void *out, int64_t n) {
     return;
   castBf16Kernel<<<blocksFor(n), kThreads, 0, stream()>>>(
       in, static_cast<__nv_bfloat16 *>(out), n);
+  GP_CUDA_LAUNCHED();
+}
+
+void gp_softmax(const float *x, float *y, int64_t outer, int64_t n,
+                int64_t inner) {
+  if (outer * inner <= 0 || n <= 0)
+    return;
+  softmaxKernel<<<blocksFor(outer * inner), kThreads, 0, stream()>>>(
+      x, y, outer, n, inner);
+  GP_CUDA_LAUNCHED();
+}
+
+void gp_softmax_bwd(const float *y, const float *dy, float *dx, int64_t outer,
+                    int64_t n, int64_t inner) {
+  if (outer * inner <= 0 || n <= 0)
+    return;
+  softmaxBwdKernel<<<blocksFor(outer * inner), kThreads, 0, stream()>>>(
+      y, dy, dx, outer, n, inner);
   GP_CUDA_LAUNCHED();
 }
 

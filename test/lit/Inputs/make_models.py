@@ -39,7 +39,7 @@ def main():
     kind, out = sys.argv[1], sys.argv[2]
     if kind == "unsupported":
         # Three unsupported nodes: all must be reported in one message.
-        extra = [helper.make_node("Softmax", ["h"], ["s"], name="/act/Softmax"),
+        extra = [helper.make_node("Softsign", ["h"], ["s"], name="/act/Softsign"),
                  helper.make_node("Mystery", ["s"], ["m"], name="/custom/Mystery",
                                   domain="com.example"),
                  helper.make_node("Floor", ["m"], ["a"], name="/act/Floor")]

@@ -619,3 +619,20 @@ func.func @loss_not_unit(%x: tensor<f32>) -> (tensor<f32> {nn.loss = "yes"}) {
 func.func @input_on_result(%x: tensor<f32>) -> (tensor<f32> {nn.input = "x"}) {
   return %x : tensor<f32>
 }
+
+// -----
+
+// nn.softmax: the axis is one of the input's.
+func.func @softmax_axis(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  // expected-error @+1 {{'nn.softmax' op axis 2 is out of range for rank 2}}
+  %y = nn.softmax %x {axis = 2 : i64} : tensor<2x3xf32>
+  return %y : tensor<2x3xf32>
+}
+
+// -----
+
+func.func @softmax_grad_axis(%y: tensor<2x3xf32>, %g: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  // expected-error @+1 {{'nn.softmax_grad' op axis -1 is out of range for rank 2}}
+  %d = nn.softmax_grad %y, %g {axis = -1 : i64} : tensor<2x3xf32>
+  return %d : tensor<2x3xf32>
+}

@@ -175,3 +175,16 @@ func.func @attributes(%x: tensor<4xf32> {nn.input = "x"}) -> (tensor<f32> {nn.lo
   %1 = nn.constant dense<0.0> : tensor<f32>
   return %1 : tensor<f32>
 }
+
+// -----
+
+// nn.softmax and nn.softmax_grad (any axis).
+// CHECK-LABEL: func.func @softmax(
+// CHECK-SAME: %[[X:[^:]+]]: tensor<2x3x4xf32>, %[[G:[^:]+]]: tensor<2x3x4xf32>
+// CHECK-NEXT: %[[Y:.+]] = nn.softmax %[[X]] {axis = 1 : i64} : tensor<2x3x4xf32>
+// CHECK-NEXT: nn.softmax_grad %[[Y]], %[[G]] {axis = 2 : i64} : tensor<2x3x4xf32>
+func.func @softmax(%x: tensor<2x3x4xf32>, %g: tensor<2x3x4xf32>) -> tensor<2x3x4xf32> {
+  %y = nn.softmax %x {axis = 1 : i64} : tensor<2x3x4xf32>
+  %d = nn.softmax_grad %y, %g {axis = 2 : i64} : tensor<2x3x4xf32>
+  return %d : tensor<2x3x4xf32>
+}

@@ -215,6 +215,23 @@ func.func @unary_math(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
 // -----
 
 nn.parameter @w : tensor<4x8xf32>
+// softmax's gradient reads its output: nn.softmax_grad(y, dy) on its axis.
+// CHECK-LABEL: func.func @softmax(
+// CHECK: %[[W:.+]] = nn.param @w
+// CHECK: %[[Y:.+]] = nn.softmax %[[W]] {axis = 1 : i64} : tensor<4x8xf32>
+// CHECK: %[[DY:.+]] = nn.softmax_cross_entropy_grad %[[Y]],
+// CHECK-NEXT: %[[DW:.+]] = nn.softmax_grad %[[Y]], %[[DY]] {axis = 1 : i64} : tensor<4x8xf32>
+// CHECK-NEXT: nn.param_grad %[[W]], %[[DW]]
+func.func @softmax(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
+  %w = nn.param @w : tensor<4x8xf32>
+  %y = nn.softmax %w {axis = 1 : i64} : tensor<4x8xf32>
+  %loss = nn.softmax_cross_entropy %y, %l : tensor<4x8xf32>, tensor<4xi64>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+nn.parameter @w : tensor<4x8xf32>
 // An activation chain: erf_grad takes the op's input, relu_grad, sigmoid_grad
 // and tanh_grad its output; neg's gradient is a neg.
 // CHECK-LABEL: func.func @activations(

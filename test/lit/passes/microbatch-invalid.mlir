@@ -211,3 +211,13 @@ func.func @loss_plus_param(%x: tensor<8x3xf32>, %y: tensor<8xi64>) -> (tensor<f3
   %t = nn.add %l, %w : tensor<f32>, tensor<f32> -> tensor<f32>
   return %t : tensor<f32>
 }
+
+// -----
+
+// Softmax along the batch axis mixes the micro-batches.
+func.func @softmax_batch(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) {
+  // expected-error @+1 {{cannot split the batch into micro-batches: a softmax along the batch axis}}
+  %s = nn.softmax %x {axis = 0 : i64} : tensor<8x4xf32>
+  %r = nn.reduce_to %s : tensor<8x4xf32> -> tensor<f32>
+  return %r : tensor<f32>
+}

@@ -177,3 +177,17 @@ func.func @exp(%x: tensor<8x5xf32>, %labels: tensor<8xi64>) -> (tensor<f32> {nn.
   %loss = nn.softmax_cross_entropy %e, %labels : tensor<8x5xf32>, tensor<8xi64>
   return %loss : tensor<f32>
 }
+
+// -----
+
+// nn.softmax on another axis than the batch's: the batch passes through.
+// CHECK-LABEL: func.func @softmax(
+// CHECK-SAME: %[[X:[^:]+]]: tensor<2x5xf32>, %[[L:[^:]+]]: tensor<2xi64>)
+// CHECK-NEXT: %[[S:.+]] = nn.softmax %[[X]] {axis = 1 : i64} : tensor<2x5xf32>
+// ONE-LABEL: func.func @softmax(
+// ONE-SAME: tensor<8x5xf32>
+func.func @softmax(%x: tensor<8x5xf32>, %labels: tensor<8xi64>) -> (tensor<f32> {nn.loss}) {
+  %s = nn.softmax %x {axis = 1 : i64} : tensor<8x5xf32>
+  %loss = nn.softmax_cross_entropy %s, %labels : tensor<8x5xf32>, tensor<8xi64>
+  return %loss : tensor<f32>
+}
