@@ -73,6 +73,23 @@ std::optional<std::string> scalarExpr(Operation *op, ArrayRef<std::string> a,
       .Case([&](nn::SubOp) { return x(0) + " - " + x(1); })
       .Case([&](nn::MulOp) { return x(0) + " * " + x(1); })
       .Case([&](nn::DivOp) { return x(0) + " / " + x(1); })
+      .Case([&](nn::PowOp o) {
+        // torch's special cases of a constant exponent (x * x for x ** 2,
+        // ...), which also keep the GELU's x ** 3 off the slow pow.
+        if (auto c = o.getRhs().getDefiningOp<nn::ConstantOp>())
+          if (auto v = dyn_cast<DenseElementsAttr>(c.getValue());
+              v && v.isSplat()) {
+            float e = v.getSplatValue<float>();
+            if (e == 2.0f)
+              return "(" + x(0) + " * " + x(0) + ")";
+            if (e == 3.0f)
+              return "(" + x(0) + " * " + x(0) + " * " + x(0) + ")";
+            if (e == 0.5f)
+              return call("sqrt", x(0));
+          }
+        return (cuda ? "powf(" : "std::pow(") + x(0) + ", " + x(1) + ")";
+      })
+      .Case([&](nn::BroadcastToOp) { return x(0); })
       .Case([&](nn::NegOp) { return "-" + x(0); })
       .Case([&](nn::ReluOp) { return x(0) + " > 0.f ? " + x(0) + " : 0.f"; })
       .Case([&](nn::TanhOp) { return call("tanh", x(0)); })

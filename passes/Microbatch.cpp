@@ -2,6 +2,8 @@
 #include "passes/Passes.h"
 
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/TypeSwitch.h"
 
 namespace gpipe {
 #define GEN_PASS_DEF_MICROBATCH
@@ -24,16 +26,66 @@ struct MicrobatchPass : gpipe::impl::MicrobatchBase<MicrobatchPass> {
   /// The batch axis of each value that carries the batch.
   llvm::DenseMap<Value, int64_t> batchAxis;
 
+  /// Values that sum over the batch (nn::kBatchSum): each micro-batch
+  /// computes its share of the mini-batch's value.
+  llvm::DenseSet<Value> batchSums;
+
   /// Finds the batch axis of `op`'s results from its operands'; fails with a
   /// diagnostic on `op` when the batch cannot be split through it.
   LogicalResult propagate(Operation *op);
+  /// The rule for ops that read a sum over the batch: the M shares add up to
+  /// the mini-batch's value only through ops linear in them.
+  LogicalResult propagateBatchSum(Operation *op);
 };
 
 } // namespace
 
+// Linear in the shares: a reshape, a negation, a sum of shares, a share
+// scaled by (or divided by) a value that does not carry the batch, a sum of
+// a share over other axes. Anything else would see one micro-batch's part
+// where the model means the whole mini-batch's value.
+LogicalResult MicrobatchPass::propagateBatchSum(Operation *op) {
+  auto isSum = [&](Value v) { return batchSums.contains(v); };
+  auto isBatchFree = [&](Value v) {
+    return !batchSums.contains(v) && !batchAxis.contains(v);
+  };
+  bool linear = llvm::TypeSwitch<Operation *, bool>(op)
+                    .Case<nn::ReshapeOp, nn::NegOp, nn::ReduceToOp>(
+                        [](Operation *) { return true; })
+                    .Case<nn::AddOp, nn::SubOp>([&](Operation *o) {
+                      return isSum(o->getOperand(0)) && isSum(o->getOperand(1));
+                    })
+                    .Case([&](nn::MulOp o) {
+                      return (isSum(o.getLhs()) && isBatchFree(o.getRhs())) ||
+                             (isBatchFree(o.getLhs()) && isSum(o.getRhs()));
+                    })
+                    .Case([&](nn::DivOp o) {
+                      return isSum(o.getLhs()) && isBatchFree(o.getRhs());
+                    })
+                    .Default([](Operation *) { return false; });
+  if (!linear) {
+    if (isa<nn::AddOp, nn::SubOp>(op) &&
+        llvm::any_of(op->getOperands(), isBatchFree))
+      return nn::emitBatchSplitError(
+          op, "a sum over the batch (each micro-batch computes its share) "
+              "is added to a term that is not: that term would be counted "
+              "once per micro-batch");
+    return nn::emitBatchSplitError(
+        op, "'" + op->getName().getStringRef() +
+                "' reads a sum or mean over the batch, of which each "
+                "micro-batch computes only its share (only a loss may sum "
+                "over the batch, through sums and constant factors)");
+  }
+  batchSums.insert(op->getResult(0));
+  return success();
+}
+
 // Each op's rule is its BatchSplittableOpInterface (in its family's file in
 // dialects/nn/ops/).
 LogicalResult MicrobatchPass::propagate(Operation *op) {
+  if (llvm::any_of(op->getOperands(),
+                   [&](Value v) { return batchSums.contains(v); }))
+    return propagateBatchSum(op);
   SmallVector<std::optional<int64_t>> operandAxes;
   for (Value v : op->getOperands()) {
     auto it = batchAxis.find(v);
@@ -51,15 +103,19 @@ LogicalResult MicrobatchPass::propagate(Operation *op) {
   SmallVector<std::optional<int64_t>> resultAxes;
   if (failed(rule.splitBatch(operandAxes, microbatches, resultAxes)))
     return failure();
-  for (auto [result, axis] : llvm::zip_equal(op->getResults(), resultAxes))
-    if (axis)
+  for (auto [result, axis] : llvm::zip_equal(op->getResults(), resultAxes)) {
+    if (axis == nn::kBatchSum)
+      batchSums.insert(result);
+    else if (axis)
       batchAxis[result] = *axis;
+  }
   return success();
 }
 
 void MicrobatchPass::runOnOperation() {
   func::FuncOp func = getOperation();
   batchAxis.clear();
+  batchSums.clear();
   if (func.isExternal())
     return;
   if (microbatches < 1) {
@@ -101,21 +157,20 @@ void MicrobatchPass::runOnOperation() {
   for (Operation &op : block.without_terminator())
     if (failed(propagate(&op)))
       return signalPassFailure();
-  // Only a mean over the batch can be split into shares; another term (a
-  // regularizer of the parameters, say) would be counted M times.
+  // Only a mean or sum over the batch can be split into shares; a loss that
+  // does not depend on the batch would be counted M times.
   Operation *ret = block.getTerminator();
   for (unsigned i = 0, e = func.getNumResults(); i < e; ++i) {
-    if (!nn::isLoss(func, i))
+    if (!nn::isLoss(func, i) || batchSums.contains(ret->getOperand(i)))
       continue;
     Operation *def = ret->getOperand(i).getDefiningOp();
-    if (!isa_and_nonnull<nn::SoftmaxCrossEntropyOp>(def)) {
-      (def ? def->emitError() : func.emitError())
-          << "cannot split the batch into micro-batches: the loss must be a "
-             "softmax cross-entropy (a mean over the batch), not '"
-          << (def ? def->getName().getStringRef() : StringRef("an argument"))
-          << "'";
-      return signalPassFailure();
-    }
+    (def ? def->emitError() : func.emitError())
+        << "cannot split the batch into micro-batches: the loss must be a "
+           "mean or sum over the batch (a softmax cross-entropy, or a "
+           "ReduceMean/ReduceSum over the batch axis), not '"
+        << (def ? def->getName().getStringRef() : StringRef("an argument"))
+        << "'";
+    return signalPassFailure();
   }
 
   // Rewrite every batch-carrying type: its batch axis shrinks M-fold.

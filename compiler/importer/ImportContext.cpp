@@ -145,6 +145,21 @@ ImportContext::intsOperand(const onnx::NodeProto &node, int index,
   return c->i;
 }
 
+FailureOr<llvm::SmallVector<bool>>
+ImportContext::markAxes(const onnx::NodeProto &node,
+                        llvm::ArrayRef<int64_t> axes, int64_t rank) {
+  llvm::SmallVector<bool> marked(rank, false);
+  for (int64_t a : axes) {
+    int64_t norm = a < 0 ? a + rank : a;
+    if (norm < 0 || norm >= rank || marked[norm])
+      return nodeError(node) << "axis " << a << " is out of range or "
+                             << "repeated (rank " << rank << ")",
+             failure();
+    marked[norm] = true;
+  }
+  return marked;
+}
+
 FailureOr<ConstTensor> ImportContext::readTensor(const onnx::TensorProto &t) {
   ConstTensor c;
   for (int64_t d : t.dims())

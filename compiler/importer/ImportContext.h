@@ -83,6 +83,12 @@ public:
   /// names it in diagnostics.
   mlir::FailureOr<std::vector<int64_t>>
   intsOperand(const onnx::NodeProto &node, int index, const char *what);
+  /// Marks `axes` (negative ones count from the end) among `rank`
+  /// dimensions; an axis out of range or given twice is an error naming the
+  /// node.
+  mlir::FailureOr<llvm::SmallVector<bool>>
+  markAxes(const onnx::NodeProto &node, llvm::ArrayRef<int64_t> axes,
+           int64_t rank);
   /// Output #`index` of `node` is `v`.
   void define(const onnx::NodeProto &node, int index, mlir::Value v) {
     values[node.output(index)] = v;

@@ -33,6 +33,7 @@ const OpTable &gpipe::importer::onnxOpTable() {
     registerGemmOps(t);
     registerLossOps(t);
     registerNormalizationOps(t);
+    registerReductionOps(t);
     registerShapeOps(t);
     return t;
   }();

@@ -65,6 +65,7 @@ void registerElementwiseOps(OpTable &table);
 void registerGemmOps(OpTable &table);
 void registerLossOps(OpTable &table);
 void registerNormalizationOps(OpTable &table);
+void registerReductionOps(OpTable &table);
 void registerShapeOps(OpTable &table);
 
 /// Every supported op, built once from the family registrations.

@@ -26,6 +26,13 @@ broadcastShapes(llvm::ArrayRef<int64_t> a, llvm::ArrayRef<int64_t> b);
 mlir::Value reduceToType(mlir::OpBuilder &b, mlir::Location loc,
                          mlir::Value grad, mlir::RankedTensorType type);
 
+/// The "batch axis" BatchSplittableOpInterface rules give a result that sums
+/// over the batch (a loss, a ReduceMean over the batch axis): with
+/// micro-batches it is each micro-batch's share of the mini-batch's value, so
+/// it may only flow into the loss through ops linear in it (gpipe-microbatch
+/// checks that). Rules are never called with it as an operand's axis.
+constexpr int64_t kBatchSum = -1;
+
 /// Emits "cannot split the batch into micro-batches: WHY" on `op`: the error
 /// of a failed BatchSplittableOpInterface rule.
 mlir::InFlightDiagnostic emitBatchSplitError(mlir::Operation *op,

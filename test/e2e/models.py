@@ -32,7 +32,8 @@ import torch.nn.functional as F
 
 ALLOWED_OPS = frozenset([
     "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Relu", "Tanh", "Sigmoid",
-    "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Abs", "Softmax", "Constant", "Identity", "Reshape", "Flatten", "Concat", "Unsqueeze",
+    "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Abs", "Softmax", "Pow", "Neg",
+    "ReduceMean", "ReduceSum", "Expand", "Constant", "Identity", "Reshape", "Flatten", "Concat", "Unsqueeze",
     "Squeeze", "SoftmaxCrossEntropyLoss", "Transpose",
     # Shape arithmetic on static shapes, folded at import:
     "Shape", "Gather",
@@ -119,6 +120,44 @@ class MlpSoftmax(_Loss):
         p = torch.softmax(self.l2(h), dim=-1)
         q = torch.softmax(h.reshape(-1, 4, 8), dim=1).reshape(-1, 32)
         return self.l3(p * h + q)
+
+
+class MlpNormOps(_Loss):
+    """A hand-written layer norm as opsets below 17 export one (ReduceMean,
+    Sub, Pow, Add, Sqrt, Div), a tanh-GELU (Pow 3, Tanh), Neg, an Expand of a
+    per-row mean, and a ReduceSum: Linear 16 -> 32, the norm, GELU, Linear
+    32 -> 10."""
+
+    def __init__(self, d_in=16, hidden=32, classes=10):
+        super().__init__()
+        self.l1 = nn.Linear(d_in, hidden)
+        self.gain = nn.Parameter(torch.linspace(0.5, 1.5, hidden))
+        self.l2 = nn.Linear(hidden, classes)
+
+    def logits(self, x):
+        h = self.l1(x)
+        mu = h.mean(-1, keepdim=True)
+        var = ((h - mu) ** 2).mean(-1, keepdim=True)
+        n = (h - mu) / torch.sqrt(var + 1e-5) * self.gain
+        g = 0.5 * n * (1.0 + torch.tanh(0.7978845608 * (n + 0.044715 * n ** 3)))
+        g = g - mu.expand_as(g) * 0.1 + (-h).sum(-1, keepdim=True) * 0.01
+        return self.l2(g)
+
+
+class MlpMse(nn.Module):
+    """Regression with mean-squared errors built from ops: Linear-Tanh-Linear
+    (16 -> 32 -> 10), loss = mean((p - y) ** 2) + 0.1 * mean_b(sum_j |p - y|)
+    (torch 1.13 cannot export F.mse_loss): ReduceMean over the batch, a mean
+    that micro-batches split, and a ReduceSum over the features first.)"""
+
+    def __init__(self, d_in=16, hidden=32, out=10):
+        super().__init__()
+        self.l1 = nn.Linear(d_in, hidden)
+        self.l2 = nn.Linear(hidden, out)
+
+    def forward(self, x, y):
+        p = self.l2(torch.tanh(self.l1(x)))
+        return ((p - y) ** 2).mean() + 0.1 * (p - y).abs().sum(1).mean()
 
 
 class MlpGeluSigmoid(_Loss):
@@ -292,7 +331,9 @@ def mlp_deep(width=1024, depth=8, classes=10):
 
 
 # name -> (constructor, input features, classes, ignore_index or None)
-Spec = collections.namedtuple("Spec", "ctor d_in classes ignore_index doc")
+# task "classify": int64 labels y [S]; "regress": float32 targets y [S, classes].
+Spec = collections.namedtuple("Spec", "ctor d_in classes ignore_index doc task",
+                              defaults=("classify",))
 
 MODELS = {
     "mlp_tanh": Spec(lambda: MlpTanh(16, 32, 10), 16, 10, None,
@@ -305,6 +346,11 @@ MODELS = {
                       "Linear-Abs-Sqrt/Log/Reciprocal-Tanh-Linear 16->32->10"),
     "mlp_softmax": Spec(lambda: MlpSoftmax(16, 32, 10), 16, 10, None,
                         "Linear-Tanh-Softmax(last, middle axis)-Linear 16->32->10"),
+    "mlp_norm_ops": Spec(lambda: MlpNormOps(16, 32, 10), 16, 10, None,
+                         "Linear-hand-written LayerNorm-tanh GELU-Linear 16->32->10"),
+    "mlp_mse": Spec(lambda: MlpMse(16, 32, 10), 16, 10, None,
+                    "Linear-Tanh-Linear 16->32->10, mean-squared error (regression)",
+                    "regress"),
     "mlp_relu": Spec(lambda: MlpRelu(16, 32, 10, 3), 16, 10, None,
                      "(Linear-ReLU)x3 + Linear 16->32->32->32->10"),
     "mlp_ignore": Spec(lambda: MlpTanh(16, 32, 10, ignore_index=3), 16, 10, 3,
@@ -351,6 +397,8 @@ def make_data(name, samples, seed=0, noise=0.1):
     x = rng.standard_normal((samples, spec.d_in)).astype(np.float32)
     teacher = rng.standard_normal((spec.d_in, spec.classes)).astype(np.float32)
     scores = x @ teacher + noise * rng.standard_normal((samples, spec.classes)).astype(np.float32)
+    if spec.task == "regress":
+        return x, np.tanh(scores).astype(np.float32)
     y = np.argmax(scores, axis=1).astype(np.int64)
     if spec.ignore_index is not None:
         y[::4] = spec.ignore_index

@@ -1,6 +1,6 @@
-// Elementwise ONNX ops: Add Sub Mul Div (broadcasting, float32; int64 shape
-// arithmetic folds at import) and Relu Tanh Sigmoid Erf Exp Log Sqrt
-// Reciprocal Abs.
+// Elementwise ONNX ops: Add Sub Mul Div Pow (broadcasting, float32; int64
+// shape arithmetic folds at import) and Relu Tanh Sigmoid Erf Exp Log Sqrt
+// Reciprocal Abs Neg.
 #include "compiler/importer/OpTable.h"
 
 #include "dialects/nn/NNOps.h"
@@ -26,6 +26,38 @@ static LogicalResult importBinary(ImportContext &cx,
   cx.define(
       node, 0,
       OpTy::create(cx.getBuilder(), cx.nodeLoc(node), cx.f32(*shape), *l, *r));
+  return success();
+}
+
+/// Pow: a float32 base; the exponent float32, or an integer constant (as
+/// torch exports `x ** 2`), converted to float32.
+static LogicalResult importPow(ImportContext &cx, const onnx::NodeProto &node) {
+  FailureOr<Value> x = cx.floatValueOf(node, 0);
+  if (failed(x))
+    return failure();
+  Value y;
+  const ConstTensor *c =
+      node.input_size() > 1 ? cx.constOf(node.input(1)) : nullptr;
+  if (c && !c->isFloat) {
+    std::vector<float> values(c->i.begin(), c->i.end());
+    auto type = cx.f32(c->shape);
+    y = nn::ConstantOp::create(
+        cx.getBuilder(), cx.nodeLoc(node),
+        DenseElementsAttr::get(type, llvm::ArrayRef<float>(values)));
+  } else {
+    FailureOr<Value> e = cx.floatValueOf(node, 1);
+    if (failed(e))
+      return failure();
+    y = *e;
+  }
+  FailureOr<llvm::SmallVector<int64_t>> shape =
+      nn::broadcastShapes(shapeOf(*x), shapeOf(y));
+  if (failed(shape))
+    return cx.nodeError(node) << "shapes " << shapeStr(shapeOf(*x)) << " and "
+                              << shapeStr(shapeOf(y)) << " do not broadcast";
+  cx.define(node, 0,
+            nn::PowOp::create(cx.getBuilder(), cx.nodeLoc(node), cx.f32(*shape),
+                              *x, y));
   return success();
 }
 
@@ -86,4 +118,6 @@ void gpipe::importer::registerElementwiseOps(OpTable &table) {
   table.add("Sqrt", importUnary<nn::SqrtOp>);
   table.add("Reciprocal", importUnary<nn::ReciprocalOp>);
   table.add("Abs", importUnary<nn::AbsOp>);
+  table.add("Neg", importUnary<nn::NegOp>);
+  table.add("Pow", importPow);
 }

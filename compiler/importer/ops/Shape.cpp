@@ -1,5 +1,6 @@
 // Shape and data-movement ONNX ops: Reshape Flatten Squeeze Unsqueeze (as
-// nn.reshape, shape operands constant), Transpose, Concat, Identity, Constant,
+// nn.reshape, shape operands constant), Transpose, Concat, Expand (float32,
+// as nn.broadcast_to), Identity, Constant,
 // and Shape/Gather, which only fold (with Reshape, Squeeze, Unsqueeze,
 // Identity and Concat) as int64 shape arithmetic on static shapes.
 #include "compiler/importer/OpTable.h"
@@ -138,15 +139,11 @@ squeezeShape(ImportContext &cx, const onnx::NodeProto &node,
     return cx.nodeError(node) << "missing axes", failure();
   }
   int64_t outRank = Unsqueeze ? rank + axes.size() : rank;
-  llvm::SmallVector<bool> marked(outRank, false);
-  for (int64_t a : axes) {
-    int64_t norm = a < 0 ? a + outRank : a;
-    if (norm < 0 || norm >= outRank || marked[norm])
-      return cx.nodeError(node) << "axis " << a << " is out of range or "
-                                << "repeated (rank " << outRank << ")",
-             failure();
-    marked[norm] = true;
-  }
+  FailureOr<llvm::SmallVector<bool>> markedOr =
+      cx.markAxes(node, axes, outRank);
+  if (failed(markedOr))
+    return failure();
+  llvm::SmallVector<bool> &marked = *markedOr;
   llvm::SmallVector<int64_t> out;
   if (Unsqueeze) {
     for (int64_t d = 0, k = 0; d < outRank; ++d)
@@ -249,6 +246,31 @@ static LogicalResult importConcat(ImportContext &cx,
 
 /// A constant stays compile-time data (a shape operand can read it); an
 /// initializer or a computed value passes through.
+/// Expand: numpy broadcasting of the input and a constant shape (either
+/// side may be larger); nn.broadcast_to, or the input itself when it already
+/// has the broadcast shape.
+static LogicalResult importExpand(ImportContext &cx,
+                                  const onnx::NodeProto &node) {
+  FailureOr<Value> x = cx.floatValueOf(node, 0);
+  if (failed(x))
+    return failure();
+  FailureOr<std::vector<int64_t>> target = cx.intsOperand(node, 1, "the shape");
+  if (failed(target))
+    return failure();
+  FailureOr<llvm::SmallVector<int64_t>> out =
+      nn::broadcastShapes(shapeOf(*x), *target);
+  if (failed(out))
+    return cx.nodeError(node)
+           << "the input " << shapeStr(shapeOf(*x)) << " and the shape "
+           << shapeStr(*target) << " do not broadcast";
+  Value v = *x;
+  if (llvm::ArrayRef<int64_t>(*out) != shapeOf(v))
+    v = nn::BroadcastToOp::create(cx.getBuilder(), cx.nodeLoc(node),
+                                  cx.f32(*out), v);
+  cx.define(node, 0, v);
+  return success();
+}
+
 static LogicalResult importIdentity(ImportContext &cx,
                                     const onnx::NodeProto &node) {
   if (const ConstTensor *c = cx.constOf(node.input(0))) {
@@ -460,6 +482,7 @@ void gpipe::importer::registerShapeOps(OpTable &table) {
   table.add("Transpose", importTranspose);
   table.add("Concat", importConcat, foldConcat);
   table.add("Identity", importIdentity, foldIdentity);
+  table.add("Expand", importExpand);
   table.add("Constant", importConstant);
   table.add("Shape", importUnfolded, foldShape);
   table.add("Gather", importUnfolded, foldGather);

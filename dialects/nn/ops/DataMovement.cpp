@@ -1,5 +1,5 @@
 // The nn dialect's data movement ops (reshape, transpose, concat, slice,
-// reduce_to): verifiers, cost, gradients, micro-batch rules.
+// reduce_to, broadcast_to): verifiers, cost, gradients, micro-batch rules.
 #include "dialects/nn/ops/Common.h"
 
 using namespace mlir;
@@ -165,6 +165,36 @@ LogicalResult ReduceToOp::verify() {
 
 int64_t ReduceToOp::getFlops() { return numElements(getInput()); }
 
+// Every summed element receives the result's gradient: broadcast it back.
+LogicalResult ReduceToOp::buildGradients(OpBuilder &b,
+                                         ArrayRef<Value> resultGrads,
+                                         SmallVectorImpl<Value> &operandGrads) {
+  Value dy = resultGrads[0];
+  if (dy.getType() == getInput().getType())
+    operandGrads.push_back(dy);
+  else
+    operandGrads.push_back(
+        BroadcastToOp::create(b, getLoc(), getInput().getType(), dy));
+  return success();
+}
+
+LogicalResult BroadcastToOp::verify() {
+  auto in = tensorType(getInput()), out = tensorType(getOutput());
+  if (!broadcastsTo(in.getShape(), out.getShape()))
+    return emitOpError("input ") << in << " does not broadcast to " << out;
+  return success();
+}
+
+int64_t BroadcastToOp::getFlops() { return 0; }
+
+LogicalResult
+BroadcastToOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
+                              SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(
+      reduceToType(b, getLoc(), resultGrads[0], tensorType(getInput())));
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Micro-batch rules
 //===----------------------------------------------------------------------===//
@@ -223,5 +253,31 @@ SliceOp::splitBatch(ArrayRef<std::optional<int64_t>> operandAxes, int64_t,
           tensorType(getInput()).getDimSize(a))
     return emitBatchSplitError(*this, "a slice along the batch axis");
   resultAxes.push_back(a);
+  return success();
+}
+
+// A sum over other axes keeps the batch (on its axis, less the dropped
+// leading dimensions); a sum over the batch axis is a micro-batch's share of
+// the mini-batch's sum (kBatchSum), which only a loss may be.
+LogicalResult
+ReduceToOp::splitBatch(ArrayRef<std::optional<int64_t>> operandAxes, int64_t,
+                       SmallVectorImpl<std::optional<int64_t>> &resultAxes) {
+  auto in = tensorType(getInput()), out = tensorType(getOutput());
+  int64_t axis = *operandAxes[0] - (in.getRank() - out.getRank());
+  if (axis < 0 || out.getDimSize(axis) !=
+                      in.getDimSize(axis + in.getRank() - out.getRank()))
+    resultAxes.push_back(kBatchSum);
+  else
+    resultAxes.push_back(axis);
+  return success();
+}
+
+// The batch keeps its axis, moved by the added leading dimensions (the
+// input's batch axis has B > 1 samples, so it is never the one broadcast).
+LogicalResult
+BroadcastToOp::splitBatch(ArrayRef<std::optional<int64_t>> operandAxes, int64_t,
+                          SmallVectorImpl<std::optional<int64_t>> &resultAxes) {
+  resultAxes.push_back(*operandAxes[0] + tensorType(getOutput()).getRank() -
+                       tensorType(getInput()).getRank());
   return success();
 }

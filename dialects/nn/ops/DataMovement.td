@@ -1,4 +1,5 @@
-// Ops of the nn dialect: data movement (reshape, transpose, concat, slice, reduce_to).
+// Ops of the nn dialect: data movement (reshape, transpose, concat, slice,
+// reduce_to, broadcast_to).
 #ifndef GPIPE_NN_OPS_DATA_MOVEMENT
 #define GPIPE_NN_OPS_DATA_MOVEMENT
 
@@ -57,12 +58,37 @@ def NN_SliceOp : NN_Op<"slice", [Pure,
 }
 
 def NN_ReduceToOp : NN_Op<"reduce_to", [Pure,
-    NN_Cost]> {
+    NN_Cost, NN_Batch,
+    DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
   let summary = "sums the dimensions that broadcasting the result would add";
   let description = [{
     The reverse of numpy broadcasting: the result's shape must broadcast to
     the input's; the input is summed over every broadcast dimension. Used for
-    the gradients of broadcasting ops.
+    the gradients of broadcasting ops, and for ONNX ReduceSum and ReduceMean
+    (with the reduced dimensions kept as 1; the importer reshapes them away
+    when `keepdims = 0`).
+    ```mlir
+    %s = nn.reduce_to %x : tensor<8x4x5xf32> -> tensor<8x1x5xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input);
+  let results = (outs NN_F32Tensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
+  let hasVerifier = 1;
+}
+
+def NN_BroadcastToOp : NN_Op<"broadcast_to", [Pure,
+    NN_Cost, NN_Fusible, NN_Batch,
+    DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
+  let summary = "numpy broadcasting of the input to the result's shape";
+  let description = [{
+    Every element of the result is the input's element at the same index,
+    with the input's missing leading dimensions and its size-1 dimensions
+    repeated (ONNX Expand; the gradient of nn.reduce_to). Elementwise, so it
+    fuses with the elementwise ops around it.
+    ```mlir
+    %y = nn.broadcast_to %x : tensor<8x1xf32> -> tensor<8x5xf32>
+    ```
   }];
   let arguments = (ins NN_F32Tensor:$input);
   let results = (outs NN_F32Tensor:$output);

@@ -25,11 +25,13 @@ LogicalResult AddOp::verify() { return verifyBroadcastBinary(*this); }
 LogicalResult SubOp::verify() { return verifyBroadcastBinary(*this); }
 LogicalResult MulOp::verify() { return verifyBroadcastBinary(*this); }
 LogicalResult DivOp::verify() { return verifyBroadcastBinary(*this); }
+LogicalResult PowOp::verify() { return verifyBroadcastBinary(*this); }
 
 int64_t AddOp::getFlops() { return numElements(getOutput()); }
 int64_t SubOp::getFlops() { return numElements(getOutput()); }
 int64_t MulOp::getFlops() { return numElements(getOutput()); }
 int64_t DivOp::getFlops() { return numElements(getOutput()); }
+int64_t PowOp::getFlops() { return 8 * numElements(getOutput()); }
 
 LogicalResult AddOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
                                     SmallVectorImpl<Value> &operandGrads) {
@@ -69,6 +71,52 @@ LogicalResult DivOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
   Value dyy = MulOp::create(b, loc, t, dy, getOutput());
   Value dr = NegOp::create(b, loc, DivOp::create(b, loc, t, dyy, getRhs()));
   operandGrads.push_back(reduceToType(b, loc, dl, tensorType(getLhs())));
+  operandGrads.push_back(reduceToType(b, loc, dr, tensorType(getRhs())));
+  return success();
+}
+
+/// The value of a constant with one value in every element (a splat), or
+/// nullopt.
+static std::optional<float> splatValue(Value v) {
+  auto c = v.getDefiningOp<ConstantOp>();
+  if (!c)
+    return std::nullopt;
+  auto attr = dyn_cast<DenseElementsAttr>(c.getValue());
+  if (!attr || !attr.isSplat() || !attr.getElementType().isF32())
+    return std::nullopt;
+  return attr.getSplatValue<float>();
+}
+
+// torch's formulas: d/dx x^y = y * x^(y - 1), d/dy x^y = x^y * log(x). With a
+// constant exponent c (x ** 2, x ** 3) it is folded: c * x^(c - 1).
+LogicalResult PowOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  Value dy = resultGrads[0];
+  Location loc = getLoc();
+  Type t = dy.getType();
+  auto lhsType = tensorType(getLhs());
+  Value dl;
+  if (std::optional<float> c = splatValue(getRhs())) {
+    if (*c == 0.0f) {
+      dl = ConstantOp::create(b, loc, DenseElementsAttr::get(lhsType, 0.0f));
+    } else {
+      Value p = *c == 2.0f ? getLhs()
+                           : PowOp::create(b, loc, lhsType, getLhs(),
+                                           scalarConstant(b, loc, *c - 1.0f));
+      Value scaled =
+          MulOp::create(b, loc, lhsType, scalarConstant(b, loc, *c), p);
+      dl = MulOp::create(b, loc, t, dy, scaled);
+    }
+  } else {
+    Value cm1 = SubOp::create(b, loc, getRhs().getType(), getRhs(),
+                              scalarConstant(b, loc, 1.0f));
+    Value p = PowOp::create(b, loc, t, getLhs(), cm1);
+    dl = MulOp::create(b, loc, t, dy, MulOp::create(b, loc, t, getRhs(), p));
+  }
+  Value logx = LogOp::create(b, loc, getLhs());
+  Value dr =
+      MulOp::create(b, loc, t, dy, MulOp::create(b, loc, t, getOutput(), logx));
+  operandGrads.push_back(reduceToType(b, loc, dl, lhsType));
   operandGrads.push_back(reduceToType(b, loc, dr, tensorType(getRhs())));
   return success();
 }

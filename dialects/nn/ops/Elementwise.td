@@ -30,6 +30,7 @@ def NN_AddOp : NN_BinaryOp<"add", "addition">;
 def NN_SubOp : NN_BinaryOp<"sub", "subtraction">;
 def NN_MulOp : NN_BinaryOp<"mul", "multiplication">;
 def NN_DivOp : NN_BinaryOp<"div", "division">;
+def NN_PowOp : NN_BinaryOp<"pow", "power (lhs raised to rhs)">;
 
 class NN_UnaryOp<string mnemonic, string desc> : NN_Op<mnemonic, [Pure,
     SameOperandsAndResultType,

@@ -45,8 +45,9 @@ int64_t SoftmaxCrossEntropyGradOp::getFlops() {
   return 5 * numElements(getLogits());
 }
 
-// The loss is a scalar: it carries no batch, but each micro-batch's loss is
-// its share of the mini-batch mean, so the op records M.
+// The loss is a scalar that sums over the batch (kBatchSum): each
+// micro-batch's loss is its share of the mini-batch mean, so the op records
+// M.
 LogicalResult SoftmaxCrossEntropyOp::splitBatch(
     ArrayRef<std::optional<int64_t>> operandAxes, int64_t microbatches,
     SmallVectorImpl<std::optional<int64_t>> &resultAxes) {
@@ -56,6 +57,6 @@ LogicalResult SoftmaxCrossEntropyOp::splitBatch(
   if (microbatches > 1)
     setMicrobatchesAttr(
         IntegerAttr::get(IntegerType::get(getContext(), 64), microbatches));
-  resultAxes.push_back(std::nullopt);
+  resultAxes.push_back(kBatchSum);
   return success();
 }

@@ -636,3 +636,21 @@ func.func @softmax_grad_axis(%y: tensor<2x3xf32>, %g: tensor<2x3xf32>) -> tensor
   %d = nn.softmax_grad %y, %g {axis = -1 : i64} : tensor<2x3xf32>
   return %d : tensor<2x3xf32>
 }
+
+// -----
+
+// nn.broadcast_to: numpy broadcasting only (a size-1 or missing dimension
+// grows, nothing shrinks).
+func.func @broadcast_to_shrinks(%x: tensor<4x3xf32>) -> tensor<4x1xf32> {
+  // expected-error @+1 {{'nn.broadcast_to' op input 'tensor<4x3xf32>' does not broadcast to 'tensor<4x1xf32>'}}
+  %y = nn.broadcast_to %x : tensor<4x3xf32> -> tensor<4x1xf32>
+  return %y : tensor<4x1xf32>
+}
+
+// -----
+
+func.func @pow_shapes(%x: tensor<4x3xf32>, %e: tensor<2xf32>) -> tensor<4x3xf32> {
+  // expected-error @+1 {{'nn.pow' op operand shapes 'tensor<4x3xf32>' and 'tensor<2xf32>' do not broadcast}}
+  %y = nn.pow %x, %e : tensor<4x3xf32>, tensor<2xf32> -> tensor<4x3xf32>
+  return %y : tensor<4x3xf32>
+}

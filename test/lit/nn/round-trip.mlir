@@ -188,3 +188,18 @@ func.func @softmax(%x: tensor<2x3x4xf32>, %g: tensor<2x3x4xf32>) -> tensor<2x3x4
   %d = nn.softmax_grad %y, %g {axis = 2 : i64} : tensor<2x3x4xf32>
   return %d : tensor<2x3x4xf32>
 }
+
+// -----
+
+// nn.pow (broadcasting like every binary op), nn.broadcast_to and nn.reduce_to.
+// CHECK-LABEL: func.func @pow_broadcast_reduce(
+// CHECK-SAME: %[[X:[^:]+]]: tensor<4x1xf32>, %[[E:[^:]+]]: tensor<f32>
+// CHECK-NEXT: %[[B:.+]] = nn.broadcast_to %[[X]] : tensor<4x1xf32> -> tensor<2x4x3xf32>
+// CHECK-NEXT: %[[P:.+]] = nn.pow %[[B]], %[[E]] : tensor<2x4x3xf32>, tensor<f32> -> tensor<2x4x3xf32>
+// CHECK-NEXT: nn.reduce_to %[[P]] : tensor<2x4x3xf32> -> tensor<4x1xf32>
+func.func @pow_broadcast_reduce(%x: tensor<4x1xf32>, %e: tensor<f32>) -> tensor<4x1xf32> {
+  %b = nn.broadcast_to %x : tensor<4x1xf32> -> tensor<2x4x3xf32>
+  %p = nn.pow %b, %e : tensor<2x4x3xf32>, tensor<f32> -> tensor<2x4x3xf32>
+  %r = nn.reduce_to %p : tensor<2x4x3xf32> -> tensor<4x1xf32>
+  return %r : tensor<4x1xf32>
+}

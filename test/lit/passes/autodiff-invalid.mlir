@@ -55,20 +55,6 @@ func.func @two_blocks(%x: tensor<f32>) -> (tensor<f32> {nn.loss}) {
 // -----
 
 nn.parameter @w : tensor<4x8xf32>
-// nn.reduce_to has no gradient rule: it may not sit between a parameter and
-// the loss.
-func.func @reduce_to_on_path(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
-  %w = nn.param @w : tensor<4x8xf32>
-  // expected-error @+1 {{cannot differentiate 'nn.reduce_to': it has no gradient rule}}
-  %r = nn.reduce_to %w : tensor<4x8xf32> -> tensor<8xf32>
-  %y = nn.add %w, %r : tensor<4x8xf32>, tensor<8xf32> -> tensor<4x8xf32>
-  %loss = nn.softmax_cross_entropy %y, %l : tensor<4x8xf32>, tensor<4xi64>
-  return %loss : tensor<f32>
-}
-
-// -----
-
-nn.parameter @w : tensor<4x8xf32>
 // nn.slice has no gradient rule either.
 func.func @slice_on_path(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
   %w = nn.param @w : tensor<4x8xf32>

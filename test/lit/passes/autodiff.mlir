@@ -536,3 +536,60 @@ func.func @transpose_grad(%y: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
   %l = nn.softmax_cross_entropy %r, %y : tensor<4x6xf32>, tensor<4xi64>
   return %l : tensor<f32>
 }
+
+// -----
+
+nn.parameter @w : tensor<4x8xf32>
+// A mean-squared error from ops: the gradient of nn.reduce_to broadcasts
+// back (nn.broadcast_to), the division by the count is a division of the
+// seed, and x ** 2 (a constant exponent 2) differentiates to dy * (2 * x).
+// CHECK-LABEL: func.func @mse_pow(
+// CHECK: %[[W:.+]] = nn.param @w
+// CHECK: %[[D:.+]] = nn.sub %[[W]], %{{.+}}
+// CHECK: %[[TWO:.+]] = nn.constant dense<2.000000e+00>
+// CHECK: nn.pow %[[D]], %[[TWO]]
+// CHECK: %[[LOSS:.+]] = nn.div
+// CHECK: %[[DS:.+]] = nn.div
+// CHECK: %[[DP:.+]] = nn.broadcast_to %[[DS]] : tensor<f32> -> tensor<4x8xf32>
+// CHECK: %[[C2:.+]] = nn.constant dense<2.000000e+00> : tensor<f32>
+// CHECK: %[[TX:.+]] = nn.mul %[[C2]], %[[D]] : tensor<f32>, tensor<4x8xf32> -> tensor<4x8xf32>
+// CHECK: %[[DD:.+]] = nn.mul %[[DP]], %[[TX]]
+// CHECK: nn.param_grad %[[W]], %[[DD]]
+// CHECK-NOT: nn.log
+func.func @mse_pow(%t: tensor<4x8xf32>) -> (tensor<f32> {nn.loss}) {
+  %w = nn.param @w : tensor<4x8xf32>
+  %d = nn.sub %w, %t : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+  %two = nn.constant dense<2.0> : tensor<f32>
+  %p = nn.pow %d, %two : tensor<4x8xf32>, tensor<f32> -> tensor<4x8xf32>
+  %s = nn.reduce_to %p : tensor<4x8xf32> -> tensor<f32>
+  %n = nn.constant dense<32.0> : tensor<f32>
+  %loss = nn.div %s, %n : tensor<f32>, tensor<f32> -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+nn.parameter @w : tensor<4x8xf32>
+nn.parameter @e : tensor<f32>
+// A learned exponent: d/dx = dy * (e * x^(e - 1)), d/de = sum(dy * (y * log x)).
+// CHECK-LABEL: func.func @pow_tensor(
+// CHECK: %[[W:.+]] = nn.param @w
+// CHECK: %[[E:.+]] = nn.param @e
+// CHECK: %[[Y:.+]] = nn.pow %[[W]], %[[E]]
+// CHECK: %[[EM1:.+]] = nn.sub %[[E]], %{{.+}} : tensor<f32>, tensor<f32> -> tensor<f32>
+// CHECK: %[[P:.+]] = nn.pow %[[W]], %[[EM1]]
+// CHECK: %[[EP:.+]] = nn.mul %[[E]], %[[P]]
+// CHECK: %[[DW:.+]] = nn.mul %{{.+}}, %[[EP]]
+// CHECK: %[[LOG:.+]] = nn.log %[[W]]
+// CHECK: %[[YL:.+]] = nn.mul %[[Y]], %[[LOG]]
+// CHECK: %[[DE:.+]] = nn.mul %{{.+}}, %[[YL]]
+// CHECK: %[[DER:.+]] = nn.reduce_to %[[DE]] : tensor<4x8xf32> -> tensor<f32>
+// CHECK-DAG: nn.param_grad %[[W]], %[[DW]]
+// CHECK-DAG: nn.param_grad %[[E]], %[[DER]]
+func.func @pow_tensor(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
+  %w = nn.param @w : tensor<4x8xf32>
+  %e = nn.param @e : tensor<f32>
+  %y = nn.pow %w, %e : tensor<4x8xf32>, tensor<f32> -> tensor<4x8xf32>
+  %loss = nn.softmax_cross_entropy %y, %l : tensor<4x8xf32>, tensor<4xi64>
+  return %loss : tensor<f32>
+}

@@ -1,8 +1,9 @@
 // gpipe-microbatch errors: a batch that cannot be split into M micro-batches
 // is reported on the function (batch size, graph inputs) or on the op that
-// would mix micro-batches (contraction, concat, slice or reduction over the
-// batch axis, a reshape that does not keep it outermost and divisible by M,
-// operands that do not agree on it).
+// would mix micro-batches (contraction, concat or slice over the batch axis,
+// a sum over the batch used other than linearly in the loss, a reshape that
+// does not keep it outermost and divisible by M, operands that do not agree
+// on it).
 // RUN: gpipe-opt %s --split-input-file --gpipe-microbatch=microbatches=4 --verify-diagnostics
 // RUN: not gpipe-opt %s --split-input-file --gpipe-microbatch=microbatches=0 2>&1 | FileCheck %s --check-prefix=ZERO
 
@@ -158,15 +159,6 @@ func.func @reshape_batch_inner(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) {
 
 // -----
 
-// A reduction over the batch.
-func.func @reduce(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) {
-  // expected-error @+1 {{cannot split the batch into micro-batches: 'nn.reduce_to' is not supported on batch-carrying tensors}}
-  %s = nn.reduce_to %x : tensor<8x4xf32> -> tensor<f32>
-  return %s : tensor<f32>
-}
-
-// -----
-
 // [8, 8] + [8]: the batch of the vector aligns with the matrix's axis 1.
 func.func @broadcast_misaligned(%x: tensor<8x8xf32>, %l: tensor<8xi64>) -> (tensor<f32> {nn.loss}) {
   %c = nn.slice %x {axis = 1 : i64, start = 0 : i64} : tensor<8x8xf32> -> tensor<8x1xf32>
@@ -207,7 +199,7 @@ nn.parameter @offset : tensor<f32>
 func.func @loss_plus_param(%x: tensor<8x3xf32>, %y: tensor<8xi64>) -> (tensor<f32> {nn.loss}) {
   %w = nn.param @offset : tensor<f32>
   %l = nn.softmax_cross_entropy %x, %y : tensor<8x3xf32>, tensor<8xi64>
-  // expected-error @+1 {{cannot split the batch into micro-batches: the loss must be a softmax cross-entropy (a mean over the batch), not 'nn.add'}}
+  // expected-error @+1 {{cannot split the batch into micro-batches: a sum over the batch (each micro-batch computes its share) is added to a term that is not: that term would be counted once per micro-batch}}
   %t = nn.add %l, %w : tensor<f32>, tensor<f32> -> tensor<f32>
   return %t : tensor<f32>
 }
@@ -220,4 +212,39 @@ func.func @softmax_batch(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) {
   %s = nn.softmax %x {axis = 0 : i64} : tensor<8x4xf32>
   %r = nn.reduce_to %s : tensor<8x4xf32> -> tensor<f32>
   return %r : tensor<f32>
+}
+
+// -----
+
+// A mean over the batch used for anything but the loss (here centring the
+// batch, as batch statistics would): each micro-batch only has its share.
+func.func @batch_mean_in_forward(%x: tensor<8x4xf32>, %l: tensor<8xi64>) -> (tensor<f32> {nn.loss}) {
+  %s = nn.reduce_to %x : tensor<8x4xf32> -> tensor<1x4xf32>
+  %n = nn.constant dense<8.0> : tensor<f32>
+  %m = nn.div %s, %n : tensor<1x4xf32>, tensor<f32> -> tensor<1x4xf32>
+  // expected-error @+1 {{cannot split the batch into micro-batches: 'nn.sub' reads a sum or mean over the batch}}
+  %c = nn.sub %x, %m : tensor<8x4xf32>, tensor<1x4xf32> -> tensor<8x4xf32>
+  %loss = nn.softmax_cross_entropy %c, %l : tensor<8x4xf32>, tensor<8xi64>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// A loss that is not linear in the mean over the batch (its square).
+func.func @squared_mean(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) {
+  %s = nn.reduce_to %x : tensor<8x4xf32> -> tensor<f32>
+  // expected-error @+1 {{cannot split the batch into micro-batches: 'nn.mul' reads a sum or mean over the batch}}
+  %q = nn.mul %s, %s : tensor<f32>, tensor<f32> -> tensor<f32>
+  return %q : tensor<f32>
+}
+
+// -----
+
+// A loss that does not depend on the data at all.
+nn.parameter @w : tensor<f32>
+func.func @loss_of_params(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) {
+  %w = nn.param @w : tensor<f32>
+  // expected-error @+1 {{cannot split the batch into micro-batches: the loss must be a mean or sum over the batch (a softmax cross-entropy, or a ReduceMean/ReduceSum over the batch axis), not 'nn.exp'}}
+  %e = nn.exp %w : tensor<f32>
+  return %e : tensor<f32>
 }

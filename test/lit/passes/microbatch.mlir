@@ -191,3 +191,52 @@ func.func @softmax(%x: tensor<8x5xf32>, %labels: tensor<8xi64>) -> (tensor<f32> 
   %loss = nn.softmax_cross_entropy %s, %labels : tensor<8x5xf32>, tensor<8xi64>
   return %loss : tensor<f32>
 }
+
+// -----
+
+// A mean-squared error built from ops: the sum over the batch (nn.reduce_to
+// to a scalar) is each micro-batch's share, divided by the mini-batch's count
+// (the constant keeps B = 8): the shares add up to the mini-batch's mean. A
+// reduction over other axes keeps the batch on its axis.
+// CHECK-LABEL: func.func @mse(
+// CHECK-SAME: %[[X:[^:]+]]: tensor<2x5xf32>, %[[T:[^:]+]]: tensor<2x5xf32>)
+// CHECK-NEXT: %[[D:.+]] = nn.sub %[[X]], %[[T]] : tensor<2x5xf32>, tensor<2x5xf32> -> tensor<2x5xf32>
+// CHECK-NEXT: %[[C:.+]] = nn.constant
+// CHECK-NEXT: %[[P:.+]] = nn.pow %[[D]], %[[C]] : tensor<2x5xf32>, tensor<f32> -> tensor<2x5xf32>
+// CHECK-NEXT: %[[R:.+]] = nn.reduce_to %[[P]] : tensor<2x5xf32> -> tensor<2x1xf32>
+// CHECK-NEXT: %[[S:.+]] = nn.reduce_to %[[R]] : tensor<2x1xf32> -> tensor<f32>
+// CHECK-NEXT: %[[N:.+]] = nn.constant dense<4.000000e+01> : tensor<f32>
+// CHECK-NEXT: nn.div %[[S]], %[[N]] : tensor<f32>, tensor<f32> -> tensor<f32>
+// ONE-LABEL: func.func @mse(
+// ONE-SAME: tensor<8x5xf32>
+func.func @mse(%x: tensor<8x5xf32>, %t: tensor<8x5xf32>) -> (tensor<f32> {nn.loss}) {
+  %d = nn.sub %x, %t : tensor<8x5xf32>, tensor<8x5xf32> -> tensor<8x5xf32>
+  %two = nn.constant dense<2.0> : tensor<f32>
+  %p = nn.pow %d, %two : tensor<8x5xf32>, tensor<f32> -> tensor<8x5xf32>
+  %r = nn.reduce_to %p : tensor<8x5xf32> -> tensor<8x1xf32>
+  %s = nn.reduce_to %r : tensor<8x1xf32> -> tensor<f32>
+  %n = nn.constant dense<40.0> : tensor<f32>
+  %loss = nn.div %s, %n : tensor<f32>, tensor<f32> -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+nn.parameter @w : tensor<f32>
+// Two means over the batch, weighted and added: still a sum of shares; a
+// broadcast keeps the batch on its (moved) axis.
+// CHECK-LABEL: func.func @weighted_losses(
+// CHECK-SAME: %[[X:[^:]+]]: tensor<2x5xf32>, %[[L:[^:]+]]: tensor<2xi64>)
+// CHECK: nn.broadcast_to %[[X]] : tensor<2x5xf32> -> tensor<3x2x5xf32>
+// CHECK: nn.softmax_cross_entropy %[[X]], %[[L]] {microbatches = 4 : i64}
+// CHECK: nn.reduce_to {{.*}} : tensor<3x2x5xf32> -> tensor<f32>
+func.func @weighted_losses(%x: tensor<8x5xf32>, %labels: tensor<8xi64>) -> (tensor<f32> {nn.loss}) {
+  %w = nn.param @w : tensor<f32>
+  %b = nn.broadcast_to %x : tensor<8x5xf32> -> tensor<3x8x5xf32>
+  %xent = nn.softmax_cross_entropy %x, %labels : tensor<8x5xf32>, tensor<8xi64>
+  %s = nn.reduce_to %b : tensor<3x8x5xf32> -> tensor<f32>
+  %ws = nn.mul %w, %s : tensor<f32>, tensor<f32> -> tensor<f32>
+  %n = nn.neg %ws : tensor<f32>
+  %loss = nn.sub %xent, %n : tensor<f32>, tensor<f32> -> tensor<f32>
+  return %loss : tensor<f32>
+}
