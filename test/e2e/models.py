@@ -133,7 +133,10 @@ class AttnTiny(_Loss):
         self.t, self.d, self.heads = t, d, heads
         self.inp = nn.Linear(d_in, t * d)
         self.q = nn.Linear(d, d)
-        self.k = nn.Linear(d, d)
+        # No key bias: softmax is invariant to it (q . b_k is the same for
+        # every key), so its gradient is rounding noise that Adam would
+        # amplify into arbitrary steps.
+        self.k = nn.Linear(d, d, bias=False)
         self.v = nn.Linear(d, d)
         self.out = nn.Linear(t * d, classes)
 
