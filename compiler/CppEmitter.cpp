@@ -217,6 +217,7 @@ private:
   LogicalResult emitOp(Operation *op);
   // The printers of single ops (emitOp's TypeSwitch).
   LogicalResult emit(nn::ReduceToOp o);
+  LogicalResult emit(nn::BatchMatMulOp o);
   LogicalResult emit(nn::TransposeOp o);
   LogicalResult emit(nn::ConcatOp o);
   LogicalResult emit(nn::SliceOp o);
@@ -659,6 +660,34 @@ void FuncEmitter::emitGemm(nn::GemmOp o, nn::ReluOp relu) {
   os << ");\n";
 }
 
+// The batch dims broadcast: an operand's stride along a result batch dim it
+// lacks or has as 1 is 0, so each of its matrices serves every index there.
+LogicalResult FuncEmitter::emit(nn::BatchMatMulOp o) {
+  auto at = tensorType(o.getA()), bt = tensorType(o.getB());
+  auto out = tensorType(o.getOutput());
+  int64_t rank = out.getRank();
+  ArrayRef<int64_t> batch = out.getShape().drop_back(2);
+  auto batchStrides = [&](RankedTensorType t) {
+    SmallVector<int64_t> strides(batch.size(), 0);
+    int64_t lead = rank - t.getRank(), stride = 1;
+    for (int64_t d = t.getRank() - 1; d >= 0; --d) {
+      if (d < t.getRank() - 2 && t.getDimSize(d) != 1)
+        strides[d + lead] = stride;
+      stride *= t.getDimSize(d);
+    }
+    return strides;
+  };
+  int64_t k = o.getTransA() ? at.getDimSize(at.getRank() - 2)
+                            : at.getDimSize(at.getRank() - 1);
+  os << "  gp_batch_gemm(" << o.getTransA() << ", " << o.getTransB() << ", "
+     << out.getDimSize(rank - 2) << ", " << out.getDimSize(rank - 1) << ", "
+     << k << ", " << ptr(o.getA()) << ", " << ptr(o.getB()) << ", "
+     << ptr(o.getOutput(), false) << ", " << batch.size() << ", "
+     << shapeArray(batch) << ", " << shapeArray(batchStrides(at)) << ", "
+     << shapeArray(batchStrides(bt)) << ", " << stage.mathMode() << ");\n";
+  return success();
+}
+
 // One printer per op: emitOp dispatches with a TypeSwitch.
 LogicalResult FuncEmitter::emitOp(Operation *op) {
   // Ops that only name storage (views, values) emit nothing.
@@ -676,12 +705,12 @@ LogicalResult FuncEmitter::emitOp(Operation *op) {
     return emitDeferredGemm(cast<nn::GemmOp>(op), it->second), success();
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](nn::GemmOp o) { return emitGemm(o, nullptr), success(); })
-      .Case<nn::ReduceToOp, nn::TransposeOp, nn::ConcatOp, nn::SliceOp,
-            nn::SoftmaxOp, nn::SoftmaxGradOp, nn::SoftmaxCrossEntropyOp,
-            nn::SoftmaxCrossEntropyGradOp, pipeline::SGDUpdateOp,
-            pipeline::AdamUpdateOp, pipeline::SendOp, pipeline::RecvOp,
-            pipeline::ReportLossOp, pipeline::AccumulateGradOp>(
-          [&](auto o) { return emit(o); })
+      .Case<nn::ReduceToOp, nn::BatchMatMulOp, nn::TransposeOp, nn::ConcatOp,
+            nn::SliceOp, nn::SoftmaxOp, nn::SoftmaxGradOp,
+            nn::SoftmaxCrossEntropyOp, nn::SoftmaxCrossEntropyGradOp,
+            pipeline::SGDUpdateOp, pipeline::AdamUpdateOp, pipeline::SendOp,
+            pipeline::RecvOp, pipeline::ReportLossOp,
+            pipeline::AccumulateGradOp>([&](auto o) { return emit(o); })
       .Default([&](Operation *) {
         return op->emitError("code generation does not support '")
                << op->getName() << "' yet";

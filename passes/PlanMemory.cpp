@@ -262,6 +262,12 @@ void StagePlanner::planLongLived() {
         }
         scratchBytes = std::max(scratchBytes, need);
       });
+    // A batched product rounds both operands' spans (no shadows).
+    for (func::FuncOp fn : f.all())
+      fn.walk([&](nn::BatchMatMulOp g) {
+        scratchBytes =
+            std::max(scratchBytes, bf16Bytes(g.getA()) + bf16Bytes(g.getB()));
+      });
     f.backward.walk([&](pipeline::AccumulateGradOp acc) {
       if (!acc.getDeferred())
         return;

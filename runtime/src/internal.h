@@ -184,6 +184,59 @@ bool deviceStepEnd(gp_step_ctx &ctx, std::string &err);
 /// gp_main aborts the job instead (pending transfers may never complete).
 void deviceShutdown();
 
+/// The batch of gp_batch_gemm as runs of uniformly strided matrices: the
+/// longest suffix of batch dims whose A and B strides (and C's, dense) fold
+/// into one stride is `count` matrices `aStride` / `bStride` / `cStride`
+/// elements apart; the other dims are enumerated as run starts (aFirst[r],
+/// bFirst[r], cFirst[r]), row-major.
+struct BatchRuns {
+  int64_t count = 1, aStride = 0, bStride = 0, cStride = 0;
+  std::vector<int64_t> aFirst, bFirst, cFirst;
+};
+
+inline BatchRuns batchRuns(int32_t rank, const int64_t *shape,
+                           const int64_t *aStride, const int64_t *bStride,
+                           int64_t cMatrix) {
+  BatchRuns runs;
+  runs.cStride = cMatrix;
+  // Fold dims from the innermost while each continues the run's strides
+  // (dims of size 1 fold whatever their strides).
+  int32_t d = rank - 1;
+  bool started = false;
+  for (; d >= 0; --d) {
+    if (shape[d] == 1)
+      continue;
+    if (!started) {
+      runs.count = shape[d];
+      runs.aStride = aStride[d];
+      runs.bStride = bStride[d];
+      started = true;
+      continue;
+    }
+    if (aStride[d] != runs.aStride * runs.count ||
+        bStride[d] != runs.bStride * runs.count)
+      break;
+    runs.count *= shape[d];
+  }
+  // Dims 0..d are enumerated.
+  int64_t outer = 1;
+  for (int32_t e = 0; e <= d; ++e)
+    outer *= shape[e];
+  for (int64_t o = 0; o < outer; ++o) {
+    int64_t rest = o, a = 0, b = 0;
+    for (int32_t e = d; e >= 0; --e) {
+      int64_t i = rest % shape[e];
+      rest /= shape[e];
+      a += i * aStride[e];
+      b += i * bStride[e];
+    }
+    runs.aFirst.push_back(a);
+    runs.bFirst.push_back(b);
+    runs.cFirst.push_back(o * runs.count * cMatrix);
+  }
+  return runs;
+}
+
 } // namespace gpipe
 
 #endif // GPIPE_RUNTIME_INTERNAL_H

@@ -166,6 +166,39 @@ void gp_gemm_ex(int transA, int transB, int64_t M, int64_t N, int64_t K,
   }
 }
 
+/// Batched GEMMs at most this big (M*N*K) run one per OpenMP thread (each
+/// single-threaded): attention's many small products. Larger ones run in
+/// turn, each on oneDNN's threads.
+constexpr int64_t kSmallGemm = 64 * 64 * 64;
+
+void gp_batch_gemm(int transA, int transB, int64_t M, int64_t N, int64_t K,
+                   const float *A, const float *B, float *C, int32_t batch_rank,
+                   const int64_t *batch_shape, const int64_t *a_stride,
+                   const int64_t *b_stride, int32_t math) {
+  if (M <= 0 || N <= 0)
+    return;
+  gpipe::BatchRuns runs =
+      gpipe::batchRuns(batch_rank, batch_shape, a_stride, b_stride, M * N);
+  const int64_t lda = transA ? M : K, ldb = transB ? K : N;
+  const int64_t total = static_cast<int64_t>(runs.aFirst.size()) * runs.count;
+  auto one = [&](int64_t i) {
+    int64_t r = i / runs.count, j = i % runs.count;
+    gp_gemm_ex(transA, transB, M, N, K, 1.0f,
+               A + runs.aFirst[r] + j * runs.aStride, lda,
+               B + runs.bFirst[r] + j * runs.bStride, ldb, 0.0f,
+               C + runs.cFirst[r] + j * runs.cStride, N, nullptr, 0, math,
+               nullptr, nullptr);
+  };
+  if (M * N * K <= kSmallGemm && total > 1) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < total; ++i)
+      one(i);
+  } else {
+    for (int64_t i = 0; i < total; ++i)
+      one(i);
+  }
+}
+
 void gp_cast_bf16(const float *in, void *out, int64_t n) {
   auto *o = static_cast<uint16_t *>(out);
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)

@@ -20,6 +20,7 @@ Run as a script to export every model and print its op types::
 """
 
 import argparse
+import math
 import collections
 import os
 import sys
@@ -158,6 +159,38 @@ class MlpMse(nn.Module):
     def forward(self, x, y):
         p = self.l2(torch.tanh(self.l1(x)))
         return ((p - y) ** 2).mean() + 0.1 * (p - y).abs().sum(1).mean()
+
+
+class AttnTiny(_Loss):
+    """Batched MatMul (3-D and 4-D, numpy broadcasting): Linear-Tanh, viewed
+    as [B, T=4, d=8]; q, k, v Linear projections on the 3-D tensor (x @ W^T);
+    two heads ([B, T, 2, 4] transposed to [B, 2, T, 4]); softmax(q @ k^T / 2)
+    @ v; heads merged, flattened, Linear to 10 classes."""
+
+    def __init__(self, d_in=16, t=4, d=8, heads=2, classes=10):
+        super().__init__()
+        self.t, self.d, self.heads = t, d, heads
+        self.inp = nn.Linear(d_in, t * d)
+        self.q = nn.Linear(d, d)
+        # No key bias: softmax is invariant to it (q . b_k is the same for
+        # every key), so its gradient is rounding noise that Adam would
+        # amplify into arbitrary steps.
+        self.k = nn.Linear(d, d, bias=False)
+        self.v = nn.Linear(d, d)
+        self.out = nn.Linear(t * d, classes)
+
+    def logits(self, x):
+        t, d, nh = self.t, self.d, self.heads
+        h = torch.tanh(self.inp(x)).reshape(-1, t, d)
+
+        def split(z):
+            return z.reshape(-1, t, nh, d // nh).transpose(1, 2)
+
+        q, k, v = split(self.q(h)), split(self.k(h)), split(self.v(h))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(d // nh)
+        att = torch.softmax(scores, dim=-1)
+        o = (att @ v).transpose(1, 2).reshape(-1, t * d)
+        return self.out(o)
 
 
 class MlpGeluSigmoid(_Loss):
@@ -351,6 +384,9 @@ MODELS = {
     "mlp_mse": Spec(lambda: MlpMse(16, 32, 10), 16, 10, None,
                     "Linear-Tanh-Linear 16->32->10, mean-squared error (regression)",
                     "regress"),
+    "attn_tiny": Spec(lambda: AttnTiny(16, 4, 8, 2, 10), 16, 10, None,
+                      "Linear-Tanh, 2-head self-attention on [B, 4, 8] "
+                      "(batched MatMul), Linear 32->10"),
     "mlp_relu": Spec(lambda: MlpRelu(16, 32, 10, 3), 16, 10, None,
                      "(Linear-ReLU)x3 + Linear 16->32->32->32->10"),
     "mlp_ignore": Spec(lambda: MlpTanh(16, 32, 10, ignore_index=3), 16, 10, 3,

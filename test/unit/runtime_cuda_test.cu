@@ -820,6 +820,81 @@ void testSoftmax() {
   runSoftmax(300, 1, 7);  // a size-1 axis: all ones, zero gradient
 }
 
+/// gp_batch_gemm against a double host reference: batch dims broadcast
+/// (stride 0), one strided run or several, fp32 / TF32 / bf16 (the bf16
+/// operands rounded into the scratch), every transpose.
+void runBatchGemm(const std::string &name, std::vector<int64_t> batch,
+                  std::vector<int64_t> aShape, std::vector<int64_t> bShape,
+                  int64_t M, int64_t N, int64_t K, int32_t math, double tol) {
+  const int64_t rank = static_cast<int64_t>(batch.size());
+  auto strides = [&](const std::vector<int64_t> &shape, int64_t matrix,
+                     int64_t &size) {
+    std::vector<int64_t> st(rank, 0);
+    size = matrix;
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      if (shape[d] != 1)
+        st[d] = size;
+      size *= shape[d];
+    }
+    return st;
+  };
+  int64_t aSize = 0, bSize = 0, total = 1;
+  const std::vector<int64_t> aStride = strides(aShape, M * K, aSize);
+  const std::vector<int64_t> bStride = strides(bShape, K * N, bSize);
+  for (int64_t d : batch)
+    total *= d;
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      const std::vector<float> A = randomVector(aSize), B = randomVector(bSize);
+      DeviceBuffer<float> dA(A), dB(B);
+      DeviceBuffer<float> dC(std::vector<float>(total * M * N, kNaN));
+      gp_batch_gemm(ta, tb, M, N, K, dA.get(), dB.get(), dC.get(),
+                    static_cast<int32_t>(rank), batch.data(), aStride.data(),
+                    bStride.data(), math);
+      const std::vector<float> C = dC.download();
+      double err = 0;
+      for (int64_t i = 0; i < total; ++i) {
+        int64_t rest = i, aOff = 0, bOff = 0;
+        for (int64_t d = rank - 1; d >= 0; --d) {
+          const int64_t idx = rest % batch[d];
+          rest /= batch[d];
+          aOff += idx * aStride[d];
+          bOff += idx * bStride[d];
+        }
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < N; ++n) {
+            double want = 0;
+            for (int64_t k = 0; k < K; ++k) {
+              float a = A[aOff + (ta ? k * M + m : m * K + k)];
+              float b = B[bOff + (tb ? n * K + k : k * N + n)];
+              if (math == GP_MATH_BF16) {
+                a = roundBf16(a);
+                b = roundBf16(b);
+              }
+              want += static_cast<double>(a) * b;
+            }
+            err = std::max(err, relErr(C[(i * M + m) * N + n], want,
+                                       std::sqrt(static_cast<double>(K))));
+          }
+      }
+      check("batch gemm " + name + (ta ? " T" : " N") + (tb ? "T" : "N"), err,
+            tol);
+    }
+}
+
+void testBatchGemm() {
+  runBatchGemm("dense 3x2 of 4x5x3 f32", {3, 2}, {3, 2}, {3, 2}, 4, 5, 3,
+               GP_MATH_F32, 1e-5);
+  runBatchGemm("[3,1]x[1,2] of 16x8x32 f32", {3, 2}, {3, 1}, {1, 2}, 16, 8, 32,
+               GP_MATH_F32, 1e-5);
+  runBatchGemm("[1,4]x[2,4] of 33x17x20 tf32", {2, 4}, {1, 4}, {2, 4}, 33, 17,
+               20, GP_MATH_TF32, 1e-2);
+  runBatchGemm("attention 64x8 of 16x16x8 f32", {64, 8}, {64, 8}, {64, 8}, 16,
+               16, 8, GP_MATH_F32, 1e-5);
+  runBatchGemm("[2,3]x[1,3] of 24x40x16 bf16", {2, 3}, {2, 3}, {1, 3}, 24, 40,
+               16, GP_MATH_BF16, 1e-5);
+}
+
 } // namespace
 
 int main() {
@@ -836,6 +911,7 @@ int main() {
   testCast();
   testGemm();
   testGemmFallback();
+  testBatchGemm();
   testReduce();
   testSoftmax();
   testCopyBlocks();

@@ -441,6 +441,87 @@ TEST(Kernels, GemmExEpiloguesAndBf16) {
     EXPECT_EQ(c, 0.0f);
 }
 
+// Batched GEMMs against a double reference: every transpose, broadcast batch
+// dims (stride 0: A shared over the inner batch dim, B over the outer one),
+// a batch that folds into one strided run and one that does not, small
+// products (parallel over the batch) and a large one, and bf16 rounding.
+TEST(Kernels, BatchGemmBroadcastMatchesReference) {
+  struct Case {
+    std::vector<int64_t> batch, aShape, bShape; // batch dims of A, B (1: bcast)
+    int64_t M, N, K;
+    int32_t math;
+  };
+  const Case cases[] = {
+      {{3, 2}, {3, 2}, {3, 2}, 4, 5, 3, GP_MATH_F32},  // dense: one run
+      {{3, 2}, {3, 1}, {1, 2}, 4, 5, 3, GP_MATH_F32},  // both broadcast
+      {{2, 4}, {1, 4}, {2, 4}, 6, 7, 9, GP_MATH_TF32}, // A outer-broadcast
+      {{5}, {5}, {1}, 2, 3, 1, GP_MATH_F32},           // B shared, K = 1
+      {{2}, {2}, {2}, 70, 80, 90, GP_MATH_F32},        // large: serial loop
+      {{2, 3}, {2, 3}, {1, 3}, 4, 4, 8, GP_MATH_BF16}, // bf16 operands
+  };
+  auto bf16 = [](float x) {
+    uint16_t bits;
+    gp_cast_bf16(&x, &bits, 1);
+    uint32_t wide = uint32_t(bits) << 16;
+    float out;
+    std::memcpy(&out, &wide, sizeof out);
+    return out;
+  };
+  unsigned seed = 11;
+  for (const Case &c : cases)
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb) {
+        const int64_t rank = static_cast<int64_t>(c.batch.size());
+        const int64_t M = c.M, N = c.N, K = c.K;
+        auto strides = [&](const std::vector<int64_t> &shape, int64_t matrix) {
+          std::vector<int64_t> st(rank, 0);
+          int64_t s = matrix;
+          for (int64_t d = rank - 1; d >= 0; --d) {
+            if (shape[d] != 1)
+              st[d] = s;
+            s *= shape[d];
+          }
+          return std::make_pair(st, s);
+        };
+        auto [aStride, aSize] = strides(c.aShape, M * K);
+        auto [bStride, bSize] = strides(c.bShape, K * N);
+        int64_t total = 1;
+        for (int64_t d : c.batch)
+          total *= d;
+        std::vector<float> A = randomVec(aSize, seed++),
+                           B = randomVec(bSize, seed++);
+        std::vector<float> C(total * M * N, NAN);
+        gp_batch_gemm(ta, tb, M, N, K, A.data(), B.data(), C.data(),
+                      static_cast<int32_t>(rank), c.batch.data(),
+                      aStride.data(), bStride.data(), c.math);
+        for (int64_t i = 0; i < total; ++i) {
+          int64_t rest = i, aOff = 0, bOff = 0;
+          for (int64_t d = rank - 1; d >= 0; --d) {
+            int64_t idx = rest % c.batch[d];
+            rest /= c.batch[d];
+            aOff += idx * aStride[d];
+            bOff += idx * bStride[d];
+          }
+          for (int64_t m = 0; m < M; ++m)
+            for (int64_t n = 0; n < N; ++n) {
+              double want = 0;
+              for (int64_t k = 0; k < K; ++k) {
+                float a = A[aOff + (ta ? k * M + m : m * K + k)];
+                float b = B[bOff + (tb ? n * K + k : k * N + n)];
+                if (c.math == GP_MATH_BF16) {
+                  a = bf16(a);
+                  b = bf16(b);
+                }
+                want += static_cast<double>(a) * b;
+              }
+              ASSERT_NEAR(C[(i * M + m) * N + n], want, 1e-4)
+                  << "case M=" << M << " N=" << N << " K=" << K << " ta=" << ta
+                  << " tb=" << tb << " batch " << i << " at " << m << "," << n;
+            }
+        }
+      }
+}
+
 // Softmax and its gradient on [outer, n, inner] views, against a double
 // reference: rows sum to 1, large inputs do not overflow (the max is
 // subtracted), and dx = y * (dy - sum(dy * y)) along the axis.

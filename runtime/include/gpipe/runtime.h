@@ -189,6 +189,19 @@ void gp_gemm_ex(int transA, int transB, int64_t M, int64_t N, int64_t K,
                 const float *bias, int32_t relu, int32_t math, const void *A16,
                 const void *B16);
 
+/// Batched products C[b] = op(A[b]) * op(B[b]) for every index b of the
+/// batch shape batch_shape[batch_rank] (row-major over it), op as gp_gemm. C
+/// is dense: [batch..., M, N], overwritten. A and B are dense matrices
+/// (A: M x K, or K x M when transA; B: K x N, or N x K when transB) at
+/// element offsets sum_d b_d * a_stride[d] (b_stride[d]) from A (B): a stride
+/// 0 broadcasts that operand along dim d. `math` as gp_gemm_ex (CPU: bf16
+/// rounds the operands, TF32 is fp32; CUDA, bf16: the operands are rounded
+/// into the runtime's scratch, which must hold both operands' spans).
+void gp_batch_gemm(int transA, int transB, int64_t M, int64_t N, int64_t K,
+                   const float *A, const float *B, float *C, int32_t batch_rank,
+                   const int64_t *batch_shape, const int64_t *a_stride,
+                   const int64_t *b_stride, int32_t math);
+
 /// out[i] = bf16(in[i]) (round to nearest even), n elements; out is bf16.
 void gp_cast_bf16(const float *in, void *out, int64_t n);
 

@@ -630,10 +630,14 @@ struct GemmKey {
   int64_t M, N, K, lda, ldb, ldc;
   int32_t transA, transB, math, hasBias, relu;
   uint32_t alignA, alignB, alignC, alignBias;
+  // Strided batches (gp_batch_gemm): `batch` products, the operands' strides
+  // in elements; batch <= 1 is one product.
+  int64_t batch, strideA, strideB, strideC;
 
   auto fields() const {
     return std::tie(M, N, K, lda, ldb, ldc, transA, transB, math, hasBias, relu,
-                    alignA, alignB, alignC, alignBias);
+                    alignA, alignB, alignC, alignBias, batch, strideA, strideB,
+                    strideC);
   }
   bool operator==(const GemmKey &o) const { return fields() == o.fields(); }
 };
@@ -650,7 +654,11 @@ struct GemmKeyHash {
                               uint64_t(k.math) << 32 |
                                   uint32_t(k.hasBias) << 1 | uint32_t(k.relu),
                               uint64_t(k.alignA) << 32 | k.alignB,
-                              uint64_t(k.alignC) << 32 | k.alignBias};
+                              uint64_t(k.alignC) << 32 | k.alignBias,
+                              uint64_t(k.batch),
+                              uint64_t(k.strideA),
+                              uint64_t(k.strideB),
+                              uint64_t(k.strideC)};
     size_t h = 0;
     for (uint64_t w : words)
       h ^= std::hash<uint64_t>()(w) + 0x9e3779b97f4a7c15ull + (h << 6) +
@@ -820,6 +828,18 @@ std::unique_ptr<GemmPlan> makeGemmPlan(const GemmKey &k, const float *bias) {
                                              k.transA ? K : M, k.lda));
   GP_CUBLAS_CHECK(
       cublasLtMatrixLayoutCreate(&plan->c, CUDA_R_32F, N, M, k.ldc));
+  if (k.batch > 1) {
+    const int32_t count = static_cast<int32_t>(k.batch);
+    const std::pair<cublasLtMatrixLayout_t, int64_t> strided[] = {
+        {plan->a, k.strideB}, {plan->b, k.strideA}, {plan->c, k.strideC}};
+    for (auto [layout, stride] : strided) {
+      GP_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+          layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+      GP_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+          layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+          sizeof(stride)));
+    }
+  }
 
   cublasStatus_t st = queryGemmAlgos(*plan, k);
   // The bias epilogue wants an aligned bias (16 bytes on some GPUs); the
@@ -853,6 +873,63 @@ const void *bf16Copy(const float *src, int64_t rows, int64_t cols, int64_t ld,
   gp_cast_bf16(src, dst, span);
   used = at + bytes;
   return dst;
+}
+
+/// Runs the plan of `key` (made on first use): the cuBLASLt call of
+/// gp_gemm_ex and gp_batch_gemm. With strided batches, the epilogue kernel
+/// (bias, relu) is never needed: gp_batch_gemm has neither.
+void runGemm(const GemmKey &key, float alpha, const void *a, const void *b,
+             float beta, float *C, const float *bias, int32_t relu) {
+  const int64_t M = key.M, N = key.N, ldc = key.ldc;
+  // Stage programs call kernels from one thread; the lock only keeps the
+  // cache (and the per-call bias attribute of a shared descriptor) sound if
+  // that ever changes. Uncontended, it costs nanoseconds.
+  static std::mutex mutex;
+  static std::unordered_map<GemmKey, std::unique_ptr<GemmPlan>, GemmKeyHash>
+      plans;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = plans.find(key);
+  if (it == plans.end())
+    it = plans.emplace(key, makeGemmPlan(key, bias)).first;
+  GemmPlan &plan = *it->second;
+  const auto &st = state();
+  // The heuristic's algorithms in order until one runs (the first that does
+  // is kept for later calls); when every fused-epilogue one is rejected, the
+  // same with the epilogue in a kernel.
+  for (;;) {
+    // The descriptor is read when the call is enqueued, so the bias pointer
+    // of this call can be set on the cached descriptor.
+    if (bias && !plan.epilogueKernel)
+      setDescAttr(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+    cublasStatus_t status = CUBLAS_STATUS_NOT_SUPPORTED;
+    if (gGemmHooks.rejectNext > 0)
+      --gGemmHooks.rejectNext;
+    else if (!(gGemmHooks.rejectFused && !plan.epilogueKernel &&
+               (bias || relu)))
+      status =
+          cublasLtMatmul(st.lt, plan.desc, &alpha, b, plan.a, a, plan.b, &beta,
+                         C, plan.c, C, plan.c, &plan.algos[plan.current],
+                         st.workspace, st.workspaceBytes, st.compute);
+    if (status == CUBLAS_STATUS_SUCCESS)
+      break;
+    if (plan.current + 1 < plan.algos.size()) {
+      ++plan.current;
+      ++gGemmFallbacks.algorithm;
+      continue;
+    }
+    if (!plan.epilogueKernel && (bias || relu)) {
+      useEpilogueKernel(plan);
+      ++gGemmFallbacks.epilogue;
+      if (queryGemmAlgos(plan, key) == CUBLAS_STATUS_SUCCESS)
+        continue;
+    }
+    failGemm("cublasLtMatmul", "every algorithm was rejected", key, status);
+  }
+  if (plan.epilogueKernel) {
+    scaleMatrixKernel<<<blocksFor(M * N), kThreads, 0, st.compute>>>(
+        C, M, N, ldc, 1.0f, bias, relu != 0);
+    GP_CUDA_LAUNCHED();
+  }
 }
 
 } // namespace
@@ -918,55 +995,82 @@ void gp_gemm_ex(int transA, int transB, int64_t M, int64_t N, int64_t K,
                     alignmentOf(a),
                     alignmentOf(b),
                     alignmentOf(C),
-                    bias ? alignmentOf(bias) : 256u};
-  // Stage programs call kernels from one thread; the lock only keeps the
-  // cache (and the per-call bias attribute of a shared descriptor) sound if
-  // that ever changes. Uncontended, it costs nanoseconds.
-  static std::mutex mutex;
-  static std::unordered_map<GemmKey, std::unique_ptr<GemmPlan>, GemmKeyHash>
-      plans;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = plans.find(key);
-  if (it == plans.end())
-    it = plans.emplace(key, makeGemmPlan(key, bias)).first;
-  GemmPlan &plan = *it->second;
-  const auto &st = state();
-  // The heuristic's algorithms in order until one runs (the first that does
-  // is kept for later calls); when every fused-epilogue one is rejected, the
-  // same with the epilogue in a kernel.
-  for (;;) {
-    // The descriptor is read when the call is enqueued, so the bias pointer
-    // of this call can be set on the cached descriptor.
-    if (bias && !plan.epilogueKernel)
-      setDescAttr(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-    cublasStatus_t status = CUBLAS_STATUS_NOT_SUPPORTED;
-    if (gGemmHooks.rejectNext > 0)
-      --gGemmHooks.rejectNext;
-    else if (!(gGemmHooks.rejectFused && !plan.epilogueKernel &&
-               (bias || relu)))
-      status =
-          cublasLtMatmul(st.lt, plan.desc, &alpha, b, plan.a, a, plan.b, &beta,
-                         C, plan.c, C, plan.c, &plan.algos[plan.current],
-                         st.workspace, st.workspaceBytes, st.compute);
-    if (status == CUBLAS_STATUS_SUCCESS)
-      break;
-    if (plan.current + 1 < plan.algos.size()) {
-      ++plan.current;
-      ++gGemmFallbacks.algorithm;
-      continue;
-    }
-    if (!plan.epilogueKernel && (bias || relu)) {
-      useEpilogueKernel(plan);
-      ++gGemmFallbacks.epilogue;
-      if (queryGemmAlgos(plan, key) == CUBLAS_STATUS_SUCCESS)
-        continue;
-    }
-    failGemm("cublasLtMatmul", "every algorithm was rejected", key, status);
+                    bias ? alignmentOf(bias) : 256u,
+                    1,
+                    0,
+                    0,
+                    0};
+  runGemm(key, alpha, a, b, beta, C, bias, relu);
+}
+
+void gp_batch_gemm(int transA, int transB, int64_t M, int64_t N, int64_t K,
+                   const float *A, const float *B, float *C, int32_t batch_rank,
+                   const int64_t *batch_shape, const int64_t *a_stride,
+                   const int64_t *b_stride, int32_t math) {
+  if (math != GP_MATH_F32 && math != GP_MATH_TF32 && math != GP_MATH_BF16)
+    failf("gp_batch_gemm", __FILE__, __LINE__, "unknown math mode %d",
+          static_cast<int>(math));
+  if (M <= 0 || N <= 0)
+    return;
+  const gpipe::BatchRuns runs =
+      gpipe::batchRuns(batch_rank, batch_shape, a_stride, b_stride, M * N);
+  const int64_t total = static_cast<int64_t>(runs.aFirst.size()) * runs.count;
+  if (K <= 0) {
+    GP_CUDA_CHECK(
+        cudaMemsetAsync(C, 0, sizeof(float) * total * M * N, stream()));
+    return;
   }
-  if (plan.epilogueKernel) {
-    scaleMatrixKernel<<<blocksFor(M * N), kThreads, 0, st.compute>>>(
-        C, M, N, ldc, 1.0f, bias, relu != 0);
-    GP_CUDA_LAUNCHED();
+  transA = transA != 0;
+  transB = transB != 0;
+  const int64_t lda = transA ? M : K, ldb = transB ? K : N;
+  // bf16: each operand's whole span (every batch's matrix) rounded once.
+  const void *a = A, *b = B;
+  const size_t elem = math == GP_MATH_BF16 ? 2 : 4;
+  if (math == GP_MATH_BF16) {
+    auto span = [&](const int64_t *stride, int64_t matrix) {
+      int64_t last = 0;
+      for (int32_t d = 0; d < batch_rank; ++d)
+        last += (batch_shape[d] - 1) * stride[d];
+      return last + matrix;
+    };
+    size_t used = 0;
+    const int64_t sa = span(a_stride, M * K), sb = span(b_stride, K * N);
+    a = bf16Copy(A, 1, sa, sa, used, "A");
+    b = bf16Copy(B, 1, sb, sb, used, "B");
+  }
+  // Every matrix of a run must have the alignment the plan was chosen for.
+  auto align = [](const void *p, int64_t strideBytes) {
+    uint32_t al = alignmentOf(p);
+    return strideBytes == 0 ? al
+                            : std::min(al, alignmentOf(reinterpret_cast<void *>(
+                                               uintptr_t(strideBytes))));
+  };
+  for (size_t r = 0; r < runs.aFirst.size(); ++r) {
+    const void *ar = static_cast<const unsigned char *>(a) +
+                     runs.aFirst[r] * static_cast<int64_t>(elem);
+    const void *br = static_cast<const unsigned char *>(b) +
+                     runs.bFirst[r] * static_cast<int64_t>(elem);
+    float *cr = C + runs.cFirst[r];
+    const GemmKey key{M,
+                      N,
+                      K,
+                      lda,
+                      ldb,
+                      N,
+                      transA,
+                      transB,
+                      math,
+                      0,
+                      0,
+                      align(ar, runs.aStride * int64_t(elem)),
+                      align(br, runs.bStride * int64_t(elem)),
+                      align(cr, runs.cStride * 4),
+                      256u,
+                      runs.count,
+                      runs.aStride,
+                      runs.bStride,
+                      runs.cStride};
+    runGemm(key, 1.0f, ar, br, 0.0f, cr, nullptr, 0);
   }
 }
 

@@ -654,3 +654,52 @@ func.func @pow_shapes(%x: tensor<4x3xf32>, %e: tensor<2xf32>) -> tensor<4x3xf32>
   %y = nn.pow %x, %e : tensor<4x3xf32>, tensor<2xf32> -> tensor<4x3xf32>
   return %y : tensor<4x3xf32>
 }
+
+// -----
+
+// nn.batch_matmul: operands of rank >= 2, one of them batched.
+func.func @batch_matmul_rank1(%a: tensor<4xf32>, %b: tensor<2x4x3xf32>) -> tensor<2x3xf32> {
+  // expected-error @+1 {{'nn.batch_matmul' op A and B must have rank >= 2, got ranks 1 and 3}}
+  %y = nn.batch_matmul %a, %b : (tensor<4xf32>, tensor<2x4x3xf32>) -> tensor<2x3xf32>
+  return %y : tensor<2x3xf32>
+}
+
+// -----
+
+func.func @batch_matmul_rank2(%a: tensor<2x4xf32>, %b: tensor<4x3xf32>) -> tensor<2x3xf32> {
+  // expected-error @+1 {{'nn.batch_matmul' op A or B must have rank >= 3 (a rank-2 product is nn.gemm)}}
+  %y = nn.batch_matmul %a, %b : (tensor<2x4xf32>, tensor<4x3xf32>) -> tensor<2x3xf32>
+  return %y : tensor<2x3xf32>
+}
+
+// -----
+
+func.func @batch_matmul_result_rank(%a: tensor<5x2x4xf32>, %b: tensor<5x4x3xf32>) -> tensor<2x3xf32> {
+  // expected-error @+1 {{'nn.batch_matmul' op result must have rank 3, got 2}}
+  %y = nn.batch_matmul %a, %b : (tensor<5x2x4xf32>, tensor<5x4x3xf32>) -> tensor<2x3xf32>
+  return %y : tensor<2x3xf32>
+}
+
+// -----
+
+func.func @batch_matmul_inner(%a: tensor<5x2x4xf32>, %b: tensor<5x4x3xf32>) -> tensor<5x2x4xf32> {
+  // expected-error @+1 {{'nn.batch_matmul' op inner dimensions differ: op(A) is 2x4, op(B) is 3x4}}
+  %y = nn.batch_matmul %a, %b {transB = true} : (tensor<5x2x4xf32>, tensor<5x4x3xf32>) -> tensor<5x2x4xf32>
+  return %y : tensor<5x2x4xf32>
+}
+
+// -----
+
+func.func @batch_matmul_broadcast(%a: tensor<5x2x4xf32>, %b: tensor<6x4x3xf32>) -> tensor<5x2x3xf32> {
+  // expected-error @+1 {{'nn.batch_matmul' op batch dimensions of 'tensor<5x2x4xf32>' and 'tensor<6x4x3xf32>' do not broadcast}}
+  %y = nn.batch_matmul %a, %b : (tensor<5x2x4xf32>, tensor<6x4x3xf32>) -> tensor<5x2x3xf32>
+  return %y : tensor<5x2x3xf32>
+}
+
+// -----
+
+func.func @batch_matmul_result(%a: tensor<1x2x4xf32>, %b: tensor<5x4x3xf32>) -> tensor<1x2x3xf32> {
+  // expected-error @+1 {{'nn.batch_matmul' op result must be 'tensor<5x2x3xf32>', got 'tensor<1x2x3xf32>'}}
+  %y = nn.batch_matmul %a, %b : (tensor<1x2x4xf32>, tensor<5x4x3xf32>) -> tensor<1x2x3xf32>
+  return %y : tensor<1x2x3xf32>
+}

@@ -203,3 +203,19 @@ func.func @pow_broadcast_reduce(%x: tensor<4x1xf32>, %e: tensor<f32>) -> tensor<
   %r = nn.reduce_to %p : tensor<2x4x3xf32> -> tensor<4x1xf32>
   return %r : tensor<4x1xf32>
 }
+
+// -----
+
+// nn.batch_matmul: broadcast batch dims, transA / transB, a rank-2 operand
+// against a batched one.
+// CHECK-LABEL: func.func @batch_matmul(
+// CHECK-SAME: %[[Q:[^:]+]]: tensor<8x2x4x3xf32>, %[[K:[^:]+]]: tensor<8x2x5x3xf32>, %[[V:[^:]+]]: tensor<1x2x5x6xf32>, %[[W:[^:]+]]: tensor<3x4xf32>
+// CHECK-NEXT: %[[S:.+]] = nn.batch_matmul %[[Q]], %[[K]] {transB = true} : (tensor<8x2x4x3xf32>, tensor<8x2x5x3xf32>) -> tensor<8x2x4x5xf32>
+// CHECK-NEXT: %[[O:.+]] = nn.batch_matmul %[[S]], %[[V]] : (tensor<8x2x4x5xf32>, tensor<1x2x5x6xf32>) -> tensor<8x2x4x6xf32>
+// CHECK-NEXT: nn.batch_matmul %[[W]], %[[Q]] {transA = true, transB = true} : (tensor<3x4xf32>, tensor<8x2x4x3xf32>) -> tensor<8x2x4x4xf32>
+func.func @batch_matmul(%q: tensor<8x2x4x3xf32>, %k: tensor<8x2x5x3xf32>, %v: tensor<1x2x5x6xf32>, %w: tensor<3x4xf32>) -> tensor<8x2x4x4xf32> {
+  %s = nn.batch_matmul %q, %k {transB = true} : (tensor<8x2x4x3xf32>, tensor<8x2x5x3xf32>) -> tensor<8x2x4x5xf32>
+  %o = nn.batch_matmul %s, %v {transA = false} : (tensor<8x2x4x5xf32>, tensor<1x2x5x6xf32>) -> tensor<8x2x4x6xf32>
+  %p = nn.batch_matmul %w, %q {transA = true, transB = true} : (tensor<3x4xf32>, tensor<8x2x4x3xf32>) -> tensor<8x2x4x4xf32>
+  return %p : tensor<8x2x4x4xf32>
+}

@@ -593,3 +593,35 @@ func.func @pow_tensor(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
   %loss = nn.softmax_cross_entropy %y, %l : tensor<4x8xf32>, tensor<4xi64>
   return %loss : tensor<f32>
 }
+
+// -----
+
+nn.parameter @w : tensor<2x6x5xf32>
+nn.parameter @u : tensor<1x2x4x3xf32>
+// nn.batch_matmul: dop(A) = dY op(B)^T, dop(B) = op(A)^T dY as batched
+// products with transpose flags, summed (nn.reduce_to) over the batch dims
+// the operand was broadcast along; no reduce_to for a full-batch operand.
+// CHECK-LABEL: func.func @batch_matmul(
+// CHECK-SAME: %[[X:[^:]+]]: tensor<4x2x3x5xf32>
+// CHECK: %[[W:.+]] = nn.param @w
+// CHECK: %[[Y:.+]] = nn.batch_matmul %[[X]], %[[W]] {transB = true} : (tensor<4x2x3x5xf32>, tensor<2x6x5xf32>) -> tensor<4x2x3x6xf32>
+// CHECK: %[[U:.+]] = nn.param @u
+// CHECK: %[[Z:.+]] = nn.batch_matmul %[[U]], %[[Y]] : (tensor<1x2x4x3xf32>, tensor<4x2x3x6xf32>) -> tensor<4x2x4x6xf32>
+// CHECK: %[[DZ:.+]] = nn.reshape %{{.+}} : tensor<4x48xf32> -> tensor<4x2x4x6xf32>
+// CHECK-NEXT: %[[DUF:.+]] = nn.batch_matmul %[[DZ]], %[[Y]] {transB = true} : (tensor<4x2x4x6xf32>, tensor<4x2x3x6xf32>) -> tensor<4x2x4x3xf32>
+// CHECK-NEXT: %[[DU:.+]] = nn.reduce_to %[[DUF]] : tensor<4x2x4x3xf32> -> tensor<1x2x4x3xf32>
+// CHECK-NEXT: %[[DY:.+]] = nn.batch_matmul %[[U]], %[[DZ]] {transA = true} : (tensor<1x2x4x3xf32>, tensor<4x2x4x6xf32>) -> tensor<4x2x3x6xf32>
+// CHECK-NOT: nn.reduce_to %[[DY]]
+// CHECK: %[[DWF:.+]] = nn.batch_matmul %[[DY]], %[[X]] {transA = true} : (tensor<4x2x3x6xf32>, tensor<4x2x3x5xf32>) -> tensor<4x2x6x5xf32>
+// CHECK-NEXT: %[[DW:.+]] = nn.reduce_to %[[DWF]] : tensor<4x2x6x5xf32> -> tensor<2x6x5xf32>
+// CHECK-DAG: nn.param_grad %[[U]], %[[DU]]
+// CHECK-DAG: nn.param_grad %[[W]], %[[DW]]
+func.func @batch_matmul(%x: tensor<4x2x3x5xf32>, %l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
+  %w = nn.param @w : tensor<2x6x5xf32>
+  %y = nn.batch_matmul %x, %w {transB = true} : (tensor<4x2x3x5xf32>, tensor<2x6x5xf32>) -> tensor<4x2x3x6xf32>
+  %u = nn.param @u : tensor<1x2x4x3xf32>
+  %z = nn.batch_matmul %u, %y : (tensor<1x2x4x3xf32>, tensor<4x2x3x6xf32>) -> tensor<4x2x4x6xf32>
+  %f = nn.reshape %z : tensor<4x2x4x6xf32> -> tensor<4x48xf32>
+  %loss = nn.softmax_cross_entropy %f, %l : tensor<4x48xf32>, tensor<4xi64>
+  return %loss : tensor<f32>
+}

@@ -248,3 +248,41 @@ func.func @loss_of_params(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) {
   %e = nn.exp %w : tensor<f32>
   return %e : tensor<f32>
 }
+
+// -----
+
+// A batched product contracting over the batch axis (A's last dim).
+func.func @batch_matmul_contract(%x: tensor<8x2x3xf32>, %l: tensor<8xi64>) -> (tensor<f32> {nn.loss}) {
+  %c = nn.constant dense<1.0> : tensor<2x8x4xf32>
+  %u = nn.transpose %x, [1, 2, 0] : tensor<8x2x3xf32> -> tensor<2x3x8xf32>
+  // expected-error @+1 {{cannot split the batch into micro-batches: the batched product contracts over the batch axis}}
+  %y = nn.batch_matmul %u, %c : (tensor<2x3x8xf32>, tensor<2x8x4xf32>) -> tensor<2x3x4xf32>
+  %r = nn.reduce_to %y : tensor<2x3x4xf32> -> tensor<f32>
+  return %r : tensor<f32>
+}
+
+// -----
+
+nn.parameter @w : tensor<8x4x5xf32>
+// A parameter with the batch size on the batch dim: each micro-batch would
+// need all of it.
+func.func @batch_matmul_unbroadcast(%x: tensor<8x3x4xf32>, %l: tensor<8xi64>) -> (tensor<f32> {nn.loss}) {
+  %w = nn.param @w : tensor<8x4x5xf32>
+  // expected-error @+1 {{cannot split the batch into micro-batches: an operand of the batched product that does not depend on the graph inputs has the batch size on the batch axis}}
+  %y = nn.batch_matmul %x, %w : (tensor<8x3x4xf32>, tensor<8x4x5xf32>) -> tensor<8x3x5xf32>
+  %r = nn.reduce_to %y : tensor<8x3x5xf32> -> tensor<f32>
+  return %r : tensor<f32>
+}
+
+// -----
+
+// The batch on A's rows and on B's columns: the result would carry it twice.
+func.func @batch_matmul_two_axes(%x: tensor<8x3xf32>, %l: tensor<8xi64>) -> (tensor<f32> {nn.loss}) {
+  %c = nn.constant dense<1.0> : tensor<2x3x3xf32>
+  %xt = nn.transpose %x, [1, 0] : tensor<8x3xf32> -> tensor<3x8xf32>
+  %a = nn.batch_matmul %x, %c : (tensor<8x3xf32>, tensor<2x3x3xf32>) -> tensor<2x8x3xf32>
+  // expected-error @+1 {{cannot split the batch into micro-batches: the batched product's operands carry the batch on different axes of the result}}
+  %y = nn.batch_matmul %a, %xt : (tensor<2x8x3xf32>, tensor<3x8xf32>) -> tensor<2x8x8xf32>
+  %r = nn.reduce_to %y : tensor<2x8x8xf32> -> tensor<f32>
+  return %r : tensor<f32>
+}

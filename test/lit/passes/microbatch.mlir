@@ -240,3 +240,28 @@ func.func @weighted_losses(%x: tensor<8x5xf32>, %labels: tensor<8xi64>) -> (tens
   %loss = nn.sub %xent, %n : tensor<f32>, tensor<f32> -> tensor<f32>
   return %loss : tensor<f32>
 }
+
+// -----
+
+nn.parameter @w : tensor<2x3x5xf32>
+// nn.batch_matmul: the batch on a batch dim passes through to the result's
+// (aligned from the right); a parameter broadcast along it keeps its type;
+// both operands carrying it on the same batch dim (q @ k^T); the batch on
+// A's rows (a rank-2 A) becomes the result's rows.
+// CHECK-LABEL: func.func @batch_matmul(
+// CHECK-SAME: %[[X:[^:]+]]: tensor<2x2x4x3xf32>, %[[R:[^:]+]]: tensor<2x3xf32>, %[[L:[^:]+]]: tensor<2xi64>)
+// CHECK-NEXT: %[[W:.+]] = nn.param @w : tensor<2x3x5xf32>
+// CHECK-NEXT: %[[Y:.+]] = nn.batch_matmul %[[X]], %[[W]] : (tensor<2x2x4x3xf32>, tensor<2x3x5xf32>) -> tensor<2x2x4x5xf32>
+// CHECK-NEXT: %[[S:.+]] = nn.batch_matmul %[[Y]], %[[Y]] {transB = true} : (tensor<2x2x4x5xf32>, tensor<2x2x4x5xf32>) -> tensor<2x2x4x4xf32>
+// CHECK-NEXT: %[[T:.+]] = nn.batch_matmul %[[R]], %[[W]] : (tensor<2x3xf32>, tensor<2x3x5xf32>) -> tensor<2x2x5xf32>
+// ONE-LABEL: func.func @batch_matmul(
+// ONE: nn.batch_matmul {{.+}} -> tensor<8x2x4x5xf32>
+func.func @batch_matmul(%x: tensor<8x2x4x3xf32>, %r: tensor<8x3xf32>, %labels: tensor<8xi64>) -> (tensor<f32> {nn.loss}) {
+  %w = nn.param @w : tensor<2x3x5xf32>
+  %y = nn.batch_matmul %x, %w : (tensor<8x2x4x3xf32>, tensor<2x3x5xf32>) -> tensor<8x2x4x5xf32>
+  %s = nn.batch_matmul %y, %y {transB = true} : (tensor<8x2x4x5xf32>, tensor<8x2x4x5xf32>) -> tensor<8x2x4x4xf32>
+  %t = nn.batch_matmul %r, %w : (tensor<8x3xf32>, tensor<2x3x5xf32>) -> tensor<2x8x5xf32>
+  %f = nn.reshape %s : tensor<8x2x4x4xf32> -> tensor<8x32xf32>
+  %loss = nn.softmax_cross_entropy %f, %labels : tensor<8x32xf32>, tensor<8xi64>
+  return %loss : tensor<f32>
+}
