@@ -90,6 +90,16 @@ std::optional<std::string> scalarExpr(Operation *op, ArrayRef<std::string> a,
         return (cuda ? "powf(" : "std::pow(") + x(0) + ", " + x(1) + ")";
       })
       .Case([&](nn::BroadcastToOp) { return x(0); })
+      // Masks are f32: 1.0 true, 0.0 false.
+      .Case([&](nn::EqualOp) {
+        return "(" + x(0) + " == " + x(1) + " ? 1.f : 0.f)";
+      })
+      .Case([&](nn::NotOp) { return "(" + x(0) + " == 0.f ? 1.f : 0.f)"; })
+      .Case(
+          [&](nn::IntToFloatOp) { return "static_cast<float>(" + x(0) + ")"; })
+      .Case([&](nn::WhereOp) {
+        return "(" + x(0) + " != 0.f ? " + x(1) + " : " + x(2) + ")";
+      })
       .Case([&](nn::NegOp) { return "-" + x(0); })
       .Case([&](nn::ReluOp) { return x(0) + " > 0.f ? " + x(0) + " : 0.f"; })
       .Case([&](nn::TanhOp) { return call("tanh", x(0)); })
@@ -561,7 +571,10 @@ void FuncEmitter::emitLoop(
   for (auto [k, v] : llvm::enumerate(outs))
     args.push_back({"o" + std::to_string(k), "float", false, ptr(v, false)});
   for (auto [k, v] : llvm::enumerate(ins))
-    args.push_back({"x" + std::to_string(k), "float", true, ptr(v)});
+    args.push_back(
+        {"x" + std::to_string(k),
+         tensorType(v).getElementType().isF32() ? "float" : "int64_t", true,
+         ptr(v)});
   // One flat loop unless an operand broadcasts along some (not all) dims.
   auto isScalar = [](Value v) { return tensorType(v).getNumElements() == 1; };
   bool flat = llvm::all_of(ins, [&](Value v) {

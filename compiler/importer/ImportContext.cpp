@@ -93,7 +93,7 @@ FailureOr<Value> ImportContext::valueOf(const onnx::NodeProto &node,
            failure();
   Value v;
   Location loc = NameLoc::get(StringAttr::get(&ctx, name), fileLoc);
-  if (c->isFloat && initializerNames.contains(name)) {
+  if (isParameter(name)) {
     // The parameter's symbol, declared before the training step (in order
     // of first use), then its value.
     auto func = builder.getBlock()->getParentOp();

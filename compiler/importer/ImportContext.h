@@ -105,6 +105,12 @@ public:
   bool isInitializer(const std::string &name) const {
     return initializerNames.contains(name);
   }
+  /// A float initializer that is trained (not one of the untrained buffers).
+  bool isParameter(const std::string &name) const {
+    const ConstTensor *c = constOf(name);
+    return c && c->isFloat && initializerNames.contains(name) &&
+           !untrained.contains(name);
+  }
   /// Reads a TensorProto (raw, typed or external data) as a ConstTensor.
   mlir::FailureOr<ConstTensor> readTensor(const onnx::TensorProto &t);
 
@@ -123,6 +129,8 @@ protected:
   std::map<std::string, ConstTensor> consts;
   std::map<std::string, mlir::Value> values;
   llvm::StringSet<> initializerNames;
+  /// Float initializers imported as constants (findUntrainedInitializers).
+  llvm::StringSet<> untrained;
   /// Float initializers, in the order they are first used.
   std::vector<ImportedParam> params;
 };

@@ -32,6 +32,10 @@ private:
   mlir::LogicalResult foldShapeComputations();
   mlir::LogicalResult rewriteBatchReshapes();
   mlir::LogicalResult inferShapes();
+  /// Float initializers the outputs do not depend on differentiably (masks
+  /// and other buffers, reached only through comparisons or shapes) become
+  /// constants, as torch never changes them: fills `untrained`.
+  mlir::LogicalResult findUntrainedInitializers();
 
   bool isText() const { return llvm::StringRef(path).ends_with(".onnxtext"); }
 

@@ -31,6 +31,7 @@ const OpTable &gpipe::importer::onnxOpTable() {
     OpTable t;
     registerElementwiseOps(t);
     registerGemmOps(t);
+    registerLogicalOps(t);
     registerLossOps(t);
     registerNormalizationOps(t);
     registerReductionOps(t);

@@ -63,6 +63,7 @@ private:
 /// family is its file, a declaration here and a call in OpTable.cpp.
 void registerElementwiseOps(OpTable &table);
 void registerGemmOps(OpTable &table);
+void registerLogicalOps(OpTable &table);
 void registerLossOps(OpTable &table);
 void registerNormalizationOps(OpTable &table);
 void registerReductionOps(OpTable &table);

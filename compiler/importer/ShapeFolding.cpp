@@ -233,3 +233,63 @@ LogicalResult Importer::inferShapes() {
   collectStaticShapes(model.graph(), inferredShapes);
   return success();
 }
+
+LogicalResult Importer::findUntrainedInitializers() {
+  onnx::ModelProto copy = model;
+  try {
+    runShapeInference(copy);
+  } catch (const std::exception &) {
+  }
+  // Element types of every value ONNX typed.
+  std::map<std::string, int32_t> types;
+  auto record = [&](const onnx::ValueInfoProto &vi) {
+    if (vi.type().has_tensor_type())
+      types[vi.name()] = vi.type().tensor_type().elem_type();
+  };
+  for (const auto &vi : copy.graph().input())
+    record(vi);
+  for (const auto &vi : copy.graph().value_info())
+    record(vi);
+  for (const auto &vi : copy.graph().output())
+    record(vi);
+  for (const auto &init : copy.graph().initializer())
+    types[init.name()] = init.data_type();
+  // A value of unknown type counts as float: only a known non-float type
+  // cuts the path, so nothing trainable is ever frozen by a gap in ONNX's
+  // type inference.
+  auto isFloat = [&](const std::string &name) {
+    auto it = types.find(name);
+    return it == types.end() || it->second == onnx::TensorProto::FLOAT;
+  };
+  // Backwards from the outputs through float values only: a comparison's
+  // bool result, a shape's int64 cut the path, as they cut gradients.
+  std::set<std::string> reached;
+  for (const auto &out : copy.graph().output())
+    if (isFloat(out.name()))
+      reached.insert(out.name());
+  const auto &nodes = copy.graph().node();
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+    bool live = llvm::any_of(it->output(), [&](const std::string &o) {
+      return reached.count(o) && isFloat(o);
+    });
+    if (!live)
+      continue;
+    for (const std::string &in : it->input())
+      if (!in.empty() && isFloat(in))
+        reached.insert(in);
+  }
+  int count = 0;
+  for (const auto &init : copy.graph().initializer())
+    if (init.data_type() == onnx::TensorProto::FLOAT &&
+        !reached.count(init.name())) {
+      untrained.insert(init.name());
+      ++count;
+    }
+  if (count)
+    result.notes.push_back(
+        std::to_string(count) + " float initializer" +
+        (count == 1 ? " does" : "s do") +
+        " not reach an output through differentiable ops (a buffer such as "
+        "a mask): kept constant");
+  return success();
+}

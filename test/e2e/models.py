@@ -34,7 +34,7 @@ import torch.nn.functional as F
 ALLOWED_OPS = frozenset([
     "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Relu", "Tanh", "Sigmoid",
     "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Abs", "Softmax", "Pow", "Neg",
-    "ReduceMean", "ReduceSum", "Expand", "Constant", "Identity", "Reshape", "Flatten", "Concat", "Unsqueeze",
+    "ReduceMean", "ReduceSum", "Expand", "Slice", "Equal", "Cast", "Where", "Not", "Constant", "Identity", "Reshape", "Flatten", "Concat", "Unsqueeze",
     "Squeeze", "SoftmaxCrossEntropyLoss", "Transpose",
     # Shape arithmetic on static shapes, folded at import:
     "Shape", "Gather",
@@ -179,7 +179,11 @@ class AttnTiny(_Loss):
         self.v = nn.Linear(d, d)
         self.out = nn.Linear(t * d, classes)
 
-    def logits(self, x):
+    def mask(self, scores):
+        return scores
+
+    def attend(self, x):
+        """The attention's output [B, t, d]."""
         t, d, nh = self.t, self.d, self.heads
         h = torch.tanh(self.inp(x)).reshape(-1, t, d)
 
@@ -187,10 +191,34 @@ class AttnTiny(_Loss):
             return z.reshape(-1, t, nh, d // nh).transpose(1, 2)
 
         q, k, v = split(self.q(h)), split(self.k(h)), split(self.v(h))
-        scores = q @ k.transpose(-2, -1) / math.sqrt(d // nh)
+        scores = self.mask(q @ k.transpose(-2, -1) / math.sqrt(d // nh))
         att = torch.softmax(scores, dim=-1)
-        o = (att @ v).transpose(1, 2).reshape(-1, t * d)
-        return self.out(o)
+        return (att @ v).transpose(1, 2).reshape(-1, t, d)
+
+    def logits(self, x):
+        return self.out(self.attend(x).reshape(-1, self.t * self.d))
+
+
+class AttnCausal(AttnTiny):
+    """Causal self-attention as GPT code writes it: a lower-triangular mask
+    buffer (an initializer that is not trained: a constant), sliced to T and
+    compared with 0 (Slice, Equal, Cast folded at import), masked_fill with
+    -inf (Where); otherwise AttnTiny, but only the last 3 positions kept
+    (Slice of activations) for the Linear to 10 classes."""
+
+    def __init__(self, d_in=16, t=4, d=8, heads=2, classes=10, block=8):
+        super().__init__(d_in, t, d, heads, classes)
+        self.out = nn.Linear((t - 1) * d, classes)
+        self.register_buffer("causal", torch.tril(torch.ones(block, block))
+                             .view(1, 1, block, block))
+
+    def mask(self, scores):
+        t = self.t
+        return scores.masked_fill(self.causal[:, :, :t, :t] == 0, float("-inf"))
+
+    def logits(self, x):
+        o = self.attend(x)[:, 1:, :]
+        return self.out(o.reshape(-1, (self.t - 1) * self.d))
 
 
 class MlpGeluSigmoid(_Loss):
@@ -384,6 +412,9 @@ MODELS = {
     "mlp_mse": Spec(lambda: MlpMse(16, 32, 10), 16, 10, None,
                     "Linear-Tanh-Linear 16->32->10, mean-squared error (regression)",
                     "regress"),
+    "attn_causal": Spec(lambda: AttnCausal(16, 4, 8, 2, 10), 16, 10, None,
+                        "Linear-Tanh, 2-head causal self-attention (mask buffer, "
+                        "masked_fill) on [B, 4, 8], last 3 positions, Linear 24->10"),
     "attn_tiny": Spec(lambda: AttnTiny(16, 4, 8, 2, 10), 16, 10, None,
                       "Linear-Tanh, 2-head self-attention on [B, 4, 8] "
                       "(batched MatMul), Linear 32->10"),

@@ -1,6 +1,6 @@
 // Shape and data-movement ONNX ops: Reshape Flatten Squeeze Unsqueeze (as
 // nn.reshape, shape operands constant), Transpose, Concat, Expand (float32,
-// as nn.broadcast_to), Identity, Constant,
+// as nn.broadcast_to), Slice, Identity, Constant,
 // and Shape/Gather, which only fold (with Reshape, Squeeze, Unsqueeze,
 // Identity and Concat) as int64 shape arithmetic on static shapes.
 #include "compiler/importer/OpTable.h"
@@ -271,6 +271,121 @@ static LogicalResult importExpand(ImportContext &cx,
   return success();
 }
 
+/// Slice (opset 10+: starts, ends, optional axes and steps as constant
+/// int64 inputs), with ONNX's clamping of out-of-range bounds. Constants
+/// (not trained parameters) of any element type are sliced at import with
+/// any steps; computed values with step 1, as one nn.slice per sliced axis.
+static LogicalResult importSlice(ImportContext &cx,
+                                 const onnx::NodeProto &node) {
+  FailureOr<std::vector<int64_t>> starts = cx.intsOperand(node, 1, "starts"),
+                                  ends = cx.intsOperand(node, 2, "ends");
+  if (failed(starts) || failed(ends))
+    return failure();
+  std::vector<int64_t> axes, steps(starts->size(), 1);
+  for (size_t k = 0; k < starts->size(); ++k)
+    axes.push_back(k);
+  if (node.input_size() > 3 && !node.input(3).empty()) {
+    FailureOr<std::vector<int64_t>> a = cx.intsOperand(node, 3, "axes");
+    if (failed(a))
+      return failure();
+    axes = *a;
+  }
+  if (node.input_size() > 4 && !node.input(4).empty()) {
+    FailureOr<std::vector<int64_t>> s = cx.intsOperand(node, 4, "steps");
+    if (failed(s))
+      return failure();
+    steps = *s;
+  }
+  if (ends->size() != starts->size() || axes.size() != starts->size() ||
+      steps.size() != starts->size())
+    return cx.nodeError(node) << "starts, ends, axes and steps must have one "
+                                 "length, got "
+                              << starts->size() << ", " << ends->size() << ", "
+                              << axes.size() << ", " << steps.size();
+  const std::string &dataName = node.input(0);
+  const ConstTensor *constant =
+      cx.isParameter(dataName) ? nullptr : cx.constOf(dataName);
+  llvm::SmallVector<int64_t> in;
+  Value data;
+  if (constant) {
+    in.assign(constant->shape.begin(), constant->shape.end());
+  } else {
+    FailureOr<Value> v = cx.valueOf(node, 0);
+    if (failed(v))
+      return failure();
+    data = *v;
+    in.assign(shapeOf(data).begin(), shapeOf(data).end());
+  }
+  int64_t rank = in.size();
+  FailureOr<llvm::SmallVector<bool>> marked = cx.markAxes(node, axes, rank);
+  if (failed(marked))
+    return failure();
+  // Per dimension: first index, step, count.
+  llvm::SmallVector<int64_t> first(rank, 0), step(rank, 1), count(in);
+  for (size_t k = 0; k < axes.size(); ++k) {
+    int64_t d = axes[k] < 0 ? axes[k] + rank : axes[k], dim = in[d];
+    int64_t s = steps[k], b = (*starts)[k], e = (*ends)[k];
+    if (s == 0)
+      return cx.nodeError(node) << "step 0 on axis " << axes[k];
+    if (b < 0)
+      b += dim;
+    if (e < 0)
+      e += dim;
+    if (s > 0) {
+      b = std::clamp<int64_t>(b, 0, dim);
+      e = std::clamp<int64_t>(e, 0, dim);
+      count[d] = e > b ? (e - b + s - 1) / s : 0;
+    } else {
+      b = std::clamp<int64_t>(b, 0, dim - 1);
+      e = std::clamp<int64_t>(e, -1, dim - 1);
+      count[d] = b > e ? (b - e - s - 1) / -s : 0;
+    }
+    if (count[d] == 0)
+      return cx.nodeError(node) << "the slice of axis " << axes[k]
+                                << " is empty (empty tensors are not "
+                                   "supported)";
+    first[d] = b;
+    step[d] = s;
+  }
+  if (constant) {
+    ConstTensor out;
+    out.shape.assign(count.begin(), count.end());
+    out.isFloat = constant->isFloat;
+    for (int64_t k = 0, n = out.numElements(); k < n; ++k) {
+      int64_t rest = k, src = 0, stride = 1;
+      for (int64_t d = rank - 1; d >= 0; --d) {
+        int64_t coord = rest % count[d];
+        rest /= count[d];
+        src += (first[d] + coord * step[d]) * stride;
+        stride *= in[d];
+      }
+      if (out.isFloat)
+        out.f.push_back(constant->f[src]);
+      else
+        out.i.push_back(constant->i[src]);
+    }
+    cx.defineConst(node.output(0), std::move(out));
+    return success();
+  }
+  Value v = data;
+  llvm::SmallVector<int64_t> shape(in);
+  for (int64_t d = 0; d < rank; ++d) {
+    if (count[d] == in[d])
+      continue;
+    if (step[d] != 1)
+      return cx.nodeError(node)
+             << "step " << step[d] << " on axis " << d
+             << " of a computed value is not supported (only step 1)";
+    shape[d] = count[d];
+    auto type = RankedTensorType::get(
+        shape, cast<RankedTensorType>(v.getType()).getElementType());
+    v = nn::SliceOp::create(cx.getBuilder(), cx.nodeLoc(node), type, v, d,
+                            first[d]);
+  }
+  cx.define(node, 0, v);
+  return success();
+}
+
 static LogicalResult importIdentity(ImportContext &cx,
                                     const onnx::NodeProto &node) {
   if (const ConstTensor *c = cx.constOf(node.input(0))) {
@@ -483,6 +598,7 @@ void gpipe::importer::registerShapeOps(OpTable &table) {
   table.add("Concat", importConcat, foldConcat);
   table.add("Identity", importIdentity, foldIdentity);
   table.add("Expand", importExpand);
+  table.add("Slice", importSlice);
   table.add("Constant", importConstant);
   table.add("Shape", importUnfolded, foldShape);
   table.add("Gather", importUnfolded, foldGather);

@@ -155,6 +155,36 @@ LogicalResult SliceOp::verify() {
 
 int64_t SliceOp::getFlops() { return 0; }
 
+// The slice's gradient is dy back in place, zeros around it: a concat of
+// zeros, dy and zeros along the axis.
+LogicalResult SliceOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                      SmallVectorImpl<Value> &operandGrads) {
+  auto in = tensorType(getInput());
+  if (!in.getElementType().isF32()) {
+    operandGrads.push_back(Value());
+    return success();
+  }
+  Location loc = getLoc();
+  int64_t axis = getAxis(), start = getStart();
+  int64_t size = tensorType(getOutput()).getDimSize(axis);
+  SmallVector<Value> parts;
+  auto zeros = [&](int64_t n) {
+    SmallVector<int64_t> shape(in.getShape());
+    shape[axis] = n;
+    auto type = RankedTensorType::get(shape, in.getElementType());
+    parts.push_back(
+        ConstantOp::create(b, loc, DenseElementsAttr::get(type, 0.0f)));
+  };
+  if (start > 0)
+    zeros(start);
+  parts.push_back(resultGrads[0]);
+  if (int64_t after = in.getDimSize(axis) - start - size; after > 0)
+    zeros(after);
+  operandGrads.push_back(
+      parts.size() == 1 ? parts[0] : ConcatOp::create(b, loc, in, parts, axis));
+  return success();
+}
+
 LogicalResult ReduceToOp::verify() {
   auto in = tensorType(getInput()), out = tensorType(getOutput());
   if (!broadcastsTo(out.getShape(), in.getShape()))

@@ -48,9 +48,13 @@ def NN_ConcatOp : NN_Op<"concat", [Pure,
 }
 
 def NN_SliceOp : NN_Op<"slice", [Pure,
-    NN_Cost, NN_Batch]> {
+    NN_Cost, NN_Batch,
+    DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
   let summary = "a contiguous range [start, start + size) along one axis";
-  let description = [{ The size along `axis` is the result's. }];
+  let description = [{
+    The size along `axis` is the result's (ONNX Slice with step 1, one op per
+    sliced axis; the gradient of nn.concat).
+  }];
   let arguments = (ins NN_NumTensor:$input, I64Attr:$axis, I64Attr:$start);
   let results = (outs NN_NumTensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";

@@ -226,6 +226,84 @@ LogicalResult AbsOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
 }
 
 //===----------------------------------------------------------------------===//
+// Masks
+//===----------------------------------------------------------------------===//
+
+LogicalResult EqualOp::verify() {
+  if (tensorType(getLhs()).getElementType() !=
+      tensorType(getRhs()).getElementType())
+    return emitOpError("operands must have one element type, got ")
+           << getLhs().getType() << " and " << getRhs().getType();
+  return verifyBroadcastBinary(*this);
+}
+
+LogicalResult IntToFloatOp::verify() {
+  if (tensorType(getInput()).getShape() != tensorType(getOutput()).getShape())
+    return emitOpError("result ")
+           << getOutput().getType() << " must have the shape of the input "
+           << getInput().getType();
+  return success();
+}
+
+LogicalResult WhereOp::verify() {
+  auto out = tensorType(getOutput());
+  FailureOr<SmallVector<int64_t>> shape = broadcastShapes(
+      tensorType(getCondition()).getShape(), tensorType(getLhs()).getShape());
+  if (succeeded(shape))
+    shape = broadcastShapes(*shape, tensorType(getRhs()).getShape());
+  if (failed(shape))
+    return emitOpError("operand shapes ")
+           << getCondition().getType() << ", " << getLhs().getType() << " and "
+           << getRhs().getType() << " do not broadcast";
+  if (ArrayRef<int64_t>(*shape) != out.getShape())
+    return emitOpError("result type ")
+           << out << " must have the broadcast shape of the operands";
+  return success();
+}
+
+int64_t EqualOp::getFlops() { return numElements(getOutput()); }
+int64_t NotOp::getFlops() { return numElements(getOutput()); }
+int64_t IntToFloatOp::getFlops() { return numElements(getOutput()); }
+int64_t WhereOp::getFlops() { return numElements(getOutput()); }
+
+/// Comparisons, masks and integer conversions pass no gradient (as torch's
+/// bool and integer tensors).
+static LogicalResult noGradients(Operation *op,
+                                 SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.append(op->getNumOperands(), Value());
+  return success();
+}
+
+LogicalResult EqualOp::buildGradients(OpBuilder &, ArrayRef<Value>,
+                                      SmallVectorImpl<Value> &operandGrads) {
+  return noGradients(*this, operandGrads);
+}
+LogicalResult NotOp::buildGradients(OpBuilder &, ArrayRef<Value>,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  return noGradients(*this, operandGrads);
+}
+LogicalResult
+IntToFloatOp::buildGradients(OpBuilder &, ArrayRef<Value>,
+                             SmallVectorImpl<Value> &operandGrads) {
+  return noGradients(*this, operandGrads);
+}
+
+// The selected operand gets dy where it was selected, zero elsewhere.
+LogicalResult WhereOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                      SmallVectorImpl<Value> &operandGrads) {
+  Value dy = resultGrads[0];
+  Location loc = getLoc();
+  Type t = dy.getType();
+  Value zero = scalarConstant(b, loc, 0.0f);
+  Value dl = WhereOp::create(b, loc, t, getCondition(), dy, zero);
+  Value dr = WhereOp::create(b, loc, t, getCondition(), zero, dy);
+  operandGrads.push_back(Value());
+  operandGrads.push_back(reduceToType(b, loc, dl, tensorType(getLhs())));
+  operandGrads.push_back(reduceToType(b, loc, dr, tensorType(getRhs())));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // Micro-batch rule
 //===----------------------------------------------------------------------===//
 

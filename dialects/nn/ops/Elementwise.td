@@ -55,6 +55,65 @@ def NN_SqrtOp : NN_UnaryOp<"sqrt", "square root">;
 def NN_ReciprocalOp : NN_UnaryOp<"reciprocal", "reciprocal 1 / x">;
 def NN_AbsOp : NN_UnaryOp<"abs", "absolute value">;
 
+//===----------------------------------------------------------------------===//
+// Masks: comparisons and selection. Booleans are f32 masks (1.0 true, 0.0
+// false) in the nn dialect, so they fuse and move like any f32 tensor.
+//===----------------------------------------------------------------------===//
+
+def NN_EqualOp : NN_Op<"equal", [Pure,
+    NN_Cost, NN_Fusible, NN_Batch,
+    DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
+  let summary = "elementwise equality as a mask (1.0 where equal, else 0.0)";
+  let description = [{
+    ONNX Equal, numpy broadcasting; both operands f32 or both i64. No
+    gradient flows through a comparison.
+    ```mlir
+    %m = nn.equal %ids, %pad : tensor<8x16xi64>, tensor<i64> -> tensor<8x16xf32>
+    ```
+  }];
+  let arguments = (ins NN_NumTensor:$lhs, NN_NumTensor:$rhs);
+  let results = (outs NN_F32Tensor:$output);
+  let assemblyFormat = [{
+    $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($output)
+  }];
+  let hasVerifier = 1;
+  let extraClassDefinition = NN_ElementwiseBatchRule;
+}
+
+def NN_NotOp : NN_UnaryOp<"not", "logical not of a mask (1.0 where x == 0, else 0.0)">;
+
+def NN_IntToFloatOp : NN_Op<"int_to_float", [Pure,
+    NN_Cost, NN_Fusible, NN_Batch,
+    DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
+  let summary = "i64 to f32 conversion (ONNX Cast to FLOAT of an integer)";
+  let arguments = (ins NN_I64Tensor:$input);
+  let results = (outs NN_F32Tensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
+  let hasVerifier = 1;
+  let extraClassDefinition = NN_ElementwiseBatchRule;
+}
+
+def NN_WhereOp : NN_Op<"where", [Pure,
+    NN_Cost, NN_Fusible, NN_Batch,
+    DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
+  let summary = "elementwise selection: a where the mask is non-zero, else b";
+  let description = [{
+    ONNX Where (torch's `masked_fill`, `torch.where`), numpy broadcasting of
+    the three operands; the condition is a mask (non-zero is true).
+    ```mlir
+    %y = nn.where %mask, %ninf, %scores : tensor<1x4x4xf32>, tensor<f32>, tensor<8x4x4xf32> -> tensor<8x4x4xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$condition, NN_F32Tensor:$lhs,
+                       NN_F32Tensor:$rhs);
+  let results = (outs NN_F32Tensor:$output);
+  let assemblyFormat = [{
+    $condition `,` $lhs `,` $rhs attr-dict `:` type($condition) `,` type($lhs) `,` type($rhs) `->` type($output)
+  }];
+  let hasVerifier = 1;
+  let extraClassDefinition = NN_ElementwiseBatchRule;
+}
+
 // Gradient ops of the activations: fused `dy * f'(...)`.
 class NN_ActGradOp<string mnemonic, string desc, string from> : NN_Op<mnemonic,
     [Pure, SameOperandsAndResultType,

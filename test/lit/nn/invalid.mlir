@@ -703,3 +703,35 @@ func.func @batch_matmul_result(%a: tensor<1x2x4xf32>, %b: tensor<5x4x3xf32>) -> 
   %y = nn.batch_matmul %a, %b : (tensor<1x2x4xf32>, tensor<5x4x3xf32>) -> tensor<1x2x3xf32>
   return %y : tensor<1x2x3xf32>
 }
+
+// -----
+
+func.func @equal_types(%a: tensor<4xi64>, %b: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'nn.equal' op operands must have one element type, got 'tensor<4xi64>' and 'tensor<4xf32>'}}
+  %y = nn.equal %a, %b : tensor<4xi64>, tensor<4xf32> -> tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+func.func @where_shapes(%c: tensor<3xf32>, %a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'nn.where' op operand shapes 'tensor<3xf32>', 'tensor<4xf32>' and 'tensor<4xf32>' do not broadcast}}
+  %y = nn.where %c, %a, %b : tensor<3xf32>, tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+func.func @where_result(%c: tensor<1x4xf32>, %a: tensor<f32>, %b: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'nn.where' op result type 'tensor<4xf32>' must have the broadcast shape of the operands}}
+  %y = nn.where %c, %a, %b : tensor<1x4xf32>, tensor<f32>, tensor<4xf32> -> tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+func.func @int_to_float_shape(%a: tensor<4xi64>) -> tensor<2x2xf32> {
+  // expected-error @+1 {{'nn.int_to_float' op result 'tensor<2x2xf32>' must have the shape of the input 'tensor<4xi64>'}}
+  %y = nn.int_to_float %a : tensor<4xi64> -> tensor<2x2xf32>
+  return %y : tensor<2x2xf32>
+}

@@ -219,3 +219,20 @@ func.func @batch_matmul(%q: tensor<8x2x4x3xf32>, %k: tensor<8x2x5x3xf32>, %v: te
   %p = nn.batch_matmul %w, %q {transA = true, transB = true} : (tensor<3x4xf32>, tensor<8x2x4x3xf32>) -> tensor<8x2x4x4xf32>
   return %p : tensor<8x2x4x4xf32>
 }
+
+// -----
+
+// Masks: nn.equal (f32 or i64 operands), nn.not, nn.int_to_float, nn.where.
+// CHECK-LABEL: func.func @masks(
+// CHECK-SAME: %[[IDS:[^:]+]]: tensor<2x4xi64>, %[[PAD:[^:]+]]: tensor<i64>, %[[X:[^:]+]]: tensor<2x4xf32>
+// CHECK-NEXT: %[[E:.+]] = nn.equal %[[IDS]], %[[PAD]] : tensor<2x4xi64>, tensor<i64> -> tensor<2x4xf32>
+// CHECK-NEXT: %[[N:.+]] = nn.not %[[E]] : tensor<2x4xf32>
+// CHECK-NEXT: %[[F:.+]] = nn.int_to_float %[[IDS]] : tensor<2x4xi64> -> tensor<2x4xf32>
+// CHECK-NEXT: nn.where %[[N]], %[[F]], %[[X]] : tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32> -> tensor<2x4xf32>
+func.func @masks(%ids: tensor<2x4xi64>, %pad: tensor<i64>, %x: tensor<2x4xf32>) -> tensor<2x4xf32> {
+  %e = nn.equal %ids, %pad : tensor<2x4xi64>, tensor<i64> -> tensor<2x4xf32>
+  %n = nn.not %e : tensor<2x4xf32>
+  %f = nn.int_to_float %ids : tensor<2x4xi64> -> tensor<2x4xf32>
+  %w = nn.where %n, %f, %x : tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32> -> tensor<2x4xf32>
+  return %w : tensor<2x4xf32>
+}

@@ -625,3 +625,31 @@ func.func @batch_matmul(%x: tensor<4x2x3x5xf32>, %l: tensor<4xi64>) -> (tensor<f
   %loss = nn.softmax_cross_entropy %f, %l : tensor<4x48xf32>, tensor<4xi64>
   return %loss : tensor<f32>
 }
+
+// -----
+
+nn.parameter @w : tensor<4x8xf32>
+// nn.where sends dy to the selected operand (zeros elsewhere, nothing to the
+// mask: comparisons pass no gradient); nn.slice's gradient is dy back in
+// place between zeros (nn.concat).
+// CHECK-LABEL: func.func @where_slice(
+// CHECK: %[[W:.+]] = nn.param @w
+// CHECK: %[[M:.+]] = nn.equal %[[W]], %{{.+}} : tensor<4x8xf32>, tensor<f32> -> tensor<4x8xf32>
+// CHECK: %[[S:.+]] = nn.slice %{{.+}} {axis = 1 : i64, start = 2 : i64} : tensor<4x8xf32> -> tensor<4x5xf32>
+// CHECK: %[[DS:.+]] = nn.softmax_cross_entropy_grad %[[S]]
+// CHECK: %[[Z1:.+]] = nn.constant dense<0.000000e+00> : tensor<4x2xf32>
+// CHECK: %[[Z2:.+]] = nn.constant dense<0.000000e+00> : tensor<4x1xf32>
+// CHECK: %[[DY:.+]] = nn.concat %[[Z1]], %[[DS]], %[[Z2]] {axis = 1 : i64}
+// CHECK: %[[Z:.+]] = nn.constant dense<0.000000e+00> : tensor<f32>
+// CHECK: %[[DA:.+]] = nn.where %[[M]], %[[DY]], %[[Z]]
+// CHECK-NOT: nn.equal
+// CHECK: nn.param_grad %[[W]], %[[DA]]
+func.func @where_slice(%l: tensor<4xi64>, %b: tensor<f32>) -> (tensor<f32> {nn.loss}) {
+  %w = nn.param @w : tensor<4x8xf32>
+  %zero = nn.constant dense<0.0> : tensor<f32>
+  %m = nn.equal %w, %zero : tensor<4x8xf32>, tensor<f32> -> tensor<4x8xf32>
+  %y = nn.where %m, %w, %b : tensor<4x8xf32>, tensor<4x8xf32>, tensor<f32> -> tensor<4x8xf32>
+  %s = nn.slice %y {axis = 1 : i64, start = 2 : i64} : tensor<4x8xf32> -> tensor<4x5xf32>
+  %loss = nn.softmax_cross_entropy %s, %l : tensor<4x5xf32>, tensor<4xi64>
+  return %loss : tensor<f32>
+}
