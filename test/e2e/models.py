@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 ALLOWED_OPS = frozenset([
     "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Relu", "Tanh", "Sigmoid",
-    "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Abs", "Softmax", "Constant", "Identity", "Reshape", "Flatten", "Concat", "Unsqueeze",
+    "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Abs", "Softmax", "LayerNormalization", "Constant", "Identity", "Reshape", "Flatten", "Concat", "Unsqueeze",
     "Squeeze", "SoftmaxCrossEntropyLoss", "Transpose",
     # Shape arithmetic on static shapes, folded at import:
     "Shape", "Gather",
@@ -119,6 +119,31 @@ class MlpSoftmax(_Loss):
         p = torch.softmax(self.l2(h), dim=-1)
         q = torch.softmax(h.reshape(-1, 4, 8), dim=1).reshape(-1, 32)
         return self.l3(p * h + q)
+
+
+class MlpLayerNorm(_Loss):
+    """LayerNorm (opset 17 LayerNormalization): Linear-LayerNorm(32)-Tanh,
+    then h + layer_norm(h as [B, 4, 8] over its last two axes, a scale and no
+    bias, eps 1e-3), then Linear (16 -> 32 -> 10). The affine parameters start
+    away from 1 and 0 so that their gradients matter from the first step.
+    (torch 1.13 cannot export elementwise_affine=False at opset 17: it leaves
+    the required scale input empty.)"""
+
+    def __init__(self, d_in=16, hidden=32, classes=10):
+        super().__init__()
+        self.l1 = nn.Linear(d_in, hidden)
+        self.ln1 = nn.LayerNorm(hidden)
+        self.w2 = nn.Parameter(torch.empty(4, hidden // 4))
+        self.l2 = nn.Linear(hidden, classes)
+        with torch.no_grad():
+            self.ln1.weight.uniform_(0.5, 1.5)
+            self.ln1.bias.uniform_(-0.2, 0.2)
+            self.w2.uniform_(0.5, 1.5)
+
+    def logits(self, x):
+        h = torch.tanh(self.ln1(self.l1(x)))
+        q = F.layer_norm(h.reshape(-1, 4, 8), (4, 8), weight=self.w2, eps=1e-3)
+        return self.l2(h + q.reshape(-1, 32))
 
 
 class MlpGeluSigmoid(_Loss):
@@ -305,6 +330,8 @@ MODELS = {
                       "Linear-Abs-Sqrt/Log/Reciprocal-Tanh-Linear 16->32->10"),
     "mlp_softmax": Spec(lambda: MlpSoftmax(16, 32, 10), 16, 10, None,
                         "Linear-Tanh-Softmax(last, middle axis)-Linear 16->32->10"),
+    "mlp_layernorm": Spec(lambda: MlpLayerNorm(16, 32, 10), 16, 10, None,
+                          "Linear-LayerNorm-Tanh, LayerNorm over [4, 8] (no bias), Linear 16->32->10"),
     "mlp_relu": Spec(lambda: MlpRelu(16, 32, 10, 3), 16, 10, None,
                      "(Linear-ReLU)x3 + Linear 16->32->32->32->10"),
     "mlp_ignore": Spec(lambda: MlpTanh(16, 32, 10, ignore_index=3), 16, 10, 3,
