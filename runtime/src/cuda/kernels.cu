@@ -263,8 +263,8 @@ __device__ double blockSumAll(double v, double *shared, double *result) {
   return v;
 }
 
-__global__ void layerNormKernel(const float *__restrict__ x,
-                                const float *__restrict__ scale,
+// y may alias x: neither is __restrict__.
+__global__ void layerNormKernel(const float *x, const float *__restrict__ scale,
                                 const float *__restrict__ bias, float *y,
                                 float *mean, float *invStd, int64_t rows,
                                 int64_t n, float eps) {
