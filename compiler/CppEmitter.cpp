@@ -233,6 +233,9 @@ private:
   LogicalResult emit(nn::SliceOp o);
   LogicalResult emit(nn::SoftmaxOp o);
   LogicalResult emit(nn::SoftmaxGradOp o);
+  LogicalResult emit(nn::LayerNormOp o);
+  LogicalResult emit(nn::LayerNormGradOp o);
+  LogicalResult emit(nn::LayerNormScaleGradOp o);
   LogicalResult emit(nn::SoftmaxCrossEntropyOp o);
   LogicalResult emit(nn::SoftmaxCrossEntropyGradOp o);
   LogicalResult emit(pipeline::SGDUpdateOp o);
@@ -719,7 +722,8 @@ LogicalResult FuncEmitter::emitOp(Operation *op) {
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](nn::GemmOp o) { return emitGemm(o, nullptr), success(); })
       .Case<nn::ReduceToOp, nn::BatchMatMulOp, nn::TransposeOp, nn::ConcatOp,
-            nn::SliceOp, nn::SoftmaxOp, nn::SoftmaxGradOp,
+            nn::SliceOp, nn::SoftmaxOp, nn::SoftmaxGradOp, nn::LayerNormOp,
+            nn::LayerNormGradOp, nn::LayerNormScaleGradOp,
             nn::SoftmaxCrossEntropyOp, nn::SoftmaxCrossEntropyGradOp,
             pipeline::SGDUpdateOp, pipeline::AdamUpdateOp, pipeline::SendOp,
             pipeline::RecvOp, pipeline::ReportLossOp,
@@ -793,6 +797,41 @@ LogicalResult FuncEmitter::emit(nn::SoftmaxGradOp o) {
   os << "  gp_softmax_bwd(" << ptr(o.getValue()) << ", " << ptr(o.getGrad())
      << ", " << ptr(o.getOutput(), false) << ", " << outer << ", "
      << t.getDimSize(o.getAxis()) << ", " << inner << ");\n";
+  return success();
+}
+
+/// A layer normalization's view of `x` as [rows, n]: the rows are its
+/// leading axes [0, axis), n the product of the normalized ones.
+static std::string rowsAndLength(Value x, int64_t axis) {
+  auto t = tensorType(x);
+  auto [rows, inner] = outerInner(t, axis);
+  return std::to_string(rows) + ", " +
+         std::to_string(t.getDimSize(axis) * inner);
+}
+
+LogicalResult FuncEmitter::emit(nn::LayerNormOp o) {
+  os << "  gp_layer_norm(" << ptr(o.getInput()) << ", " << ptr(o.getScale())
+     << ", " << (o.getBias() ? ptr(o.getBias()) : "nullptr") << ", "
+     << ptr(o.getOutput(), false) << ", " << ptr(o.getMean(), false) << ", "
+     << ptr(o.getInvStdDev(), false) << ", "
+     << rowsAndLength(o.getInput(), o.getAxis()) << ", "
+     << floatLit(o.getEpsilon().convertToDouble()) << ");\n";
+  return success();
+}
+
+LogicalResult FuncEmitter::emit(nn::LayerNormGradOp o) {
+  os << "  gp_layer_norm_bwd(" << ptr(o.getInput()) << ", " << ptr(o.getMean())
+     << ", " << ptr(o.getInvStdDev()) << ", " << ptr(o.getScale()) << ", "
+     << ptr(o.getGrad()) << ", " << ptr(o.getOutput(), false) << ", "
+     << rowsAndLength(o.getInput(), o.getAxis()) << ");\n";
+  return success();
+}
+
+LogicalResult FuncEmitter::emit(nn::LayerNormScaleGradOp o) {
+  os << "  gp_layer_norm_scale_bwd(" << ptr(o.getInput()) << ", "
+     << ptr(o.getMean()) << ", " << ptr(o.getInvStdDev()) << ", "
+     << ptr(o.getGrad()) << ", " << ptr(o.getOutput(), false) << ", "
+     << rowsAndLength(o.getInput(), o.getAxis()) << ");\n";
   return success();
 }
 

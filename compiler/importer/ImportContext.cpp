@@ -130,6 +130,13 @@ FailureOr<Value> ImportContext::floatValueOf(const onnx::NodeProto &node,
   return *v;
 }
 
+FailureOr<Value>
+ImportContext::optionalFloatValueOf(const onnx::NodeProto &node, int index) {
+  if (node.input_size() <= index || node.input(index).empty())
+    return Value();
+  return floatValueOf(node, index);
+}
+
 FailureOr<std::vector<int64_t>>
 ImportContext::intsOperand(const onnx::NodeProto &node, int index,
                            const char *what) {

@@ -79,6 +79,10 @@ public:
   /// valueOf, also requiring a float32 element type.
   mlir::FailureOr<mlir::Value> floatValueOf(const onnx::NodeProto &node,
                                             int index);
+  /// floatValueOf for an optional input: a null Value when the node leaves
+  /// it out (absent or named "").
+  mlir::FailureOr<mlir::Value> optionalFloatValueOf(const onnx::NodeProto &node,
+                                                    int index);
   /// Input #`index` as compile-time int64 values (a shape operand); `what`
   /// names it in diagnostics.
   mlir::FailureOr<std::vector<int64_t>>

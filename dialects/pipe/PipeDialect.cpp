@@ -239,9 +239,18 @@ LogicalResult PipeDialect::verifyOperationAttribute(Operation *op,
     return isa<UnitAttr>(value) ? success() : expected("a unit attribute");
   }
   if (name == getBufferAttrHelper().getName()) {
-    if (failed(onOp(!isa<FunctionOpInterface>(op) && op->getNumResults() == 1,
-                    "an op with one result, or a function argument")))
+    if (failed(onOp(!isa<FunctionOpInterface>(op) && op->getNumResults() >= 1,
+                    "an op with results, or a function argument")))
       return failure();
+    // An op with several results holds one buffer per result.
+    if (op->getNumResults() > 1) {
+      auto array = dyn_cast<ArrayAttr>(value);
+      return array && array.size() == op->getNumResults() &&
+                     llvm::all_of(array, llvm::IsaPred<BufferAttr>)
+                 ? success()
+                 : expected("an array of one #pipe.buffer per result (" +
+                            std::to_string(op->getNumResults()) + ")");
+    }
     return isa<BufferAttr>(value) ? success() : expected("a #pipe.buffer");
   }
   if (name == getShadowAttrHelper().getName()) {
@@ -435,8 +444,15 @@ void gpipe::pipeline::setBf16Shadow(Operation *op) {
 
 BufferAttr gpipe::pipeline::getBuffer(Value value) {
   StringRef name = PipeDialect::BufferAttrHelper::getNameStr();
-  if (Operation *def = value.getDefiningOp())
-    return def->getAttrOfType<BufferAttr>(name);
+  if (Operation *def = value.getDefiningOp()) {
+    if (def->getNumResults() == 1)
+      return def->getAttrOfType<BufferAttr>(name);
+    // One buffer per result (unset entries are units while planning).
+    auto array = def->getAttrOfType<ArrayAttr>(name);
+    unsigned k = cast<OpResult>(value).getResultNumber();
+    return array && k < array.size() ? dyn_cast<BufferAttr>(array[k])
+                                     : BufferAttr();
+  }
   auto arg = cast<BlockArgument>(value);
   auto func = dyn_cast<FunctionOpInterface>(arg.getOwner()->getParentOp());
   if (!func || arg.getOwner() != &func.getFunctionBody().front())
@@ -445,8 +461,17 @@ BufferAttr gpipe::pipeline::getBuffer(Value value) {
 }
 void gpipe::pipeline::setBuffer(Value value, BufferAttr buffer) {
   StringRef name = PipeDialect::BufferAttrHelper::getNameStr();
-  if (Operation *def = value.getDefiningOp())
-    return def->setAttr(name, buffer);
+  if (Operation *def = value.getDefiningOp()) {
+    if (def->getNumResults() == 1)
+      return def->setAttr(name, buffer);
+    SmallVector<Attribute> entries(def->getNumResults(),
+                                   UnitAttr::get(def->getContext()));
+    if (auto array = def->getAttrOfType<ArrayAttr>(name);
+        array && array.size() == entries.size())
+      llvm::copy(array, entries.begin());
+    entries[cast<OpResult>(value).getResultNumber()] = buffer;
+    return def->setAttr(name, ArrayAttr::get(def->getContext(), entries));
+  }
   auto arg = cast<BlockArgument>(value);
   cast<FunctionOpInterface>(arg.getOwner()->getParentOp())
       .setArgAttr(arg.getArgNumber(), name, buffer);

@@ -244,6 +244,78 @@ void gp_softmax_bwd(const float *y, const float *dy, float *dx, int64_t outer,
   }
 }
 
+void gp_layer_norm(const float *x, const float *scale, const float *bias,
+                   float *y, float *mean, float *inv_std, int64_t rows,
+                   int64_t n, float eps) {
+#pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *xr = x + r * n;
+    float *yr = y + r * n;
+    double s = 0.0;
+    for (int64_t j = 0; j < n; ++j)
+      s += xr[j];
+    const double m = s / static_cast<double>(n);
+    double v = 0.0;
+    for (int64_t j = 0; j < n; ++j) {
+      const double d = xr[j] - m;
+      v += d * d;
+    }
+    const float mf = static_cast<float>(m);
+    const float rstd = static_cast<float>(
+        1.0 / std::sqrt(v / static_cast<double>(n) + static_cast<double>(eps)));
+    mean[r] = mf;
+    inv_std[r] = rstd;
+    for (int64_t j = 0; j < n; ++j) {
+      const float h = (xr[j] - mf) * rstd * scale[j];
+      yr[j] = bias ? h + bias[j] : h;
+    }
+  }
+}
+
+void gp_layer_norm_bwd(const float *x, const float *mean, const float *inv_std,
+                       const float *scale, const float *dy, float *dx,
+                       int64_t rows, int64_t n) {
+#pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *xr = x + r * n, *dyr = dy + r * n;
+    const float m = mean[r], rstd = inv_std[r];
+    double sg = 0.0, sgx = 0.0;
+    for (int64_t j = 0; j < n; ++j) {
+      const float g = dyr[j] * scale[j];
+      sg += g;
+      sgx += static_cast<double>(g) * ((xr[j] - m) * rstd);
+    }
+    const float a = static_cast<float>(sg / static_cast<double>(n));
+    const float c = static_cast<float>(sgx / static_cast<double>(n));
+    float *dxr = dx + r * n;
+    for (int64_t j = 0; j < n; ++j) {
+      const float xhat = (xr[j] - m) * rstd;
+      dxr[j] = rstd * (dyr[j] * scale[j] - a - xhat * c);
+    }
+  }
+}
+
+void gp_layer_norm_scale_bwd(const float *x, const float *mean,
+                             const float *inv_std, const float *dy,
+                             float *dscale, int64_t rows, int64_t n) {
+  // Columns in blocks, each summed over every row in order by one thread.
+  constexpr int64_t kCols = 256;
+  const int64_t blocks = (n + kCols - 1) / kCols;
+#pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t j0 = b * kCols, j1 = std::min(n, j0 + kCols);
+    double acc[kCols] = {};
+    for (int64_t r = 0; r < rows; ++r) {
+      const float *xr = x + r * n, *dyr = dy + r * n;
+      const float m = mean[r], rstd = inv_std[r];
+      for (int64_t j = j0; j < j1; ++j)
+        acc[j - j0] += static_cast<double>(dyr[j]) * ((xr[j] - m) * rstd);
+    }
+    for (int64_t j = j0; j < j1; ++j)
+      dscale[j] = static_cast<float>(acc[j - j0]);
+  }
+}
+
 void gp_reduce_to(const float *in, const int64_t *in_shape, float *out,
                   const int64_t *out_shape, int32_t rank) {
   int64_t inSize = 1, outSize = 1;

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 ALLOWED_OPS = frozenset([
     "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Relu", "Tanh", "Sigmoid",
-    "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Abs", "Softmax", "Pow", "Neg",
+    "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Abs", "Softmax", "LayerNormalization", "Pow", "Neg",
     "ReduceMean", "ReduceSum", "Expand", "Slice", "Equal", "Cast", "Where", "Not", "Constant", "Identity", "Reshape", "Flatten", "Concat", "Unsqueeze",
     "Squeeze", "SoftmaxCrossEntropyLoss", "Transpose",
     # Shape arithmetic on static shapes, folded at import:
@@ -219,6 +219,31 @@ class AttnCausal(AttnTiny):
     def logits(self, x):
         o = self.attend(x)[:, 1:, :]
         return self.out(o.reshape(-1, (self.t - 1) * self.d))
+
+
+class MlpLayerNorm(_Loss):
+    """LayerNorm (opset 17 LayerNormalization): Linear-LayerNorm(32)-Tanh,
+    then h + layer_norm(h as [B, 4, 8] over its last two axes, a scale and no
+    bias, eps 1e-3), then Linear (16 -> 32 -> 10). The affine parameters start
+    away from 1 and 0 so that their gradients matter from the first step.
+    (torch 1.13 cannot export elementwise_affine=False at opset 17: it leaves
+    the required scale input empty.)"""
+
+    def __init__(self, d_in=16, hidden=32, classes=10):
+        super().__init__()
+        self.l1 = nn.Linear(d_in, hidden)
+        self.ln1 = nn.LayerNorm(hidden)
+        self.w2 = nn.Parameter(torch.empty(4, hidden // 4))
+        self.l2 = nn.Linear(hidden, classes)
+        with torch.no_grad():
+            self.ln1.weight.uniform_(0.5, 1.5)
+            self.ln1.bias.uniform_(-0.2, 0.2)
+            self.w2.uniform_(0.5, 1.5)
+
+    def logits(self, x):
+        h = torch.tanh(self.ln1(self.l1(x)))
+        q = F.layer_norm(h.reshape(-1, 4, 8), (4, 8), weight=self.w2, eps=1e-3)
+        return self.l2(h + q.reshape(-1, 32))
 
 
 class MlpGeluSigmoid(_Loss):
@@ -407,6 +432,8 @@ MODELS = {
                       "Linear-Abs-Sqrt/Log/Reciprocal-Tanh-Linear 16->32->10"),
     "mlp_softmax": Spec(lambda: MlpSoftmax(16, 32, 10), 16, 10, None,
                         "Linear-Tanh-Softmax(last, middle axis)-Linear 16->32->10"),
+    "mlp_layernorm": Spec(lambda: MlpLayerNorm(16, 32, 10), 16, 10, None,
+                          "Linear-LayerNorm-Tanh, LayerNorm over [4, 8] (no bias), Linear 16->32->10"),
     "mlp_norm_ops": Spec(lambda: MlpNormOps(16, 32, 10), 16, 10, None,
                          "Linear-hand-written LayerNorm-tanh GELU-Linear 16->32->10"),
     "mlp_mse": Spec(lambda: MlpMse(16, 32, 10), 16, 10, None,

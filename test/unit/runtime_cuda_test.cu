@@ -895,6 +895,87 @@ void testBatchGemm() {
                16, GP_MATH_BF16, 1e-5);
 }
 
+/// gp_layer_norm, gp_layer_norm_bwd and gp_layer_norm_scale_bwd on [rows, n]
+/// against a double reference (rows centred at 100: the variance is taken
+/// around the mean); the scale's gradient twice, bitwise equal (no atomics).
+void runLayerNorm(int64_t rows, int64_t n, bool hasBias) {
+  const int64_t size = rows * n;
+  const std::vector<float> x = randomVector(size, 99.0f, 101.0f),
+                           s = randomVector(n, 0.5f, 1.5f), b = randomVector(n),
+                           dy = randomVector(size);
+  const double eps = 1e-5;
+  std::vector<double> y(size), dx(size), ds(n, 0.0), mean(rows), rstd(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *xr = x.data() + r * n, *dyr = dy.data() + r * n;
+    double m = 0, v = 0, sg = 0, sgx = 0;
+    for (int64_t j = 0; j < n; ++j)
+      m += xr[j];
+    m /= n;
+    for (int64_t j = 0; j < n; ++j)
+      v += (xr[j] - m) * (xr[j] - m);
+    const double rs = 1.0 / std::sqrt(v / n + eps);
+    mean[r] = m;
+    rstd[r] = rs;
+    for (int64_t j = 0; j < n; ++j) {
+      const double xhat = (xr[j] - m) * rs;
+      y[r * n + j] = xhat * s[j] + (hasBias ? b[j] : 0.0);
+      sg += static_cast<double>(dyr[j]) * s[j];
+      sgx += static_cast<double>(dyr[j]) * s[j] * xhat;
+      ds[j] += dyr[j] * xhat;
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const double xhat = (xr[j] - m) * rs;
+      dx[r * n + j] =
+          rs * (static_cast<double>(dyr[j]) * s[j] - sg / n - xhat * sgx / n);
+    }
+  }
+  DeviceBuffer<float> dX(x), dS(s), dB(b), dDy(dy);
+  DeviceBuffer<float> dY(std::vector<float>(size, kNaN));
+  DeviceBuffer<float> dMean(std::vector<float>(rows, kNaN));
+  DeviceBuffer<float> dRstd(std::vector<float>(rows, kNaN));
+  DeviceBuffer<float> dDx(std::vector<float>(size, kNaN));
+  DeviceBuffer<float> dDs(std::vector<float>(n, kNaN));
+  gp_layer_norm(dX.get(), dS.get(), hasBias ? dB.get() : nullptr, dY.get(),
+                dMean.get(), dRstd.get(), rows, n, static_cast<float>(eps));
+  gp_layer_norm_bwd(dX.get(), dMean.get(), dRstd.get(), dS.get(), dDy.get(),
+                    dDx.get(), rows, n);
+  gp_layer_norm_scale_bwd(dX.get(), dMean.get(), dRstd.get(), dDy.get(),
+                          dDs.get(), rows, n);
+  const std::vector<float> gotY = dY.download(), gotDx = dDx.download(),
+                           gotDs = dDs.download(), gotMean = dMean.download(),
+                           gotRstd = dRstd.download();
+  gp_layer_norm_scale_bwd(dX.get(), dMean.get(), dRstd.get(), dDy.get(),
+                          dDs.get(), rows, n);
+  const std::vector<float> again = dDs.download();
+  double errY = 0, errDx = 0, errDs = 0, errStats = 0, diff = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    errStats = std::max({errStats, relErr(gotMean[r], mean[r], 100.0),
+                         relErr(gotRstd[r], rstd[r], rstd[r])});
+  for (int64_t i = 0; i < size; ++i) {
+    errY = std::max(errY, relErr(gotY[i], y[i], 1.0));
+    errDx = std::max(errDx, relErr(gotDx[i], dx[i], rstd[i / n]));
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    errDs = std::max(errDs, relErr(gotDs[j], ds[j], std::sqrt(rows)));
+    diff = std::max(diff, std::fabs(static_cast<double>(again[j]) - gotDs[j]));
+  }
+  const std::string name = "layer_norm [" + std::to_string(rows) + "," +
+                           std::to_string(n) + "]" +
+                           (hasBias ? "" : " no bias");
+  check(name + ": mean, inv_std", errStats, 1e-6);
+  check(name + ": y", errY, 2e-4);
+  check(name + ": dx", errDx, 1e-4);
+  check(name + ": dscale", errDs, 1e-4);
+  check(name + ": dscale twice, bitwise", diff, 0.0);
+}
+
+void testLayerNorm() {
+  runLayerNorm(64, 32, true);    // short rows: one warp per row
+  runLayerNorm(8, 1000, false);  // long rows: a full block, strided
+  runLayerNorm(3, 1, true);      // one element: y = bias, dx = 0
+  runLayerNorm(2000, 300, true); // many rows, the column sum is long
+}
+
 } // namespace
 
 int main() {
@@ -914,6 +995,7 @@ int main() {
   testBatchGemm();
   testReduce();
   testSoftmax();
+  testLayerNorm();
   testCopyBlocks();
   testXent();
   testOptimizers();

@@ -560,6 +560,118 @@ TEST(Kernels, SoftmaxAndGradientMatchReference) {
   }
 }
 
+/// Layer normalization of one row in double: y = xhat * scale + bias, and the
+/// input gradient of sum(dy * y) by torch's formula.
+struct LayerNormRef {
+  double mean = 0, rstd = 0;
+  std::vector<double> y, dx;
+};
+static LayerNormRef layerNormRow(const float *x, const float *scale,
+                                 const float *bias, const float *dy, int64_t n,
+                                 double eps) {
+  LayerNormRef r;
+  for (int64_t j = 0; j < n; ++j)
+    r.mean += x[j];
+  r.mean /= n;
+  double var = 0;
+  for (int64_t j = 0; j < n; ++j)
+    var += (x[j] - r.mean) * (x[j] - r.mean);
+  r.rstd = 1.0 / std::sqrt(var / n + eps);
+  double sg = 0, sgx = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const double xhat = (x[j] - r.mean) * r.rstd;
+    r.y.push_back(xhat * scale[j] + (bias ? bias[j] : 0.0));
+    sg += static_cast<double>(dy[j]) * scale[j];
+    sgx += static_cast<double>(dy[j]) * scale[j] * xhat;
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const double xhat = (x[j] - r.mean) * r.rstd;
+    r.dx.push_back(r.rstd * (static_cast<double>(dy[j]) * scale[j] - sg / n -
+                             xhat * sgx / n));
+  }
+  return r;
+}
+
+// The reference's dx is the gradient of sum(dy * y): central differences in
+// double agree with it.
+TEST(Kernels, LayerNormReferenceGradientIsTheDerivative) {
+  const int64_t n = 7;
+  std::vector<float> x = randomVec(n, 11), s = randomVec(n, 12, 0.5f, 1.5f),
+                     dy = randomVec(n, 13);
+  const LayerNormRef ref =
+      layerNormRow(x.data(), s.data(), nullptr, dy.data(), n, 1e-5);
+  for (int64_t k = 0; k < n; ++k) {
+    // x[k] +- h, with the row recomputed in double through a float copy
+    // would lose the difference: perturb by an exactly representable step.
+    const float h = 1.0f / 1024;
+    auto loss = [&](float delta) {
+      std::vector<float> xp = x;
+      xp[k] += delta;
+      const LayerNormRef r =
+          layerNormRow(xp.data(), s.data(), nullptr, dy.data(), n, 1e-5);
+      double l = 0;
+      for (int64_t j = 0; j < n; ++j)
+        l += dy[j] * r.y[j];
+      return l;
+    };
+    const double fd = (loss(h) - loss(-h)) / (2.0 * h);
+    EXPECT_NEAR(fd, ref.dx[k], 1e-3) << "dx at " << k;
+  }
+}
+
+// gp_layer_norm, gp_layer_norm_bwd and gp_layer_norm_scale_bwd on [rows, n]
+// views against the double reference: rows whose mean (100) is large against
+// their spread (the variance is taken around the mean, not as E[x^2] -
+// mean^2), with and without bias, a length-1 row (y = bias, dx = 0), a case
+// large enough for OpenMP with more than one column block; in place (y = x).
+// dscale is summed in row order: exactly the serial sum.
+TEST(Kernels, LayerNormAndGradientsMatchReference) {
+  struct Case {
+    int64_t rows, n;
+    bool bias;
+  };
+  for (Case c : {Case{4, 6, true}, Case{3, 33, false}, Case{5, 1, true},
+                 Case{128, 300, true}}) {
+    const int64_t size = c.rows * c.n;
+    std::vector<float> x = randomVec(size, 21, 99.f, 101.f);
+    const std::vector<float> s = randomVec(c.n, 22, 0.5f, 1.5f),
+                             b = randomVec(c.n, 23), dy = randomVec(size, 24);
+    const float *bias = c.bias ? b.data() : nullptr;
+    const float eps = 1e-5f;
+    std::vector<float> y(size), mean(c.rows), rstd(c.rows), dx(size), ds(c.n);
+    gp_layer_norm(x.data(), s.data(), bias, y.data(), mean.data(), rstd.data(),
+                  c.rows, c.n, eps);
+    gp_layer_norm_bwd(x.data(), mean.data(), rstd.data(), s.data(), dy.data(),
+                      dx.data(), c.rows, c.n);
+    gp_layer_norm_scale_bwd(x.data(), mean.data(), rstd.data(), dy.data(),
+                            ds.data(), c.rows, c.n);
+    std::vector<double> dsRef(c.n, 0.0);
+    for (int64_t r = 0; r < c.rows; ++r) {
+      const int64_t o = r * c.n;
+      const LayerNormRef ref =
+          layerNormRow(x.data() + o, s.data(), bias, dy.data() + o, c.n, eps);
+      EXPECT_NEAR(mean[r], ref.mean, 1e-4) << "mean of row " << r;
+      EXPECT_NEAR(rstd[r], ref.rstd, 1e-5 * ref.rstd) << "rstd of row " << r;
+      for (int64_t j = 0; j < c.n; ++j) {
+        EXPECT_NEAR(y[o + j], ref.y[j], 2e-4) << "y at " << o + j;
+        EXPECT_NEAR(dx[o + j], ref.dx[j], 1e-4 * std::max(1.0, ref.rstd))
+            << "dx at " << o + j;
+        dsRef[j] +=
+            static_cast<double>(dy[o + j]) * ((x[o + j] - mean[r]) * rstd[r]);
+      }
+      if (c.n == 1)
+        EXPECT_EQ(dx[o], 0.0f);
+    }
+    for (int64_t j = 0; j < c.n; ++j)
+      EXPECT_EQ(ds[j], static_cast<float>(dsRef[j])) << "dscale at " << j;
+    // In place: y written over x gives the same values.
+    std::vector<float> inPlace = x;
+    gp_layer_norm(inPlace.data(), s.data(), bias, inPlace.data(), mean.data(),
+                  rstd.data(), c.rows, c.n, eps);
+    EXPECT_EQ(inPlace, y);
+  }
+}
+
 TEST(Kernels, ReduceToMatchesNaive) {
   struct Case {
     std::vector<int64_t> in, out;

@@ -24,12 +24,11 @@ static LogicalResult importGemm(ImportContext &cx,
   if (k != kb)
     return cx.nodeError(node) << "inner dimensions differ: op(A) is " << m
                               << "x" << k << ", op(B) is " << kb << "x" << n;
-  Value c;
-  if (node.input_size() > 2 && !node.input(2).empty()) {
-    FailureOr<Value> cv = cx.floatValueOf(node, 2);
-    if (failed(cv))
-      return failure();
-    c = *cv;
+  FailureOr<Value> cv = cx.optionalFloatValueOf(node, 2);
+  if (failed(cv))
+    return failure();
+  Value c = *cv;
+  if (c) {
     if (failed(nn::broadcastShapes(shapeOf(c), {m, n})) ||
         shapeOf(c).size() > 2)
       return cx.nodeError(node)

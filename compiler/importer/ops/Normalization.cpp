@@ -1,5 +1,6 @@
 // Normalization ONNX ops: Softmax (opset 13 semantics: one axis; models of
-// older opsets arrive converted by the version converter).
+// older opsets arrive converted by the version converter) and
+// LayerNormalization (opset 17).
 #include "compiler/importer/OpTable.h"
 
 #include "dialects/nn/NNOps.h"
@@ -8,25 +9,81 @@ using namespace mlir;
 using namespace gpipe;
 using namespace gpipe::importer;
 
+/// The node's `axis` (default -1; negative counts from the end) as one of
+/// the `rank` axes of its input, or a located error.
+static FailureOr<int64_t> axisOf(ImportContext &cx, const onnx::NodeProto &node,
+                                 int64_t rank) {
+  int64_t axis = intAttr(node, "axis", -1);
+  if (axis < 0)
+    axis += rank;
+  if (rank == 0 || axis < 0 || axis >= rank)
+    return cx.nodeError(node) << "axis " << intAttr(node, "axis", -1)
+                              << " is out of range for rank " << rank,
+           failure();
+  return axis;
+}
+
 /// Softmax along `axis` (default -1, the last) of a float32 tensor.
 static LogicalResult importSoftmax(ImportContext &cx,
                                    const onnx::NodeProto &node) {
   FailureOr<Value> x = cx.floatValueOf(node, 0);
   if (failed(x))
     return failure();
-  int64_t rank = cast<RankedTensorType>(x->getType()).getRank();
-  int64_t axis = intAttr(node, "axis", -1);
-  if (axis < 0)
-    axis += rank;
-  if (rank == 0 || axis < 0 || axis >= rank)
-    return cx.nodeError(node) << "axis " << intAttr(node, "axis", -1)
-                              << " is out of range for rank " << rank;
+  FailureOr<int64_t> axis = axisOf(cx, node, shapeOf(*x).size());
+  if (failed(axis))
+    return failure();
   cx.define(node, 0,
             nn::SoftmaxOp::create(cx.getBuilder(), cx.nodeLoc(node), *x,
-                                  cx.getBuilder().getI64IntegerAttr(axis)));
+                                  cx.getBuilder().getI64IntegerAttr(*axis)));
+  return success();
+}
+
+/// LayerNormalization over the axes [axis, rank) (axis default -1, negative
+/// from the end) of a float32 tensor, with a scale and an optional bias of
+/// exactly the normalized shape; stash_type 1 (float32) only. The optional
+/// outputs Mean and InvStdDev are the op's statistics reshaped to ONNX's
+/// [.., 1, 1].
+static LogicalResult importLayerNormalization(ImportContext &cx,
+                                              const onnx::NodeProto &node) {
+  FailureOr<Value> x = cx.floatValueOf(node, 0),
+                   scale = cx.floatValueOf(node, 1),
+                   bias = cx.optionalFloatValueOf(node, 2);
+  if (failed(x) || failed(scale) || failed(bias))
+    return failure();
+  ArrayRef<int64_t> shape = shapeOf(*x);
+  int64_t rank = shape.size();
+  FailureOr<int64_t> axisOrErr = axisOf(cx, node, rank);
+  if (failed(axisOrErr))
+    return failure();
+  int64_t axis = *axisOrErr;
+  if (int64_t stash = intAttr(node, "stash_type", 1); stash != 1)
+    return cx.nodeError(node)
+           << "stash_type " << stash << " is not supported (only 1, float32)";
+  ArrayRef<int64_t> normalized = shape.drop_front(axis);
+  for (auto [what, v] : {std::pair<const char *, Value>{"scale", *scale},
+                         std::pair<const char *, Value>{"bias", *bias}})
+    if (v && shapeOf(v) != normalized)
+      return cx.nodeError(node)
+             << what << " must have the normalized shape "
+             << shapeStr(normalized) << " (the input's axes from " << axis
+             << "), got " << shapeStr(shapeOf(v));
+  OpBuilder &b = cx.getBuilder();
+  Location loc = cx.nodeLoc(node);
+  auto stats = cx.f32(shape.take_front(axis));
+  auto ln = nn::LayerNormOp::create(
+      b, loc, x->getType(), stats, stats, *x, *scale, *bias,
+      b.getI64IntegerAttr(axis),
+      b.getF32FloatAttr(floatAttr(node, "epsilon", 1e-5f)));
+  cx.define(node, 0, ln.getOutput());
+  SmallVector<int64_t> onnxStats(shape.take_front(axis));
+  onnxStats.append(rank - axis, 1);
+  for (int k : {1, 2})
+    if (node.output_size() > k && !node.output(k).empty())
+      cx.define(node, k, createReshape(b, loc, ln->getResult(k), onnxStats));
   return success();
 }
 
 void gpipe::importer::registerNormalizationOps(OpTable &table) {
+  table.add("LayerNormalization", importLayerNormalization);
   table.add("Softmax", importSoftmax);
 }

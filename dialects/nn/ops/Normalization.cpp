@@ -1,5 +1,5 @@
-// The normalization family: softmax (verifier, cost, gradient, micro-batch
-// rule).
+// The normalization family: softmax and layer normalization (verifiers, cost,
+// gradients, micro-batch rules).
 #include "dialects/nn/ops/Common.h"
 
 using namespace mlir;
@@ -40,5 +40,99 @@ SoftmaxOp::splitBatch(ArrayRef<std::optional<int64_t>> operandAxes, int64_t,
   if (*operandAxes[0] == static_cast<int64_t>(getAxis()))
     return emitBatchSplitError(*this, "a softmax along the batch axis");
   resultAxes.push_back(operandAxes[0]);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Layer normalization
+//===----------------------------------------------------------------------===//
+
+/// The shapes of a layer normalization over [axis, rank) of `input`: the
+/// row statistics have the leading shape [0, axis), `params` (scale, bias,
+/// their gradients) the normalized shape [axis, rank).
+static LogicalResult verifyLayerNorm(Operation *op, Value input, int64_t axis,
+                                     Value stats, ArrayRef<Value> params) {
+  RankedTensorType t = tensorType(input);
+  if (axis < 0 || axis >= t.getRank())
+    return op->emitOpError("axis ")
+           << axis << " is out of range for rank " << t.getRank();
+  ArrayRef<int64_t> lead = t.getShape().take_front(axis),
+                    normalized = t.getShape().drop_front(axis);
+  if (tensorType(stats).getShape() != lead)
+    return op->emitOpError("mean and inv_std_dev must have the leading shape ")
+           << RankedTensorType::get(lead, t.getElementType()) << ", got "
+           << stats.getType();
+  for (Value p : params)
+    if (p && tensorType(p).getShape() != normalized)
+      return op->emitOpError("scale and bias must have the normalized shape ")
+             << RankedTensorType::get(normalized, t.getElementType())
+             << ", got " << p.getType();
+  return success();
+}
+
+LogicalResult LayerNormOp::verify() {
+  return verifyLayerNorm(*this, getInput(), getAxis(), getMean(),
+                         {getScale(), getBias()});
+}
+LogicalResult LayerNormGradOp::verify() {
+  return verifyLayerNorm(*this, getInput(), getAxis(), getMean(), getScale());
+}
+LogicalResult LayerNormScaleGradOp::verify() {
+  return verifyLayerNorm(*this, getInput(), getAxis(), getMean(), getOutput());
+}
+
+// Mean, variance (subtract, square, add), normalize, scale and shift.
+int64_t LayerNormOp::getFlops() { return 8 * numElements(getOutput()); }
+// g = dy * scale, xhat, the two row sums, the combination.
+int64_t LayerNormGradOp::getFlops() { return 10 * numElements(getOutput()); }
+// xhat, the product, the sum over the rows.
+int64_t LayerNormScaleGradOp::getFlops() { return 4 * numElements(getInput()); }
+
+/// Whether `v` is a constant of zeros (what gpipe-autodiff passes for a
+/// result that does not reach the loss).
+static bool isZeros(Value v) {
+  auto c = v.getDefiningOp<ConstantOp>();
+  auto dense = c ? dyn_cast<DenseElementsAttr>(c.getValue()) : nullptr;
+  return dense && dense.isSplat() && dense.getSplatValue<float>() == 0.0f;
+}
+
+// torch's formulas from the input and the saved statistics (nothing is
+// recomputed, and the output need not stay alive): dx from
+// nn.layer_norm_grad, dscale = sum_rows(dy * xhat), dbias = sum_rows(dy).
+LogicalResult
+LayerNormOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
+                            SmallVectorImpl<Value> &operandGrads) {
+  if (!isZeros(resultGrads[1]) || !isZeros(resultGrads[2]))
+    return emitError("cannot differentiate through a layer normalization's "
+                     "Mean or InvStdDev output: only its output Y may reach "
+                     "the loss");
+  Value dy = resultGrads[0];
+  IntegerAttr axis = getAxisAttr();
+  operandGrads.push_back(
+      LayerNormGradOp::create(b, getLoc(), getInput().getType(), getInput(),
+                              getMean(), getInvStdDev(), getScale(), dy, axis));
+  operandGrads.push_back(LayerNormScaleGradOp::create(
+      b, getLoc(), getScale().getType(), getInput(), getMean(), getInvStdDev(),
+      dy, axis));
+  if (Value bias = getBias())
+    operandGrads.push_back(reduceToType(b, getLoc(), dy, tensorType(bias)));
+  return success();
+}
+
+// Rows are independent: the batch passes through on a leading axis (into the
+// statistics, whose shape is the leading one), never a normalized one, and
+// the scale and bias are shared by every sample.
+LogicalResult
+LayerNormOp::splitBatch(ArrayRef<std::optional<int64_t>> operandAxes, int64_t,
+                        SmallVectorImpl<std::optional<int64_t>> &resultAxes) {
+  if (!operandAxes[0] || llvm::any_of(operandAxes.drop_front(),
+                                      [](auto a) { return a.has_value(); }))
+    return emitBatchSplitError(
+        *this, "a layer normalization whose scale or bias carries the batch");
+  if (*operandAxes[0] >= static_cast<int64_t>(getAxis()))
+    return emitBatchSplitError(
+        *this, "a layer normalization over the batch axis (the batch must be "
+               "before the normalized axes)");
+  resultAxes.append(3, operandAxes[0]);
   return success();
 }

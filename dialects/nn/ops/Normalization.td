@@ -1,4 +1,4 @@
-// Ops of the nn dialect: normalizations (softmax).
+// Ops of the nn dialect: normalizations (softmax, layer normalization).
 #ifndef GPIPE_NN_OPS_NORMALIZATION
 #define GPIPE_NN_OPS_NORMALIZATION
 
@@ -30,6 +30,81 @@ def NN_SoftmaxGradOp : NN_Op<"softmax_grad", [Pure, SameOperandsAndResultType,
   let arguments = (ins NN_F32Tensor:$value, NN_F32Tensor:$grad, I64Attr:$axis);
   let results = (outs NN_F32Tensor:$output);
   let assemblyFormat = "$value `,` $grad attr-dict `:` type($value)";
+  let hasVerifier = 1;
+}
+
+def NN_LayerNormOp : NN_Op<"layer_norm", [Pure, NN_Cost, NN_Batch,
+    AllTypesMatch<["input", "output"]>,
+    AllTypesMatch<["mean", "inv_std_dev"]>,
+    OptionalTypesMatchWith<"bias has the scale's type", "scale", "bias",
+                           "$_self">,
+    DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
+  let summary = "layer normalization over the trailing axes [axis, rank)";
+  let description = [{
+    For every index of the leading axes [0, axis) (a row), over the
+    normalized axes [axis, rank) (its `n` elements):
+    `y = (x - mean) * inv_std_dev * scale + bias` with `mean` the row's mean
+    and `inv_std_dev = 1 / sqrt(var + epsilon)` (the biased variance), as
+    ONNX LayerNormalization (opset 17, stash_type float32). `scale` and the
+    optional `bias` have the normalized shape `x.shape[axis:]`. The results
+    `mean` and `inv_std_dev` have the leading shape `x.shape[:axis]` (rank
+    `axis`, no trailing 1s: ONNX's optional outputs Mean and InvStdDev are
+    their reshape to [.., 1, 1]); the gradient reads them.
+    ```mlir
+    %y, %m, %r = nn.layer_norm %x, %s, %b {axis = 1 : i64, epsilon = 1.0e-05 : f32}
+        : tensor<8x32xf32>, tensor<32xf32> -> tensor<8xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$scale,
+                   Optional<NN_F32Tensor>:$bias, I64Attr:$axis,
+                   F32Attr:$epsilon);
+  let results = (outs NN_F32Tensor:$output, NN_F32Tensor:$mean,
+                      NN_F32Tensor:$inv_std_dev);
+  let assemblyFormat = [{
+    $input `,` $scale (`,` $bias^)? attr-dict `:` type($input) `,`
+    type($scale) `->` type($mean)
+  }];
+  let hasVerifier = 1;
+}
+
+def NN_LayerNormGradOp : NN_Op<"layer_norm_grad", [Pure, NN_Cost,
+    AllTypesMatch<["input", "grad", "output"]>,
+    AllTypesMatch<["mean", "inv_std_dev"]>]> {
+  let summary = "gradient of nn.layer_norm with respect to its input";
+  let description = [{
+    `dx = inv_std_dev * (g - mean(g) - xhat * mean(g * xhat))` per row, with
+    `g = dy * scale` and `xhat = (x - mean) * inv_std_dev` (torch's formula),
+    from the forward input `x`, the saved `mean` and `inv_std_dev` (shape
+    `x.shape[:axis]`), the `scale` (shape `x.shape[axis:]`) and `dy`.
+  }];
+  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$mean,
+                   NN_F32Tensor:$inv_std_dev, NN_F32Tensor:$scale,
+                   NN_F32Tensor:$grad, I64Attr:$axis);
+  let results = (outs NN_F32Tensor:$output);
+  let assemblyFormat = [{
+    $input `,` $mean `,` $inv_std_dev `,` $scale `,` $grad attr-dict `:`
+    type($input) `,` type($mean) `,` type($scale)
+  }];
+  let hasVerifier = 1;
+}
+
+def NN_LayerNormScaleGradOp : NN_Op<"layer_norm_scale_grad", [Pure, NN_Cost,
+    AllTypesMatch<["input", "grad"]>,
+    AllTypesMatch<["mean", "inv_std_dev"]>]> {
+  let summary = "gradient of nn.layer_norm with respect to its scale";
+  let description = [{
+    `dscale = sum over the rows of dy * xhat`, `xhat = (x - mean) *
+    inv_std_dev`; the result has the normalized shape `x.shape[axis:]`. (The
+    bias's gradient, the sum of `dy` over the rows, is an `nn.reduce_to`.)
+  }];
+  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$mean,
+                   NN_F32Tensor:$inv_std_dev, NN_F32Tensor:$grad,
+                   I64Attr:$axis);
+  let results = (outs NN_F32Tensor:$output);
+  let assemblyFormat = [{
+    $input `,` $mean `,` $inv_std_dev `,` $grad attr-dict `:` type($input)
+    `,` type($mean) `->` type($output)
+  }];
   let hasVerifier = 1;
 }
 

@@ -223,6 +223,28 @@ void gp_softmax(const float *x, float *y, int64_t outer, int64_t n,
 void gp_softmax_bwd(const float *y, const float *dy, float *dx, int64_t outer,
                     int64_t n, int64_t inner);
 
+/// Layer normalization of x viewed as [rows, n], each row over its n
+/// elements: mean[r], inv_std[r] = 1 / sqrt(var + eps) (the biased variance;
+/// two passes, the sums in double), y = (x - mean) * inv_std * scale + bias
+/// (scale and bias [n]; bias may be null). y may alias x.
+void gp_layer_norm(const float *x, const float *scale, const float *bias,
+                   float *y, float *mean, float *inv_std, int64_t rows,
+                   int64_t n, float eps);
+
+/// The layer normalization's input gradient, same view, from the input and
+/// the saved statistics: with g = dy * scale and xhat = (x - mean) * inv_std,
+/// dx = inv_std * (g - mean_row(g) - xhat * mean_row(g * xhat)) (the sums in
+/// double). dx may alias dy.
+void gp_layer_norm_bwd(const float *x, const float *mean, const float *inv_std,
+                       const float *scale, const float *dy, float *dx,
+                       int64_t rows, int64_t n);
+
+/// The scale's gradient: dscale[j] = sum over the rows r of dy[r, j] *
+/// xhat[r, j], in double and in row order (deterministic: no atomics).
+void gp_layer_norm_scale_bwd(const float *x, const float *mean,
+                             const float *inv_std, const float *dy,
+                             float *dscale, int64_t rows, int64_t n);
+
 /// Copies a block view: for o in [0,outer): copy `count` floats-or-elements
 /// (elem_bytes each) from src + o*src_stride to dst + o*dst_stride (strides in
 /// elements). Used for Concat (and its gradient, slicing).

@@ -246,6 +246,109 @@ __global__ void softmaxBwdKernel(const float *y, const float *dy, float *dx,
 }
 
 //===----------------------------------------------------------------------===//
+// Layer normalization (gp_layer_norm, gp_layer_norm_bwd,
+// gp_layer_norm_scale_bwd): a row per block, its sums in double through the
+// deterministic blockSum; the scale's gradient a thread per column summing
+// the rows in order (no atomics)
+//===----------------------------------------------------------------------===//
+
+/// blockSum's result for every thread of the block.
+__device__ double blockSumAll(double v, double *shared, double *result) {
+  v = blockSum(v, shared);
+  if (threadIdx.x == 0)
+    *result = v;
+  __syncthreads();
+  v = *result;
+  __syncthreads();
+  return v;
+}
+
+// y may alias x: neither is __restrict__.
+__global__ void layerNormKernel(const float *x, const float *__restrict__ scale,
+                                const float *__restrict__ bias, float *y,
+                                float *mean, float *invStd, int64_t rows,
+                                int64_t n, float eps) {
+  __shared__ double shared[32];
+  __shared__ double result;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float *xr = x + r * n;
+    double s = 0.0;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+      s += xr[j];
+    const double m = blockSumAll(s, shared, &result) / static_cast<double>(n);
+    double v = 0.0;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      const double d = xr[j] - m;
+      v += d * d;
+    }
+    v = blockSumAll(v, shared, &result);
+    const float mf = static_cast<float>(m);
+    const float rstd = static_cast<float>(
+        1.0 / sqrt(v / static_cast<double>(n) + static_cast<double>(eps)));
+    if (threadIdx.x == 0) {
+      mean[r] = mf;
+      invStd[r] = rstd;
+    }
+    float *yr = y + r * n;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      const float h = __fmul_rn(__fmul_rn(xr[j] - mf, rstd), scale[j]);
+      yr[j] = bias ? h + bias[j] : h;
+    }
+  }
+}
+
+__global__ void layerNormBwdKernel(const float *__restrict__ x,
+                                   const float *__restrict__ mean,
+                                   const float *__restrict__ invStd,
+                                   const float *__restrict__ scale,
+                                   const float *dy, float *dx, int64_t rows,
+                                   int64_t n) {
+  __shared__ double shared[32];
+  __shared__ double result;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float *xr = x + r * n, *dyr = dy + r * n;
+    const float m = mean[r], rstd = invStd[r];
+    double sg = 0.0, sgx = 0.0;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      const float g = __fmul_rn(dyr[j], scale[j]);
+      sg += g;
+      sgx += static_cast<double>(g) * __fmul_rn(xr[j] - m, rstd);
+    }
+    const float a = static_cast<float>(blockSumAll(sg, shared, &result) /
+                                       static_cast<double>(n));
+    const float c = static_cast<float>(blockSumAll(sgx, shared, &result) /
+                                       static_cast<double>(n));
+    float *dxr = dx + r * n;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      const float xhat = __fmul_rn(xr[j] - m, rstd);
+      const float g = __fmul_rn(dyr[j], scale[j]);
+      dxr[j] = __fmul_rn(rstd, g - a - __fmul_rn(xhat, c));
+    }
+  }
+}
+
+__global__ void layerNormScaleBwdKernel(const float *__restrict__ x,
+                                        const float *__restrict__ mean,
+                                        const float *__restrict__ invStd,
+                                        const float *__restrict__ dy,
+                                        float *__restrict__ dscale,
+                                        int64_t rows, int64_t n) {
+  for (int64_t j = globalThread(); j < n; j += gridThreads()) {
+    double acc = 0.0;
+    for (int64_t r = 0; r < rows; ++r)
+      acc += static_cast<double>(dy[r * n + j]) *
+             __fmul_rn(x[r * n + j] - mean[r], invStd[r]);
+    dscale[j] = static_cast<float>(acc);
+  }
+}
+
+/// Threads of a layer normalization row block: the row's length rounded up
+/// to whole warps, at most kThreads.
+int layerNormThreads(int64_t n) {
+  return static_cast<int>(std::min<int64_t>(kThreads, (n + 31) / 32 * 32));
+}
+
+//===----------------------------------------------------------------------===//
 // Reductions (gp_reduce_to)
 //===----------------------------------------------------------------------===//
 
@@ -1097,6 +1200,36 @@ void gp_softmax_bwd(const float *y, const float *dy, float *dx, int64_t outer,
     return;
   softmaxBwdKernel<<<blocksFor(outer * inner), kThreads, 0, stream()>>>(
       y, dy, dx, outer, n, inner);
+  GP_CUDA_LAUNCHED();
+}
+
+void gp_layer_norm(const float *x, const float *scale, const float *bias,
+                   float *y, float *mean, float *inv_std, int64_t rows,
+                   int64_t n, float eps) {
+  if (rows <= 0 || n <= 0)
+    return;
+  layerNormKernel<<<blocksFor(rows, 1), layerNormThreads(n), 0, stream()>>>(
+      x, scale, bias, y, mean, inv_std, rows, n, eps);
+  GP_CUDA_LAUNCHED();
+}
+
+void gp_layer_norm_bwd(const float *x, const float *mean, const float *inv_std,
+                       const float *scale, const float *dy, float *dx,
+                       int64_t rows, int64_t n) {
+  if (rows <= 0 || n <= 0)
+    return;
+  layerNormBwdKernel<<<blocksFor(rows, 1), layerNormThreads(n), 0, stream()>>>(
+      x, mean, inv_std, scale, dy, dx, rows, n);
+  GP_CUDA_LAUNCHED();
+}
+
+void gp_layer_norm_scale_bwd(const float *x, const float *mean,
+                             const float *inv_std, const float *dy,
+                             float *dscale, int64_t rows, int64_t n) {
+  if (n <= 0)
+    return;
+  layerNormScaleBwdKernel<<<blocksFor(n), kThreads, 0, stream()>>>(
+      x, mean, inv_std, dy, dscale, rows, n);
   GP_CUDA_LAUNCHED();
 }
 

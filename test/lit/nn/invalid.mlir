@@ -735,3 +735,57 @@ func.func @int_to_float_shape(%a: tensor<4xi64>) -> tensor<2x2xf32> {
   %y = nn.int_to_float %a : tensor<4xi64> -> tensor<2x2xf32>
   return %y : tensor<2x2xf32>
 }
+
+// -----
+
+// nn.layer_norm: the axis is one of the input's (the normalized axes are
+// never empty).
+func.func @layer_norm_axis(%x: tensor<2x3xf32>, %s: tensor<3xf32>) -> tensor<2x3xf32> {
+  // expected-error @+1 {{'nn.layer_norm' op axis 2 is out of range for rank 2}}
+  %y:3 = nn.layer_norm %x, %s {axis = 2 : i64, epsilon = 1.0e-05 : f32} : tensor<2x3xf32>, tensor<3xf32> -> tensor<2xf32>
+  return %y#0 : tensor<2x3xf32>
+}
+
+// -----
+
+// The scale has the normalized shape x.shape[axis:].
+func.func @layer_norm_scale(%x: tensor<2x3x4xf32>, %s: tensor<4xf32>) -> tensor<2x3x4xf32> {
+  // expected-error @+1 {{'nn.layer_norm' op scale and bias must have the normalized shape 'tensor<3x4xf32>', got 'tensor<4xf32>'}}
+  %y:3 = nn.layer_norm %x, %s {axis = 1 : i64, epsilon = 1.0e-05 : f32} : tensor<2x3x4xf32>, tensor<4xf32> -> tensor<2xf32>
+  return %y#0 : tensor<2x3x4xf32>
+}
+
+// -----
+
+// The bias has the scale's type.
+// expected-note @+1 {{prior use here}}
+func.func @layer_norm_bias(%x: tensor<2x3xf32>, %s: tensor<3xf32>, %b: tensor<2xf32>) -> tensor<2x3xf32> {
+  // expected-error @+1 {{use of value '%b' expects different type than prior uses: 'tensor<3xf32>' vs 'tensor<2xf32>'}}
+  %y:3 = nn.layer_norm %x, %s, %b {axis = 1 : i64, epsilon = 1.0e-05 : f32} : tensor<2x3xf32>, tensor<3xf32> -> tensor<2xf32>
+  return %y#0 : tensor<2x3xf32>
+}
+
+// -----
+
+// The statistics have the leading shape x.shape[:axis].
+func.func @layer_norm_stats(%x: tensor<2x3x4xf32>, %s: tensor<4xf32>) -> tensor<2x3x4xf32> {
+  // expected-error @+1 {{'nn.layer_norm' op mean and inv_std_dev must have the leading shape 'tensor<2x3xf32>', got 'tensor<2x3x1xf32>'}}
+  %y:3 = nn.layer_norm %x, %s {axis = 2 : i64, epsilon = 1.0e-05 : f32} : tensor<2x3x4xf32>, tensor<4xf32> -> tensor<2x3x1xf32>
+  return %y#0 : tensor<2x3x4xf32>
+}
+
+// -----
+
+func.func @layer_norm_grad_scale(%x: tensor<2x3xf32>, %m: tensor<2xf32>, %s: tensor<2xf32>, %g: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  // expected-error @+1 {{'nn.layer_norm_grad' op scale and bias must have the normalized shape 'tensor<3xf32>', got 'tensor<2xf32>'}}
+  %d = nn.layer_norm_grad %x, %m, %m, %s, %g {axis = 1 : i64} : tensor<2x3xf32>, tensor<2xf32>, tensor<2xf32>
+  return %d : tensor<2x3xf32>
+}
+
+// -----
+
+func.func @layer_norm_scale_grad_axis(%x: tensor<2x3xf32>, %m: tensor<2xf32>, %g: tensor<2x3xf32>) -> tensor<3xf32> {
+  // expected-error @+1 {{'nn.layer_norm_scale_grad' op axis -1 is out of range for rank 2}}
+  %d = nn.layer_norm_scale_grad %x, %m, %m, %g {axis = -1 : i64} : tensor<2x3xf32>, tensor<2xf32> -> tensor<3xf32>
+  return %d : tensor<3xf32>
+}

@@ -236,3 +236,21 @@ func.func @masks(%ids: tensor<2x4xi64>, %pad: tensor<i64>, %x: tensor<2x4xf32>) 
   %w = nn.where %n, %f, %x : tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32> -> tensor<2x4xf32>
   return %w : tensor<2x4xf32>
 }
+
+// -----
+
+// nn.layer_norm (with and without bias; the statistics have the leading
+// shape), nn.layer_norm_grad and nn.layer_norm_scale_grad.
+// CHECK-LABEL: func.func @layer_norm(
+// CHECK-SAME: %[[X:[^:]+]]: tensor<2x3x4xf32>, %[[S:[^:]+]]: tensor<3x4xf32>, %[[B:[^:]+]]: tensor<3x4xf32>, %[[G:[^:]+]]: tensor<2x3x4xf32>
+// CHECK-NEXT: %[[Y:[^,]+]], %[[YM:[^,]+]], %[[YR:[^ ]+]] = nn.layer_norm %[[X]], %[[S]], %[[B]] {axis = 1 : i64, epsilon = 9.99999974E-6 : f32} : tensor<2x3x4xf32>, tensor<3x4xf32> -> tensor<2xf32>
+// CHECK-NEXT: %[[Z:[^,]+]], %[[ZM:[^,]+]], %[[ZR:[^ ]+]] = nn.layer_norm %[[Y]], %[[S]] {axis = 1 : i64, epsilon = 1.000000e-03 : f32} : tensor<2x3x4xf32>, tensor<3x4xf32> -> tensor<2xf32>
+// CHECK-NEXT: %[[DX:.+]] = nn.layer_norm_grad %[[X]], %[[YM]], %[[YR]], %[[S]], %[[G]] {axis = 1 : i64} : tensor<2x3x4xf32>, tensor<2xf32>, tensor<3x4xf32>
+// CHECK-NEXT: nn.layer_norm_scale_grad %[[X]], %[[YM]], %[[YR]], %[[DX]] {axis = 1 : i64} : tensor<2x3x4xf32>, tensor<2xf32> -> tensor<3x4xf32>
+func.func @layer_norm(%x: tensor<2x3x4xf32>, %s: tensor<3x4xf32>, %b: tensor<3x4xf32>, %g: tensor<2x3x4xf32>) -> (tensor<2x3x4xf32>, tensor<3x4xf32>) {
+  %y, %m, %r = nn.layer_norm %x, %s, %b {axis = 1 : i64, epsilon = 1.0e-05 : f32} : tensor<2x3x4xf32>, tensor<3x4xf32> -> tensor<2xf32>
+  %z:3 = nn.layer_norm %y, %s {axis = 1 : i64, epsilon = 1.0e-03 : f32} : tensor<2x3x4xf32>, tensor<3x4xf32> -> tensor<2xf32>
+  %dx = nn.layer_norm_grad %x, %m, %r, %s, %g {axis = 1 : i64} : tensor<2x3x4xf32>, tensor<2xf32>, tensor<3x4xf32>
+  %ds = nn.layer_norm_scale_grad %x, %m, %r, %dx {axis = 1 : i64} : tensor<2x3x4xf32>, tensor<2xf32> -> tensor<3x4xf32>
+  return %z#0, %ds : tensor<2x3x4xf32>, tensor<3x4xf32>
+}

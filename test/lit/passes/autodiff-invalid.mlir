@@ -92,3 +92,20 @@ func.func @duplicate_param(%x: tensor<4x3xf32>, %y: tensor<4xi64>) -> (tensor<f3
   %l = nn.softmax_cross_entropy %g, %y : tensor<4x3xf32>, tensor<4xi64>
   return %l : tensor<f32>
 }
+
+// -----
+
+nn.parameter @w : tensor<4x8xf32>
+nn.parameter @s : tensor<8xf32>
+// A layer normalization's statistics (ONNX Mean, InvStdDev) have no gradient
+// rule: only its output may reach the loss.
+func.func @layer_norm_mean(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
+  %w = nn.param @w : tensor<4x8xf32>
+  %s = nn.param @s : tensor<8xf32>
+  // expected-error @+1 {{cannot differentiate through a layer normalization's Mean or InvStdDev output: only its output Y may reach the loss}}
+  %y:3 = nn.layer_norm %w, %s {axis = 1 : i64, epsilon = 1.0e-05 : f32} : tensor<4x8xf32>, tensor<8xf32> -> tensor<4xf32>
+  %m = nn.reshape %y#1 : tensor<4xf32> -> tensor<4x1xf32>
+  %z = nn.add %y#0, %m : tensor<4x8xf32>, tensor<4x1xf32> -> tensor<4x8xf32>
+  %loss = nn.softmax_cross_entropy %z, %l : tensor<4x8xf32>, tensor<4xi64>
+  return %loss : tensor<f32>
+}

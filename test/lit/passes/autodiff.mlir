@@ -232,6 +232,58 @@ func.func @softmax(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
 // -----
 
 nn.parameter @w : tensor<4x8xf32>
+nn.parameter @s : tensor<8xf32>
+nn.parameter @b : tensor<8xf32>
+// layer_norm's gradients read its input and saved statistics (not its
+// output): dx = nn.layer_norm_grad, dscale = nn.layer_norm_scale_grad,
+// dbias = reduce_to(dy). The zeros standing for the statistics' gradients are
+// dropped.
+// CHECK-LABEL: func.func @layer_norm(
+// CHECK: %[[W:.+]] = nn.param @w
+// CHECK-NEXT: %[[S:.+]] = nn.param @s
+// CHECK-NEXT: %[[B:.+]] = nn.param @b
+// CHECK-NEXT: %[[Y:[^,]+]], %[[YM:[^,]+]], %[[YR:[^ ]+]] = nn.layer_norm %[[W]], %[[S]], %[[B]] {axis = 1 : i64, epsilon = 9.99999974E-6 : f32}
+// CHECK: %[[DY:.+]] = nn.softmax_cross_entropy_grad %[[Y]],
+// CHECK-NEXT: %[[DW:.+]] = nn.layer_norm_grad %[[W]], %[[YM]], %[[YR]], %[[S]], %[[DY]] {axis = 1 : i64} : tensor<4x8xf32>, tensor<4xf32>, tensor<8xf32>
+// CHECK-NEXT: %[[DS:.+]] = nn.layer_norm_scale_grad %[[W]], %[[YM]], %[[YR]], %[[DY]] {axis = 1 : i64} : tensor<4x8xf32>, tensor<4xf32> -> tensor<8xf32>
+// CHECK-NEXT: %[[DB:.+]] = nn.reduce_to %[[DY]] : tensor<4x8xf32> -> tensor<8xf32>
+// CHECK-NEXT: nn.param_grad %[[W]], %[[DW]]
+// CHECK-NEXT: nn.param_grad %[[S]], %[[DS]]
+// CHECK-NEXT: nn.param_grad %[[B]], %[[DB]]
+func.func @layer_norm(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
+  %w = nn.param @w : tensor<4x8xf32>
+  %s = nn.param @s : tensor<8xf32>
+  %b = nn.param @b : tensor<8xf32>
+  %y:3 = nn.layer_norm %w, %s, %b {axis = 1 : i64, epsilon = 1.0e-05 : f32} : tensor<4x8xf32>, tensor<8xf32> -> tensor<4xf32>
+  %loss = nn.softmax_cross_entropy %y#0, %l : tensor<4x8xf32>, tensor<4xi64>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+nn.parameter @w : tensor<4x2x4xf32>
+// A constant scale and no bias (elementwise_affine=False), normalized over
+// the last two axes: only dx is built.
+// CHECK-LABEL: func.func @layer_norm_no_affine(
+// CHECK: %[[W:.+]] = nn.param @w
+// CHECK: %[[Y:[^,]+]], %[[YM:[^,]+]], %[[YR:[^ ]+]] = nn.layer_norm %[[W]], %[[S:[^ ]+]] {axis = 1 : i64
+// CHECK: nn.softmax_cross_entropy_grad
+// CHECK-NEXT: %[[DY:.+]] = nn.reshape
+// CHECK-NEXT: %[[DW:.+]] = nn.layer_norm_grad %[[W]], %[[YM]], %[[YR]], %[[S]], %[[DY]] {axis = 1 : i64} : tensor<4x2x4xf32>, tensor<4xf32>, tensor<2x4xf32>
+// CHECK-NEXT: nn.param_grad %[[W]], %[[DW]]
+// CHECK-NOT: nn.layer_norm_scale_grad
+func.func @layer_norm_no_affine(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
+  %w = nn.param @w : tensor<4x2x4xf32>
+  %s = nn.constant dense<1.0> : tensor<2x4xf32>
+  %y:3 = nn.layer_norm %w, %s {axis = 1 : i64, epsilon = 1.0e-05 : f32} : tensor<4x2x4xf32>, tensor<2x4xf32> -> tensor<4xf32>
+  %f = nn.reshape %y#0 : tensor<4x2x4xf32> -> tensor<4x8xf32>
+  %loss = nn.softmax_cross_entropy %f, %l : tensor<4x8xf32>, tensor<4xi64>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+nn.parameter @w : tensor<4x8xf32>
 // An activation chain: erf_grad takes the op's input, relu_grad, sigmoid_grad
 // and tanh_grad its output; neg's gradient is a neg.
 // CHECK-LABEL: func.func @activations(

@@ -286,3 +286,25 @@ func.func @batch_matmul_two_axes(%x: tensor<8x3xf32>, %l: tensor<8xi64>) -> (ten
   %r = nn.reduce_to %y : tensor<2x8x8xf32> -> tensor<f32>
   return %r : tensor<f32>
 }
+
+// -----
+
+// A layer normalization over the batch axis mixes the micro-batches.
+func.func @layer_norm_batch(%x: tensor<8x4xf32>, %s: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) {
+  %c = nn.constant dense<1.0> : tensor<8x4xf32>
+  // expected-error @+1 {{cannot split the batch into micro-batches: a layer normalization over the batch axis (the batch must be before the normalized axes)}}
+  %y:3 = nn.layer_norm %x, %c {axis = 0 : i64, epsilon = 1.0e-05 : f32} : tensor<8x4xf32>, tensor<8x4xf32> -> tensor<f32>
+  %r = nn.reduce_to %y#0 : tensor<8x4xf32> -> tensor<f32>
+  return %r : tensor<f32>
+}
+
+// -----
+
+// A scale from the data carries the batch (a graph input's first axis): each
+// sample would need its own.
+func.func @layer_norm_scale_batch(%x: tensor<8x8xf32>, %z: tensor<8xf32>) -> (tensor<f32> {nn.loss}) {
+  // expected-error @+1 {{cannot split the batch into micro-batches: a layer normalization whose scale or bias carries the batch}}
+  %y:3 = nn.layer_norm %x, %z {axis = 1 : i64, epsilon = 1.0e-05 : f32} : tensor<8x8xf32>, tensor<8xf32> -> tensor<8xf32>
+  %r = nn.reduce_to %y#0 : tensor<8x8xf32> -> tensor<f32>
+  return %r : tensor<f32>
+}

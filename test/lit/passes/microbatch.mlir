@@ -265,3 +265,23 @@ func.func @batch_matmul(%x: tensor<8x2x4x3xf32>, %r: tensor<8x3xf32>, %labels: t
   %loss = nn.softmax_cross_entropy %f, %labels : tensor<8x32xf32>, tensor<8xi64>
   return %loss : tensor<f32>
 }
+
+// -----
+
+// nn.layer_norm normalizing axes after the batch's: the batch passes through
+// to the output and to the statistics (leading shape); the scale and bias
+// keep their types.
+// CHECK-LABEL: func.func @layer_norm(
+// CHECK-SAME: %[[X:[^:]+]]: tensor<2x5xf32>, %[[L:[^:]+]]: tensor<2xi64>)
+// CHECK-NEXT: %[[S:.+]] = nn.constant dense<1.000000e+00> : tensor<5xf32>
+// CHECK-NEXT: %[[B:.+]] = nn.constant dense<0.000000e+00> : tensor<5xf32>
+// CHECK-NEXT: %[[Y:[^,]+]], %[[YM:[^,]+]], %[[YR:[^ ]+]] = nn.layer_norm %[[X]], %[[S]], %[[B]] {axis = 1 : i64, epsilon = 9.99999974E-6 : f32} : tensor<2x5xf32>, tensor<5xf32> -> tensor<2xf32>
+// ONE-LABEL: func.func @layer_norm(
+// ONE-SAME: tensor<8x5xf32>
+func.func @layer_norm(%x: tensor<8x5xf32>, %labels: tensor<8xi64>) -> (tensor<f32> {nn.loss}) {
+  %s = nn.constant dense<1.0> : tensor<5xf32>
+  %b = nn.constant dense<0.0> : tensor<5xf32>
+  %y:3 = nn.layer_norm %x, %s, %b {axis = 1 : i64, epsilon = 1.0e-05 : f32} : tensor<8x5xf32>, tensor<5xf32> -> tensor<8xf32>
+  %loss = nn.softmax_cross_entropy %y#0, %labels : tensor<8x5xf32>, tensor<8xi64>
+  return %loss : tensor<f32>
+}

@@ -136,7 +136,17 @@ func.func @buffer_not_a_buffer(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
-// expected-error @+1 {{'func.func' op attribute 'pipe.buffer' belongs on an op with one result, or a function argument}}
+// An op with several results (nn.layer_norm) holds one #pipe.buffer per
+// result.
+func.func @buffer_per_result(%x: tensor<2x4xf32>, %s: tensor<4xf32>) -> tensor<2x4xf32> {
+  // expected-error @+1 {{'nn.layer_norm' op attribute 'pipe.buffer' must be an array of one #pipe.buffer per result (3), got [#pipe.buffer<arena, offset = 0, bytes = 32>, #pipe.buffer<arena, offset = 64, bytes = 8>]}}
+  %y:3 = nn.layer_norm %x, %s {axis = 1 : i64, epsilon = 1.0e-05 : f32, pipe.buffer = [#pipe.buffer<arena, offset = 0, bytes = 32>, #pipe.buffer<arena, offset = 64, bytes = 8>]} : tensor<2x4xf32>, tensor<4xf32> -> tensor<2xf32>
+  return %y#0 : tensor<2x4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op attribute 'pipe.buffer' belongs on an op with results, or a function argument}}
 func.func @buffer_on_function() attributes {pipe.buffer = #pipe.buffer<arena, offset = 0, bytes = 64>} {
   return
 }
