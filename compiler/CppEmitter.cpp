@@ -232,6 +232,11 @@ private:
   LogicalResult emit(nn::ConcatOp o);
   LogicalResult emit(nn::SliceOp o);
   LogicalResult emit(nn::SoftmaxOp o);
+  LogicalResult emit(nn::DropoutOp o);
+  LogicalResult emit(nn::DropoutGradOp o);
+  /// gp_dropout of `in` into `out`; the micro-batch's elements follow those
+  /// of the micro-batches before it in the mini-batch's tensor.
+  void emitDropout(Value in, Value out, APFloat ratio, uint64_t key);
   LogicalResult emit(nn::SoftmaxGradOp o);
   LogicalResult emit(nn::LayerNormOp o);
   LogicalResult emit(nn::LayerNormGradOp o);
@@ -722,12 +727,13 @@ LogicalResult FuncEmitter::emitOp(Operation *op) {
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](nn::GemmOp o) { return emitGemm(o, nullptr), success(); })
       .Case<nn::ReduceToOp, nn::BatchMatMulOp, nn::TransposeOp, nn::ConcatOp,
-            nn::SliceOp, nn::SoftmaxOp, nn::SoftmaxGradOp, nn::LayerNormOp,
-            nn::LayerNormGradOp, nn::LayerNormScaleGradOp,
-            nn::SoftmaxCrossEntropyOp, nn::SoftmaxCrossEntropyGradOp,
-            pipeline::SGDUpdateOp, pipeline::AdamUpdateOp, pipeline::SendOp,
-            pipeline::RecvOp, pipeline::ReportLossOp,
-            pipeline::AccumulateGradOp>([&](auto o) { return emit(o); })
+            nn::SliceOp, nn::SoftmaxOp, nn::SoftmaxGradOp, nn::DropoutOp,
+            nn::DropoutGradOp, nn::LayerNormOp, nn::LayerNormGradOp,
+            nn::LayerNormScaleGradOp, nn::SoftmaxCrossEntropyOp,
+            nn::SoftmaxCrossEntropyGradOp, pipeline::SGDUpdateOp,
+            pipeline::AdamUpdateOp, pipeline::SendOp, pipeline::RecvOp,
+            pipeline::ReportLossOp, pipeline::AccumulateGradOp>(
+          [&](auto o) { return emit(o); })
       .Default([&](Operation *) {
         return op->emitError("code generation does not support '")
                << op->getName() << "' yet";
@@ -780,6 +786,26 @@ static std::pair<int64_t, int64_t> outerInner(RankedTensorType t,
       inner *= t.getDimSize(d);
   }
   return {outer, inner};
+}
+
+void FuncEmitter::emitDropout(Value in, Value out, APFloat ratio,
+                              uint64_t key) {
+  int64_t n = tensorType(out).getNumElements();
+  os << "  gp_dropout(ctx, " << key << "ULL, "
+     << floatLit(ratio.convertToFloat()) << ", " << ptr(in) << ", "
+     << ptr(out, false) << ", " << n << ", mb * " << n << "LL);\n";
+}
+
+LogicalResult FuncEmitter::emit(nn::DropoutOp o) {
+  emitDropout(o.getInput(), o.getOutput(), o.getRatio(),
+              static_cast<uint64_t>(o.getKey()));
+  return success();
+}
+
+LogicalResult FuncEmitter::emit(nn::DropoutGradOp o) {
+  emitDropout(o.getGrad(), o.getOutput(), o.getRatio(),
+              static_cast<uint64_t>(o.getKey()));
+  return success();
 }
 
 LogicalResult FuncEmitter::emit(nn::SoftmaxOp o) {

@@ -55,6 +55,10 @@ int main(int argc, char **argv) {
       "CUDA runtime was built with)")(
       "loss", po::value(&o.lossName)->value_name("NAME"),
       "graph output to train (default: the only float32 scalar output)")(
+      "seed", po::value(&o.seed)->value_name("N"),
+      "seed of Dropout's random masks (default 0): counter-based, keyed by "
+      "(seed, node, step, sample), so results do not depend on --stages, "
+      "--microbatches or --remat")(
       "emit", po::value(&o.emit)->default_value("exe")->value_name("WHAT"),
       "exe: build the stage executables; cpp: stop after writing the C++ "
       "sources, weights and pipeline.json; mlir: write only the stage "

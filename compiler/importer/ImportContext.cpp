@@ -226,9 +226,22 @@ FailureOr<ConstTensor> ImportContext::readTensor(const onnx::TensorProto &t) {
     if (static_cast<int64_t>(c.i.size()) != n)
       return sizeError(c.i.size());
     return c;
+  case onnx::TensorProto::BOOL: // as 0/1 integers (masks, Dropout's mode)
+    if (haveRaw) {
+      if (static_cast<int64_t>(raw.size()) != n)
+        return sizeError(raw.size());
+      for (int64_t k = 0; k < n; ++k)
+        c.i.push_back(raw[k] != 0);
+    } else {
+      for (int32_t v : t.int32_data())
+        c.i.push_back(v != 0);
+    }
+    if (static_cast<int64_t>(c.i.size()) != n)
+      return sizeError(c.i.size());
+    return c;
   default:
     return fileError() << "tensor '" << t.name() << "' has element type "
                        << dtypeName(t.data_type())
-                       << "; supported: FLOAT (float32), INT64, INT32";
+                       << "; supported: FLOAT (float32), INT64, INT32, BOOL";
   }
 }

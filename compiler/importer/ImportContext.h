@@ -121,6 +121,8 @@ public:
   /// The mini-batch size imported, and the model's own static batch (0 if it
   /// was symbolic).
   int64_t getBatch() const { return batch; }
+  /// The --seed of counter-based random numbers.
+  uint64_t getSeed() const { return seed; }
   int64_t getExportedBatch() const { return exportedBatch; }
 
 protected:
@@ -129,6 +131,7 @@ protected:
   mlir::OpBuilder builder;
   mlir::Location fileLoc;
   int64_t exportedBatch = 0;
+  uint64_t seed = 0;
   int64_t batch = 0;
   std::map<std::string, ConstTensor> consts;
   std::map<std::string, mlir::Value> values;

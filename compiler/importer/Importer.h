@@ -11,7 +11,9 @@ class Importer : public ImportContext {
 public:
   Importer(mlir::MLIRContext &ctx, const std::string &path,
            const ImportOptions &options)
-      : ImportContext(ctx, path), options(options) {}
+      : ImportContext(ctx, path), options(options) {
+    seed = options.seed;
+  }
 
   mlir::FailureOr<ImportedModel> run();
 

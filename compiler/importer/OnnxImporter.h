@@ -18,6 +18,8 @@ struct ImportOptions {
   std::string lossName;
   /// Opset of the default domain the model is converted to.
   int targetOpset = 17;
+  /// Seed of the counter-based random numbers (Dropout's masks).
+  uint64_t seed = 0;
 };
 
 /// A trainable parameter: an ONNX floating-point initializer.

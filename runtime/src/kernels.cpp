@@ -2,6 +2,7 @@
 // optimizers).
 #include "gpipe/runtime.h"
 #include "internal.h"
+#include "random.h"
 
 #include <oneapi/dnnl/dnnl.h>
 
@@ -204,6 +205,14 @@ void gp_cast_bf16(const float *in, void *out, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i)
     o[i] = bf16Bits(in[i]);
+}
+
+void gp_dropout(const gp_step_ctx *ctx, uint64_t key, float ratio,
+                const float *x, float *y, int64_t n, int64_t base) {
+  const int64_t step = ctx->step;
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = gpipe::dropoutApply(key, step, base + i, ratio, x[i]);
 }
 
 void gp_softmax(const float *x, float *y, int64_t outer, int64_t n,

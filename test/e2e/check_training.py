@@ -177,6 +177,12 @@ def parse_args(argv):
         a.compare_single = True
     # Tolerances against torch and against the reference program.
     a.torch_tol = a.bf16_tol if a.precision == "bf16" else a.tol
+    # Dropout: torch draws other masks; the run is checked against its own
+    # 1-stage program, and must differ from torch trained without dropout.
+    a.dropout = models.MODELS[a.model].dropout
+    if a.dropout:
+        a.torch_tol = float("inf")
+        a.compare_single = True
     a.ref_tol = 1e-3 if a.precision == "bf16" and a.target == "cuda" else a.tol
     return a
 
@@ -241,6 +247,8 @@ def torch_reference(a, init, x, y):
     module = models.build(a.model, a.seed)
     loaded, extra = models.load_into_module(module, init)
     module.train()
+    if a.dropout:
+        module.eval()  # the models' only train/eval difference is dropout
     opt = make_optimizer(a, list(module.parameters()))
     xt = torch.from_numpy(x)
     yt = torch.from_numpy(y)
@@ -711,6 +719,9 @@ def run_check(a):
     if a.precision == "bf16" and worst_param[0] <= 1e-6:
         failures.append("--precision bf16 trained the same weights as torch's fp32 (worst "
                         "rel_err %.3e): the bf16 rounding did not happen" % worst_param[0])
+    if a.dropout and worst_param[0] <= 1e-3:
+        failures.append("the model's dropout changed nothing: the run is within %.3e of "
+                        "torch trained without dropout" % worst_param[0])
     log("worst loss abs_err:        %.3e (step %d)" % worst_loss)
     if single is not None:
         log("worst rel_err vs %s:  %.3e (%s)" % ((REF,) + worst_single))

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 ALLOWED_OPS = frozenset([
     "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Relu", "Tanh", "Sigmoid",
-    "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Abs", "Softmax", "LayerNormalization", "Pow", "Neg",
+    "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Abs", "Softmax", "LayerNormalization", "Dropout", "Pow", "Neg",
     "ReduceMean", "ReduceSum", "Expand", "Slice", "Equal", "Cast", "Where", "Not", "Constant", "Identity", "Reshape", "Flatten", "Concat", "Unsqueeze",
     "Squeeze", "SoftmaxCrossEntropyLoss", "Transpose",
     # Shape arithmetic on static shapes, folded at import:
@@ -246,6 +246,22 @@ class MlpLayerNorm(_Loss):
         return self.l2(h + q.reshape(-1, 32))
 
 
+class MlpDropout(_Loss):
+    """Linear-Tanh-Dropout(0.1)-Linear-Tanh-Dropout(0.1)-Linear
+    (16 -> 32 -> 32 -> 10)."""
+
+    def __init__(self, d_in=16, hidden=32, classes=10, p=0.1):
+        super().__init__()
+        self.l1 = nn.Linear(d_in, hidden)
+        self.l2 = nn.Linear(hidden, hidden)
+        self.l3 = nn.Linear(hidden, classes)
+        self.drop = nn.Dropout(p)
+
+    def logits(self, x):
+        h = self.drop(torch.tanh(self.l1(x)))
+        return self.l3(self.drop(torch.tanh(self.l2(h))))
+
+
 class MlpGeluSigmoid(_Loss):
     """Linear-GELU(exact)-Linear-Sigmoid-Linear (20 -> 32 -> 32 -> 10).
 
@@ -418,8 +434,11 @@ def mlp_deep(width=1024, depth=8, classes=10):
 
 # name -> (constructor, input features, classes, ignore_index or None)
 # task "classify": int64 labels y [S]; "regress": float32 targets y [S, classes].
-Spec = collections.namedtuple("Spec", "ctor d_in classes ignore_index doc task",
-                              defaults=("classify",))
+# dropout: the model has Dropout, whose masks torch draws from its own generator:
+# check_training compares gpipe's pipelined run with its 1-stage program only,
+# and requires the run to differ from torch without dropout.
+Spec = collections.namedtuple("Spec", "ctor d_in classes ignore_index doc task dropout",
+                              defaults=("classify", False))
 
 MODELS = {
     "mlp_tanh": Spec(lambda: MlpTanh(16, 32, 10), 16, 10, None,
@@ -434,6 +453,9 @@ MODELS = {
                         "Linear-Tanh-Softmax(last, middle axis)-Linear 16->32->10"),
     "mlp_layernorm": Spec(lambda: MlpLayerNorm(16, 32, 10), 16, 10, None,
                           "Linear-LayerNorm-Tanh, LayerNorm over [4, 8] (no bias), Linear 16->32->10"),
+    "mlp_dropout": Spec(lambda: MlpDropout(16, 32, 10, 0.1), 16, 10, None,
+                        "(Linear-Tanh-Dropout 0.1) x 2 + Linear 16->32->32->10",
+                        "classify", True),
     "mlp_norm_ops": Spec(lambda: MlpNormOps(16, 32, 10), 16, 10, None,
                          "Linear-hand-written LayerNorm-tanh GELU-Linear 16->32->10"),
     "mlp_mse": Spec(lambda: MlpMse(16, 32, 10), 16, 10, None,

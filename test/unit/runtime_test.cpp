@@ -1769,3 +1769,47 @@ TEST(Manifest, ErrorsNameTheFileAndTheField) {
 }
 
 } // namespace
+
+// gp_dropout: about `ratio` of the elements dropped, the rest scaled by
+// 1 / (1 - ratio) exactly; the same (key, step, index) always draws the same
+// bit, so a tensor done in two runs (micro-batches, base offsets) equals it
+// done in one; another step or key draws another mask; in place is allowed.
+TEST(Kernels, DropoutIsCounterBased) {
+  const int64_t n = 1 << 20;
+  const float ratio = 0.1f;
+  std::vector<float> x(n), whole(n), halves(n);
+  for (int64_t i = 0; i < n; ++i)
+    x[i] = 1.0f + static_cast<float>(i % 7);
+  gp_step_ctx ctx{};
+  ctx.step = 3;
+  gp_dropout(&ctx, 42, ratio, x.data(), whole.data(), n, 0);
+  int64_t dropped = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (whole[i] == 0.0f)
+      ++dropped;
+    else
+      ASSERT_EQ(whole[i], x[i] / (1.0f - ratio)) << i;
+  }
+  EXPECT_NEAR(static_cast<double>(dropped) / n, ratio, 0.002);
+  gp_dropout(&ctx, 42, ratio, x.data(), halves.data(), n / 2, 0);
+  gp_dropout(&ctx, 42, ratio, x.data() + n / 2, halves.data() + n / 2, n / 2,
+             n / 2);
+  EXPECT_EQ(0, std::memcmp(whole.data(), halves.data(), n * sizeof(float)));
+  std::vector<float> inPlace(x);
+  gp_dropout(&ctx, 42, ratio, inPlace.data(), inPlace.data(), n, 0);
+  EXPECT_EQ(0, std::memcmp(whole.data(), inPlace.data(), n * sizeof(float)));
+  auto differing = [&](uint64_t key, int64_t step) {
+    gp_step_ctx other{};
+    other.step = step;
+    std::vector<float> y(n);
+    gp_dropout(&other, key, ratio, x.data(), y.data(), n, 0);
+    int64_t d = 0;
+    for (int64_t i = 0; i < n; ++i)
+      d += (y[i] == 0.0f) != (whole[i] == 0.0f);
+    return d;
+  };
+  // Independent masks disagree on about 2 p (1 - p) of the elements.
+  EXPECT_GT(differing(42, 4), n / 10);
+  EXPECT_GT(differing(43, 3), n / 10);
+  EXPECT_EQ(differing(42, 3), 0);
+}

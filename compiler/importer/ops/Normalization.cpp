@@ -83,7 +83,50 @@ static LogicalResult importLayerNormalization(ImportContext &cx,
   return success();
 }
 
+/// Dropout (opset 12+: ratio and training_mode as optional constant inputs).
+/// In training mode with ratio > 0, nn.dropout keyed by the seed and the
+/// node's name (FNV-1a: the same on every stage and build); otherwise the
+/// identity, as in inference. The mask output is not supported.
+static LogicalResult importDropout(ImportContext &cx,
+                                   const onnx::NodeProto &node) {
+  FailureOr<Value> x = cx.floatValueOf(node, 0);
+  if (failed(x))
+    return failure();
+  float ratio = 0.5f;
+  if (node.input_size() > 1 && !node.input(1).empty()) {
+    const ConstTensor *r = cx.constOf(node.input(1));
+    if (!r || r->numElements() != 1)
+      return cx.nodeError(node) << "the ratio must be a constant scalar";
+    ratio = r->isFloat ? r->f[0] : static_cast<float>(r->i[0]);
+  }
+  bool training = false;
+  if (node.input_size() > 2 && !node.input(2).empty()) {
+    const ConstTensor *t = cx.constOf(node.input(2));
+    if (!t || t->isFloat || t->numElements() != 1)
+      return cx.nodeError(node)
+             << "training_mode must be a constant boolean scalar";
+    training = t->i[0] != 0;
+  }
+  if (!(ratio >= 0.0f && ratio < 1.0f))
+    return cx.nodeError(node) << "ratio " << ratio << " is outside [0, 1)";
+  if (!training || ratio == 0.0f) {
+    cx.define(node, 0, *x);
+    return success();
+  }
+  uint64_t key = 0xCBF29CE484222325ULL;
+  for (char c : nodeName(node))
+    key = (key ^ static_cast<unsigned char>(c)) * 0x100000001B3ULL;
+  key ^= cx.getSeed() * 0x9E3779B97F4A7C15ULL;
+  OpBuilder &b = cx.getBuilder();
+  cx.define(
+      node, 0,
+      nn::DropoutOp::create(b, cx.nodeLoc(node), *x, b.getF32FloatAttr(ratio),
+                            b.getI64IntegerAttr(static_cast<int64_t>(key))));
+  return success();
+}
+
 void gpipe::importer::registerNormalizationOps(OpTable &table) {
   table.add("LayerNormalization", importLayerNormalization);
   table.add("Softmax", importSoftmax);
+  table.add("Dropout", importDropout);
 }

@@ -136,3 +136,45 @@ LayerNormOp::splitBatch(ArrayRef<std::optional<int64_t>> operandAxes, int64_t,
   resultAxes.append(3, operandAxes[0]);
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// Dropout
+//===----------------------------------------------------------------------===//
+
+static LogicalResult verifyRatio(Operation *op, float ratio) {
+  if (!(ratio >= 0.0f && ratio < 1.0f))
+    return op->emitOpError("ratio must be in [0, 1), got ") << ratio;
+  return success();
+}
+
+LogicalResult DropoutOp::verify() {
+  return verifyRatio(*this, getRatio().convertToFloat());
+}
+LogicalResult DropoutGradOp::verify() {
+  return verifyRatio(*this, getRatio().convertToFloat());
+}
+
+int64_t DropoutOp::getFlops() { return 4 * numElements(getOutput()); }
+int64_t DropoutGradOp::getFlops() { return 4 * numElements(getOutput()); }
+
+// The mask is redrawn from its key, not stored.
+LogicalResult DropoutOp::buildGradients(OpBuilder &b,
+                                        ArrayRef<Value> resultGrads,
+                                        SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(DropoutGradOp::create(b, getLoc(), resultGrads[0],
+                                               getRatioAttr(), getKeyAttr()));
+  return success();
+}
+
+// Each micro-batch draws the elements of its samples: the batch must be the
+// outermost axis, so that a micro-batch is a contiguous run of the
+// mini-batch's tensor (its element indices are known).
+LogicalResult
+DropoutOp::splitBatch(ArrayRef<std::optional<int64_t>> operandAxes, int64_t,
+                      SmallVectorImpl<std::optional<int64_t>> &resultAxes) {
+  if (*operandAxes[0] != 0)
+    return emitBatchSplitError(
+        *this, "a dropout of a tensor whose batch axis is not the first");
+  resultAxes.push_back(0);
+  return success();
+}

@@ -108,4 +108,39 @@ def NN_LayerNormScaleGradOp : NN_Op<"layer_norm_scale_grad", [Pure, NN_Cost,
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Dropout
+//===----------------------------------------------------------------------===//
+
+def NN_DropoutOp : NN_Op<"dropout", [Pure, SameOperandsAndResultType,
+    NN_Cost, NN_Batch,
+    DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
+  let summary = "inverted dropout with a counter-based mask";
+  let description = [{
+    `y = keep ? x / (1 - ratio) : 0`, where `keep` is decided per element by
+    a counter-based hash of (`key`, the optimizer step, the element's index in
+    the mini-batch's tensor): the same element of the same step always draws
+    the same bit, so a recomputed forward (remat) and the gradient
+    (nn.dropout_grad, which redraws the mask instead of storing it) see the
+    first forward's mask, and no stage count or micro-batch split changes it.
+    `key` mixes the `--seed` and the ONNX node's name.
+    ```mlir
+    %y = nn.dropout %x {key = 42 : i64, ratio = 1.000000e-01 : f32} : tensor<8x16xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, F32Attr:$ratio, I64Attr:$key);
+  let results = (outs NN_F32Tensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def NN_DropoutGradOp : NN_Op<"dropout_grad", [Pure, SameOperandsAndResultType,
+    NN_Cost]> {
+  let summary = "gradient of nn.dropout: dy through the same mask, scaled";
+  let arguments = (ins NN_F32Tensor:$grad, F32Attr:$ratio, I64Attr:$key);
+  let results = (outs NN_F32Tensor:$output);
+  let assemblyFormat = "$grad attr-dict `:` type($grad)";
+  let hasVerifier = 1;
+}
+
 #endif // GPIPE_NN_OPS_NORMALIZATION

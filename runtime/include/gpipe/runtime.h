@@ -214,6 +214,14 @@ void gp_reduce_to(const float *in, const int64_t *in_shape, float *out,
 /// Softmax along the middle axis of x viewed as [outer, n, inner]:
 /// y[o, k, j] = exp(x[o, k, j] - m) / sum_k' exp(x[o, k', j] - m), m the
 /// row's maximum (the sum in double). y may alias x.
+/// Inverted dropout of n elements whose indices in the mini-batch's tensor
+/// start at `base`: y[i] = x[i] / (1 - ratio) where the counter-based draw
+/// for (key, ctx->step, base + i) is >= ratio, else 0. The same call with
+/// x = dy is the gradient (the mask is redrawn, never stored). In place is
+/// allowed.
+void gp_dropout(const gp_step_ctx *ctx, uint64_t key, float ratio,
+                const float *x, float *y, int64_t n, int64_t base);
+
 void gp_softmax(const float *x, float *y, int64_t outer, int64_t n,
                 int64_t inner);
 

@@ -9,6 +9,7 @@
 // contraction), so that a CUDA stage trains like a CPU one.
 #include "cuda_internal.h"
 #include "internal.h"
+#include "random.h"
 
 #include <cuda_bf16.h>
 #include <math_constants.h>
@@ -210,6 +211,13 @@ __global__ void adamKernel(float *__restrict__ p, const float *__restrict__ g,
 // axis (correct for any axis; a row-per-warp kernel is the faster form for
 // long last-axis rows, left for the attention work)
 //===----------------------------------------------------------------------===//
+
+__global__ void dropoutKernel(uint64_t key, int64_t step, float ratio,
+                              const float *x, float *y, int64_t n,
+                              int64_t base) {
+  for (int64_t i = globalThread(); i < n; i += gridThreads())
+    y[i] = gpipe::dropoutApply(key, step, base + i, ratio, x[i]);
+}
 
 __global__ void softmaxKernel(const float *x, float *y, int64_t outer,
                               int64_t n, int64_t inner) {
@@ -1182,6 +1190,15 @@ void gp_cast_bf16(const float *in, void *out, int64_t n) {
     return;
   castBf16Kernel<<<blocksFor(n), kThreads, 0, stream()>>>(
       in, static_cast<__nv_bfloat16 *>(out), n);
+  GP_CUDA_LAUNCHED();
+}
+
+void gp_dropout(const gp_step_ctx *ctx, uint64_t key, float ratio,
+                const float *x, float *y, int64_t n, int64_t base) {
+  if (n <= 0)
+    return;
+  dropoutKernel<<<blocksFor(n), kThreads, 0, stream()>>>(key, ctx->step, ratio,
+                                                         x, y, n, base);
   GP_CUDA_LAUNCHED();
 }
 

@@ -789,3 +789,11 @@ func.func @layer_norm_scale_grad_axis(%x: tensor<2x3xf32>, %m: tensor<2xf32>, %g
   %d = nn.layer_norm_scale_grad %x, %m, %m, %g {axis = -1 : i64} : tensor<2x3xf32>, tensor<2xf32> -> tensor<3xf32>
   return %d : tensor<3xf32>
 }
+
+// -----
+
+func.func @dropout_ratio(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'nn.dropout' op ratio must be in [0, 1), got 1.000000e+00}}
+  %y = nn.dropout %x {key = 1 : i64, ratio = 1.0 : f32} : tensor<4xf32>
+  return %y : tensor<4xf32>
+}

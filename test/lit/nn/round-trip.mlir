@@ -254,3 +254,15 @@ func.func @layer_norm(%x: tensor<2x3x4xf32>, %s: tensor<3x4xf32>, %b: tensor<3x4
   %ds = nn.layer_norm_scale_grad %x, %m, %r, %dx {axis = 1 : i64} : tensor<2x3x4xf32>, tensor<2xf32> -> tensor<3x4xf32>
   return %z#0, %ds : tensor<2x3x4xf32>, tensor<3x4xf32>
 }
+
+// -----
+
+// nn.dropout and its gradient (the same key and ratio: the mask is redrawn).
+// CHECK-LABEL: func.func @dropout(
+// CHECK-NEXT: %[[Y:.+]] = nn.dropout %{{.+}} {key = 42 : i64, ratio = 1.000000e-01 : f32} : tensor<4x8xf32>
+// CHECK-NEXT: nn.dropout_grad %[[Y]] {key = 42 : i64, ratio = 1.000000e-01 : f32} : tensor<4x8xf32>
+func.func @dropout(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %y = nn.dropout %x {key = 42 : i64, ratio = 0.1 : f32} : tensor<4x8xf32>
+  %d = nn.dropout_grad %y {key = 42 : i64, ratio = 0.1 : f32} : tensor<4x8xf32>
+  return %d : tensor<4x8xf32>
+}

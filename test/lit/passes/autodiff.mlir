@@ -705,3 +705,21 @@ func.func @where_slice(%l: tensor<4xi64>, %b: tensor<f32>) -> (tensor<f32> {nn.l
   %loss = nn.softmax_cross_entropy %s, %l : tensor<4x5xf32>, tensor<4xi64>
   return %loss : tensor<f32>
 }
+
+// -----
+
+nn.parameter @w : tensor<4x8xf32>
+// nn.dropout's gradient redraws its mask (same key and ratio) instead of
+// keeping it: nothing of the forward stays alive for it.
+// CHECK-LABEL: func.func @dropout(
+// CHECK: %[[W:.+]] = nn.param @w
+// CHECK: nn.dropout %[[W]] {key = 7 : i64, ratio = 2.500000e-01 : f32}
+// CHECK: %[[DY:.+]] = nn.softmax_cross_entropy_grad
+// CHECK-NEXT: %[[DW:.+]] = nn.dropout_grad %[[DY]] {key = 7 : i64, ratio = 2.500000e-01 : f32} : tensor<4x8xf32>
+// CHECK-NEXT: nn.param_grad %[[W]], %[[DW]]
+func.func @dropout(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
+  %w = nn.param @w : tensor<4x8xf32>
+  %y = nn.dropout %w {key = 7 : i64, ratio = 0.25 : f32} : tensor<4x8xf32>
+  %loss = nn.softmax_cross_entropy %y, %l : tensor<4x8xf32>, tensor<4xi64>
+  return %loss : tensor<f32>
+}

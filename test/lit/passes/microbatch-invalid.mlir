@@ -308,3 +308,15 @@ func.func @layer_norm_scale_batch(%x: tensor<8x8xf32>, %z: tensor<8xf32>) -> (te
   %r = nn.reduce_to %y#0 : tensor<8x8xf32> -> tensor<f32>
   return %r : tensor<f32>
 }
+
+// -----
+
+// A dropout draws by element index in the mini-batch's tensor: the batch
+// must be outermost.
+func.func @dropout_batch_inner(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) {
+  %t = nn.transpose %x, [1, 0] : tensor<8x4xf32> -> tensor<4x8xf32>
+  // expected-error @+1 {{cannot split the batch into micro-batches: a dropout of a tensor whose batch axis is not the first}}
+  %d = nn.dropout %t {key = 1 : i64, ratio = 0.5 : f32} : tensor<4x8xf32>
+  %s = nn.reduce_to %d : tensor<4x8xf32> -> tensor<f32>
+  return %s : tensor<f32>
+}
