@@ -26,6 +26,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <set>
@@ -231,6 +232,8 @@ private:
   LogicalResult emit(nn::TransposeOp o);
   LogicalResult emit(nn::ConcatOp o);
   LogicalResult emit(nn::SliceOp o);
+  LogicalResult emit(nn::GatherOp o);
+  LogicalResult emit(nn::ScatterAddOp o);
   LogicalResult emit(nn::SoftmaxOp o);
   LogicalResult emit(nn::DropoutOp o);
   LogicalResult emit(nn::DropoutGradOp o);
@@ -727,9 +730,10 @@ LogicalResult FuncEmitter::emitOp(Operation *op) {
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](nn::GemmOp o) { return emitGemm(o, nullptr), success(); })
       .Case<nn::ReduceToOp, nn::BatchMatMulOp, nn::TransposeOp, nn::ConcatOp,
-            nn::SliceOp, nn::SoftmaxOp, nn::SoftmaxGradOp, nn::DropoutOp,
-            nn::DropoutGradOp, nn::LayerNormOp, nn::LayerNormGradOp,
-            nn::LayerNormScaleGradOp, nn::SoftmaxCrossEntropyOp,
+            nn::SliceOp, nn::GatherOp, nn::ScatterAddOp, nn::SoftmaxOp,
+            nn::SoftmaxGradOp, nn::DropoutOp, nn::DropoutGradOp,
+            nn::LayerNormOp, nn::LayerNormGradOp, nn::LayerNormScaleGradOp,
+            nn::SoftmaxCrossEntropyOp,
             nn::SoftmaxCrossEntropyGradOp, pipeline::SGDUpdateOp,
             pipeline::AdamUpdateOp, pipeline::SendOp, pipeline::RecvOp,
             pipeline::ReportLossOp, pipeline::AccumulateGradOp>(
@@ -805,6 +809,44 @@ LogicalResult FuncEmitter::emit(nn::DropoutOp o) {
 LogicalResult FuncEmitter::emit(nn::DropoutGradOp o) {
   emitDropout(o.getGrad(), o.getOutput(), o.getRatio(),
               static_cast<uint64_t>(o.getKey()));
+  return success();
+}
+
+/// The graph input `v` is read from, through reshapes (labels, token ids),
+/// or null.
+static BlockArgument dataInputOf(func::FuncOp func, Value v) {
+  while (auto r = v.getDefiningOp<nn::ReshapeOp>())
+    v = r.getInput();
+  auto arg = dyn_cast<BlockArgument>(v);
+  return arg && nn::getInputName(func, arg.getArgNumber()) ? arg
+                                                           : BlockArgument();
+}
+
+/// The kernels' view of a gather: positions, table rows, row width.
+static std::array<int64_t, 3> gatherDims(Value table, Value indices) {
+  auto t = tensorType(table);
+  return {tensorType(indices).getNumElements(), t.getDimSize(0),
+          t.getNumElements() / std::max<int64_t>(t.getDimSize(0), 1)};
+}
+
+LogicalResult FuncEmitter::emit(nn::GatherOp o) {
+  auto [n, rows, width] = gatherDims(o.getTable(), o.getIndices());
+  // Indices read from a data file (token ids) are checked on the host, so
+  // a bad one is an error naming the input and sample, not a zero row.
+  if (BlockArgument arg = dataInputOf(func, o.getIndices()))
+    os << "  gp_check_input_indices(ctx, " << arg.getArgNumber() << ", mb, "
+       << rows << ");\n";
+  os << "  gp_gather(" << ptr(o.getTable()) << ", " << ptr(o.getIndices())
+     << ", " << ptr(o.getOutput(), false) << ", " << n << ", " << rows << ", "
+     << width << ");\n";
+  return success();
+}
+
+LogicalResult FuncEmitter::emit(nn::ScatterAddOp o) {
+  auto [n, rows, width] = gatherDims(o.getOutput(), o.getIndices());
+  os << "  gp_scatter_add(" << ptr(o.getGrad()) << ", " << ptr(o.getIndices())
+     << ", " << ptr(o.getOutput(), false) << ", " << n << ", " << rows << ", "
+     << width << ");\n";
   return success();
 }
 
@@ -923,17 +965,11 @@ LogicalResult FuncEmitter::emit(nn::SoftmaxCrossEntropyOp o) {
   auto lt = tensorType(o.getLogits());
   // Labels read from a data file are checked, so a bad label is an error
   // naming the input and sample (as torch raises), not a NaN loss.
-  Value labels = o.getLabels();
-  while (auto r = labels.getDefiningOp<nn::ReshapeOp>())
-    labels = r.getInput();
-  if (auto arg = dyn_cast<BlockArgument>(labels))
-    if (nn::getInputName(func, arg.getArgNumber())) {
-      // Checked on the host, in the data file's rows (a device arena is
-      // not readable from the host).
-      os << "  gp_check_input_labels(ctx, " << arg.getArgNumber() << ", mb, "
-         << lt.getDimSize(1) << ", " << ignoreArgs(o.getIgnoreIndex())
-         << ");\n";
-    }
+  // Checked on the host, in the data file's rows (a device arena is not
+  // readable from the host).
+  if (BlockArgument arg = dataInputOf(func, o.getLabels()))
+    os << "  gp_check_input_labels(ctx, " << arg.getArgNumber() << ", mb, "
+       << lt.getDimSize(1) << ", " << ignoreArgs(o.getIgnoreIndex()) << ");\n";
   FailureOr<std::string> norm =
       lossNorm(o, o.getLabels(), o.getIgnoreIndex(), o.getMicrobatches());
   if (failed(norm))

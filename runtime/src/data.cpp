@@ -3,6 +3,7 @@
 // generated code asks for.
 #include "internal.h"
 
+#include <algorithm>
 #include <cstring>
 #include <sys/stat.h>
 #include <vector>
@@ -99,22 +100,51 @@ bool openInputs(Runtime &rt, const std::string &dataDir, int64_t &numBatches,
   return true;
 }
 
-void checkLabels(const gp_step_ctx *ctx, const int64_t *labels, int64_t n,
-                 int64_t classes, int32_t hasIgnore, int64_t ignoreIndex,
-                 const char *input, int64_t rowOffset) {
-  for (int64_t r = 0; r < n; ++r) {
-    int64_t label = labels[r];
-    if ((label >= 0 && label < classes) || (hasIgnore && label == ignoreIndex))
+void checkRange(const gp_step_ctx *ctx, const int64_t *values, int64_t n,
+                int64_t lo, int64_t hi, int32_t hasIgnore, int64_t ignoreIndex,
+                const char *input, int64_t rowOffset, int64_t perSample,
+                const char *what) {
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t v = values[k];
+    if ((v >= lo && v < hi) || (hasIgnore && v == ignoreIndex))
       continue;
-    std::string msg = std::string("graph input '") + input + "', sample " +
-                      std::to_string(ctx->first_sample + rowOffset + r) +
-                      " (step " + std::to_string(ctx->step) + "): label " +
-                      std::to_string(label) + " is outside [0, " +
-                      std::to_string(classes) + ")" +
-                      (hasIgnore ? " and is not the ignore_index" : "");
+    std::string msg =
+        std::string("graph input '") + input + "', sample " +
+        std::to_string(ctx->first_sample + rowOffset + k / perSample) +
+        (perSample > 1 ? ", element " + std::to_string(k % perSample) : "") +
+        " (step " + std::to_string(ctx->step) + "): " + what + " " +
+        std::to_string(v) + " is outside [" + std::to_string(lo) + ", " +
+        std::to_string(hi) + ")" +
+        (hasIgnore ? " and is not the ignore_index" : "");
     // Names the stage, writes its status, tears the other stages down.
     fatal(ctx, 1, msg);
   }
+}
+
+/// The int64 rows of micro-batch `microbatch` of graph input `input`, read
+/// from its data file, checked to lie in [lo, hi) (checkRange); `caller`
+/// names the runtime function in errors of the program.
+void checkInputRange(const gp_step_ctx *ctx, int32_t input, int64_t microbatch,
+                     int64_t lo, int64_t hi, int32_t hasIgnore,
+                     int64_t ignoreIndex, const char *caller,
+                     const char *what) {
+  const Runtime &rt = runtimeOf(ctx, caller);
+  const InputData &in = inputOf(ctx, rt, input, caller);
+  const gp_tensor_desc &d = rt.program->inputs[input];
+  if (d.dtype != GP_I64 || microbatch < 0 ||
+      microbatch >= rt.program->microbatches)
+    fatal(ctx, 1,
+          std::string("invalid program: ") + caller + " of graph input '" +
+              d.name + "', micro-batch " + std::to_string(microbatch));
+  int64_t first = rt.miniFirst + microbatch * rt.microRows;
+  int64_t perSample = in.rowBytes / 8;
+  int64_t n = rt.microRows * perSample;
+  // Rows of a mapped .npy may be unaligned: copy before reading int64s.
+  std::vector<int64_t> values(static_cast<size_t>(n));
+  std::memcpy(values.data(), in.file.data() + first * in.rowBytes,
+              static_cast<size_t>(n * 8));
+  checkRange(ctx, values.data(), n, lo, hi, hasIgnore, ignoreIndex, d.name,
+             first - ctx->first_sample, std::max<int64_t>(perSample, 1), what);
 }
 
 } // namespace gpipe
@@ -140,24 +170,14 @@ extern "C" void gp_check_input_labels(const gp_step_ctx *ctx, int32_t input,
                                       int64_t microbatch, int64_t classes,
                                       int32_t has_ignore,
                                       int64_t ignore_index) {
-  const gpipe::Runtime &rt = gpipe::runtimeOf(ctx, "gp_check_input_labels");
-  const gpipe::InputData &in =
-      gpipe::inputOf(ctx, rt, input, "gp_check_input_labels");
-  const gp_tensor_desc &d = rt.program->inputs[input];
-  if (d.dtype != GP_I64 || microbatch < 0 ||
-      microbatch >= rt.program->microbatches)
-    fatal(ctx, 1,
-          std::string("invalid program: gp_check_input_labels of graph "
-                      "input '") +
-              d.name + "', micro-batch " + std::to_string(microbatch));
-  int64_t first = rt.miniFirst + microbatch * rt.microRows;
-  int64_t n = rt.microRows * in.rowBytes / 8;
-  // Rows of a mapped .npy may be unaligned: copy before reading int64s.
-  std::vector<int64_t> labels(static_cast<size_t>(n));
-  std::memcpy(labels.data(), in.file.data() + first * in.rowBytes,
-              static_cast<size_t>(n * 8));
-  gpipe::checkLabels(ctx, labels.data(), n, classes, has_ignore, ignore_index,
-                     d.name, first - ctx->first_sample);
+  gpipe::checkInputRange(ctx, input, microbatch, 0, classes, has_ignore,
+                         ignore_index, "gp_check_input_labels", "label");
+}
+
+extern "C" void gp_check_input_indices(const gp_step_ctx *ctx, int32_t input,
+                                       int64_t microbatch, int64_t rows) {
+  gpipe::checkInputRange(ctx, input, microbatch, -rows, rows, 0, 0,
+                         "gp_check_input_indices", "index");
 }
 
 extern "C" int64_t gp_count_labels(gp_step_ctx *ctx, int32_t input,

@@ -69,11 +69,15 @@ void printError(int32_t stage, const std::string &msg);
 bool openInputs(Runtime &rt, const std::string &dataDir, int64_t &numBatches,
                 std::string &err);
 
-/// The label check of gp_check_labels / gp_check_input_labels (data.cpp):
-/// sample numbers are ctx->first_sample + rowOffset + row.
-void checkLabels(const gp_step_ctx *ctx, const int64_t *labels, int64_t n,
-                 int64_t classes, int32_t hasIgnore, int64_t ignoreIndex,
-                 const char *input, int64_t rowOffset);
+/// The range check of gp_check_labels / gp_check_input_labels (`what` =
+/// "label", [0, classes)) and gp_check_input_indices ("index", [-rows,
+/// rows)) (data.cpp): values[k] is element k % perSample of sample
+/// ctx->first_sample + rowOffset + k / perSample; a value outside [lo, hi)
+/// (and not ignoreIndex when hasIgnore) ends the run naming them.
+void checkRange(const gp_step_ctx *ctx, const int64_t *values, int64_t n,
+                int64_t lo, int64_t hi, int32_t hasIgnore, int64_t ignoreIndex,
+                const char *input, int64_t rowOffset, int64_t perSample,
+                const char *what);
 
 /// Checks that the pipeline.json at PATH describes `p` (describe.cpp):
 /// format, build id, stages, batch and micro-batches, and this stage's entry

@@ -419,11 +419,47 @@ void gp_copy_blocks(void *dst, int64_t dst_stride, const void *src,
                 s + o * src_stride * elem_bytes, rowBytes);
 }
 
+void gp_gather(const float *table, const int64_t *idx, float *out, int64_t n,
+               int64_t rows, int64_t width) {
+#pragma omp parallel for schedule(static) if (n * width >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = idx[i] < 0 ? idx[i] + rows : idx[i];
+    float *dst = out + i * width;
+    if (r < 0 || r >= rows)
+      std::memset(dst, 0, static_cast<size_t>(width) * sizeof(float));
+    else
+      std::memcpy(dst, table + r * width,
+                  static_cast<size_t>(width) * sizeof(float));
+  }
+}
+
+void gp_scatter_add(const float *dout, const int64_t *idx, float *dtable,
+                    int64_t n, int64_t rows, int64_t width) {
+  std::memset(dtable, 0, static_cast<size_t>(rows * width) * sizeof(float));
+  // Threads own column blocks; each runs over the positions in order, so
+  // the sums are the same with any thread count.
+  constexpr int64_t kBlock = 16;
+  const int64_t blocks = (width + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (n * width >= kParallelMin)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t c0 = b * kBlock, c1 = std::min(width, c0 + kBlock);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t r = idx[i] < 0 ? idx[i] + rows : idx[i];
+      if (r < 0 || r >= rows)
+        continue;
+      const float *src = dout + i * width;
+      float *dst = dtable + r * width;
+      for (int64_t c = c0; c < c1; ++c)
+        dst[c] += src[c];
+    }
+  }
+}
+
 void gp_check_labels(const gp_step_ctx *ctx, const int64_t *labels, int64_t n,
                      int64_t classes, int32_t has_ignore, int64_t ignore_index,
                      const char *input) {
-  gpipe::checkLabels(ctx, labels, n, classes, has_ignore, ignore_index, input,
-                     0);
+  gpipe::checkRange(ctx, labels, n, 0, classes, has_ignore, ignore_index, input,
+                    0, 1, "label");
 }
 
 void gp_softmax_xent_fwd(const float *logits, const int64_t *labels, int64_t N,

@@ -36,8 +36,9 @@ ALLOWED_OPS = frozenset([
     "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Abs", "Softmax", "LayerNormalization", "Dropout", "Pow", "Neg",
     "ReduceMean", "ReduceSum", "Expand", "Slice", "Equal", "Cast", "Where", "Not", "Constant", "Identity", "Reshape", "Flatten", "Concat", "Unsqueeze",
     "Squeeze", "SoftmaxCrossEntropyLoss", "Transpose",
-    # Shape arithmetic on static shapes, folded at import:
-    "Shape", "Gather",
+    # Gather: embeddings (float tables), and shape arithmetic on static
+    # shapes (with Shape and Range), folded at import:
+    "Shape", "Gather", "Range",
 ])
 
 DEFAULT_OPSET = 17
@@ -262,6 +263,25 @@ class MlpDropout(_Loss):
         return self.l3(self.drop(torch.tanh(self.l2(h))))
 
 
+class EmbLm(nn.Module):
+    """A tiny language model on int64 token ids x [B, T]: token embedding
+    (Gather on a computed index) + position embedding (Gather at
+    torch.arange(T)), Tanh, Linear(d, vocab) on every position, and the
+    cross-entropy over every position (logits [B*T, V], targets [B*T])."""
+
+    def __init__(self, vocab=50, t=8, d=16):
+        super().__init__()
+        self.vocab, self.t = vocab, t
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(t, d)
+        self.out = nn.Linear(d, vocab)
+
+    def forward(self, x, y):
+        h = torch.tanh(self.tok(x) + self.pos(torch.arange(self.t)))
+        logits = self.out(h)
+        return F.cross_entropy(logits.reshape(-1, self.vocab), y.reshape(-1))
+
+
 class MlpGeluSigmoid(_Loss):
     """Linear-GELU(exact)-Linear-Sigmoid-Linear (20 -> 32 -> 32 -> 10).
 
@@ -433,7 +453,9 @@ def mlp_deep(width=1024, depth=8, classes=10):
 
 
 # name -> (constructor, input features, classes, ignore_index or None)
-# task "classify": int64 labels y [S]; "regress": float32 targets y [S, classes].
+# task "classify": int64 labels y [S]; "regress": float32 targets y [S, classes];
+# "lm": int64 token ids x [S, d_in] (d_in = T positions) in [0, classes)
+# (classes = the vocabulary), int64 next tokens y [S, T].
 # dropout: the model has Dropout, whose masks torch draws from its own generator:
 # check_training compares gpipe's pipelined run with its 1-stage program only,
 # and requires the run to differ from torch without dropout.
@@ -467,6 +489,10 @@ MODELS = {
     "attn_tiny": Spec(lambda: AttnTiny(16, 4, 8, 2, 10), 16, 10, None,
                       "Linear-Tanh, 2-head self-attention on [B, 4, 8] "
                       "(batched MatMul), Linear 32->10"),
+    "emb_lm": Spec(lambda: EmbLm(50, 8, 16), 8, 50, None,
+                   "token + position nn.Embedding (50 x 16, 8 x 16), Tanh, "
+                   "Linear 16->50 per position, cross-entropy over [B*8]",
+                   "lm"),
     "mlp_relu": Spec(lambda: MlpRelu(16, 32, 10, 3), 16, 10, None,
                      "(Linear-ReLU)x3 + Linear 16->32->32->32->10"),
     "mlp_ignore": Spec(lambda: MlpTanh(16, 32, 10, ignore_index=3), 16, 10, 3,
@@ -510,6 +536,12 @@ def make_data(name, samples, seed=0, noise=0.1):
     """
     spec = MODELS[name]
     rng = np.random.default_rng(seed)
+    if spec.task == "lm":
+        # Random tokens (with repeats within every batch: 8 * B draws from
+        # 50); the target is a fixed function of the token and its position.
+        x = rng.integers(0, spec.classes, (samples, spec.d_in)).astype(np.int64)
+        pos = np.arange(spec.d_in, dtype=np.int64)
+        return x, ((7 * x + 3 * pos + 1) % spec.classes).astype(np.int64)
     x = rng.standard_normal((samples, spec.d_in)).astype(np.float32)
     teacher = rng.standard_normal((spec.d_in, spec.classes)).astype(np.float32)
     scores = x @ teacher + noise * rng.standard_normal((samples, spec.classes)).astype(np.float32)

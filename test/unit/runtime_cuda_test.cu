@@ -813,6 +813,41 @@ void runSoftmax(int64_t outer, int64_t n, int64_t inner) {
   check(name + ": dx", errDx, 1e-5);
 }
 
+/// gp_gather / gp_scatter_add against a host reference (negative indices,
+/// repeats, one out of range); the scatter-add sums over the positions in
+/// order, so the CUDA gradient equals the CPU kernel's float sums exactly.
+void testGather() {
+  const int64_t rows = 11, width = 37, n = 3000;
+  const std::vector<float> table = randomVector(rows * width);
+  const std::vector<float> dout = randomVector(n * width);
+  std::vector<int64_t> idx(n);
+  for (int64_t i = 0; i < n; ++i)
+    idx[i] = (i * 7) % 23 - 11; // -11..11: 11 is out of range
+  std::vector<float> out(n * width), dtable(rows * width, 0.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = idx[i] < 0 ? idx[i] + rows : idx[i];
+    for (int64_t c = 0; c < width; ++c) {
+      out[i * width + c] = r < rows ? table[r * width + c] : 0.0f;
+      if (r < rows)
+        dtable[r * width + c] += dout[i * width + c];
+    }
+  }
+  DeviceBuffer<float> dT(table), dDout(dout);
+  DeviceBuffer<int64_t> dIdx(idx);
+  DeviceBuffer<float> dOut(std::vector<float>(n * width, kNaN));
+  DeviceBuffer<float> dDt(std::vector<float>(rows * width, kNaN));
+  gp_gather(dT.get(), dIdx.get(), dOut.get(), n, rows, width);
+  gp_scatter_add(dDout.get(), dIdx.get(), dDt.get(), n, rows, width);
+  const std::vector<float> gotOut = dOut.download(), gotDt = dDt.download();
+  double errOut = 0, errDt = 0;
+  for (int64_t i = 0; i < n * width; ++i)
+    errOut = std::max(errOut, std::abs(double(gotOut[i]) - out[i]));
+  for (int64_t i = 0; i < rows * width; ++i)
+    errDt = std::max(errDt, std::abs(double(gotDt[i]) - dtable[i]));
+  check("gather", errOut, 0.0);
+  check("scatter_add (exact, in position order)", errDt, 0.0);
+}
+
 void testSoftmax() {
   runSoftmax(64, 10, 1);  // last axis
   runSoftmax(8, 16, 32);  // a middle axis
@@ -996,6 +1031,7 @@ int main() {
   testReduce();
   testSoftmax();
   testLayerNorm();
+  testGather();
   testCopyBlocks();
   testXent();
   testOptimizers();

@@ -5,6 +5,7 @@
 #include "npy.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <array>
@@ -669,6 +670,43 @@ TEST(Kernels, LayerNormAndGradientsMatchReference) {
     gp_layer_norm(inPlace.data(), s.data(), bias, inPlace.data(), mean.data(),
                   rstd.data(), c.rows, c.n, eps);
     EXPECT_EQ(inPlace, y);
+  }
+}
+
+// Gather (embedding rows) and its gradient, against a host reference:
+// negative indices count from the end, repeated indices add up, an index out
+// of range reads zeros and adds nothing; the gradient is bitwise the same
+// with 1 and 4 OpenMP threads (sums run over the positions in order).
+TEST(Kernels, GatherAndScatterAddMatchReference) {
+  for (int64_t width : {int64_t(3), int64_t(40)}) {
+    const int64_t rows = 7, n = 4000;
+    std::vector<float> table = randomVec(static_cast<size_t>(rows * width), 8);
+    std::vector<float> dout = randomVec(static_cast<size_t>(n * width), 9);
+    std::vector<int64_t> idx(n);
+    for (int64_t i = 0; i < n; ++i)
+      idx[i] = (i * 5) % 15 - 7; // -7..7: 7 is out of range, the rest repeat
+    std::vector<float> out(n * width, 42.0f), ref(n * width);
+    std::vector<double> dref(rows * width, 0.0);
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t r = idx[i] < 0 ? idx[i] + rows : idx[i];
+      for (int64_t c = 0; c < width; ++c) {
+        ref[i * width + c] = r < rows ? table[r * width + c] : 0.0f;
+        if (r < rows)
+          dref[r * width + c] += dout[i * width + c];
+      }
+    }
+    gp_gather(table.data(), idx.data(), out.data(), n, rows, width);
+    EXPECT_EQ(out, ref) << "width " << width;
+    std::vector<float> d1(rows * width, 42.0f), d4(rows * width, -1.0f);
+    omp_set_num_threads(1);
+    gp_scatter_add(dout.data(), idx.data(), d1.data(), n, rows, width);
+    omp_set_num_threads(4);
+    gp_scatter_add(dout.data(), idx.data(), d4.data(), n, rows, width);
+    omp_set_num_threads(1);
+    EXPECT_EQ(d1, d4) << "width " << width;
+    for (int64_t k = 0; k < rows * width; ++k)
+      EXPECT_NEAR(d1[k], dref[k], 1e-3 * (1.0 + std::abs(dref[k])))
+          << "dtable at " << k;
   }
 }
 

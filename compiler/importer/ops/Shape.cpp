@@ -1,8 +1,10 @@
 // Shape and data-movement ONNX ops: Reshape Flatten Squeeze Unsqueeze (as
 // nn.reshape, shape operands constant), Transpose, Concat, Expand (float32,
 // as nn.broadcast_to), Slice, Identity, Constant,
-// and Shape/Gather, which only fold (with Reshape, Squeeze, Unsqueeze,
-// Identity and Concat) as int64 shape arithmetic on static shapes.
+// Gather on float32 data (embeddings: nn.gather on axis 0, other axes
+// through transposes), and Shape/Range/Gather, which fold (with Reshape,
+// Squeeze, Unsqueeze, Identity and Concat) as int64 shape arithmetic on
+// static shapes.
 #include "compiler/importer/OpTable.h"
 
 #include "dialects/nn/NNOps.h"
@@ -430,12 +432,86 @@ static LogicalResult importConstant(ImportContext &cx,
   return success();
 }
 
-/// Shape and Gather are imported only as folded constants.
+/// Shape and Range are imported only as folded constants (Gather too, on
+/// integer data).
 static LogicalResult importUnfolded(ImportContext &cx,
                                     const onnx::NodeProto &node) {
   return cx.nodeError(node) << "only supported on static shapes and constant "
                                "int64 values (folded at import); this one "
                                "reads a computed tensor";
+}
+
+/// Gather of float32 data (an embedding table, any float value) at int64
+/// indices, computed (token ids) or constant (positions): nn.gather on axis
+/// 0; on another axis, the axis is transposed to the front and the result's
+/// dimensions back to ONNX's order. Integer data is shape arithmetic, which
+/// only folds.
+static LogicalResult importGather(ImportContext &cx,
+                                  const onnx::NodeProto &node) {
+  FailureOr<Value> data = cx.valueOf(node, 0);
+  if (failed(data))
+    return failure();
+  auto dataType = cast<RankedTensorType>(data->getType());
+  if (!dataType.getElementType().isF32())
+    return importUnfolded(cx, node);
+  FailureOr<Value> indices = cx.valueOf(node, 1);
+  if (failed(indices))
+    return failure();
+  auto idxType = cast<RankedTensorType>(indices->getType());
+  if (!idxType.getElementType().isInteger(64))
+    return cx.nodeError(node)
+           << "the indices ('" << node.input(1)
+           << "') must be int64 or int32, got " << idxType.getElementType();
+  int64_t rank = dataType.getRank();
+  int64_t axis = intAttr(node, "axis", 0);
+  if (axis < 0)
+    axis += rank;
+  if (axis < 0 || axis >= rank)
+    return cx.nodeError(node) << "axis " << intAttr(node, "axis", 0)
+                              << " is out of range for rank " << rank;
+  int64_t n = dataType.getDimSize(axis);
+  if (const ConstTensor *c = cx.constOf(node.input(1)))
+    for (int64_t j : c->i)
+      if (j < -n || j >= n)
+        return cx.nodeError(node) << "index " << j << " is outside [" << -n
+                                  << ", " << n << ") (axis " << axis << " of "
+                                  << shapeStr(dataType.getShape()) << ")";
+  OpBuilder &builder = cx.getBuilder();
+  Location loc = cx.nodeLoc(node);
+  auto permuted = [&](Value v, llvm::ArrayRef<int64_t> perm) -> Value {
+    llvm::SmallVector<int64_t> shape;
+    for (int64_t p : perm)
+      shape.push_back(shapeOf(v)[p]);
+    return nn::TransposeOp::create(builder, loc, cx.f32(shape), v, perm);
+  };
+  Value table = *data;
+  if (axis != 0) {
+    llvm::SmallVector<int64_t> perm{axis};
+    for (int64_t d = 0; d < rank; ++d)
+      if (d != axis)
+        perm.push_back(d);
+    table = permuted(table, perm);
+  }
+  llvm::SmallVector<int64_t> shape(idxType.getShape());
+  shape.append(shapeOf(table).begin() + 1, shapeOf(table).end());
+  Value out =
+      nn::GatherOp::create(builder, loc, cx.f32(shape), table, *indices);
+  if (axis != 0) {
+    // [indices..., data dims before axis, after it] -> ONNX's order.
+    int64_t k = idxType.getRank();
+    llvm::SmallVector<int64_t> perm;
+    for (int64_t d = 0; d < axis; ++d)
+      perm.push_back(k + d);
+    for (int64_t d = 0; d < k; ++d)
+      perm.push_back(d);
+    for (int64_t d = axis + 1; d < rank; ++d)
+      perm.push_back(k + d - 1);
+    // The identity when the indices are a scalar and the axis the second.
+    if (!llvm::equal(perm, llvm::seq<int64_t>(0, perm.size())))
+      out = permuted(out, perm);
+  }
+  cx.define(node, 0, out);
+  return success();
 }
 
 //===----------------------------------------------------------------------===//
@@ -589,6 +665,25 @@ static std::optional<ConstTensor> foldGather(const onnx::NodeProto &node,
   return out;
 }
 
+/// Range (torch.arange) of constant int64 scalars.
+static std::optional<ConstTensor> foldRange(const onnx::NodeProto &,
+                                            const FoldOperands &in) {
+  if (!in.allInts(3))
+    return std::nullopt;
+  for (int k = 0; k < 3; ++k)
+    if (in.values[k]->i.size() != 1)
+      return std::nullopt;
+  int64_t start = in.values[0]->i[0], limit = in.values[1]->i[0],
+          delta = in.values[2]->i[0];
+  if (delta == 0)
+    return std::nullopt;
+  ConstTensor out;
+  for (int64_t v = start; delta > 0 ? v < limit : v > limit; v += delta)
+    out.i.push_back(v);
+  out.shape = {static_cast<int64_t>(out.i.size())};
+  return out;
+}
+
 void gpipe::importer::registerShapeOps(OpTable &table) {
   table.add("Reshape", importView<reshapeShape>, foldReshape);
   table.add("Flatten", importView<flattenShape>);
@@ -601,5 +696,6 @@ void gpipe::importer::registerShapeOps(OpTable &table) {
   table.add("Slice", importSlice);
   table.add("Constant", importConstant);
   table.add("Shape", importUnfolded, foldShape);
-  table.add("Gather", importUnfolded, foldGather);
+  table.add("Gather", importGather, foldGather);
+  table.add("Range", importUnfolded, foldRange);
 }

@@ -311,3 +311,74 @@ BroadcastToOp::splitBatch(ArrayRef<std::optional<int64_t>> operandAxes, int64_t,
                        tensorType(getInput()).getRank());
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// Gather (embeddings) and its gradient, scatter_add
+//===----------------------------------------------------------------------===//
+
+/// `rows` (the gathered shape, indices.shape + table.shape[1:]) against the
+/// table and the indices; `what` names `rows` in the message.
+static LogicalResult verifyGatherShapes(Operation *op, RankedTensorType table,
+                                        RankedTensorType indices,
+                                        RankedTensorType rows, StringRef what) {
+  if (table.getRank() < 1)
+    return op->emitOpError("the table must have rank >= 1, got ") << table;
+  llvm::SmallVector<int64_t> expected(indices.getShape());
+  expected.append(table.getShape().begin() + 1, table.getShape().end());
+  if (rows.getShape() != ArrayRef<int64_t>(expected))
+    return op->emitOpError()
+           << what << " " << rows << " must have the indices' shape followed "
+           << "by the table's dimensions after the first: expected "
+           << RankedTensorType::get(expected, table.getElementType());
+  return success();
+}
+
+LogicalResult GatherOp::verify() {
+  return verifyGatherShapes(*this, tensorType(getTable()),
+                            tensorType(getIndices()), tensorType(getOutput()),
+                            "the result");
+}
+
+LogicalResult ScatterAddOp::verify() {
+  return verifyGatherShapes(*this, tensorType(getOutput()),
+                            tensorType(getIndices()), tensorType(getGrad()),
+                            "the gradient");
+}
+
+int64_t GatherOp::getFlops() { return 0; }
+int64_t ScatterAddOp::getFlops() {
+  return numElements(getGrad()) + numElements(getOutput());
+}
+
+// d(table) is dY's rows added to the rows they were read from; the indices
+// get no gradient.
+LogicalResult GatherOp::buildGradients(OpBuilder &b,
+                                       ArrayRef<Value> resultGrads,
+                                       SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(ScatterAddOp::create(b, getLoc(), getTable().getType(),
+                                              resultGrads[0], getIndices()));
+  operandGrads.push_back(Value());
+  return success();
+}
+
+// Indices carrying the batch (token ids of the data) give rows carrying it
+// on the same axis. A table carrying the batch on an axis after the first
+// (a Gather on another axis, transposed by the importer) keeps it, moved
+// after the indices' dimensions; a table split along its rows cannot be
+// indexed.
+LogicalResult
+GatherOp::splitBatch(ArrayRef<std::optional<int64_t>> operandAxes, int64_t,
+                     SmallVectorImpl<std::optional<int64_t>> &resultAxes) {
+  std::optional<int64_t> table = operandAxes[0], indices = operandAxes[1];
+  if (table && indices)
+    return emitBatchSplitError(*this, "a gather whose table and indices both "
+                                      "carry the batch");
+  if (table && *table == 0)
+    return emitBatchSplitError(*this, "a gather from a table whose rows are "
+                                      "the batch");
+  if (indices)
+    resultAxes.push_back(indices);
+  else
+    resultAxes.push_back(*table - 1 + tensorType(getIndices()).getRank());
+  return success();
+}

@@ -1,5 +1,5 @@
 // Ops of the nn dialect: data movement (reshape, transpose, concat, slice,
-// reduce_to, broadcast_to).
+// reduce_to, broadcast_to, gather, scatter_add).
 #ifndef GPIPE_NN_OPS_DATA_MOVEMENT
 #define GPIPE_NN_OPS_DATA_MOVEMENT
 
@@ -97,6 +97,46 @@ def NN_BroadcastToOp : NN_Op<"broadcast_to", [Pure,
   let arguments = (ins NN_F32Tensor:$input);
   let results = (outs NN_F32Tensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
+  let hasVerifier = 1;
+}
+
+def NN_GatherOp : NN_Op<"gather", [Pure, NN_Cost, NN_Batch,
+    DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
+  let summary = "rows of a table at int64 indices (ONNX Gather, axis 0; embeddings)";
+  let description = [{
+    `output[i..., j...] = table[indices[i...], j...]`: the result's shape is
+    the indices' shape followed by the table's dimensions after the first.
+    Indices in [-V, 0) count from the end (ONNX semantics), V the table's
+    first dimension; the kernels write zeros for an index outside [-V, V)
+    (indices read from a data file are checked before, at run time).
+    ```mlir
+    %e = nn.gather %table, %ids : tensor<50x16xf32>, tensor<4x8xi64> -> tensor<4x8x16xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$table, NN_I64Tensor:$indices);
+  let results = (outs NN_F32Tensor:$output);
+  let assemblyFormat = [{
+    $table `,` $indices attr-dict `:` type($table) `,` type($indices) `->` type($output)
+  }];
+  let hasVerifier = 1;
+}
+
+def NN_ScatterAddOp : NN_Op<"scatter_add", [Pure, NN_Cost]> {
+  let summary = "gradient of nn.gather with respect to the table";
+  let description = [{
+    A zero table of the result's shape, to whose row `indices[i...]` (negative
+    ones counted from the end) every row `grad[i...]` is added; repeated
+    indices add up, in the order of their positions (deterministic on both
+    targets). Indices outside [-V, V) are skipped.
+    ```mlir
+    %dt = nn.scatter_add %dy, %ids : tensor<4x8x16xf32>, tensor<4x8xi64> -> tensor<50x16xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$grad, NN_I64Tensor:$indices);
+  let results = (outs NN_F32Tensor:$output);
+  let assemblyFormat = [{
+    $grad `,` $indices attr-dict `:` type($grad) `,` type($indices) `->` type($output)
+  }];
   let hasVerifier = 1;
 }
 

@@ -152,6 +152,15 @@ void gp_check_input_labels(const gp_step_ctx *ctx, int32_t input,
                            int64_t microbatch, int64_t classes,
                            int32_t has_ignore, int64_t ignore_index);
 
+/// Checks micro-batch `microbatch` of graph input `input` (int64 indices into
+/// a table of `rows` rows, e.g. token ids, in the data file) before a gather
+/// reads them: each must be in [-rows, rows). Otherwise prints "gpipe: error:
+/// stage K: graph input '<input>', sample N, element E (step S): index I is
+/// outside [-R, R)" and ends the process with exit code 1, as
+/// gp_check_input_labels does.
+void gp_check_input_indices(const gp_step_ctx *ctx, int32_t input,
+                            int64_t microbatch, int64_t rows);
+
 /// Labels of graph input `input` in the whole current mini-batch (all M
 /// micro-batches) that are not ignore_index (all of them when has_ignore == 0):
 /// the divisor of a mean-reduced loss split into micro-batches.
@@ -252,6 +261,20 @@ void gp_layer_norm_bwd(const float *x, const float *mean, const float *inv_std,
 void gp_layer_norm_scale_bwd(const float *x, const float *mean,
                              const float *inv_std, const float *dy,
                              float *dscale, int64_t rows, int64_t n);
+
+/// Embedding lookup (ONNX Gather on axis 0): out[i, :] = table[idx[i], :] for
+/// i in [0, n), rows of `width` floats from a table of `rows` rows; an index
+/// in [-rows, 0) counts from the end; one outside [-rows, rows) gives a row
+/// of zeros.
+void gp_gather(const float *table, const int64_t *idx, float *out, int64_t n,
+               int64_t rows, int64_t width);
+
+/// The gather's gradient: dtable = 0, then dtable[idx[i], :] += dout[i, :] for
+/// i = 0, 1, ..., n-1 in that order (repeated indices add up; indices
+/// outside [-rows, rows) are skipped). Deterministic on both targets: each
+/// column's sums run over the positions in order.
+void gp_scatter_add(const float *dout, const int64_t *idx, float *dtable,
+                    int64_t n, int64_t rows, int64_t width);
 
 /// Copies a block view: for o in [0,outer): copy `count` floats-or-elements
 /// (elem_bytes each) from src + o*src_stride to dst + o*dst_stride (strides in

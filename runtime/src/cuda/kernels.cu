@@ -207,6 +207,33 @@ __global__ void adamKernel(float *__restrict__ p, const float *__restrict__ g,
 }
 
 //===----------------------------------------------------------------------===//
+// Gather (gp_gather): one thread per output element. Its gradient
+// (gp_scatter_add) is deterministic rather than atomic: one thread per table
+// column runs over the positions in order (the same sums as the CPU's, in the
+// same order), so its parallelism is the table's width, not the positions.
+//===----------------------------------------------------------------------===//
+
+__global__ void gatherKernel(const float *table, const int64_t *idx, float *out,
+                             int64_t n, int64_t rows, int64_t width) {
+  for (int64_t e = globalThread(); e < n * width; e += gridThreads()) {
+    const int64_t i = e / width;
+    const int64_t r = idx[i] < 0 ? idx[i] + rows : idx[i];
+    out[e] = (r < 0 || r >= rows) ? 0.0f : table[r * width + e % width];
+  }
+}
+
+__global__ void scatterAddKernel(const float *dout, const int64_t *idx,
+                                 float *dtable, int64_t n, int64_t rows,
+                                 int64_t width) {
+  for (int64_t c = globalThread(); c < width; c += gridThreads())
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t r = idx[i] < 0 ? idx[i] + rows : idx[i];
+      if (r >= 0 && r < rows)
+        dtable[r * width + c] += dout[i * width + c];
+    }
+}
+
+//===----------------------------------------------------------------------===//
 // Softmax (gp_softmax, gp_softmax_bwd): one thread per row of the softmax
 // axis (correct for any axis; a row-per-warp kernel is the faster form for
 // long last-axis rows, left for the attention work)
@@ -1208,6 +1235,28 @@ void gp_softmax(const float *x, float *y, int64_t outer, int64_t n,
     return;
   softmaxKernel<<<blocksFor(outer * inner), kThreads, 0, stream()>>>(
       x, y, outer, n, inner);
+  GP_CUDA_LAUNCHED();
+}
+
+void gp_gather(const float *table, const int64_t *idx, float *out, int64_t n,
+               int64_t rows, int64_t width) {
+  if (n * width <= 0)
+    return;
+  gatherKernel<<<blocksFor(n * width), kThreads, 0, stream()>>>(table, idx, out,
+                                                                n, rows, width);
+  GP_CUDA_LAUNCHED();
+}
+
+void gp_scatter_add(const float *dout, const int64_t *idx, float *dtable,
+                    int64_t n, int64_t rows, int64_t width) {
+  if (rows * width <= 0)
+    return;
+  GP_CUDA_CHECK(cudaMemsetAsync(
+      dtable, 0, static_cast<size_t>(rows * width) * sizeof(float), stream()));
+  if (n <= 0)
+    return;
+  scatterAddKernel<<<blocksFor(width), kThreads, 0, stream()>>>(
+      dout, idx, dtable, n, rows, width);
   GP_CUDA_LAUNCHED();
 }
 

@@ -797,3 +797,39 @@ func.func @dropout_ratio(%x: tensor<4xf32>) -> tensor<4xf32> {
   %y = nn.dropout %x {key = 1 : i64, ratio = 1.0 : f32} : tensor<4xf32>
   return %y : tensor<4xf32>
 }
+
+// -----
+
+// gather: the result is the indices' shape followed by the table's rows.
+func.func @gather_shape(%t: tensor<50x16xf32>, %i: tensor<4x8xi64>) {
+  // expected-error @+1 {{'nn.gather' op the result 'tensor<4x16xf32>' must have the indices' shape followed by the table's dimensions after the first: expected 'tensor<4x8x16xf32>'}}
+  %y = nn.gather %t, %i : tensor<50x16xf32>, tensor<4x8xi64> -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+// gather: a scalar table has no rows.
+func.func @gather_rank(%t: tensor<f32>, %i: tensor<4xi64>) {
+  // expected-error @+1 {{'nn.gather' op the table must have rank >= 1, got 'tensor<f32>'}}
+  %y = nn.gather %t, %i : tensor<f32>, tensor<4xi64> -> tensor<4xf32>
+  return
+}
+
+// -----
+
+// gather: the indices are int64.
+func.func @gather_float_indices(%t: tensor<50x16xf32>, %i: tensor<4xf32>) {
+  // expected-error @+1 {{'nn.gather' op operand #1 must be statically shaped tensor of 64-bit signless integer values}}
+  %y = nn.gather %t, %i : tensor<50x16xf32>, tensor<4xf32> -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+// scatter_add: the gradient has the gathered rows' shape.
+func.func @scatter_add_shape(%g: tensor<4x8x15xf32>, %i: tensor<4x8xi64>) {
+  // expected-error @+1 {{'nn.scatter_add' op the gradient 'tensor<4x8x15xf32>' must have the indices' shape followed by the table's dimensions after the first: expected 'tensor<4x8x16xf32>'}}
+  %y = nn.scatter_add %g, %i : tensor<4x8x15xf32>, tensor<4x8xi64> -> tensor<50x16xf32>
+  return
+}

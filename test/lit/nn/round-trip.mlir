@@ -165,6 +165,21 @@ func.func @loss(%x: tensor<4x8xf32>, %l: tensor<4xi64>, %g: tensor<f32>) -> (ten
   return %0, %1, %2, %3 : tensor<f32>, tensor<f32>, tensor<4x8xf32>, tensor<4x8xf32>
 }
 
+// nn.gather (an embedding lookup: indices of any rank, rows of the table's
+// trailing dimensions) and its gradient nn.scatter_add.
+// CHECK-LABEL: func.func @gather(
+// CHECK-SAME: %[[T:[^:]+]]: tensor<50x16xf32>, %[[I:[^:]+]]: tensor<4x8xi64>, %[[S:[^:]+]]: tensor<i64>, %[[G:[^:]+]]: tensor<4x8x16xf32>
+// CHECK-NEXT: %[[E:.+]] = nn.gather %[[T]], %[[I]] : tensor<50x16xf32>, tensor<4x8xi64> -> tensor<4x8x16xf32>
+// CHECK-NEXT: %[[R:.+]] = nn.gather %[[T]], %[[S]] : tensor<50x16xf32>, tensor<i64> -> tensor<16xf32>
+// CHECK-NEXT: %[[D:.+]] = nn.scatter_add %[[G]], %[[I]] : tensor<4x8x16xf32>, tensor<4x8xi64> -> tensor<50x16xf32>
+// CHECK-NEXT: return %[[E]], %[[R]], %[[D]]
+func.func @gather(%t: tensor<50x16xf32>, %i: tensor<4x8xi64>, %s: tensor<i64>, %g: tensor<4x8x16xf32>) -> (tensor<4x8x16xf32>, tensor<16xf32>, tensor<50x16xf32>) {
+  %0 = nn.gather %t, %i : tensor<50x16xf32>, tensor<4x8xi64> -> tensor<4x8x16xf32>
+  %1 = nn.gather %t, %s : tensor<50x16xf32>, tensor<i64> -> tensor<16xf32>
+  %2 = nn.scatter_add %g, %i : tensor<4x8x16xf32>, tensor<4x8xi64> -> tensor<50x16xf32>
+  return %0, %1, %2 : tensor<4x8x16xf32>, tensor<16xf32>, tensor<50x16xf32>
+}
+
 // The discardable nn attributes: nn.input on arguments, nn.output and
 // nn.loss on results, nn.backward on an op.
 // CHECK-LABEL: func.func @attributes(

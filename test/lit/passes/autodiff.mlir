@@ -723,3 +723,37 @@ func.func @dropout(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
   %loss = nn.softmax_cross_entropy %y, %l : tensor<4x8xf32>, tensor<4xi64>
   return %loss : tensor<f32>
 }
+
+// -----
+
+nn.parameter @tok.weight : tensor<10x4xf32>
+nn.parameter @pos.weight : tensor<3x4xf32>
+// Embeddings: a token table read at the int64 data (ids) and a position
+// table read at constant indices. Each table's gradient is nn.scatter_add of
+// the rows' gradient at the same indices; the indices get none (no op
+// consumes the ids but the gathers and the scatter-add).
+// CHECK-LABEL: func.func @embedding(
+// CHECK-SAME: %[[IDS:[^:]+]]: tensor<2x3xi64>, %[[L:[^:]+]]: tensor<6xi64>
+// CHECK: %[[T:.+]] = nn.param @tok.weight
+// CHECK: %[[E:.+]] = nn.gather %[[T]], %[[IDS]] : tensor<10x4xf32>, tensor<2x3xi64> -> tensor<2x3x4xf32>
+// CHECK: %[[P:.+]] = nn.param @pos.weight
+// CHECK: %[[POS:.+]] = nn.constant dense<[0, 1, 2]> : tensor<3xi64>
+// CHECK: %[[PE:.+]] = nn.gather %[[P]], %[[POS]] : tensor<3x4xf32>, tensor<3xi64> -> tensor<3x4xf32>
+// CHECK: %[[DY:.+]] = nn.softmax_cross_entropy_grad
+// CHECK: %[[DS:.+]] = nn.reshape %[[DY]] : tensor<6x4xf32> -> tensor<2x3x4xf32>
+// CHECK-NEXT: %[[DPE:.+]] = nn.reduce_to %[[DS]] : tensor<2x3x4xf32> -> tensor<3x4xf32>
+// CHECK-NEXT: %[[DP:.+]] = nn.scatter_add %[[DPE]], %[[POS]] : tensor<3x4xf32>, tensor<3xi64> -> tensor<3x4xf32>
+// CHECK-NEXT: %[[DT:.+]] = nn.scatter_add %[[DS]], %[[IDS]] : tensor<2x3x4xf32>, tensor<2x3xi64> -> tensor<10x4xf32>
+// CHECK-NEXT: nn.param_grad %[[T]], %[[DT]] : tensor<10x4xf32>
+// CHECK-NEXT: nn.param_grad %[[P]], %[[DP]] : tensor<3x4xf32>
+func.func @embedding(%ids: tensor<2x3xi64>, %labels: tensor<6xi64>) -> (tensor<f32> {nn.loss}) {
+  %t = nn.param @tok.weight : tensor<10x4xf32>
+  %e = nn.gather %t, %ids : tensor<10x4xf32>, tensor<2x3xi64> -> tensor<2x3x4xf32>
+  %p = nn.param @pos.weight : tensor<3x4xf32>
+  %pos = nn.constant dense<[0, 1, 2]> : tensor<3xi64>
+  %pe = nn.gather %p, %pos : tensor<3x4xf32>, tensor<3xi64> -> tensor<3x4xf32>
+  %s = nn.add %e, %pe : tensor<2x3x4xf32>, tensor<3x4xf32> -> tensor<2x3x4xf32>
+  %r = nn.reshape %s : tensor<2x3x4xf32> -> tensor<6x4xf32>
+  %loss = nn.softmax_cross_entropy %r, %labels : tensor<6x4xf32>, tensor<6xi64>
+  return %loss : tensor<f32>
+}

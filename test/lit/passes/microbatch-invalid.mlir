@@ -320,3 +320,27 @@ func.func @dropout_batch_inner(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) {
   %s = nn.reduce_to %d : tensor<4x8xf32> -> tensor<f32>
   return %s : tensor<f32>
 }
+
+// -----
+
+// A gather from a table whose rows are the batch would read rows of other
+// micro-batches.
+func.func @gather_batch_rows(%x: tensor<8x4xf32>, %l: tensor<8xi64>) -> (tensor<f32> {nn.loss}) {
+  %i = nn.constant dense<[7, 0, 1, 2, 3, 4, 5, 6]> : tensor<8xi64>
+  // expected-error @+1 {{cannot split the batch into micro-batches: a gather from a table whose rows are the batch}}
+  %g = nn.gather %x, %i : tensor<8x4xf32>, tensor<8xi64> -> tensor<8x4xf32>
+  %loss = nn.softmax_cross_entropy %g, %l : tensor<8x4xf32>, tensor<8xi64>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// Table and indices both carrying the batch.
+func.func @gather_both(%x: tensor<8x4x3xf32>, %ids: tensor<8xi64>, %l: tensor<8xi64>) -> (tensor<f32> {nn.loss}) {
+  %t = nn.transpose %x, [1, 0, 2] : tensor<8x4x3xf32> -> tensor<4x8x3xf32>
+  // expected-error @+1 {{cannot split the batch into micro-batches: a gather whose table and indices both carry the batch}}
+  %g = nn.gather %t, %ids : tensor<4x8x3xf32>, tensor<8xi64> -> tensor<8x8x3xf32>
+  %r = nn.reshape %g : tensor<8x8x3xf32> -> tensor<8x24xf32>
+  %loss = nn.softmax_cross_entropy %r, %l : tensor<8x24xf32>, tensor<8xi64>
+  return %loss : tensor<f32>
+}

@@ -285,3 +285,41 @@ func.func @layer_norm(%x: tensor<8x5xf32>, %labels: tensor<8xi64>) -> (tensor<f3
   %loss = nn.softmax_cross_entropy %y#0, %labels : tensor<8x5xf32>, tensor<8xi64>
   return %loss : tensor<f32>
 }
+
+// -----
+
+nn.parameter @tok : tensor<50x4xf32>
+nn.parameter @pos : tensor<3x4xf32>
+// nn.gather: token ids carrying the batch (int64 data [B, T]) give rows
+// carrying it on the same axis; the tables and the constant position
+// indices keep their types; labels [B, T] reach the loss through a reshape
+// to [B*T]. A table carrying the batch on a later axis (a Gather on axis 1,
+// transposed to the front by the importer) keeps it after the indices'
+// dimensions.
+// CHECK-LABEL: func.func @gather(
+// CHECK-SAME: %[[IDS:[^:]+]]: tensor<2x3xi64>, %[[Y:[^:]+]]: tensor<2x3xi64>, %[[H:[^:]+]]: tensor<2x5xf32>)
+// CHECK: %[[E:.+]] = nn.gather %{{.+}}, %[[IDS]] : tensor<50x4xf32>, tensor<2x3xi64> -> tensor<2x3x4xf32>
+// CHECK: %[[PE:.+]] = nn.gather %{{.+}}, %{{.+}} : tensor<3x4xf32>, tensor<3xi64> -> tensor<3x4xf32>
+// CHECK: %[[HT:.+]] = nn.transpose %[[H]], [1, 0] : tensor<2x5xf32> -> tensor<5x2xf32>
+// CHECK: nn.gather %[[HT]], %{{.+}} : tensor<5x2xf32>, tensor<i64> -> tensor<2xf32>
+// CHECK: nn.reshape %[[Y]] : tensor<2x3xi64> -> tensor<6xi64>
+// CHECK: nn.softmax_cross_entropy {{.+}} {microbatches = 4 : i64} : tensor<6x4xf32>, tensor<6xi64>
+// ONE-LABEL: func.func @gather(
+// ONE: nn.gather {{.+}} -> tensor<8x3x4xf32>
+func.func @gather(%ids: tensor<8x3xi64>, %y: tensor<8x3xi64>, %h: tensor<8x5xf32>) -> (tensor<f32> {nn.loss}) {
+  %t = nn.param @tok : tensor<50x4xf32>
+  %e = nn.gather %t, %ids : tensor<50x4xf32>, tensor<8x3xi64> -> tensor<8x3x4xf32>
+  %p = nn.param @pos : tensor<3x4xf32>
+  %i = nn.constant dense<[0, 1, 2]> : tensor<3xi64>
+  %pe = nn.gather %p, %i : tensor<3x4xf32>, tensor<3xi64> -> tensor<3x4xf32>
+  %s = nn.add %e, %pe : tensor<8x3x4xf32>, tensor<3x4xf32> -> tensor<8x3x4xf32>
+  %ht = nn.transpose %h, [1, 0] : tensor<8x5xf32> -> tensor<5x8xf32>
+  %zero = nn.constant dense<0> : tensor<i64>
+  %first = nn.gather %ht, %zero : tensor<5x8xf32>, tensor<i64> -> tensor<8xf32>
+  %fr = nn.reshape %first : tensor<8xf32> -> tensor<8x1x1xf32>
+  %s2 = nn.add %s, %fr : tensor<8x3x4xf32>, tensor<8x1x1xf32> -> tensor<8x3x4xf32>
+  %r = nn.reshape %s2 : tensor<8x3x4xf32> -> tensor<24x4xf32>
+  %yl = nn.reshape %y : tensor<8x3xi64> -> tensor<24xi64>
+  %loss = nn.softmax_cross_entropy %r, %yl : tensor<24x4xf32>, tensor<24xi64>
+  return %loss : tensor<f32>
+}
