@@ -282,6 +282,54 @@ class EmbLm(nn.Module):
         return F.cross_entropy(logits.reshape(-1, self.vocab), y.reshape(-1))
 
 
+class GptTiny(nn.Module):
+    """A GPT-style causal LM as nanoGPT writes it, small: token + position
+    embeddings, `layers` pre-LayerNorm blocks (hand-written multi-head causal
+    attention with a tril mask buffer and masked_fill, exact GELU MLP,
+    residual adds), a final LayerNorm and an LM head (untied: a weight shared
+    across stages is not supported yet), cross-entropy over every position."""
+
+    def __init__(self, vocab=50, t=8, d=16, heads=2, layers=2):
+        super().__init__()
+        self.vocab, self.t, self.d, self.heads = vocab, t, d, heads
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(t, d)
+        self.blocks = nn.ModuleList()
+        for _ in range(layers):
+            blk = nn.Module()
+            blk.ln1 = nn.LayerNorm(d)
+            blk.qkv = nn.ModuleList([nn.Linear(d, d), nn.Linear(d, d, bias=False),
+                                     nn.Linear(d, d)])
+            blk.proj = nn.Linear(d, d)
+            blk.ln2 = nn.LayerNorm(d)
+            blk.fc = nn.Linear(d, 4 * d)
+            blk.out = nn.Linear(4 * d, d)
+            self.blocks.append(blk)
+        self.lnf = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.register_buffer("causal", torch.tril(torch.ones(t, t)).view(1, 1, t, t))
+
+    def attention(self, blk, h):
+        t, d, nh = self.t, self.d, self.heads
+
+        def split(z):
+            return z.reshape(-1, t, nh, d // nh).transpose(1, 2)
+
+        q, k, v = (split(lin(h)) for lin in blk.qkv)
+        att = q @ k.transpose(-2, -1) / math.sqrt(d // nh)
+        att = att.masked_fill(self.causal[:, :, :t, :t] == 0, float("-inf"))
+        att = torch.softmax(att, dim=-1)
+        return blk.proj((att @ v).transpose(1, 2).reshape(-1, t, d))
+
+    def forward(self, x, y):
+        h = self.tok(x) + self.pos(torch.arange(self.t))
+        for blk in self.blocks:
+            h = h + self.attention(blk, blk.ln1(h))
+            h = h + blk.out(F.gelu(blk.fc(blk.ln2(h))))
+        logits = self.head(self.lnf(h))
+        return F.cross_entropy(logits.reshape(-1, self.vocab), y.reshape(-1))
+
+
 class MlpGeluSigmoid(_Loss):
     """Linear-GELU(exact)-Linear-Sigmoid-Linear (20 -> 32 -> 32 -> 10).
 
@@ -489,6 +537,10 @@ MODELS = {
     "attn_tiny": Spec(lambda: AttnTiny(16, 4, 8, 2, 10), 16, 10, None,
                       "Linear-Tanh, 2-head self-attention on [B, 4, 8] "
                       "(batched MatMul), Linear 32->10"),
+    "gpt_tiny": Spec(lambda: GptTiny(50, 8, 16, 2, 2), 8, 50, None,
+                     "GPT-style causal LM: embeddings, 2 pre-LayerNorm blocks (2-head "
+                     "causal attention, GELU MLP), LM head 16->50, per-position "
+                     "cross-entropy", "lm"),
     "emb_lm": Spec(lambda: EmbLm(50, 8, 16), 8, 50, None,
                    "token + position nn.Embedding (50 x 16, 8 x 16), Tanh, "
                    "Linear 16->50 per position, cross-entropy over [B*8]",
