@@ -34,7 +34,7 @@ import torch.nn.functional as F
 ALLOWED_OPS = frozenset([
     "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Relu", "Tanh", "Sigmoid",
     "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Abs", "Softmax", "LayerNormalization", "Dropout", "Pow", "Neg",
-    "ReduceMean", "ReduceSum", "Expand", "Slice", "Equal", "Cast", "Where", "Not", "Constant", "Identity", "Reshape", "Flatten", "Concat", "Unsqueeze",
+    "ReduceMean", "ReduceSum", "Expand", "Slice", "Split", "Equal", "Cast", "Where", "Not", "Constant", "Identity", "Reshape", "Flatten", "Concat", "Unsqueeze",
     "Squeeze", "SoftmaxCrossEntropyLoss", "Transpose",
     # Gather: embeddings (float tables), and shape arithmetic on static
     # shapes (with Shape and Range), folded at import:
@@ -285,7 +285,8 @@ class EmbLm(nn.Module):
 class GptTiny(nn.Module):
     """A GPT-style causal LM as nanoGPT writes it, small: token + position
     embeddings, `layers` pre-LayerNorm blocks (hand-written multi-head causal
-    attention with a tril mask buffer and masked_fill, exact GELU MLP,
+    attention: one q/k/v projection split in three, a tril mask buffer and
+    masked_fill; exact GELU MLP,
     residual adds), a final LayerNorm and an LM head (untied: a weight shared
     across stages is not supported yet), cross-entropy over every position."""
 
@@ -298,8 +299,9 @@ class GptTiny(nn.Module):
         for _ in range(layers):
             blk = nn.Module()
             blk.ln1 = nn.LayerNorm(d)
-            blk.qkv = nn.ModuleList([nn.Linear(d, d), nn.Linear(d, d, bias=False),
-                                     nn.Linear(d, d)])
+            # One q, k, v projection split in three (Split), as nanoGPT's
+            # c_attn; no bias: softmax is invariant to the keys' (see AttnTiny).
+            blk.qkv = nn.Linear(d, 3 * d, bias=False)
             blk.proj = nn.Linear(d, d)
             blk.ln2 = nn.LayerNorm(d)
             blk.fc = nn.Linear(d, 4 * d)
@@ -315,7 +317,7 @@ class GptTiny(nn.Module):
         def split(z):
             return z.reshape(-1, t, nh, d // nh).transpose(1, 2)
 
-        q, k, v = (split(lin(h)) for lin in blk.qkv)
+        q, k, v = (split(z) for z in blk.qkv(h).split(d, dim=2))
         att = q @ k.transpose(-2, -1) / math.sqrt(d // nh)
         att = att.masked_fill(self.causal[:, :, :t, :t] == 0, float("-inf"))
         att = torch.softmax(att, dim=-1)

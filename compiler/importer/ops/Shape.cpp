@@ -1,6 +1,6 @@
 // Shape and data-movement ONNX ops: Reshape Flatten Squeeze Unsqueeze (as
 // nn.reshape, shape operands constant), Transpose, Concat, Expand (float32,
-// as nn.broadcast_to), Slice, Identity, Constant,
+// as nn.broadcast_to), Slice, Split, Identity, Constant,
 // Gather on float32 data (embeddings: nn.gather on axis 0, other axes
 // through transposes), and Shape/Range/Gather, which fold (with Reshape,
 // Squeeze, Unsqueeze, Identity and Concat) as int64 shape arithmetic on
@@ -388,6 +388,58 @@ static LogicalResult importSlice(ImportContext &cx,
   return success();
 }
 
+/// Split (opset 13+: the sizes an optional constant int64 input; without
+/// it, equal parts, one per output): one nn.slice per output along `axis`.
+static LogicalResult importSplit(ImportContext &cx,
+                                 const onnx::NodeProto &node) {
+  FailureOr<Value> x = cx.valueOf(node, 0);
+  if (failed(x))
+    return failure();
+  llvm::SmallVector<int64_t> shape(shapeOf(*x));
+  int64_t rank = shape.size();
+  int64_t axis = intAttr(node, "axis", 0);
+  if (axis < 0)
+    axis += rank;
+  if (axis < 0 || axis >= rank)
+    return cx.nodeError(node) << "axis " << intAttr(node, "axis", 0)
+                              << " is out of range for rank " << rank;
+  int64_t parts = node.output_size(), dim = shape[axis];
+  std::vector<int64_t> sizes;
+  if (node.input_size() > 1 && !node.input(1).empty()) {
+    FailureOr<std::vector<int64_t>> s = cx.intsOperand(node, 1, "split");
+    if (failed(s))
+      return failure();
+    sizes = *s;
+  } else {
+    if (dim % parts != 0)
+      return cx.nodeError(node)
+             << "axis " << axis << " of size " << dim << " does not split into "
+             << parts << " equal parts";
+    sizes.assign(parts, dim / parts);
+  }
+  int64_t total = 0;
+  for (int64_t n : sizes)
+    total += n > 0 ? n : 0;
+  if (static_cast<int64_t>(sizes.size()) != parts || total != dim ||
+      llvm::any_of(sizes, [](int64_t n) { return n <= 0; }))
+    return cx.nodeError(node)
+           << "split sizes " << shapeStr(sizes) << " do not cut axis " << axis
+           << " of size " << dim << " into " << parts << " non-empty parts";
+  int64_t start = 0;
+  for (int64_t k = 0; k < parts; ++k) {
+    shape[axis] = sizes[k];
+    auto type = RankedTensorType::get(
+        shape, cast<RankedTensorType>(x->getType()).getElementType());
+    Value part = sizes[k] == dim
+                     ? *x
+                     : nn::SliceOp::create(cx.getBuilder(), cx.nodeLoc(node),
+                                           type, *x, axis, start);
+    cx.define(node, k, part);
+    start += sizes[k];
+  }
+  return success();
+}
+
 static LogicalResult importIdentity(ImportContext &cx,
                                     const onnx::NodeProto &node) {
   if (const ConstTensor *c = cx.constOf(node.input(0))) {
@@ -694,6 +746,7 @@ void gpipe::importer::registerShapeOps(OpTable &table) {
   table.add("Identity", importIdentity, foldIdentity);
   table.add("Expand", importExpand);
   table.add("Slice", importSlice);
+  table.add("Split", importSplit);
   table.add("Constant", importConstant);
   table.add("Shape", importUnfolded, foldShape);
   table.add("Gather", importGather, foldGather);
