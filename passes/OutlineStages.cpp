@@ -150,9 +150,26 @@ void Outliner::addEdge(Value v, int64_t from, int64_t to, Phase phase) {
   edges.push_back({v, from, to, phase, static_cast<int64_t>(edges.size())});
 }
 
+/// The owning stage of a parameter `v` used on stage `s` that another stage
+/// owns (a weight tied across stages), or nullopt.
+static std::optional<int64_t> foreignOwner(Value v, int64_t s) {
+  auto param = v.getDefiningOp<nn::ParamOp>();
+  if (!param)
+    return std::nullopt;
+  std::optional<int64_t> owner = pipeline::getStage(param);
+  if (!owner || *owner == s)
+    return std::nullopt;
+  return owner;
+}
+
 LogicalResult Outliner::require(Value v, int64_t s, Phase phase,
                                 Operation *user) {
   Placement p = placementOf(v);
+  // A tied weight: its owner sends its value with each forward.
+  if (std::optional<int64_t> owner = foreignOwner(v, s)) {
+    addEdge(v, *owner, s, Phase::Forward);
+    return success();
+  }
   if (p.phase == Phase::Free)
     return success();
   if (isa<BlockArgument>(v)) {
@@ -372,7 +389,7 @@ LogicalResult Outliner::run() {
     case Phase::Backward:
       for (Value v : op.getOperands()) {
         Placement q = placementOf(v);
-        if (q.phase == Phase::Forward) {
+        if (q.phase == Phase::Forward || foreignOwner(v, p.stage)) {
           // Forward values the backward reads are kept from the forward.
           stash[p.stage].insert(v);
           if (failed(require(v, p.stage, Phase::Forward, &op)))

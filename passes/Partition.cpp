@@ -139,25 +139,17 @@ void PartitionPass::runOnOperation() {
     for (Operation *op : unit)
       pipeline::setStage(op, stage);
   }
-  // Parameters live on the stage of their users.
+  // Parameters live on the stage of their users; a parameter used on
+  // several stages (tied weights) is owned by the first, which sends its
+  // value to the others and receives their gradients (gpipe-outline-stages).
   for (Operation &op : block) {
     auto param = dyn_cast<nn::ParamOp>(op);
     if (!param)
       continue;
     std::optional<int64_t> at;
-    for (Operation *user : param->getUsers()) {
-      std::optional<int64_t> s = pipeline::getStage(user);
-      if (!s)
-        continue;
-      if (at && *at != *s) {
-        param.emitError("parameter '")
-            << param.getName() << "' is used on stages " << *at << " and " << *s
-            << "; a parameter must live on one stage (weights shared across "
-               "stages are not supported)";
-        return signalPassFailure();
-      }
-      at = s;
-    }
+    for (Operation *user : param->getUsers())
+      if (std::optional<int64_t> s = pipeline::getStage(user))
+        at = at ? std::min(*at, *s) : *s;
     if (at)
       pipeline::setStage(param, *at);
   }

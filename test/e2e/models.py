@@ -287,10 +287,11 @@ class GptTiny(nn.Module):
     embeddings, `layers` pre-LayerNorm blocks (hand-written multi-head causal
     attention: one q/k/v projection split in three, a tril mask buffer and
     masked_fill; exact GELU MLP,
-    residual adds), a final LayerNorm and an LM head (untied: a weight shared
-    across stages is not supported yet), cross-entropy over every position."""
+    residual adds), a final LayerNorm and an LM head (with `tied`, the token
+    embedding's weight: on another stage than the embedding when pipelined),
+    cross-entropy over every position."""
 
-    def __init__(self, vocab=50, t=8, d=16, heads=2, layers=2):
+    def __init__(self, vocab=50, t=8, d=16, heads=2, layers=2, tied=False):
         super().__init__()
         self.vocab, self.t, self.d, self.heads = vocab, t, d, heads
         self.tok = nn.Embedding(vocab, d)
@@ -309,6 +310,8 @@ class GptTiny(nn.Module):
             self.blocks.append(blk)
         self.lnf = nn.LayerNorm(d)
         self.head = nn.Linear(d, vocab, bias=False)
+        if tied:  # the LM head reuses the token embedding (GPT-2)
+            self.head.weight = self.tok.weight
         self.register_buffer("causal", torch.tril(torch.ones(t, t)).view(1, 1, t, t))
 
     def attention(self, blk, h):
@@ -543,6 +546,8 @@ MODELS = {
                      "GPT-style causal LM: embeddings, 2 pre-LayerNorm blocks (2-head "
                      "causal attention, GELU MLP), LM head 16->50, per-position "
                      "cross-entropy", "lm"),
+    "gpt_tied": Spec(lambda: GptTiny(50, 8, 16, 2, 2, tied=True), 8, 50, None,
+                     "gpt_tiny with the LM head tied to the token embedding", "lm"),
     "emb_lm": Spec(lambda: EmbLm(50, 8, 16), 8, 50, None,
                    "token + position nn.Embedding (50 x 16, 8 x 16), Tanh, "
                    "Linear 16->50 per position, cross-entropy over [B*8]",
