@@ -34,7 +34,7 @@ import torch.nn.functional as F
 ALLOWED_OPS = frozenset([
     "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Relu", "Tanh", "Sigmoid",
     "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Abs", "Softmax", "LayerNormalization", "Dropout", "Pow", "Neg",
-    "ReduceMean", "ReduceSum", "Expand", "Slice", "Split", "Equal", "Cast", "Where", "Not", "Constant", "Identity", "Reshape", "Flatten", "Concat", "Unsqueeze",
+    "ReduceMean", "ReduceSum", "Expand", "Slice", "Split", "Equal", "ConstantOfShape", "Relu", "Cast", "Where", "Not", "Constant", "Identity", "Reshape", "Flatten", "Concat", "Unsqueeze",
     "Squeeze", "SoftmaxCrossEntropyLoss", "Transpose",
     # Gather: embeddings (float tables), and shape arithmetic on static
     # shapes (with Shape and Range), folded at import:
@@ -335,6 +335,51 @@ class GptTiny(nn.Module):
         return F.cross_entropy(logits.reshape(-1, self.vocab), y.reshape(-1))
 
 
+class TorchEncoderLm(nn.Module):
+    """torch's own nn.TransformerEncoder (pre-LayerNorm layers, 2 heads, ReLU
+    feed-forward, dropout 0) as a causal LM: token + position embeddings, a
+    float causal mask (triu of -inf), a Linear head, per-position
+    cross-entropy."""
+
+    def __init__(self, vocab=50, t=8, d=16, layers=2, **layer_kw):
+        super().__init__()
+        self.vocab, self.t = vocab, t
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(t, d)
+        layer = nn.TransformerEncoderLayer(d, 2, 2 * d, dropout=0.0, batch_first=True,
+                                           **(layer_kw or {"norm_first": True}))
+        self.enc = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, x, y):
+        h = self.tok(x) + self.pos(torch.arange(self.t))
+        mask = torch.triu(torch.full((self.t, self.t), float("-inf")), 1)
+        h = self.enc(h, mask=mask)
+        return F.cross_entropy(self.head(h).reshape(-1, self.vocab), y.reshape(-1))
+
+
+class BertTiny(TorchEncoderLm):
+    """A BERT-style encoder: token + position embeddings, torch's
+    nn.TransformerEncoder (post-LayerNorm, GELU, dropout 0) with a padding
+    mask from the token ids (id 0 is padding; the first token is never masked:
+    a mask of `(x + [1, 0, ...]) == 0`), and a per-position classifier that
+    also reads the first token (h[:, 0], a Gather with a constant index on a
+    non-batch axis)."""
+
+    def __init__(self, vocab=50, t=8, d=16, layers=2):
+        super().__init__(vocab, t, d, layers, activation="gelu")
+        first = torch.zeros(t)
+        first[0] = 1.0
+        self.register_buffer("first", first)
+
+    def forward(self, x, y):
+        h = self.tok(x) + self.pos(torch.arange(self.t))
+        pad = (x.float() + self.first) == 0
+        h = self.enc(h, src_key_padding_mask=pad)
+        logits = self.head(h + h[:, 0].unsqueeze(1))
+        return F.cross_entropy(logits.reshape(-1, self.vocab), y.reshape(-1))
+
+
 class MlpGeluSigmoid(_Loss):
     """Linear-GELU(exact)-Linear-Sigmoid-Linear (20 -> 32 -> 32 -> 10).
 
@@ -548,6 +593,12 @@ MODELS = {
                      "cross-entropy", "lm"),
     "gpt_tied": Spec(lambda: GptTiny(50, 8, 16, 2, 2, tied=True), 8, 50, None,
                      "gpt_tiny with the LM head tied to the token embedding", "lm"),
+    "torch_encoder_lm": Spec(lambda: TorchEncoderLm(50, 8, 16, 2), 8, 50, None,
+                             "torch nn.TransformerEncoder (2 pre-LN layers) causal LM",
+                             "lm"),
+    "bert_tiny": Spec(lambda: BertTiny(50, 8, 16, 2), 8, 50, None,
+                      "BERT-style nn.TransformerEncoder with a padding mask, "
+                      "per-position classifier reading the first token", "lm"),
     "emb_lm": Spec(lambda: EmbLm(50, 8, 16), 8, 50, None,
                    "token + position nn.Embedding (50 x 16, 8 x 16), Tanh, "
                    "Linear 16->50 per position, cross-entropy over [B*8]",

@@ -182,6 +182,19 @@ LogicalResult importCast(ImportContext &cx, const onnx::NodeProto &node) {
 
 /// Where(condition, a, b): a constant condition becomes a mask constant.
 LogicalResult importWhere(ImportContext &cx, const onnx::NodeProto &node) {
+  // All constants (shape arithmetic, say): evaluated here.
+  const ConstTensor *c0 = constantInput(cx, node, 0),
+                    *c1 = constantInput(cx, node, 1),
+                    *c2 = constantInput(cx, node, 2);
+  if (c0 && c1 && c2 && c1->isFloat == c2->isFloat) {
+    FailureOr<ConstTensor> c = foldElementwise(
+        cx, node, {c0, c1, c2}, c1->isFloat,
+        [](llvm::ArrayRef<double> x) { return x[0] != 0.0 ? x[1] : x[2]; });
+    if (failed(c))
+      return failure();
+    cx.defineConst(node.output(0), std::move(*c));
+    return success();
+  }
   Value cond;
   if (const ConstTensor *c = constantInput(cx, node, 0)) {
     cond = maskConstant(cx, node, *c);

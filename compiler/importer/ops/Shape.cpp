@@ -12,6 +12,7 @@
 #include "llvm/ADT/STLExtras.h"
 
 #include <algorithm>
+#include <cstring>
 
 using namespace mlir;
 using namespace gpipe;
@@ -718,6 +719,87 @@ static std::optional<ConstTensor> foldGather(const onnx::NodeProto &node,
 }
 
 /// Range (torch.arange) of constant int64 scalars.
+/// ConstantOfShape's fill value (attribute `value`, a one-element tensor;
+/// default float 0) and whether it is a float.
+static std::optional<std::pair<double, bool>>
+constantOfShapeValue(const onnx::NodeProto &node) {
+  const onnx::AttributeProto *a = findAttr(node, "value");
+  if (!a)
+    return std::make_pair(0.0, true);
+  const onnx::TensorProto &t = a->t();
+  std::string raw = t.raw_data();
+  switch (t.data_type()) {
+  case onnx::TensorProto::FLOAT: {
+    float f = t.float_data_size() ? t.float_data(0) : 0.0f;
+    if (raw.size() == 4)
+      std::memcpy(&f, raw.data(), 4);
+    return std::make_pair(static_cast<double>(f), true);
+  }
+  case onnx::TensorProto::INT64: {
+    int64_t i = t.int64_data_size() ? t.int64_data(0) : 0;
+    if (raw.size() == 8)
+      std::memcpy(&i, raw.data(), 8);
+    return std::make_pair(static_cast<double>(i), false);
+  }
+  case onnx::TensorProto::INT32:
+  case onnx::TensorProto::BOOL: {
+    int64_t i = t.int32_data_size() ? t.int32_data(0) : 0;
+    if (raw.size() == 4) {
+      int32_t v;
+      std::memcpy(&v, raw.data(), 4);
+      i = v;
+    } else if (raw.size() == 1) {
+      i = raw[0] != 0;
+    }
+    return std::make_pair(static_cast<double>(i), false);
+  }
+  default:
+    return std::nullopt;
+  }
+}
+
+/// ConstantOfShape of a constant shape: a compile-time constant.
+static std::optional<ConstTensor>
+evalConstantOfShape(const onnx::NodeProto &node, const ConstTensor &shape) {
+  std::optional<std::pair<double, bool>> v = constantOfShapeValue(node);
+  if (!v || shape.isFloat)
+    return std::nullopt;
+  ConstTensor out;
+  out.shape = shape.i;
+  out.isFloat = v->second;
+  for (int64_t k = 0, n = out.numElements(); k < n; ++k) {
+    if (out.isFloat)
+      out.f.push_back(static_cast<float>(v->first));
+    else
+      out.i.push_back(static_cast<int64_t>(v->first));
+  }
+  return out;
+}
+
+static std::optional<ConstTensor>
+foldConstantOfShape(const onnx::NodeProto &node, const FoldOperands &in) {
+  if (!in.allInts(1))
+    return std::nullopt;
+  std::optional<ConstTensor> c = evalConstantOfShape(node, *in.values[0]);
+  if (!c || c->isFloat) // the protobuf rewrite writes int64 constants only
+    return std::nullopt;
+  return c;
+}
+
+static LogicalResult importConstantOfShape(ImportContext &cx,
+                                           const onnx::NodeProto &node) {
+  const ConstTensor *shape =
+      node.input_size() > 0 ? cx.constOf(node.input(0)) : nullptr;
+  std::optional<ConstTensor> c =
+      shape ? evalConstantOfShape(node, *shape) : std::nullopt;
+  if (!c)
+    return cx.nodeError(node)
+           << "only a constant int64 shape and a float32, int64, int32 or "
+              "bool value are supported";
+  cx.defineConst(node.output(0), std::move(*c));
+  return success();
+}
+
 static std::optional<ConstTensor> foldRange(const onnx::NodeProto &,
                                             const FoldOperands &in) {
   if (!in.allInts(3))
@@ -751,4 +833,5 @@ void gpipe::importer::registerShapeOps(OpTable &table) {
   table.add("Shape", importUnfolded, foldShape);
   table.add("Gather", importGather, foldGather);
   table.add("Range", importUnfolded, foldRange);
+  table.add("ConstantOfShape", importConstantOfShape, foldConstantOfShape);
 }

@@ -229,21 +229,26 @@ BroadcastToOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
 // Micro-batch rules
 //===----------------------------------------------------------------------===//
 
-// The batch is outermost, so each micro-batch is a contiguous 1/M of the
-// buffer: any target whose first dimension M divides keeps it so.
+// The batch stays on its axis when the dimensions before it are unchanged
+// and the result's dimension there is a multiple of M: the batch is then the
+// outer factor of that dimension (torch's attention reshapes [T, B, d] to
+// [T, B * heads, d / heads]), so splitting either side into M equal slices
+// along the axis gives the same micro-batches.
 LogicalResult
 ReshapeOp::splitBatch(ArrayRef<std::optional<int64_t>> operandAxes,
                       int64_t microbatches,
                       SmallVectorImpl<std::optional<int64_t>> &resultAxes) {
-  if (*operandAxes[0] != 0)
+  int64_t axis = *operandAxes[0];
+  auto in = tensorType(getInput()), out = tensorType(getOutput());
+  if (out.getRank() <= axis ||
+      in.getShape().take_front(axis) != out.getShape().take_front(axis))
     return emitBatchSplitError(
-        *this, "a reshape of a tensor whose batch axis is not the first");
-  auto out = tensorType(getOutput());
-  if (out.getRank() == 0 || out.getDimSize(0) % microbatches != 0)
-    return emitBatchSplitError(*this, "the reshape target's first dimension "
-                                      "is not divisible by the number of "
-                                      "micro-batches");
-  resultAxes.push_back(0);
+        *this, "a reshape that changes the dimensions before the batch axis");
+  if (out.getDimSize(axis) % microbatches != 0)
+    return emitBatchSplitError(*this, "the reshape target's dimension on the "
+                                      "batch axis is not divisible by the "
+                                      "number of micro-batches");
+  resultAxes.push_back(axis);
   return success();
 }
 

@@ -139,7 +139,7 @@ func.func @slice_batch(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) {
 
 // The reshape target's first dimension (2) is not divisible by M = 4.
 func.func @reshape_indivisible(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) {
-  // expected-error @+1 {{cannot split the batch into micro-batches: the reshape target's first dimension is not divisible by the number of micro-batches}}
+  // expected-error @+1 {{cannot split the batch into micro-batches: the reshape target's dimension on the batch axis is not divisible by the number of micro-batches}}
   %r = nn.reshape %x : tensor<8x4xf32> -> tensor<2x16xf32>
   %s = nn.reduce_to %r : tensor<2x16xf32> -> tensor<f32>
   return %s : tensor<f32>
@@ -147,13 +147,13 @@ func.func @reshape_indivisible(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) {
 
 // -----
 
-// A reshape of a tensor whose batch is not its first axis (here after a
-// transpose) is rejected, even one that keeps the shape.
+// A reshape that changes the dimensions before the batch axis (here, after
+// a transpose, [4, 8] -> [2, 16]) would mix micro-batches.
 func.func @reshape_batch_inner(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) {
   %t = nn.transpose %x, [1, 0] : tensor<8x4xf32> -> tensor<4x8xf32>
-  // expected-error @+1 {{cannot split the batch into micro-batches: a reshape of a tensor whose batch axis is not the first}}
-  %r = nn.reshape %t : tensor<4x8xf32> -> tensor<4x8xf32>
-  %s = nn.reduce_to %r : tensor<4x8xf32> -> tensor<f32>
+  // expected-error @+1 {{cannot split the batch into micro-batches: a reshape that changes the dimensions before the batch axis}}
+  %r = nn.reshape %t : tensor<4x8xf32> -> tensor<2x16xf32>
+  %s = nn.reduce_to %r : tensor<2x16xf32> -> tensor<f32>
   return %s : tensor<f32>
 }
 

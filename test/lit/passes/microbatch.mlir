@@ -323,3 +323,26 @@ func.func @gather(%ids: tensor<8x3xi64>, %y: tensor<8x3xi64>, %h: tensor<8x5xf32
   %loss = nn.softmax_cross_entropy %r, %yl : tensor<24x4xf32>, tensor<24xi64>
   return %loss : tensor<f32>
 }
+
+// -----
+
+// A reshape behind the batch axis (as torch's attention: [T, B, d] ->
+// [T, B * heads, d / heads] and back): the dimensions before the axis are
+// kept and the batch is the outer factor of the merged one, which M divides.
+// CHECK-LABEL: func.func @reshape_batch_second(
+// CHECK-SAME: %[[X:[^:]+]]: tensor<2x6xf32>, %[[L:[^:]+]]: tensor<2xi64>)
+// CHECK-NEXT: %[[A:.+]] = nn.reshape %[[X]] : tensor<2x6xf32> -> tensor<2x3x2xf32>
+// CHECK-NEXT: %[[T:.+]] = nn.transpose %[[A]], [1, 0, 2] : tensor<2x3x2xf32> -> tensor<3x2x2xf32>
+// CHECK-NEXT: %[[M:.+]] = nn.reshape %[[T]] : tensor<3x2x2xf32> -> tensor<3x4xf32>
+// CHECK-NEXT: nn.reshape %[[M]] : tensor<3x4xf32> -> tensor<3x2x2xf32>
+// ONE-LABEL: func.func @reshape_batch_second(
+func.func @reshape_batch_second(%x: tensor<8x6xf32>, %labels: tensor<8xi64>) -> (tensor<f32> {nn.loss}) {
+  %a = nn.reshape %x : tensor<8x6xf32> -> tensor<8x3x2xf32>
+  %t = nn.transpose %a, [1, 0, 2] : tensor<8x3x2xf32> -> tensor<3x8x2xf32>
+  %m = nn.reshape %t : tensor<3x8x2xf32> -> tensor<3x16xf32>
+  %r = nn.reshape %m : tensor<3x16xf32> -> tensor<3x8x2xf32>
+  %b = nn.transpose %r, [1, 0, 2] : tensor<3x8x2xf32> -> tensor<8x3x2xf32>
+  %u = nn.reshape %b : tensor<8x3x2xf32> -> tensor<8x6xf32>
+  %loss = nn.softmax_cross_entropy %u, %labels : tensor<8x6xf32>, tensor<8xi64>
+  return %loss : tensor<f32>
+}
