@@ -3,7 +3,8 @@
 
 For each model of test/e2e/models.py (except mlp_deep, which only adds size),
 exports it to ONNX and runs gpipe-compile --target cuda --cuda-arch 90 as one
-stage and as 2 stages x 2 micro-batches, then checks the stage executables
+stage and as 2 stages x 2 micro-batches (1 for models that cannot be split),
+then checks the stage executables
 (sm_90 SASS, NCCL and cuBLASLt linked) with check_cuda_binaries.py. Every op the
 CPU target supports thus goes through nvcc: generated kernels, cuBLASLt GEMMs,
 runtime kernels.
@@ -37,8 +38,9 @@ def main():
             continue
         onnx_path = os.path.join(work, name + ".onnx")
         models.export_named(name, onnx_path, batch_size=16)
+        micro = "2" if models.MODELS[name].microbatch else "1"
         for flags in (["--precision", "fp32"],
-                      ["--stages", "2", "--microbatches", "2", "--precision", "bf16"]):
+                      ["--stages", "2", "--microbatches", micro, "--precision", "bf16"]):
             out = os.path.join(work, name + ("_k1" if "--stages" not in flags else "_k2"))
             run([os.path.join(bindir, "gpipe-compile"), onnx_path, "-o", out,
                  "--target", "cuda", "--cuda-arch", "90", "--optimizer", "adam"] + flags)

@@ -7,6 +7,7 @@
 #include "cuda_internal.h"
 #include "gpipe/runtime_cuda.h"
 #include "internal.h"
+#include "random.h"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -816,6 +817,34 @@ void runSoftmax(int64_t outer, int64_t n, int64_t inner) {
 /// gp_gather / gp_scatter_add against a host reference (negative indices,
 /// repeats, one out of range); the scatter-add sums over the positions in
 /// order, so the CUDA gradient equals the CPU kernel's float sums exactly.
+/// gp_dropout on the GPU draws exactly the host's counter-based mask (the
+/// CPU target's): same kept elements, same scale, also when the tensor is
+/// done in two runs with base offsets (micro-batches).
+void testDropout() {
+  const int64_t n = 100003;
+  const float ratio = 0.1f;
+  const std::vector<float> x = randomVector(n);
+  gp_step_ctx ctx{};
+  ctx.step = 5;
+  std::vector<float> want(n);
+  for (int64_t i = 0; i < n; ++i)
+    want[i] = gpipe::dropoutApply(1234, ctx.step, i, ratio, x[i]);
+  DeviceBuffer<float> dX(x), dY(std::vector<float>(n, kNaN)),
+      dHalves(std::vector<float>(n, kNaN));
+  gp_dropout(&ctx, 1234, ratio, dX.get(), dY.get(), n, 0);
+  gp_dropout(&ctx, 1234, ratio, dX.get(), dHalves.get(), n / 2, 0);
+  gp_dropout(&ctx, 1234, ratio, dX.get() + n / 2, dHalves.get() + n / 2,
+             n - n / 2, n / 2);
+  const std::vector<float> got = dY.download(), halves = dHalves.download();
+  double err = 0, errHalves = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    err = std::max(err, std::abs(double(got[i]) - want[i]));
+    errHalves = std::max(errHalves, std::abs(double(halves[i]) - want[i]));
+  }
+  check("dropout: the host's counter-based mask", err, 0.0);
+  check("dropout: two runs with base offsets", errHalves, 0.0);
+}
+
 void testGather() {
   const int64_t rows = 11, width = 37, n = 3000;
   const std::vector<float> table = randomVector(rows * width);
@@ -1032,6 +1061,7 @@ int main() {
   testSoftmax();
   testLayerNorm();
   testGather();
+  testDropout();
   testCopyBlocks();
   testXent();
   testOptimizers();
