@@ -77,17 +77,14 @@ std::optional<std::string> scalarExpr(Operation *op, ArrayRef<std::string> a,
       .Case([&](nn::PowOp o) {
         // torch's special cases of a constant exponent (x * x for x ** 2,
         // ...), which also keep the GELU's x ** 3 off the slow pow.
-        if (auto c = o.getRhs().getDefiningOp<nn::ConstantOp>())
-          if (auto v = dyn_cast<DenseElementsAttr>(c.getValue());
-              v && v.isSplat()) {
-            float e = v.getSplatValue<float>();
-            if (e == 2.0f)
-              return "(" + x(0) + " * " + x(0) + ")";
-            if (e == 3.0f)
-              return "(" + x(0) + " * " + x(0) + " * " + x(0) + ")";
-            if (e == 0.5f)
-              return call("sqrt", x(0));
-          }
+        if (std::optional<float> e = nn::splatValue(o.getRhs())) {
+          if (*e == 2.0f)
+            return "(" + x(0) + " * " + x(0) + ")";
+          if (*e == 3.0f)
+            return "(" + x(0) + " * " + x(0) + " * " + x(0) + ")";
+          if (*e == 0.5f)
+            return call("sqrt", x(0));
+        }
         return (cuda ? "powf(" : "std::pow(") + x(0) + ", " + x(1) + ")";
       })
       .Case([&](nn::BroadcastToOp) { return x(0); })
@@ -733,11 +730,10 @@ LogicalResult FuncEmitter::emitOp(Operation *op) {
             nn::SliceOp, nn::GatherOp, nn::ScatterAddOp, nn::SoftmaxOp,
             nn::SoftmaxGradOp, nn::DropoutOp, nn::DropoutGradOp,
             nn::LayerNormOp, nn::LayerNormGradOp, nn::LayerNormScaleGradOp,
-            nn::SoftmaxCrossEntropyOp,
-            nn::SoftmaxCrossEntropyGradOp, pipeline::SGDUpdateOp,
-            pipeline::AdamUpdateOp, pipeline::SendOp, pipeline::RecvOp,
-            pipeline::ReportLossOp, pipeline::AccumulateGradOp>(
-          [&](auto o) { return emit(o); })
+            nn::SoftmaxCrossEntropyOp, nn::SoftmaxCrossEntropyGradOp,
+            pipeline::SGDUpdateOp, pipeline::AdamUpdateOp, pipeline::SendOp,
+            pipeline::RecvOp, pipeline::ReportLossOp,
+            pipeline::AccumulateGradOp>([&](auto o) { return emit(o); })
       .Default([&](Operation *) {
         return op->emitError("code generation does not support '")
                << op->getName() << "' yet";

@@ -152,6 +152,18 @@ ImportContext::intsOperand(const onnx::NodeProto &node, int index,
   return c->i;
 }
 
+FailureOr<int64_t> ImportContext::axisAttr(const onnx::NodeProto &node,
+                                           int64_t dflt, int64_t rank) {
+  int64_t axis = intAttr(node, "axis", dflt);
+  if (axis < 0)
+    axis += rank;
+  if (axis < 0 || axis >= rank)
+    return nodeError(node) << "axis " << intAttr(node, "axis", dflt)
+                           << " is out of range for rank " << rank,
+           failure();
+  return axis;
+}
+
 FailureOr<llvm::SmallVector<bool>>
 ImportContext::markAxes(const onnx::NodeProto &node,
                         llvm::ArrayRef<int64_t> axes, int64_t rank) {

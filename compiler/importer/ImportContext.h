@@ -87,6 +87,19 @@ public:
   /// names it in diagnostics.
   mlir::FailureOr<std::vector<int64_t>>
   intsOperand(const onnx::NodeProto &node, int index, const char *what);
+  /// The node's `axis` attribute (default `dflt`; negative counts from the
+  /// end) as one of `rank` axes, or `axis A is out of range for rank R`.
+  mlir::FailureOr<int64_t> axisAttr(const onnx::NodeProto &node, int64_t dflt,
+                                    int64_t rank);
+  /// Input #`index` of `node` as a compile-time constant that is not a
+  /// trained parameter (a Constant, an untrained buffer, folded shape
+  /// arithmetic), or null.
+  const ConstTensor *constantOf(const onnx::NodeProto &node, int index) const {
+    if (index >= node.input_size() || node.input(index).empty() ||
+        isParameter(node.input(index)))
+      return nullptr;
+    return constOf(node.input(index));
+  }
   /// Marks `axes` (negative ones count from the end) among `rank`
   /// dimensions; an axis out of range or given twice is an error naming the
   /// node.

@@ -319,8 +319,7 @@ FailureOr<ImportedModel> Importer::run() {
       failed(checkAndConvert()) || failed(fixBatch()) ||
       failed(foldShapeComputations()) || failed(rewriteBatchReshapes()) ||
       failed(loadInitializers()) || failed(inferShapes()) ||
-      failed(findUntrainedInitializers()) ||
-      failed(importGraph()))
+      failed(findUntrainedInitializers()) || failed(importGraph()))
     return failure();
   result.params = std::move(params);
   result.batchSize = batch;

@@ -15,6 +15,18 @@ using namespace mlir;
 using namespace gpipe;
 using namespace gpipe::importer;
 
+/// Calls `fn` on every ValueInfoProto of `graph`: inputs, value_info (what
+/// shape inference added) and outputs.
+template <typename Fn>
+static void forEachValueInfo(const onnx::GraphProto &graph, Fn fn) {
+  for (const auto &vi : graph.input())
+    fn(vi);
+  for (const auto &vi : graph.value_info())
+    fn(vi);
+  for (const auto &vi : graph.output())
+    fn(vi);
+}
+
 /// Records the fully static shapes of `graph`'s inputs, value_info and
 /// outputs into `shapes`.
 static void
@@ -31,12 +43,7 @@ collectStaticShapes(const onnx::GraphProto &graph,
     }
     shapes[vi.name()] = shape;
   };
-  for (const auto &vi : graph.input())
-    record(vi);
-  for (const auto &vi : graph.value_info())
-    record(vi);
-  for (const auto &vi : graph.output())
-    record(vi);
+  forEachValueInfo(graph, record);
 }
 
 /// Runs ONNX shape inference on `m` without throwing for node-level errors.
@@ -235,24 +242,15 @@ LogicalResult Importer::inferShapes() {
 }
 
 LogicalResult Importer::findUntrainedInitializers() {
-  onnx::ModelProto copy = model;
-  try {
-    runShapeInference(copy);
-  } catch (const std::exception &) {
-  }
-  // Element types of every value ONNX typed.
+  // Element types of every value ONNX typed (inferShapes, which runs first,
+  // annotated the model).
+  const onnx::GraphProto &graph = model.graph();
   std::map<std::string, int32_t> types;
-  auto record = [&](const onnx::ValueInfoProto &vi) {
+  forEachValueInfo(graph, [&](const onnx::ValueInfoProto &vi) {
     if (vi.type().has_tensor_type())
       types[vi.name()] = vi.type().tensor_type().elem_type();
-  };
-  for (const auto &vi : copy.graph().input())
-    record(vi);
-  for (const auto &vi : copy.graph().value_info())
-    record(vi);
-  for (const auto &vi : copy.graph().output())
-    record(vi);
-  for (const auto &init : copy.graph().initializer())
+  });
+  for (const auto &init : graph.initializer())
     types[init.name()] = init.data_type();
   // A value of unknown type counts as float: only a known non-float type
   // cuts the path, so nothing trainable is ever frozen by a gap in ONNX's
@@ -264,10 +262,10 @@ LogicalResult Importer::findUntrainedInitializers() {
   // Backwards from the outputs through float values only: a comparison's
   // bool result, a shape's int64 cut the path, as they cut gradients.
   std::set<std::string> reached;
-  for (const auto &out : copy.graph().output())
+  for (const auto &out : graph.output())
     if (isFloat(out.name()))
       reached.insert(out.name());
-  const auto &nodes = copy.graph().node();
+  const auto &nodes = graph.node();
   for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
     bool live = llvm::any_of(it->output(), [&](const std::string &o) {
       return reached.count(o) && isFloat(o);
@@ -279,7 +277,7 @@ LogicalResult Importer::findUntrainedInitializers() {
         reached.insert(in);
   }
   int count = 0;
-  for (const auto &init : copy.graph().initializer())
+  for (const auto &init : graph.initializer())
     if (init.data_type() == onnx::TensorProto::FLOAT &&
         !reached.count(init.name())) {
       untrained.insert(init.name());

@@ -50,6 +50,16 @@ Value gpipe::nn::reduceToType(OpBuilder &b, Location loc, Value grad,
   return ReduceToOp::create(b, loc, type, grad);
 }
 
+std::optional<float> gpipe::nn::splatValue(Value v) {
+  auto c = v.getDefiningOp<ConstantOp>();
+  if (!c)
+    return std::nullopt;
+  auto attr = dyn_cast<DenseElementsAttr>(c.getValue());
+  if (!attr || !attr.isSplat() || !attr.getElementType().isF32())
+    return std::nullopt;
+  return attr.getSplatValue<float>();
+}
+
 InFlightDiagnostic gpipe::nn::emitBatchSplitError(Operation *op,
                                                   const llvm::Twine &why) {
   return op->emitError("cannot split the batch into micro-batches: ") << why;

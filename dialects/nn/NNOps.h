@@ -26,6 +26,10 @@ broadcastShapes(llvm::ArrayRef<int64_t> a, llvm::ArrayRef<int64_t> b);
 mlir::Value reduceToType(mlir::OpBuilder &b, mlir::Location loc,
                          mlir::Value grad, mlir::RankedTensorType type);
 
+/// The value of an f32 nn.constant with one value in every element (a
+/// splat), or nullopt.
+std::optional<float> splatValue(mlir::Value v);
+
 /// The "batch axis" BatchSplittableOpInterface rules give a result that sums
 /// over the batch (a loss, a ReduceMean over the batch axis): with
 /// micro-batches it is each micro-batch's share of the mini-batch's value, so

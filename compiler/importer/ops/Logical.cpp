@@ -34,18 +34,6 @@ int64_t broadcastIndex(llvm::ArrayRef<int64_t> out, llvm::ArrayRef<int64_t> in,
   return index;
 }
 
-/// `node`'s input #index as a compile-time constant that is not a trained
-/// parameter, or null.
-const ConstTensor *constantInput(ImportContext &cx, const onnx::NodeProto &node,
-                                 int index) {
-  if (index >= node.input_size() || node.input(index).empty())
-    return nullptr;
-  const std::string &name = node.input(index);
-  if (cx.isParameter(name))
-    return nullptr;
-  return cx.constOf(name);
-}
-
 /// Evaluates `fn` elementwise over broadcast constants into an integer
 /// (boolean) or float constant.
 template <typename Fn>
@@ -88,8 +76,7 @@ Value maskConstant(ImportContext &cx, const onnx::NodeProto &node,
 }
 
 LogicalResult importEqual(ImportContext &cx, const onnx::NodeProto &node) {
-  const ConstTensor *a = constantInput(cx, node, 0),
-                    *b = constantInput(cx, node, 1);
+  const ConstTensor *a = cx.constantOf(node, 0), *b = cx.constantOf(node, 1);
   if (a && b) {
     FailureOr<ConstTensor> c =
         foldElementwise(cx, node, {a, b}, false, [](llvm::ArrayRef<double> x) {
@@ -121,7 +108,7 @@ LogicalResult importEqual(ImportContext &cx, const onnx::NodeProto &node) {
 }
 
 LogicalResult importNot(ImportContext &cx, const onnx::NodeProto &node) {
-  if (const ConstTensor *a = constantInput(cx, node, 0)) {
+  if (const ConstTensor *a = cx.constantOf(node, 0)) {
     FailureOr<ConstTensor> c =
         foldElementwise(cx, node, {a}, false, [](llvm::ArrayRef<double> x) {
           return x[0] == 0.0 ? 1.0 : 0.0;
@@ -150,7 +137,7 @@ LogicalResult importCast(ImportContext &cx, const onnx::NodeProto &node) {
     return cx.nodeError(node) << "Cast to " << dtypeName(to)
                               << " is not supported (FLOAT, BOOL, INT64 and "
                                  "INT32 are)";
-  if (const ConstTensor *a = constantInput(cx, node, 0)) {
+  if (const ConstTensor *a = cx.constantOf(node, 0)) {
     FailureOr<ConstTensor> c =
         foldElementwise(cx, node, {a}, toFloat, [&](llvm::ArrayRef<double> x) {
           return toBool ? (x[0] != 0.0 ? 1.0 : 0.0) : x[0];
@@ -183,9 +170,8 @@ LogicalResult importCast(ImportContext &cx, const onnx::NodeProto &node) {
 /// Where(condition, a, b): a constant condition becomes a mask constant.
 LogicalResult importWhere(ImportContext &cx, const onnx::NodeProto &node) {
   // All constants (shape arithmetic, say): evaluated here.
-  const ConstTensor *c0 = constantInput(cx, node, 0),
-                    *c1 = constantInput(cx, node, 1),
-                    *c2 = constantInput(cx, node, 2);
+  const ConstTensor *c0 = cx.constantOf(node, 0), *c1 = cx.constantOf(node, 1),
+                    *c2 = cx.constantOf(node, 2);
   if (c0 && c1 && c2 && c1->isFloat == c2->isFloat) {
     FailureOr<ConstTensor> c = foldElementwise(
         cx, node, {c0, c1, c2}, c1->isFloat,
@@ -196,7 +182,7 @@ LogicalResult importWhere(ImportContext &cx, const onnx::NodeProto &node) {
     return success();
   }
   Value cond;
-  if (const ConstTensor *c = constantInput(cx, node, 0)) {
+  if (const ConstTensor *c = cx.constantOf(node, 0)) {
     cond = maskConstant(cx, node, *c);
   } else {
     FailureOr<Value> v = cx.floatValueOf(node, 0);

@@ -9,27 +9,13 @@ using namespace mlir;
 using namespace gpipe;
 using namespace gpipe::importer;
 
-/// The node's `axis` (default -1; negative counts from the end) as one of
-/// the `rank` axes of its input, or a located error.
-static FailureOr<int64_t> axisOf(ImportContext &cx, const onnx::NodeProto &node,
-                                 int64_t rank) {
-  int64_t axis = intAttr(node, "axis", -1);
-  if (axis < 0)
-    axis += rank;
-  if (rank == 0 || axis < 0 || axis >= rank)
-    return cx.nodeError(node) << "axis " << intAttr(node, "axis", -1)
-                              << " is out of range for rank " << rank,
-           failure();
-  return axis;
-}
-
 /// Softmax along `axis` (default -1, the last) of a float32 tensor.
 static LogicalResult importSoftmax(ImportContext &cx,
                                    const onnx::NodeProto &node) {
   FailureOr<Value> x = cx.floatValueOf(node, 0);
   if (failed(x))
     return failure();
-  FailureOr<int64_t> axis = axisOf(cx, node, shapeOf(*x).size());
+  FailureOr<int64_t> axis = cx.axisAttr(node, -1, shapeOf(*x).size());
   if (failed(axis))
     return failure();
   cx.define(node, 0,
@@ -52,7 +38,7 @@ static LogicalResult importLayerNormalization(ImportContext &cx,
     return failure();
   ArrayRef<int64_t> shape = shapeOf(*x);
   int64_t rank = shape.size();
-  FailureOr<int64_t> axisOrErr = axisOf(cx, node, rank);
+  FailureOr<int64_t> axisOrErr = cx.axisAttr(node, -1, rank);
   if (failed(axisOrErr))
     return failure();
   int64_t axis = *axisOrErr;

@@ -214,12 +214,10 @@ static LogicalResult importConcat(ImportContext &cx,
   }
   auto first = cast<RankedTensorType>(inputs[0].getType());
   int64_t rank = first.getRank();
-  int64_t axis = intAttr(node, "axis", 0);
-  if (axis < 0)
-    axis += rank;
-  if (axis < 0 || axis >= rank)
-    return cx.nodeError(node) << "axis " << intAttr(node, "axis", 0)
-                              << " is out of range for rank " << rank;
+  FailureOr<int64_t> axisOr = cx.axisAttr(node, 0, rank);
+  if (failed(axisOr))
+    return failure();
+  int64_t axis = *axisOr;
   llvm::SmallVector<int64_t> out(first.getShape());
   out[axis] = 0;
   for (auto [k, v] : llvm::enumerate(inputs)) {
@@ -244,11 +242,9 @@ static LogicalResult importConcat(ImportContext &cx,
 }
 
 //===----------------------------------------------------------------------===//
-// Identity, Constant, Shape, Gather
+// Expand, Slice, Split
 //===----------------------------------------------------------------------===//
 
-/// A constant stays compile-time data (a shape operand can read it); an
-/// initializer or a computed value passes through.
 /// Expand: numpy broadcasting of the input and a constant shape (either
 /// side may be larger); nn.broadcast_to, or the input itself when it already
 /// has the broadcast shape.
@@ -305,9 +301,7 @@ static LogicalResult importSlice(ImportContext &cx,
                                  "length, got "
                               << starts->size() << ", " << ends->size() << ", "
                               << axes.size() << ", " << steps.size();
-  const std::string &dataName = node.input(0);
-  const ConstTensor *constant =
-      cx.isParameter(dataName) ? nullptr : cx.constOf(dataName);
+  const ConstTensor *constant = cx.constantOf(node, 0);
   llvm::SmallVector<int64_t> in;
   Value data;
   if (constant) {
@@ -398,12 +392,10 @@ static LogicalResult importSplit(ImportContext &cx,
     return failure();
   llvm::SmallVector<int64_t> shape(shapeOf(*x));
   int64_t rank = shape.size();
-  int64_t axis = intAttr(node, "axis", 0);
-  if (axis < 0)
-    axis += rank;
-  if (axis < 0 || axis >= rank)
-    return cx.nodeError(node) << "axis " << intAttr(node, "axis", 0)
-                              << " is out of range for rank " << rank;
+  FailureOr<int64_t> axisOr = cx.axisAttr(node, 0, rank);
+  if (failed(axisOr))
+    return failure();
+  int64_t axis = *axisOr;
   int64_t parts = node.output_size(), dim = shape[axis];
   std::vector<int64_t> sizes;
   if (node.input_size() > 1 && !node.input(1).empty()) {
@@ -441,6 +433,12 @@ static LogicalResult importSplit(ImportContext &cx,
   return success();
 }
 
+//===----------------------------------------------------------------------===//
+// Identity, Constant, Shape, Gather
+//===----------------------------------------------------------------------===//
+
+/// A constant stays compile-time data (a shape operand can read it); an
+/// initializer or a computed value passes through.
 static LogicalResult importIdentity(ImportContext &cx,
                                     const onnx::NodeProto &node) {
   if (const ConstTensor *c = cx.constOf(node.input(0))) {
@@ -516,12 +514,10 @@ static LogicalResult importGather(ImportContext &cx,
            << "the indices ('" << node.input(1)
            << "') must be int64 or int32, got " << idxType.getElementType();
   int64_t rank = dataType.getRank();
-  int64_t axis = intAttr(node, "axis", 0);
-  if (axis < 0)
-    axis += rank;
-  if (axis < 0 || axis >= rank)
-    return cx.nodeError(node) << "axis " << intAttr(node, "axis", 0)
-                              << " is out of range for rank " << rank;
+  FailureOr<int64_t> axisOr = cx.axisAttr(node, 0, rank);
+  if (failed(axisOr))
+    return failure();
+  int64_t axis = *axisOr;
   int64_t n = dataType.getDimSize(axis);
   if (const ConstTensor *c = cx.constOf(node.input(1)))
     for (int64_t j : c->i)

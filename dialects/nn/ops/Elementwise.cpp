@@ -75,18 +75,6 @@ LogicalResult DivOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
   return success();
 }
 
-/// The value of a constant with one value in every element (a splat), or
-/// nullopt.
-static std::optional<float> splatValue(Value v) {
-  auto c = v.getDefiningOp<ConstantOp>();
-  if (!c)
-    return std::nullopt;
-  auto attr = dyn_cast<DenseElementsAttr>(c.getValue());
-  if (!attr || !attr.isSplat() || !attr.getElementType().isF32())
-    return std::nullopt;
-  return attr.getSplatValue<float>();
-}
-
 // torch's formulas: d/dx x^y = y * x^(y - 1), d/dy x^y = x^y * log(x). With a
 // constant exponent c (x ** 2, x ** 3) it is folded: c * x^(c - 1).
 LogicalResult PowOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
