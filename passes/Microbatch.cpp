@@ -26,6 +26,13 @@ struct MicrobatchPass : gpipe::impl::MicrobatchBase<MicrobatchPass> {
   /// The batch axis of each value that carries the batch.
   llvm::DenseMap<Value, int64_t> batchAxis;
 
+  /// Values whose batch axis also holds dimensions that came before the
+  /// batch (torch's attention flattens [T, B, d] to [T * B, d] for its
+  /// GEMMs): the size of the inner block of the axis that holds the batch
+  /// and what was merged after it (B here). A micro-batch is one of M equal
+  /// slices of each block. Absent: the block is the whole axis.
+  llvm::DenseMap<Value, int64_t> batchBlock;
+
   /// Values that sum over the batch (nn::kBatchSum): each micro-batch
   /// computes its share of the mini-batch's value.
   llvm::DenseSet<Value> batchSums;
@@ -36,6 +43,21 @@ struct MicrobatchPass : gpipe::impl::MicrobatchBase<MicrobatchPass> {
   /// The rule for ops that read a sum over the batch: the M shares add up to
   /// the mini-batch's value only through ops linear in them.
   LogicalResult propagateBatchSum(Operation *op);
+  /// The rule for a reshape (nn::reshapeBatchAxis), which may merge
+  /// dimensions before the batch into its axis or split them out again.
+  LogicalResult propagateReshape(nn::ReshapeOp op);
+  /// The rule for ops with an operand whose batch shares its axis with
+  /// dimensions before it: only ops that treat that axis's indices
+  /// independently (elementwise ops, transposes, a GEMM's rows) take it.
+  LogicalResult propagateMerged(Operation *op,
+                                ArrayRef<std::optional<int64_t>> operandAxes,
+                                int64_t block);
+  /// Gives an elementwise op's splat-constant operands that have the batch's
+  /// size on the batch axis (torch's zeros_like of a batch-shaped tensor,
+  /// folded at import) a copy of their own that carries the batch: the same
+  /// splat for every micro-batch.
+  void splitSplatOperands(Operation *op,
+                          MutableArrayRef<std::optional<int64_t>> operandAxes);
 };
 
 } // namespace
@@ -80,12 +102,107 @@ LogicalResult MicrobatchPass::propagateBatchSum(Operation *op) {
   return success();
 }
 
+LogicalResult MicrobatchPass::propagateReshape(nn::ReshapeOp op) {
+  Value in = op.getInput();
+  int64_t axis = batchAxis.lookup(in);
+  auto inType = tensorType(in), outType = tensorType(op.getOutput());
+  int64_t block = batchBlock.lookup_or(in, inType.getDimSize(axis));
+  auto result = nn::reshapeBatchAxis(inType.getShape(), axis, block,
+                                     outType.getShape(), microbatches);
+  if (!result)
+    return nn::emitBatchSplitError(op, "a reshape whose result does not hold "
+                                       "each micro-batch as a slice of one "
+                                       "dimension");
+  batchAxis[op.getOutput()] = result->first;
+  if (result->second != outType.getDimSize(result->first))
+    batchBlock[op.getOutput()] = result->second;
+  return success();
+}
+
+LogicalResult
+MicrobatchPass::propagateMerged(Operation *op,
+                                ArrayRef<std::optional<int64_t>> operandAxes,
+                                int64_t block) {
+  bool rowwise =
+      llvm::TypeSwitch<Operation *, bool>(op)
+          .Case<nn::TransposeOp>([](Operation *) { return true; })
+          .Case([&](nn::GemmOp gemm) {
+            // Only A's rows (the batch on them) may be merged.
+            return !gemm.getTransA() && !operandAxes[1] &&
+                   !(gemm.getC() && operandAxes[2]);
+          })
+          .Default([](Operation *o) { return o->hasTrait<nn::Fusible>(); });
+  auto fail = [&]() {
+    return nn::emitBatchSplitError(
+        op, "'" + op->getName().getStringRef() +
+                "' takes a tensor whose batch axis also holds dimensions "
+                "that came before the batch (a reshape such as [T, B, d] -> "
+                "[T * B, d]); only elementwise ops, transposes and a GEMM's "
+                "rows can take it");
+  };
+  if (!rowwise)
+    return fail();
+  // Every batch-carrying operand must have the same blocks on the axis.
+  for (auto [v, a] : llvm::zip_equal(op->getOperands(), operandAxes))
+    if (a && batchBlock.lookup_or(v, tensorType(v).getDimSize(*a)) != block)
+      return nn::emitBatchSplitError(
+          op, "its operands hold the batch in different blocks of its axis");
+  auto rule = cast<nn::BatchSplittableOpInterface>(op);
+  SmallVector<std::optional<int64_t>> resultAxes;
+  if (failed(rule.splitBatch(operandAxes, microbatches, resultAxes)))
+    return failure();
+  for (auto [result, axis] : llvm::zip_equal(op->getResults(), resultAxes)) {
+    if (!axis)
+      continue;
+    if (*axis == nn::kBatchSum)
+      return fail();
+    batchAxis[result] = *axis;
+    batchBlock[result] = block;
+  }
+  return success();
+}
+
+void MicrobatchPass::splitSplatOperands(
+    Operation *op, MutableArrayRef<std::optional<int64_t>> operandAxes) {
+  int64_t rank = tensorType(op->getResult(0)).getRank();
+  std::optional<int64_t> axis;
+  std::optional<int64_t> block;
+  for (auto [v, a] : llvm::zip_equal(op->getOperands(), operandAxes)) {
+    if (!a)
+      continue;
+    axis = *a + rank - tensorType(v).getRank();
+    if (auto it = batchBlock.find(v); it != batchBlock.end())
+      block = it->second;
+    break;
+  }
+  if (!axis)
+    return;
+  for (OpOperand &use : op->getOpOperands()) {
+    std::optional<int64_t> &operandAxis = operandAxes[use.getOperandNumber()];
+    auto t = tensorType(use.get());
+    int64_t at = *axis - (rank - t.getRank());
+    if (operandAxis || at < 0 || t.getDimSize(at) == 1 ||
+        !nn::splatValue(use.get()))
+      continue;
+    OpBuilder b(op);
+    Value copy = b.clone(*use.get().getDefiningOp())->getResult(0);
+    use.set(copy);
+    operandAxis = at;
+    batchAxis[copy] = at;
+    if (block)
+      batchBlock[copy] = *block;
+  }
+}
+
 // Each op's rule is its BatchSplittableOpInterface (in its family's file in
 // dialects/nn/ops/).
 LogicalResult MicrobatchPass::propagate(Operation *op) {
   if (llvm::any_of(op->getOperands(),
                    [&](Value v) { return batchSums.contains(v); }))
     return propagateBatchSum(op);
+  if (auto reshape = dyn_cast<nn::ReshapeOp>(op))
+    return batchAxis.contains(reshape.getInput()) ? propagateReshape(reshape)
+                                                  : success();
   SmallVector<std::optional<int64_t>> operandAxes;
   for (Value v : op->getOperands()) {
     auto it = batchAxis.find(v);
@@ -95,6 +212,11 @@ LogicalResult MicrobatchPass::propagate(Operation *op) {
   }
   if (llvm::none_of(operandAxes, [](auto a) { return a.has_value(); }))
     return success();
+  if (op->hasTrait<nn::Fusible>())
+    splitSplatOperands(op, operandAxes);
+  for (Value v : op->getOperands())
+    if (auto it = batchBlock.find(v); it != batchBlock.end())
+      return propagateMerged(op, operandAxes, it->second);
   auto rule = dyn_cast<nn::BatchSplittableOpInterface>(op);
   if (!rule)
     return nn::emitBatchSplitError(op, "'" + op->getName().getStringRef() +
@@ -115,6 +237,7 @@ LogicalResult MicrobatchPass::propagate(Operation *op) {
 void MicrobatchPass::runOnOperation() {
   func::FuncOp func = getOperation();
   batchAxis.clear();
+  batchBlock.clear();
   batchSums.clear();
   if (func.isExternal())
     return;
@@ -178,7 +301,10 @@ void MicrobatchPass::runOnOperation() {
     auto t = tensorType(v);
     SmallVector<int64_t> shape(t.getShape());
     shape[batchAxis.lookup(v)] /= microbatches;
-    v.setType(RankedTensorType::get(shape, t.getElementType()));
+    auto shrunk = RankedTensorType::get(shape, t.getElementType());
+    v.setType(shrunk);
+    if (auto c = v.getDefiningOp<nn::ConstantOp>()) // A splat (above).
+      c.setValueAttr(cast<DenseElementsAttr>(c.getValue()).resizeSplat(shrunk));
   };
   for (auto [v, axis] : batchAxis) {
     if (tensorType(v).getDimSize(axis) % microbatches != 0) {

@@ -42,6 +42,16 @@ constexpr int64_t kBatchSum = -1;
 mlir::InFlightDiagnostic emitBatchSplitError(mlir::Operation *op,
                                              const llvm::Twine &why);
 
+/// Where the batch lies after a reshape: `in` carries it on `axis`, in whose
+/// dimension it occupies the inner `block` (the batch times the dimensions
+/// merged after it; `block` is the whole dimension unless dimensions before
+/// the batch were merged into it, as in [T, B] -> [T * B]). Returns the
+/// result's (axis, block), or nullopt when the reshape splits the batch's
+/// micro-batches apart (they would no longer be one slice of a dimension).
+std::optional<std::pair<int64_t, int64_t>>
+reshapeBatchAxis(llvm::ArrayRef<int64_t> in, int64_t axis, int64_t block,
+                 llvm::ArrayRef<int64_t> out, int64_t microbatches);
+
 /// The batch rule of the elementwise ops (numpy broadcasting): the result
 /// carries the batch on the axis its batch-carrying operands agree on; an
 /// operand without the batch must broadcast along it.

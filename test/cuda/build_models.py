@@ -38,9 +38,8 @@ def main():
             continue
         onnx_path = os.path.join(work, name + ".onnx")
         models.export_named(name, onnx_path, batch_size=16)
-        micro = "2" if models.MODELS[name].microbatch else "1"
         for flags in (["--precision", "fp32"],
-                      ["--stages", "2", "--microbatches", micro, "--precision", "bf16"]):
+                      ["--stages", "2", "--microbatches", "2", "--precision", "bf16"]):
             out = os.path.join(work, name + ("_k1" if "--stages" not in flags else "_k2"))
             run([os.path.join(bindir, "gpipe-compile"), onnx_path, "-o", out,
                  "--target", "cuda", "--cuda-arch", "90", "--optimizer", "adam"] + flags)

@@ -557,11 +557,9 @@ def mlp_deep(width=1024, depth=8, classes=10):
 # dropout: the model has Dropout, whose masks torch draws from its own generator:
 # check_training compares gpipe's pipelined run with its 1-stage program only,
 # and requires the run to differ from torch without dropout.
-# microbatch: False where gpipe-compile refuses M > 1 (torch's nn.MultiheadAttention
-# flattens [T, B, d] for its GEMMs, see docs/limits.md).
 Spec = collections.namedtuple("Spec",
-                              "ctor d_in classes ignore_index doc task dropout microbatch",
-                              defaults=("classify", False, True))
+                              "ctor d_in classes ignore_index doc task dropout",
+                              defaults=("classify", False))
 
 MODELS = {
     "mlp_tanh": Spec(lambda: MlpTanh(16, 32, 10), 16, 10, None,
@@ -598,11 +596,10 @@ MODELS = {
                      "gpt_tiny with the LM head tied to the token embedding", "lm"),
     "torch_encoder_lm": Spec(lambda: TorchEncoderLm(50, 8, 16, 2), 8, 50, None,
                              "torch nn.TransformerEncoder (2 pre-LN layers) causal LM",
-                             "lm", False, False),
+                             "lm"),
     "bert_tiny": Spec(lambda: BertTiny(50, 8, 16, 2), 8, 50, None,
                       "BERT-style nn.TransformerEncoder with a padding mask, "
-                      "per-position classifier reading the first token", "lm",
-                      False, False),
+                      "per-position classifier reading the first token", "lm"),
     "emb_lm": Spec(lambda: EmbLm(50, 8, 16), 8, 50, None,
                    "token + position nn.Embedding (50 x 16, 8 x 16), Tanh, "
                    "Linear 16->50 per position, cross-entropy over [B*8]",

@@ -229,26 +229,52 @@ BroadcastToOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
 // Micro-batch rules
 //===----------------------------------------------------------------------===//
 
-// The batch stays on its axis when the dimensions before it are unchanged
-// and the result's dimension there is a multiple of M: the batch is then the
-// outer factor of that dimension (torch's attention reshapes [T, B, d] to
-// [T, B * heads, d / heads]), so splitting either side into M equal slices
-// along the axis gives the same micro-batches.
+// A micro-batch is one of M equal slices of the batch's block within its
+// axis. In the flat (row-major) order, the block and everything after the
+// axis span P elements, of which each micro-batch's slice is a contiguous
+// run of P / M, and the runs of all P-spans make up the micro-batch. The
+// result keeps this structure on the axis whose trailing elements (T per
+// index) divide P / M and whose dimension holds whole P-spans; its block is
+// P / T. (torch's attention reshapes [T, B, d] to [T, B * heads, d / heads],
+// block B * heads, and to [T * B, d], block B.)
+std::optional<std::pair<int64_t, int64_t>>
+gpipe::nn::reshapeBatchAxis(ArrayRef<int64_t> in, int64_t axis, int64_t block,
+                            ArrayRef<int64_t> out, int64_t microbatches) {
+  int64_t span = block;
+  for (int64_t d : in.drop_front(axis + 1))
+    span *= d;
+  int64_t trailing = 1;
+  for (int64_t a = static_cast<int64_t>(out.size()) - 1; a >= 0; --a) {
+    if (trailing * out[a] < span) {
+      trailing *= out[a];
+      continue;
+    }
+    if (span % trailing != 0 || (span / trailing) % microbatches != 0 ||
+        out[a] % (span / trailing) != 0)
+      return std::nullopt;
+    return std::make_pair(a, span / trailing);
+  }
+  return std::nullopt;
+}
+
+// gpipe-microbatch applies the rule above itself (it also tracks blocks
+// smaller than the axis); this is its form for a batch that fills its axis.
 LogicalResult
 ReshapeOp::splitBatch(ArrayRef<std::optional<int64_t>> operandAxes,
                       int64_t microbatches,
                       SmallVectorImpl<std::optional<int64_t>> &resultAxes) {
   int64_t axis = *operandAxes[0];
   auto in = tensorType(getInput()), out = tensorType(getOutput());
-  if (out.getRank() <= axis ||
-      in.getShape().take_front(axis) != out.getShape().take_front(axis))
-    return emitBatchSplitError(
-        *this, "a reshape that changes the dimensions before the batch axis");
-  if (out.getDimSize(axis) % microbatches != 0)
-    return emitBatchSplitError(*this, "the reshape target's dimension on the "
-                                      "batch axis is not divisible by the "
-                                      "number of micro-batches");
-  resultAxes.push_back(axis);
+  auto result = reshapeBatchAxis(in.getShape(), axis, in.getDimSize(axis),
+                                 out.getShape(), microbatches);
+  if (!result)
+    return emitBatchSplitError(*this, "a reshape whose result does not hold "
+                                      "each micro-batch as a slice of one "
+                                      "dimension");
+  if (result->second != out.getDimSize(result->first))
+    return emitBatchSplitError(*this, "a reshape that merges dimensions "
+                                      "before the batch into its axis");
+  resultAxes.push_back(result->first);
   return success();
 }
 

@@ -2,7 +2,8 @@
 // is reported on the function (batch size, graph inputs) or on the op that
 // would mix micro-batches (contraction, concat or slice over the batch axis,
 // a sum over the batch used other than linearly in the loss, a reshape that
-// does not keep it outermost and divisible by M, operands that do not agree
+// cuts the micro-batches apart, a merged [T * B] axis reaching an op that is
+// not elementwise, a transpose or a GEMM's rows, operands that do not agree
 // on it).
 // RUN: gpipe-opt %s --split-input-file --gpipe-microbatch=microbatches=4 --verify-diagnostics
 // RUN: not gpipe-opt %s --split-input-file --gpipe-microbatch=microbatches=0 2>&1 | FileCheck %s --check-prefix=ZERO
@@ -139,7 +140,7 @@ func.func @slice_batch(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) {
 
 // The reshape target's first dimension (2) is not divisible by M = 4.
 func.func @reshape_indivisible(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) {
-  // expected-error @+1 {{cannot split the batch into micro-batches: the reshape target's dimension on the batch axis is not divisible by the number of micro-batches}}
+  // expected-error @+1 {{cannot split the batch into micro-batches: a reshape whose result does not hold each micro-batch as a slice of one dimension}}
   %r = nn.reshape %x : tensor<8x4xf32> -> tensor<2x16xf32>
   %s = nn.reduce_to %r : tensor<2x16xf32> -> tensor<f32>
   return %s : tensor<f32>
@@ -147,14 +148,56 @@ func.func @reshape_indivisible(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) {
 
 // -----
 
-// A reshape that changes the dimensions before the batch axis (here, after
-// a transpose, [4, 8] -> [2, 16]) would mix micro-batches.
+// [4, 8] (the batch on axis 1) to [8, 4]: each micro-batch's two columns
+// of a row land in one half of a row of the result, in every other row: not
+// a slice of one dimension.
 func.func @reshape_batch_inner(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) {
   %t = nn.transpose %x, [1, 0] : tensor<8x4xf32> -> tensor<4x8xf32>
-  // expected-error @+1 {{cannot split the batch into micro-batches: a reshape that changes the dimensions before the batch axis}}
-  %r = nn.reshape %t : tensor<4x8xf32> -> tensor<2x16xf32>
-  %s = nn.reduce_to %r : tensor<2x16xf32> -> tensor<f32>
+  // expected-error @+1 {{cannot split the batch into micro-batches: a reshape whose result does not hold each micro-batch as a slice of one dimension}}
+  %r = nn.reshape %t : tensor<4x8xf32> -> tensor<8x4xf32>
+  %s = nn.reduce_to %r : tensor<8x4xf32> -> tensor<f32>
   return %s : tensor<f32>
+}
+
+// -----
+
+// [T, B, d] flattened to [T * B, d] (the batch shares axis 0 with T): a
+// softmax is not among the ops that take such a tensor.
+func.func @merged_softmax(%x: tensor<8x4x2xf32>) -> (tensor<f32> {nn.loss}) {
+  %t = nn.transpose %x, [1, 0, 2] : tensor<8x4x2xf32> -> tensor<4x8x2xf32>
+  %r = nn.reshape %t : tensor<4x8x2xf32> -> tensor<32x2xf32>
+  // expected-error @+1 {{cannot split the batch into micro-batches: 'nn.softmax' takes a tensor whose batch axis also holds dimensions that came before the batch (a reshape such as [T, B, d] -> [T * B, d]); only elementwise ops, transposes and a GEMM's rows can take it}}
+  %s = nn.softmax %r {axis = 1 : i64} : tensor<32x2xf32>
+  %l = nn.reduce_to %s : tensor<32x2xf32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// The same merged rows as a transposed GEMM operand.
+nn.parameter @w : tensor<32x3xf32>
+func.func @merged_gemm_transposed(%x: tensor<8x4x2xf32>) -> (tensor<f32> {nn.loss}) {
+  %w = nn.param @w : tensor<32x3xf32>
+  %t = nn.transpose %x, [1, 0, 2] : tensor<8x4x2xf32> -> tensor<4x8x2xf32>
+  %r = nn.reshape %t : tensor<4x8x2xf32> -> tensor<32x2xf32>
+  // expected-error @+1 {{'nn.gemm' takes a tensor whose batch axis also holds dimensions}}
+  %g = nn.gemm %r, %w {transA = true} : (tensor<32x2xf32>, tensor<32x3xf32>) -> tensor<2x3xf32>
+  %l = nn.reduce_to %g : tensor<2x3xf32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// Merged rows ([T * B], blocks of B) added to rows in batch-major order
+// ([B * T], one block): the micro-batches' rows do not line up.
+func.func @merged_mismatch(%x: tensor<8x4x2xf32>) -> (tensor<f32> {nn.loss}) {
+  %t = nn.transpose %x, [1, 0, 2] : tensor<8x4x2xf32> -> tensor<4x8x2xf32>
+  %r = nn.reshape %t : tensor<4x8x2xf32> -> tensor<32x2xf32>
+  %f = nn.reshape %x : tensor<8x4x2xf32> -> tensor<32x2xf32>
+  // expected-error @+1 {{cannot split the batch into micro-batches: its operands hold the batch in different blocks of its axis}}
+  %a = nn.add %r, %f : tensor<32x2xf32>, tensor<32x2xf32> -> tensor<32x2xf32>
+  %l = nn.reduce_to %a : tensor<32x2xf32> -> tensor<f32>
+  return %l : tensor<f32>
 }
 
 // -----

@@ -346,3 +346,48 @@ func.func @reshape_batch_second(%x: tensor<8x6xf32>, %labels: tensor<8xi64>) -> 
   %loss = nn.softmax_cross_entropy %u, %labels : tensor<8x6xf32>, tensor<8xi64>
   return %loss : tensor<f32>
 }
+
+// -----
+
+// torch's nn.MultiheadAttention works sequence-first and flattens [T, B, d]
+// to [T * B, d] for its projection GEMMs: the batch then shares the merged
+// axis with T (blocks of B rows, one per position), a micro-batch is a slice
+// of each block, and the GEMM's rows and the elementwise ops after it keep
+// it; the reshape back to [T, B, d] gives the batch its own axis again. A
+// zero splat of the batch's shape (torch's zeros_like, folded at import) gets
+// a copy of the micro-batch's shape.
+// CHECK-LABEL: func.func @merged_rows(
+// CHECK-SAME: %[[X:[^:]+]]: tensor<2x4x16xf32>, %[[L:[^:]+]]: tensor<2x4xi64>)
+// CHECK-NEXT: %[[T:.+]] = nn.transpose %[[X]], [1, 0, 2] : tensor<2x4x16xf32> -> tensor<4x2x16xf32>
+// CHECK-NEXT: %[[R:.+]] = nn.reshape %[[T]] : tensor<4x2x16xf32> -> tensor<8x16xf32>
+// CHECK-NEXT: %[[W:.+]] = nn.param @w : tensor<16x16xf32>
+// CHECK-NEXT: %[[G:.+]] = nn.gemm %[[R]], %[[W]] {transB = true} : (tensor<8x16xf32>, tensor<16x16xf32>) -> tensor<8x16xf32>
+// CHECK-NEXT: nn.constant dense<0.000000e+00> : tensor<32x16xf32>
+// CHECK-NEXT: %[[Z:.+]] = nn.constant dense<0.000000e+00> : tensor<8x16xf32>
+// CHECK-NEXT: %[[A:.+]] = nn.add %[[G]], %[[Z]] : tensor<8x16xf32>, tensor<8x16xf32> -> tensor<8x16xf32>
+// CHECK-NEXT: %[[H:.+]] = nn.tanh %[[A]] : tensor<8x16xf32>
+// CHECK-NEXT: %[[B:.+]] = nn.reshape %[[H]] : tensor<8x16xf32> -> tensor<4x2x16xf32>
+// CHECK-NEXT: %[[U:.+]] = nn.transpose %[[B]], [1, 0, 2] : tensor<4x2x16xf32> -> tensor<2x4x16xf32>
+// CHECK-NEXT: %[[F:.+]] = nn.reshape %[[U]] : tensor<2x4x16xf32> -> tensor<8x16xf32>
+// CHECK-NEXT: %[[FL:.+]] = nn.reshape %[[L]] : tensor<2x4xi64> -> tensor<8xi64>
+// CHECK-NEXT: nn.softmax_cross_entropy %[[F]], %[[FL]]
+// ONE-LABEL: func.func @merged_rows(
+// ONE: nn.constant dense<0.000000e+00> : tensor<32x16xf32>
+// ONE-NOT: nn.constant
+// ONE: nn.softmax_cross_entropy
+nn.parameter @w : tensor<16x16xf32>
+func.func @merged_rows(%x: tensor<8x4x16xf32>, %labels: tensor<8x4xi64>) -> (tensor<f32> {nn.loss}) {
+  %t = nn.transpose %x, [1, 0, 2] : tensor<8x4x16xf32> -> tensor<4x8x16xf32>
+  %r = nn.reshape %t : tensor<4x8x16xf32> -> tensor<32x16xf32>
+  %w = nn.param @w : tensor<16x16xf32>
+  %g = nn.gemm %r, %w {transB = true} : (tensor<32x16xf32>, tensor<16x16xf32>) -> tensor<32x16xf32>
+  %z = nn.constant dense<0.0> : tensor<32x16xf32>
+  %a = nn.add %g, %z : tensor<32x16xf32>, tensor<32x16xf32> -> tensor<32x16xf32>
+  %h = nn.tanh %a : tensor<32x16xf32>
+  %b = nn.reshape %h : tensor<32x16xf32> -> tensor<4x8x16xf32>
+  %u = nn.transpose %b, [1, 0, 2] : tensor<4x8x16xf32> -> tensor<8x4x16xf32>
+  %f = nn.reshape %u : tensor<8x4x16xf32> -> tensor<32x16xf32>
+  %fl = nn.reshape %labels : tensor<8x4xi64> -> tensor<32xi64>
+  %loss = nn.softmax_cross_entropy %f, %fl : tensor<32x16xf32>, tensor<32xi64>
+  return %loss : tensor<f32>
+}
