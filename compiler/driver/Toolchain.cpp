@@ -138,16 +138,27 @@ LogicalResult buildExecutables(const CompileOptions &o, const std::string &dir,
       args.insert(args.end(), {dir + "/" + name + ".cu", "-o", dir + "/" + name,
                                runtime->library});
     } else {
-      args = {*found,
-              "-std=c++17",
-              "-O3",
-              "-march=" + o.cpuArch,
-              "-fopenmp",
-              "-I" + runtime->includeDir,
-              dir + "/" + name + ".cpp",
-              "-o",
-              dir + "/" + name,
-              runtime->library};
+      args = {
+        *found,
+        "-std=c++17",
+        "-O3",
+        "-march=" + o.cpuArch,
+#if defined(__x86_64__)
+        // GCC's znver1 tuning (what -march=native picks on many AMD
+        // EPYC guests) prefers 128-bit vectors; AVX2 loops run twice
+        // as wide.
+        "-mprefer-vector-width=256",
+#endif
+        // The libm calls in the elementwise loops vectorize (libmvec,
+        // gpipe/runtime.h); nothing reads errno.
+        "-fno-math-errno",
+        "-fopenmp",
+        "-I" + runtime->includeDir,
+        dir + "/" + name + ".cpp",
+        "-o",
+        dir + "/" + name,
+        runtime->library
+      };
     }
     for (llvm::StringRef f : linkFlags)
       args.push_back(f.str());

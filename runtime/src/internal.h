@@ -34,6 +34,18 @@ struct Runtime {
   std::vector<InputData> inputs; // parallel to program->inputs
 };
 
+/// The runtime library is built for generic x86-64; its hottest loops also
+/// get an AVX2 clone (GCC's target_clones), chosen when the program loads.
+/// No FMA contraction either way (-std=c++17 turns it off), so both clones
+/// round alike.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&         \
+    defined(__GLIBC__)
+#define GP_CPU_CLONES                                                          \
+  __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define GP_CPU_CLONES
+#endif
+
 /// Python hands torch its hyper-parameters as doubles, but the generated code
 /// passes floats. Recovers the shortest decimal that rounds to the float
 /// (0.9f -> 0.9) so that the optimizers' double scalar math (both targets)

@@ -4,6 +4,7 @@
 #include "internal.h"
 #include "random.h"
 
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
@@ -65,6 +66,69 @@ constexpr int64_t kParallelMin = 1 << 15;
 
 /// The few-row cases, where M rows of A meet a large B: at most this many.
 constexpr int64_t kFewRows = 64;
+
+namespace {
+
+/// [begin, end) of the calling OpenMP thread's contiguous share of [0, n)
+/// (all of it outside a parallel region).
+std::pair<int64_t, int64_t> threadShare(int64_t n) {
+  int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+  int64_t chunk = (n + threads - 1) / threads;
+  int64_t lo = std::min(n, t * chunk);
+  return {lo, std::min(n, lo + chunk)};
+}
+
+struct SgdScalars {
+  float lr, momentum, weightDecay;
+  bool useMomentum, nesterov, firstStep;
+};
+
+// torch's SGD, elementwise; the conditions are loop-invariant (GCC unswitches
+// them), the pointers distinct buffers of the arena.
+GP_CPU_CLONES void sgdRange(float *__restrict p, const float *__restrict g,
+                            float *__restrict buf, int64_t lo, int64_t hi,
+                            const SgdScalars s) {
+  for (int64_t i = lo; i < hi; ++i) {
+    float d = g[i];
+    if (s.weightDecay != 0.0f)
+      d = d + s.weightDecay * p[i];
+    if (s.useMomentum) {
+      // torch starts the buffer as a clone of the first gradient.
+      float b = s.firstStep ? d : buf[i] * s.momentum + d;
+      buf[i] = b;
+      d = s.nesterov ? d + s.momentum * b : b;
+    }
+    p[i] = p[i] + -s.lr * d;
+  }
+}
+
+struct AdamScalars {
+  float negStepSize, bc2Sqrt, beta1, beta2, oneMinusB1, oneMinusB2, eps,
+      weightDecay, decay;
+  bool decoupled, coupledDecay;
+};
+
+// torch 1.13's _single_tensor_adam(w), elementwise.
+GP_CPU_CLONES void adamRange(float *__restrict p, const float *__restrict g,
+                             float *__restrict m, float *__restrict v,
+                             int64_t lo, int64_t hi, const AdamScalars s) {
+  for (int64_t i = lo; i < hi; ++i) {
+    float gi = g[i];
+    float pi = p[i];
+    if (s.decoupled)
+      pi = pi * s.decay;
+    else if (s.coupledDecay)
+      gi = gi + s.weightDecay * pi;
+    float mi = m[i] * s.beta1 + s.oneMinusB1 * gi;
+    float vi = v[i] * s.beta2 + s.oneMinusB2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    float denom = std::sqrt(vi) / s.bc2Sqrt + s.eps;
+    p[i] = pi + s.negStepSize * mi / denom;
+  }
+}
+
+} // namespace
 
 extern "C" {
 
@@ -535,19 +599,16 @@ void gp_softmax_xent_bwd(const float *logits, const int64_t *labels, int64_t N,
 void gp_sgd_update(float *p, const float *g, float *buf, int64_t n, float lr,
                    float momentum, float weight_decay, int32_t nesterov,
                    int64_t step) {
-  bool useMomentum = momentum != 0.0f && buf != nullptr;
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    float d = g[i];
-    if (weight_decay != 0.0f)
-      d = d + weight_decay * p[i];
-    if (useMomentum) {
-      // torch starts the buffer as a clone of the first gradient.
-      float b = step <= 1 ? d : buf[i] * momentum + d;
-      buf[i] = b;
-      d = nesterov ? d + momentum * b : b;
-    }
-    p[i] = p[i] + -lr * d;
+  SgdScalars s{lr,
+               momentum,
+               weight_decay,
+               momentum != 0.0f && buf != nullptr,
+               nesterov != 0,
+               step <= 1};
+#pragma omp parallel if (n >= kParallelMin)
+  {
+    auto [lo, hi] = threadShare(n);
+    sgdRange(p, g, buf, lo, hi, s);
   }
 }
 
@@ -561,24 +622,22 @@ void gp_adam_update(float *p, const float *g, float *m, float *v, int64_t n,
   double stepD = static_cast<double>(step);
   double biasCorrection1 = 1.0 - std::pow(b1, stepD);
   double biasCorrection2Sqrt = std::sqrt(1.0 - std::pow(b2, stepD));
-  const float negStepSize = static_cast<float>(-(lrD / biasCorrection1));
-  const float bc2Sqrt = static_cast<float>(biasCorrection2Sqrt);
-  const float oneMinusB1 = static_cast<float>(1.0 - b1);
-  const float oneMinusB2 = static_cast<float>(1.0 - b2);
-  const float decay = static_cast<float>(1.0 - lrD * wdD);
-  const bool coupledDecay = !decoupled && weight_decay != 0.0f;
-
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    float gi = g[i];
-    if (decoupled)
-      p[i] = p[i] * decay;
-    else if (coupledDecay)
-      gi = gi + weight_decay * p[i];
-    m[i] = m[i] * beta1 + oneMinusB1 * gi;
-    v[i] = v[i] * beta2 + oneMinusB2 * gi * gi;
-    float denom = std::sqrt(v[i]) / bc2Sqrt + eps;
-    p[i] = p[i] + negStepSize * m[i] / denom;
+  AdamScalars s;
+  s.negStepSize = static_cast<float>(-(lrD / biasCorrection1));
+  s.bc2Sqrt = static_cast<float>(biasCorrection2Sqrt);
+  s.beta1 = beta1;
+  s.beta2 = beta2;
+  s.oneMinusB1 = static_cast<float>(1.0 - b1);
+  s.oneMinusB2 = static_cast<float>(1.0 - b2);
+  s.eps = eps;
+  s.weightDecay = weight_decay;
+  s.decay = static_cast<float>(1.0 - lrD * wdD);
+  s.decoupled = decoupled != 0;
+  s.coupledDecay = !decoupled && weight_decay != 0.0f;
+#pragma omp parallel if (n >= kParallelMin)
+  {
+    auto [lo, hi] = threadShare(n);
+    adamRange(p, g, m, v, lo, hi, s);
   }
 }
 

@@ -2,7 +2,26 @@
 #ifndef GPIPE_RUNTIME_H
 #define GPIPE_RUNTIME_H
 
+#include <cmath>
 #include <cstdint>
+
+// glibc's libmvec holds vector variants of expf, logf, erff and tanhf, which
+// <math.h> declares only under -ffast-math. Declaring them here lets GCC
+// vectorize the loops that call them (the generated elementwise loops, the
+// runtime's softmax and cross-entropy) without -ffast-math's other licences:
+// infinities and NaNs keep their meaning (attention masks are -inf). Stage
+// programs link -lmvec (GPIPE_RUNTIME_LINK_FLAGS).
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) &&        \
+    defined(__x86_64__) && defined(__GLIBC__)
+#if __GLIBC_PREREQ(2, 35)
+extern "C" {
+__attribute__((__simd__("notinbranch"))) float expf(float) noexcept;
+__attribute__((__simd__("notinbranch"))) float logf(float) noexcept;
+__attribute__((__simd__("notinbranch"))) float erff(float) noexcept;
+__attribute__((__simd__("notinbranch"))) float tanhf(float) noexcept;
+}
+#endif
+#endif
 
 extern "C" {
 
