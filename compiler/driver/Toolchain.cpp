@@ -152,6 +152,10 @@ LogicalResult buildExecutables(const CompileOptions &o, const std::string &dir,
         // The libm calls in the elementwise loops vectorize (libmvec,
         // gpipe/runtime.h); nothing reads errno.
         "-fno-math-errno",
+        // A fused loop reads and writes several arena buffers; GCC's default
+        // of 10 run-time alias checks leaves most of them scalar (clang
+        // ignores the option with a warning).
+        "--param=vect-max-version-for-alias-checks=64",
         "-fopenmp",
         "-I" + runtime->includeDir,
         dir + "/" + name + ".cpp",
