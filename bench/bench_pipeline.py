@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """Pipeline efficiency: the same MLP trained as 1 stage and as K stages with M micro-batches.
 
-Model: test/e2e/models.py mlp_deep (as bench/bench_step.py): 8 x (Linear 1024 -> 1024 +
-ReLU) + Linear 1024 -> 10, cross-entropy, batch 256, SGD lr 0.01, same weights and data.
+Model (--model, bench/bench_models.py): test/e2e/models.py mlp_deep (as bench/bench_step.py):
+8 x (Linear 1024 -> 1024 + ReLU) + Linear 1024 -> 10, cross-entropy, batch 256, SGD lr 0.01,
+same weights and data; or `--model gpt`, the GPT-style LM of bench_step.py --model gpt (the
+single-GEMM sweep is mlp_deep's and is skipped for it).
 One export, five compiles of it (gpipe-compile --batch-size 256):
 
   a   --stages 1 --microbatches 1                   the reference (1 stage, 1 process)
@@ -70,6 +72,8 @@ sys.path.insert(0, HERE)
 sys.dont_write_bytecode = True  # importing bench_step must not leave bench/__pycache__
 
 import numpy as np  # noqa: E402
+
+import bench_models  # noqa: E402
 
 from bench_step import cpu_model, env_for, sh  # noqa: E402
 
@@ -146,9 +150,8 @@ def gpipe_run(a, out_dir, steps, threads, log, extra_env=None):
 
 def compile_variant(a, model_path, out_dir, stages, micro, remat):
     cmd = [os.path.join(a.bin, "gpipe-compile"), model_path, "-o", out_dir,
-           "--batch-size", str(a.batch_size), "--target", "cpu", "--optimizer", "sgd",
-           "--lr", repr(a.lr), "--momentum", "0.0",
-           "--stages", str(stages), "--microbatches", str(micro)]
+           "--batch-size", str(a.batch_size), "--target", "cpu",
+           "--stages", str(stages), "--microbatches", str(micro)] + bench_models.optimizer_flags(a)
     if remat:
         cmd += ["--remat", remat]
     print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
@@ -416,9 +419,8 @@ def main():
     ap.add_argument("--workdir", default="/tmp/gpipe_bench_pipeline")
     ap.add_argument("--stages", type=int, default=2)
     ap.add_argument("--microbatches", type=int, default=8)
-    ap.add_argument("--batch-size", type=int, default=256)
+    bench_models.add_args(ap)
     ap.add_argument("--samples", type=int, default=None, help="default 4 * batch size")
-    ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=20, help="measured steps (after warmup)")
     ap.add_argument("--repeat", type=int, default=5, help="rounds")
@@ -442,6 +444,7 @@ def main():
     ap.add_argument("--no-sweep", action="store_true",
                     help="skip the single-GEMM sweep over micro-batch rows")
     a = ap.parse_args()
+    bench_models.finish_args(a)
 
     if not a.bin:
         sys.exit("pass --bin DIR (directory with gpipe-compile and gpipe-run)")
@@ -461,8 +464,7 @@ def main():
 
     print("## gpipe-compile pipeline-efficiency benchmark")
     print()
-    print("- model: mlp_deep, 8 x (Linear 1024 + ReLU) + Linear 1024->10, cross-entropy; "
-          "batch %d; SGD lr %g; %d samples" % (a.batch_size, a.lr, S))
+    print("- model: %s" % bench_models.describe(a, S))
     print("- pipeline: K=%d stages, M=%d micro-batches (micro-batch %d rows); ideal "
           "2M/(M+K-1) = %.3f" % (K, M, a.batch_size // M, K * M / (M + K - 1)))
     print("- steps: %d warmup (excluded) + %d measured; %d rounds" % (a.warmup, a.steps, a.repeat))
@@ -480,12 +482,12 @@ def main():
     print(flush=True)
 
     # export + data (as bench_step.py)
-    x, y = models.make_data("mlp_deep", S, seed=0)
+    x, y = bench_models.make_data(a, S)
     np.save(os.path.join(a.workdir, "data", "x.npy"), x)
     np.save(os.path.join(a.workdir, "data", "y.npy"), y)
     model_path = os.path.join(a.workdir, "model.onnx")
     torch.manual_seed(models.DEFAULT_SEED)
-    m = models.MlpDeep()
+    m = bench_models.make_module(a)
     models.export(m, x[:a.batch_size], y[:a.batch_size], model_path, opset=a.opset)
 
     # name -> (description, stages, microbatches, remat, threads, out dir key)
@@ -611,7 +613,7 @@ def main():
           % (quiet.waited, repeated, a.max_foreign,
              sum(x["foreign_cores"] > a.max_foreign for v in results.values() for x in v)))
 
-    if not a.no_sweep:
+    if not a.no_sweep and a.model == "mlp_deep":
         gemm_sweep(a, quiet)
 
     # ---- breakdown

@@ -46,6 +46,8 @@ sys.path.insert(0, os.path.join(REPO, "test", "e2e"))
 
 import numpy as np  # noqa: E402
 
+import bench_models  # noqa: E402
+
 
 def sh(cmd):
     try:
@@ -86,30 +88,16 @@ def env_for(threads, omp_wait_policy=None):
 # torch worker (runs in a subprocess so OPENBLAS_NUM_THREADS takes effect)
 # ---------------------------------------------------------------------------
 
-def make_module(a):
-    import models
-    if a.model == "gpt":
-        return models.GptTiny(a.vocab, a.seq, a.width, a.heads, a.depth)
-    return models.MlpDeep(width=a.width, depth=a.depth, classes=a.classes)
-
-
-def make_optimizer(a, params):
-    import torch
-    if a.optimizer == "adam":
-        return torch.optim.Adam(params, lr=a.lr)
-    return torch.optim.SGD(params, lr=a.lr, momentum=a.momentum)
-
-
 def torch_worker(a):
     import torch
     import models
     torch.set_num_threads(a.threads)
     x = np.load(os.path.join(a.workdir, "data", "x.npy"))
     y = np.load(os.path.join(a.workdir, "data", "y.npy"))
-    m = make_module(a)
+    m = bench_models.make_module(a)
     models.load_into_module(m, models.load_initializers(os.path.join(a.workdir, "model.onnx")))
     m.train()
-    opt = make_optimizer(a, m.parameters())
+    opt = bench_models.make_optimizer(a, m.parameters())
     xt, yt = torch.from_numpy(x), torch.from_numpy(y)
     S, B = len(x), a.batch_size
     ms, losses = [], []
@@ -131,10 +119,7 @@ def torch_worker(a):
 def run_torch(a, threads, omp_wait_policy=None):
     cmd = [sys.executable, os.path.abspath(__file__), "--torch-worker",
            "--threads", str(threads), "--workdir", a.workdir,
-           "--model", a.model, "--vocab", str(a.vocab), "--seq", str(a.seq),
-           "--heads", str(a.heads), "--optimizer", a.optimizer,
-           "--width", str(a.width), "--depth", str(a.depth), "--classes", str(a.classes),
-           "--batch-size", str(a.batch_size), "--lr", repr(a.lr), "--momentum", repr(a.momentum),
+           *bench_models.model_argv(a),
            "--warmup", str(a.warmup), "--steps", str(a.steps)]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        env=env_for(threads, omp_wait_policy))
@@ -176,19 +161,8 @@ def main():
                     help="directory with gpipe-compile and gpipe-run (default $GPIPE_BIN)")
     ap.add_argument("--workdir", default="/tmp/gpipe_bench")
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
-    ap.add_argument("--model", choices=("mlp_deep", "gpt"), default="mlp_deep")
-    ap.add_argument("--width", type=int, default=None, help="mlp_deep 1024, gpt 256 (d_model)")
-    ap.add_argument("--depth", type=int, default=None, help="mlp_deep 8 layers, gpt 4 blocks")
-    ap.add_argument("--classes", type=int, default=10)
-    ap.add_argument("--vocab", type=int, default=2048, help="gpt only")
-    ap.add_argument("--seq", type=int, default=64, help="gpt only")
-    ap.add_argument("--heads", type=int, default=8, help="gpt only")
-    ap.add_argument("--batch-size", type=int, default=None, help="mlp_deep 256, gpt 16")
+    bench_models.add_args(ap)
     ap.add_argument("--samples", type=int, default=None, help="default 4 * batch size")
-    ap.add_argument("--optimizer", choices=("sgd", "adam"), default=None,
-                    help="mlp_deep sgd, gpt adam")
-    ap.add_argument("--lr", type=float, default=None, help="sgd 0.01, adam 0.001")
-    ap.add_argument("--momentum", type=float, default=0.0)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--steps", type=int, default=30, help="measured steps (after warmup)")
     ap.add_argument("--opset", type=int, default=17)
@@ -197,13 +171,7 @@ def main():
     ap.add_argument("--skip-gpipe", action="store_true", help="only time torch")
     ap.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
-    gpt = a.model == "gpt"
-    for k, v in (("width", 256 if gpt else 1024), ("depth", 4 if gpt else 8),
-                 ("batch_size", 16 if gpt else 256), ("optimizer", "adam" if gpt else "sgd")):
-        if getattr(a, k) is None:
-            setattr(a, k, v)
-    if a.lr is None:
-        a.lr = 0.001 if a.optimizer == "adam" else 0.01
+    bench_models.finish_args(a)
 
     if a.torch_worker:
         a.threads = int(a.threads)
@@ -225,15 +193,7 @@ def main():
     blas, blas_query = blas_choice()
     print("## gpipe-compile step-time benchmark")
     print()
-    if gpt:
-        print("- model: GPT-style LM, vocab %d, sequence %d, d %d, %d blocks, %d heads; "
-              "batch %d; %d samples" % (a.vocab, a.seq, a.width, a.depth, a.heads,
-                                        a.batch_size, S))
-    else:
-        print("- model: %d x (Linear %d + ReLU) + Linear %d->%d, cross-entropy; batch %d; "
-              "%d samples" % (a.depth, a.width, a.width, a.classes, a.batch_size, S))
-    print("- optimizer: %s lr %g%s" % (a.optimizer, a.lr, " momentum %g" % a.momentum
-                                       if a.optimizer == "sgd" else ""))
+    print("- model: %s" % bench_models.describe(a, S))
     print("- steps: %d warmup (excluded) + %d measured; median ms/step" % (a.warmup, a.steps))
     print("- CPU: %s, %s logical CPUs (os.sched_getaffinity: %d)"
           % (cpu_model(), os.cpu_count(), len(os.sched_getaffinity(0))))
@@ -248,28 +208,19 @@ def main():
     print(flush=True)
 
     # export + data (same as the e2e tests)
-    if gpt:
-        rng = np.random.default_rng(0)
-        x = rng.integers(0, a.vocab, (S, a.seq)).astype(np.int64)
-        y = ((7 * x + 3 * np.arange(a.seq) + 1) % a.vocab).astype(np.int64)
-    elif (a.width, a.classes) == (1024, 10):
-        x, y = models.make_data("mlp_deep", S, seed=0)
-    else:
-        x, y = _make_data(S, a.width, a.classes)
+    x, y = bench_models.make_data(a, S)
     np.save(os.path.join(a.workdir, "data", "x.npy"), x)
     np.save(os.path.join(a.workdir, "data", "y.npy"), y)
     model_path = os.path.join(a.workdir, "model.onnx")
     torch.manual_seed(models.DEFAULT_SEED)
-    m = make_module(a)
+    m = bench_models.make_module(a)
     models.export(m, x[:a.batch_size], y[:a.batch_size], model_path, opset=a.opset)
     print("exported %s (%s)" % (model_path, " ".join(sorted(set(models.op_types(model_path))))))
 
     out_dir = os.path.join(a.workdir, "out")
     if not a.skip_gpipe:
         cmd = [os.path.join(a.bin, "gpipe-compile"), model_path, "-o", out_dir,
-               "--batch-size", str(a.batch_size), "--target", "cpu", "--optimizer", a.optimizer,
-               "--lr", repr(a.lr)] + (["--momentum", repr(a.momentum)]
-                                      if a.optimizer == "sgd" else [])
+               "--batch-size", str(a.batch_size), "--target", "cpu"] + bench_models.optimizer_flags(a)
         print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
         t0 = time.time()
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -351,13 +302,6 @@ def main():
     print("```")
     print("</details>")
     return 0
-
-
-def _make_data(S, d_in, classes):
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((S, d_in)).astype(np.float32)
-    t = rng.standard_normal((d_in, classes)).astype(np.float32)
-    return x, np.argmax(x @ t, axis=1).astype(np.int64)
 
 
 if __name__ == "__main__":

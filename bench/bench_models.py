@@ -1,0 +1,98 @@
+"""The benchmarks' models (--model), shared by bench_step.py and bench_pipeline.py.
+
+  mlp_deep (default): test/e2e/models.py MlpDeep -- DEPTH x (Linear(WIDTH, WIDTH) + ReLU)
+    then Linear(WIDTH, CLASSES), cross-entropy; 8 x 1024, 10 classes, batch 256, SGD lr 0.01.
+  gpt: test/e2e/models.py GptTiny -- a GPT-style causal LM (token + position embeddings,
+    pre-LayerNorm blocks with hand-written causal multi-head attention and a GELU MLP, an
+    LM head, cross-entropy over every position); vocab 2048, sequence 64, d 256, 4 blocks,
+    8 heads, batch 16, Adam lr 0.001 (issue 11's benchmark model).
+"""
+
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "test", "e2e"))
+
+import numpy as np  # noqa: E402
+
+
+def add_args(ap):
+    ap.add_argument("--model", choices=("mlp_deep", "gpt"), default="mlp_deep")
+    ap.add_argument("--width", type=int, default=None, help="mlp_deep 1024, gpt 256 (d_model)")
+    ap.add_argument("--depth", type=int, default=None, help="mlp_deep 8 layers, gpt 4 blocks")
+    ap.add_argument("--classes", type=int, default=10, help="mlp_deep only")
+    ap.add_argument("--vocab", type=int, default=2048, help="gpt only")
+    ap.add_argument("--seq", type=int, default=64, help="gpt only")
+    ap.add_argument("--heads", type=int, default=8, help="gpt only")
+    ap.add_argument("--batch-size", type=int, default=None, help="mlp_deep 256, gpt 16")
+    ap.add_argument("--optimizer", choices=("sgd", "adam"), default=None,
+                    help="mlp_deep sgd, gpt adam")
+    ap.add_argument("--lr", type=float, default=None, help="sgd 0.01, adam 0.001")
+    ap.add_argument("--momentum", type=float, default=0.0, help="sgd only")
+
+
+def finish_args(a):
+    """Fills the model-dependent defaults."""
+    gpt = a.model == "gpt"
+    for k, v in (("width", 256 if gpt else 1024), ("depth", 4 if gpt else 8),
+                 ("batch_size", 16 if gpt else 256), ("optimizer", "adam" if gpt else "sgd")):
+        if getattr(a, k) is None:
+            setattr(a, k, v)
+    if a.lr is None:
+        a.lr = 0.001 if a.optimizer == "adam" else 0.01
+
+
+def model_argv(a):
+    """The arguments that rebuild `a`'s model settings in a worker."""
+    return ["--model", a.model, "--width", str(a.width), "--depth", str(a.depth),
+            "--classes", str(a.classes), "--vocab", str(a.vocab), "--seq", str(a.seq),
+            "--heads", str(a.heads), "--batch-size", str(a.batch_size),
+            "--optimizer", a.optimizer, "--lr", repr(a.lr), "--momentum", repr(a.momentum)]
+
+
+def describe(a, samples):
+    if a.model == "gpt":
+        m = ("GPT-style LM, vocab %d, sequence %d, d %d, %d blocks, %d heads"
+             % (a.vocab, a.seq, a.width, a.depth, a.heads))
+    else:
+        m = ("%d x (Linear %d + ReLU) + Linear %d->%d, cross-entropy"
+             % (a.depth, a.width, a.width, a.classes))
+    opt = "%s lr %g" % (a.optimizer, a.lr) + (" momentum %g" % a.momentum
+                                               if a.optimizer == "sgd" else "")
+    return "%s; batch %d; %s; %d samples" % (m, a.batch_size, opt, samples)
+
+
+def make_module(a):
+    import models
+    if a.model == "gpt":
+        return models.GptTiny(a.vocab, a.seq, a.width, a.heads, a.depth)
+    return models.MlpDeep(width=a.width, depth=a.depth, classes=a.classes)
+
+
+def make_optimizer(a, params):
+    import torch
+    if a.optimizer == "adam":
+        return torch.optim.Adam(params, lr=a.lr)
+    return torch.optim.SGD(params, lr=a.lr, momentum=a.momentum)
+
+
+def optimizer_flags(a):
+    """gpipe-compile's optimizer flags for `a`."""
+    flags = ["--optimizer", a.optimizer, "--lr", repr(a.lr)]
+    return flags + (["--momentum", repr(a.momentum)] if a.optimizer == "sgd" else [])
+
+
+def make_data(a, samples):
+    """(x, y) of `samples` rows: the e2e data for the default mlp_deep, a random
+    teacher for other widths, random tokens with a fixed next-token rule for gpt."""
+    import models
+    rng = np.random.default_rng(0)
+    if a.model == "gpt":
+        x = rng.integers(0, a.vocab, (samples, a.seq)).astype(np.int64)
+        return x, ((7 * x + 3 * np.arange(a.seq) + 1) % a.vocab).astype(np.int64)
+    if (a.width, a.classes) == (1024, 10):
+        return models.make_data("mlp_deep", samples, seed=0)
+    x = rng.standard_normal((samples, a.width)).astype(np.float32)
+    t = rng.standard_normal((a.width, a.classes)).astype(np.float32)
+    return x, np.argmax(x @ t, axis=1).astype(np.int64)
