@@ -19,7 +19,8 @@ def FuseLayerNorm : Pass<"gpipe-fuse-layer-norm", "mlir::func::FuncOp"> {
     the same trailing axes (kept as 1s) and divide by their count, the
     exponent is a constant 2, epsilon a constant scalar, and the weight and
     bias have the normalized shape; anything else is left as it is. The
-    fused op is located at the first mean's node.
+    fused op is located at the first mean's node. Runs first in
+    `gpipe-pipeline`, before micro-batching and autodiff.
   }];
 }
 
