@@ -4,6 +4,26 @@
 
 include "mlir/Pass/PassBase.td"
 
+def FuseLayerNorm : Pass<"gpipe-fuse-layer-norm", "mlir::func::FuncOp"> {
+  let summary = "Rewrites a decomposed layer normalization into nn.layer_norm";
+  let description = [{
+    Below opset 17 torch exports `nn.LayerNorm` decomposed: ReduceMean over
+    the trailing axes, Sub, Pow 2, ReduceMean, Add epsilon, Sqrt, Div, then
+    Mul by the weight and Add of the bias when it has them. This pass
+    replaces that exact pattern, as the importer writes it
+    (`nn.div(nn.reduce_to(..), count)` for each mean), by one
+    `nn.layer_norm` over the same axes with the same epsilon, scale and
+    bias (a constant scale of ones without a weight), so that its fused
+    kernels and gradients are used. It matches only when every value
+    computed inside the pattern is read only inside it, both means reduce
+    the same trailing axes (kept as 1s) and divide by their count, the
+    exponent is a constant 2, epsilon a constant scalar, and the weight and
+    bias have the normalized shape; anything else is left as it is. The
+    fused op is located at the first mean's node. Runs first in
+    `gpipe-pipeline`, before micro-batching and autodiff.
+  }];
+}
+
 def Autodiff : Pass<"gpipe-autodiff", "mlir::func::FuncOp"> {
   let summary = "Differentiates the loss with respect to every parameter";
   let description = [{

@@ -11,6 +11,7 @@ using namespace mlir;
 void gpipe::buildCompilePipeline(OpPassManager &pm,
                                  const CompilePipelineOptions &o) {
   OpPassManager &fpm = pm.nest<func::FuncOp>();
+  fpm.addPass(createFuseLayerNorm());
   MicrobatchOptions mb;
   mb.microbatches = o.microbatches;
   fpm.addPass(createMicrobatch(mb));
@@ -59,7 +60,8 @@ void gpipe::buildLoweringPipeline(OpPassManager &pm,
 void gpipe::registerCompilePipeline() {
   PassPipelineRegistration<CompilePipelineOptions>(
       "gpipe-pipeline",
-      "The whole compile after import: micro-batching, partitioning, "
+      "The whole compile after import: layer-norm fusion, micro-batching, "
+      "partitioning, "
       "autodiff, optimizer, CSE, outlining, remat, schedule (what "
       "gpipe-compile runs)",
       buildCompilePipeline);

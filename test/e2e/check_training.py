@@ -137,6 +137,10 @@ def parse_args(argv):
                     "must differ from torch by more than 1e-6 (the rounding happens)")
     ap.add_argument("--bf16-tol", type=float, default=5e-2,
                     help="bf16: tolerance against torch's fp32 training")
+    ap.add_argument("--expect-ops", default=None, metavar="OP=N,...",
+                    help="the forward functions of OUT/pipeline.mlir must hold exactly N ops "
+                    "named OP in all, for each OP=N (e.g. nn.layer_norm=5,nn.sqrt=0: the "
+                    "layer norms of an opset-13 export fused)")
     ap.add_argument("--timeout", type=float, default=900.0,
                     help="seconds allowed for each of gpipe-compile / gpipe-run")
     a = ap.parse_args(argv)
@@ -173,6 +177,13 @@ def parse_args(argv):
                  % (a.batch_size, a.microbatches))
     if a.compare_single is None:
         a.compare_single = (a.stages or 1) > 1 or (a.microbatches or 1) > 1
+    a.expect_ops_d = {}
+    for item in (a.expect_ops.split(",") if a.expect_ops else []):
+        op, _, n = item.partition("=")
+        if not re.fullmatch(r"[a-z_]+\.[a-z_0-9]+", op.strip()) or not n.strip().isdigit():
+            ap.error("--expect-ops must be OP=N,... (e.g. nn.layer_norm=5), got %r"
+                     % a.expect_ops)
+        a.expect_ops_d[op.strip()] = int(n)
     if a.target == "cuda":
         a.compare_single = True
     # Tolerances against torch and against the reference program.
@@ -386,6 +397,33 @@ def check_pipeline_json(out_dir, stages, microbatches, remat):
     return fails
 
 
+def check_forward_ops(out_dir, expected):
+    """Return a list of failures: the forward functions of OUT/pipeline.mlir must hold
+    `expected[op]` ops named `op` in all (a remat region's recomputation, in the backward,
+    is not counted)."""
+    if not expected:
+        return []
+    path = os.path.join(out_dir, "pipeline.mlir")
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        return ["%s: cannot read: %s" % (path, e)]
+    counts = dict.fromkeys(expected, 0)
+    forward = False
+    for line in lines:
+        if line.startswith("  func.func "):
+            forward = 'pipe.phase = "forward"' in line
+        elif line == "  }":
+            forward = False
+        elif forward:
+            for op in counts:
+                counts[op] += len(re.findall(r"(?:^|\s)%s(?:\s|$)" % re.escape(op), line))
+    log("forward ops in %s: %s" % (path, ", ".join("%s=%d" % kv for kv in counts.items())))
+    return ["%s: %d %s op(s) in the forward functions, expected %d"
+            % (path, counts[op], op, n) for op, n in expected.items() if counts[op] != n]
+
+
 def target_flags(a, target):
     f = ["--target", target, "--precision", a.precision]
     if target == "cuda" and a.cuda_arch:
@@ -537,6 +575,7 @@ def run_check(a):
         a, compile_bin, run_bin, model_path, data_dir, wd, "",
         pipeline_flags(a) + target_flags(a, a.target))
     failures += check_pipeline_json(out_dir, a.stages, a.microbatches, a.remat)
+    failures += check_forward_ops(out_dir, a.expect_ops_d)
 
     # 4b. the 1-stage reference program on the same model.onnx and data
     single = None
