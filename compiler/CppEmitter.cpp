@@ -57,6 +57,43 @@ namespace {
 // (OpenMP); smaller ones cost more to wake a team for than they save.
 constexpr int64_t kParallelMin = 1 << 15;
 
+/// A float literal of the C++ and CUDA code (infinities as INFINITY).
+std::string floatLit(double v) {
+  if (std::isinf(v))
+    return v > 0 ? "INFINITY" : "(-INFINITY)";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  std::string s = buf;
+  if (s.find_first_of(".en") == std::string::npos)
+    s += ".0";
+  return s + "f";
+}
+
+/// min(max(x, min), max) of clip's scalar `x` for the bounds that are set,
+/// NaN staying NaN (torch's clamp); a min above the max gives the max.
+std::string clipExpr(const std::string &x, std::optional<APFloat> min,
+                     std::optional<APFloat> max) {
+  std::string lo = min ? floatLit(min->convertToFloat()) : "",
+              hi = max ? floatLit(max->convertToFloat()) : "";
+  if (min && max && min->convertToFloat() > max->convertToFloat())
+    return "(" + x + " != " + x + " ? " + x + " : " + hi + ")";
+  std::string y = min ? "(" + x + " < " + lo + " ? " + lo + " : " + x + ")" : x;
+  return max ? "(" + x + " > " + hi + " ? " + hi + " : " + y + ")" : y;
+}
+
+/// Clip's gradient passes dy where min <= x <= max (for the bounds set).
+std::string clipGradExpr(const std::string &x, const std::string &dy,
+                         std::optional<APFloat> min,
+                         std::optional<APFloat> max) {
+  std::string cond;
+  if (min)
+    cond = x + " >= " + floatLit(min->convertToFloat());
+  if (max)
+    cond += (cond.empty() ? "" : " && ") + x +
+            " <= " + floatLit(max->convertToFloat());
+  return "(" + cond + " ? " + dy + " : 0.f)";
+}
+
 /// The scalar expression an elementwise op computes from its operands'
 /// scalar expressions `a` (in operand order), in C++ or (`cuda`) CUDA device
 /// code; nullopt for other ops. With an empty `a` it only answers whether
@@ -86,6 +123,29 @@ std::optional<std::string> scalarExpr(Operation *op, ArrayRef<std::string> a,
             return call("sqrt", x(0));
         }
         return (cuda ? "powf(" : "std::pow(") + x(0) + ", " + x(1) + ")";
+      })
+      // torch.maximum / minimum: NaN if either operand is.
+      .Case([&](nn::MaxOp) {
+        return "(" + x(0) + " > " + x(1) + " || " + x(0) + " != " + x(0) +
+               " ? " + x(0) + " : " + x(1) + ")";
+      })
+      .Case([&](nn::MinOp) {
+        return "(" + x(0) + " < " + x(1) + " || " + x(0) + " != " + x(0) +
+               " ? " + x(0) + " : " + x(1) + ")";
+      })
+      // torch's: dy / 2 on ties, 0 where the other operand wins, else dy.
+      .Case([&](nn::MaxGradOp) {
+        return "(" + x(0) + " == " + x(1) + " ? " + x(2) + " * 0.5f : (" +
+               x(0) + " < " + x(1) + " ? 0.f : " + x(2) + "))";
+      })
+      .Case([&](nn::MinGradOp) {
+        return "(" + x(0) + " == " + x(1) + " ? " + x(2) + " * 0.5f : (" +
+               x(0) + " > " + x(1) + " ? 0.f : " + x(2) + "))";
+      })
+      .Case(
+          [&](nn::ClipOp o) { return clipExpr(x(0), o.getMin(), o.getMax()); })
+      .Case([&](nn::ClipGradOp o) {
+        return clipGradExpr(x(0), x(1), o.getMin(), o.getMax());
       })
       .Case([&](nn::BroadcastToOp) { return x(0); })
       // Masks are f32: 1.0 true, 0.0 false.
@@ -171,9 +231,9 @@ struct StageState {
   // The stash slots: micro-batch mb uses slot mb % stashSlots, at
   // stashBase + slot * stashBytes.
   int64_t stashBase = 0, stashBytes = 0, stashSlots = 1;
-  // Graph input (forward argument) index of the labels of a mean loss
-  // with ignore_index, for the mini-batch count.
-  std::optional<int64_t> labelInput;
+  // The stage's forward function: its arguments are the graph inputs the
+  // stage reads, its results the stash its backward's arguments receive.
+  func::FuncOp forward;
   int64_t microbatches = 1;
   EmittedStage result;
 
@@ -225,6 +285,10 @@ private:
   LogicalResult emitOp(Operation *op);
   // The printers of single ops (emitOp's TypeSwitch).
   LogicalResult emit(nn::ReduceToOp o);
+  LogicalResult emit(nn::ReduceMaxOp o);
+  /// A reduction kernel call `fn(in, in_shape, out, out_shape, rank)`, the
+  /// result's shape left-padded with 1s to the input's rank.
+  void emitReduction(StringRef fn, Value input, Value output);
   LogicalResult emit(nn::BatchMatMulOp o);
   LogicalResult emit(nn::TransposeOp o);
   LogicalResult emit(nn::ConcatOp o);
@@ -238,11 +302,26 @@ private:
   /// of the micro-batches before it in the mini-batch's tensor.
   void emitDropout(Value in, Value out, APFloat ratio, uint64_t key);
   LogicalResult emit(nn::SoftmaxGradOp o);
+  LogicalResult emit(nn::LogSoftmaxOp o);
+  LogicalResult emit(nn::LogSoftmaxGradOp o);
+  /// A runtime call `fn(ins..., out, outer, n, inner)` on tensors viewed as
+  /// [outer, n, inner] around `axis` (the (log-)softmax kernels).
+  void emitAlongAxis(StringRef fn, ArrayRef<Value> ins, Value out,
+                     int64_t axis);
   LogicalResult emit(nn::LayerNormOp o);
   LogicalResult emit(nn::LayerNormGradOp o);
   LogicalResult emit(nn::LayerNormScaleGradOp o);
   LogicalResult emit(nn::SoftmaxCrossEntropyOp o);
   LogicalResult emit(nn::SoftmaxCrossEntropyGradOp o);
+  LogicalResult emit(nn::NllLossOp o);
+  LogicalResult emit(nn::NllLossGradOp o);
+  /// A loss's forward kernel call `fn(scores, labels, N, C, ignore, norm,
+  /// loss extraArgs)`, after the check of labels read from a data file.
+  template <typename LossOp>
+  LogicalResult emitLoss(LossOp o, StringRef fn, StringRef extraArgs);
+  /// Its gradient's `fn([scores,] labels, N, C, ignore, norm, dloss, out)`.
+  template <typename GradOp>
+  LogicalResult emitLossGrad(GradOp o, StringRef fn, bool readsScores);
   LogicalResult emit(pipeline::SGDUpdateOp o);
   LogicalResult emit(pipeline::AdamUpdateOp o);
   LogicalResult emit(pipeline::SendOp o);
@@ -315,9 +394,9 @@ private:
   std::string shapeArray(ArrayRef<int64_t> shape) {
     return stage.shapeArray(shape);
   }
-  /// The divisor argument of a softmax cross-entropy kernel.
+  /// The divisor argument of a loss kernel.
   FailureOr<std::string> lossNorm(Operation *op, Value labels,
-                                  std::optional<int64_t> ignore,
+                                  std::optional<int64_t> ignore, bool sum,
                                   std::optional<uint64_t> microbatches);
 
   StageState &stage;
@@ -380,23 +459,48 @@ std::string FuncEmitter::ptr(Value v, bool isConst) {
   return cast + "(A + " + std::to_string(s.offset) + "))";
 }
 
+/// The graph input (the index of an argument of the stage's `forward`) a
+/// loss's `labels` in `func` are read from, through reshapes: in the
+/// backward, whose arguments are the forward's results (the stash), through
+/// the forward's returned value. Nullopt for computed labels.
+static std::optional<int64_t> labelInputOf(func::FuncOp forward,
+                                           func::FuncOp func, Value labels) {
+  auto argumentOf = [](Value v) {
+    while (auto r = v.getDefiningOp<nn::ReshapeOp>())
+      v = r.getInput();
+    return dyn_cast<BlockArgument>(v);
+  };
+  BlockArgument arg = argumentOf(labels);
+  if (arg && func != forward) {
+    Operation *ret = forward.getBody().front().getTerminator();
+    arg = arg.getArgNumber() < ret->getNumOperands()
+              ? argumentOf(ret->getOperand(arg.getArgNumber()))
+              : BlockArgument();
+  }
+  if (!arg || !nn::getInputName(forward, arg.getArgNumber()))
+    return std::nullopt;
+  return arg.getArgNumber();
+}
+
 FailureOr<std::string>
 FuncEmitter::lossNorm(Operation *op, Value labels,
-                      std::optional<int64_t> ignore,
+                      std::optional<int64_t> ignore, bool sum,
                       std::optional<uint64_t> microbatches) {
+  if (sum)
+    return std::string("1.0"); // each micro-batch's share is its own sum
   if (!microbatches || *microbatches <= 1)
     return std::string("0.0"); // the mean over this call's labels
   int64_t n = tensorType(labels).getDimSize(0);
   if (!ignore)
     return std::to_string(n * static_cast<int64_t>(*microbatches)) + ".0";
-  if (!stage.labelInput)
+  std::optional<int64_t> input = labelInputOf(stage.forward, func, labels);
+  if (!input)
     return op->emitError("with micro-batches, the labels of a loss with "
                          "ignore_index must be a graph input read by the "
                          "loss's stage"),
            failure();
-  return "static_cast<double>(gp_count_labels(ctx, " +
-         std::to_string(*stage.labelInput) + ", 1, " + std::to_string(*ignore) +
-         "LL))";
+  return "static_cast<double>(gp_count_labels(ctx, " + std::to_string(*input) +
+         ", 1, " + std::to_string(*ignore) + "LL))";
 }
 
 LogicalResult FuncEmitter::formUnits() {
@@ -631,15 +735,6 @@ void FuncEmitter::emitLoop(
   emitForAll(shape, args, /*flat=*/false, body(inRefs, outRefs));
 }
 
-static std::string floatLit(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  std::string s = buf;
-  if (s.find_first_of(".en") == std::string::npos)
-    s += ".0";
-  return s + "f";
-}
-
 void FuncEmitter::emitGemm(nn::GemmOp o, nn::ReluOp relu) {
   // With a fused relu the GEMM writes the relu's result (its own is never
   // stored).
@@ -729,14 +824,16 @@ LogicalResult FuncEmitter::emitOp(Operation *op) {
     return emitDeferredGemm(cast<nn::GemmOp>(op), it->second), success();
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](nn::GemmOp o) { return emitGemm(o, nullptr), success(); })
-      .Case<nn::ReduceToOp, nn::BatchMatMulOp, nn::TransposeOp, nn::ConcatOp,
-            nn::SliceOp, nn::GatherOp, nn::ScatterAddOp, nn::SoftmaxOp,
-            nn::SoftmaxGradOp, nn::DropoutOp, nn::DropoutGradOp,
+      .Case<nn::ReduceToOp, nn::ReduceMaxOp, nn::BatchMatMulOp, nn::TransposeOp,
+            nn::ConcatOp, nn::SliceOp, nn::GatherOp, nn::ScatterAddOp,
+            nn::SoftmaxOp, nn::SoftmaxGradOp, nn::LogSoftmaxOp,
+            nn::LogSoftmaxGradOp, nn::DropoutOp, nn::DropoutGradOp,
             nn::LayerNormOp, nn::LayerNormGradOp, nn::LayerNormScaleGradOp,
             nn::SoftmaxCrossEntropyOp, nn::SoftmaxCrossEntropyGradOp,
-            pipeline::SGDUpdateOp, pipeline::AdamUpdateOp, pipeline::SendOp,
-            pipeline::RecvOp, pipeline::ReportLossOp,
-            pipeline::AccumulateGradOp>([&](auto o) { return emit(o); })
+            nn::NllLossOp, nn::NllLossGradOp, pipeline::SGDUpdateOp,
+            pipeline::AdamUpdateOp, pipeline::SendOp, pipeline::RecvOp,
+            pipeline::ReportLossOp, pipeline::AccumulateGradOp>(
+          [&](auto o) { return emit(o); })
       .Default([&](Operation *) {
         return op->emitError("code generation does not support '")
                << op->getName() << "' yet";
@@ -755,17 +852,26 @@ void FuncEmitter::emitDeferredGemm(nn::GemmOp o,
                  ptr(o.getB()), d.rows * d.xCols * 4);
 }
 
-LogicalResult FuncEmitter::emit(nn::ReduceToOp o) {
-  auto in = tensorType(o.getInput()), out = tensorType(o.getOutput());
+void FuncEmitter::emitReduction(StringRef fn, Value input, Value output) {
+  auto in = tensorType(input), out = tensorType(output);
   llvm::SmallVector<int64_t> padded(in.getRank() - out.getRank(), 1);
   padded.append(out.getShape().begin(), out.getShape().end());
   if (in.getRank() == 0) {
-    os << copyCall(ptr(o.getOutput(), false), ptr(o.getInput()), 4);
-    return success();
+    os << copyCall(ptr(output, false), ptr(input), 4);
+    return;
   }
-  os << "  gp_reduce_to(" << ptr(o.getInput()) << ", "
-     << shapeArray(in.getShape()) << ", " << ptr(o.getOutput(), false) << ", "
-     << shapeArray(padded) << ", " << in.getRank() << ");\n";
+  os << "  " << fn << "(" << ptr(input) << ", " << shapeArray(in.getShape())
+     << ", " << ptr(output, false) << ", " << shapeArray(padded) << ", "
+     << in.getRank() << ");\n";
+}
+
+LogicalResult FuncEmitter::emit(nn::ReduceToOp o) {
+  emitReduction("gp_reduce_to", o.getInput(), o.getOutput());
+  return success();
+}
+
+LogicalResult FuncEmitter::emit(nn::ReduceMaxOp o) {
+  emitReduction("gp_reduce_max", o.getInput(), o.getOutput());
   return success();
 }
 
@@ -849,21 +955,36 @@ LogicalResult FuncEmitter::emit(nn::ScatterAddOp o) {
   return success();
 }
 
+void FuncEmitter::emitAlongAxis(StringRef fn, ArrayRef<Value> ins, Value out,
+                                int64_t axis) {
+  auto t = tensorType(out);
+  auto [outer, inner] = outerInner(t, axis);
+  os << "  " << fn << "(";
+  for (Value in : ins)
+    os << ptr(in) << ", ";
+  os << ptr(out, false) << ", " << outer << ", " << t.getDimSize(axis) << ", "
+     << inner << ");\n";
+}
+
 LogicalResult FuncEmitter::emit(nn::SoftmaxOp o) {
-  auto t = tensorType(o.getInput());
-  auto [outer, inner] = outerInner(t, o.getAxis());
-  os << "  gp_softmax(" << ptr(o.getInput()) << ", "
-     << ptr(o.getOutput(), false) << ", " << outer << ", "
-     << t.getDimSize(o.getAxis()) << ", " << inner << ");\n";
+  emitAlongAxis("gp_softmax", {o.getInput()}, o.getOutput(), o.getAxis());
   return success();
 }
 
 LogicalResult FuncEmitter::emit(nn::SoftmaxGradOp o) {
-  auto t = tensorType(o.getValue());
-  auto [outer, inner] = outerInner(t, o.getAxis());
-  os << "  gp_softmax_bwd(" << ptr(o.getValue()) << ", " << ptr(o.getGrad())
-     << ", " << ptr(o.getOutput(), false) << ", " << outer << ", "
-     << t.getDimSize(o.getAxis()) << ", " << inner << ");\n";
+  emitAlongAxis("gp_softmax_bwd", {o.getValue(), o.getGrad()}, o.getOutput(),
+                o.getAxis());
+  return success();
+}
+
+LogicalResult FuncEmitter::emit(nn::LogSoftmaxOp o) {
+  emitAlongAxis("gp_log_softmax", {o.getInput()}, o.getOutput(), o.getAxis());
+  return success();
+}
+
+LogicalResult FuncEmitter::emit(nn::LogSoftmaxGradOp o) {
+  emitAlongAxis("gp_log_softmax_bwd", {o.getValue(), o.getGrad()},
+                o.getOutput(), o.getAxis());
   return success();
 }
 
@@ -954,13 +1075,15 @@ LogicalResult FuncEmitter::emit(nn::SliceOp o) {
   return success();
 }
 
-/// The ignore_index arguments of the softmax cross-entropy kernels.
+/// The ignore_index arguments of the loss kernels.
 static std::string ignoreArgs(std::optional<int64_t> ignore) {
   return std::to_string(ignore ? 1 : 0) + ", " +
          std::to_string(ignore ? *ignore : 0) + "LL";
 }
 
-LogicalResult FuncEmitter::emit(nn::SoftmaxCrossEntropyOp o) {
+template <typename LossOp>
+LogicalResult FuncEmitter::emitLoss(LossOp o, StringRef fn,
+                                    StringRef extraArgs) {
   auto lt = tensorType(o.getLogits());
   // Labels read from a data file are checked, so a bad label is an error
   // naming the input and sample (as torch raises), not a NaN loss.
@@ -969,29 +1092,49 @@ LogicalResult FuncEmitter::emit(nn::SoftmaxCrossEntropyOp o) {
   if (BlockArgument arg = dataInputOf(func, o.getLabels()))
     os << "  gp_check_input_labels(ctx, " << arg.getArgNumber() << ", mb, "
        << lt.getDimSize(1) << ", " << ignoreArgs(o.getIgnoreIndex()) << ");\n";
-  FailureOr<std::string> norm =
-      lossNorm(o, o.getLabels(), o.getIgnoreIndex(), o.getMicrobatches());
+  FailureOr<std::string> norm = lossNorm(o, o.getLabels(), o.getIgnoreIndex(),
+                                         o.getSum(), o.getMicrobatches());
   if (failed(norm))
     return failure();
-  os << "  gp_softmax_xent_fwd(" << ptr(o.getLogits()) << ", "
-     << ptr(o.getLabels()) << ", " << lt.getDimSize(0) << ", "
-     << lt.getDimSize(1) << ", " << ignoreArgs(o.getIgnoreIndex()) << ", "
-     << *norm << ", " << ptr(o.getLoss(), false) << ", nullptr);\n";
+  os << "  " << fn << "(" << ptr(o.getLogits()) << ", " << ptr(o.getLabels())
+     << ", " << lt.getDimSize(0) << ", " << lt.getDimSize(1) << ", "
+     << ignoreArgs(o.getIgnoreIndex()) << ", " << *norm << ", "
+     << ptr(o.getLoss(), false) << extraArgs << ");\n";
   return success();
 }
 
-LogicalResult FuncEmitter::emit(nn::SoftmaxCrossEntropyGradOp o) {
+template <typename GradOp>
+LogicalResult FuncEmitter::emitLossGrad(GradOp o, StringRef fn,
+                                        bool readsScores) {
   auto lt = tensorType(o.getLogits());
-  FailureOr<std::string> norm =
-      lossNorm(o, o.getLabels(), o.getIgnoreIndex(), o.getMicrobatches());
+  FailureOr<std::string> norm = lossNorm(o, o.getLabels(), o.getIgnoreIndex(),
+                                         o.getSum(), o.getMicrobatches());
   if (failed(norm))
     return failure();
-  os << "  gp_softmax_xent_bwd(" << ptr(o.getLogits()) << ", "
-     << ptr(o.getLabels()) << ", " << lt.getDimSize(0) << ", "
+  os << "  " << fn << "(";
+  if (readsScores)
+    os << ptr(o.getLogits()) << ", ";
+  os << ptr(o.getLabels()) << ", " << lt.getDimSize(0) << ", "
      << lt.getDimSize(1) << ", " << ignoreArgs(o.getIgnoreIndex()) << ", "
      << *norm << ", " << ptr(o.getGrad()) << ", " << ptr(o.getOutput(), false)
      << ");\n";
   return success();
+}
+
+LogicalResult FuncEmitter::emit(nn::SoftmaxCrossEntropyOp o) {
+  return emitLoss(o, "gp_softmax_xent_fwd", ", nullptr");
+}
+
+LogicalResult FuncEmitter::emit(nn::SoftmaxCrossEntropyGradOp o) {
+  return emitLossGrad(o, "gp_softmax_xent_bwd", /*readsScores=*/true);
+}
+
+LogicalResult FuncEmitter::emit(nn::NllLossOp o) {
+  return emitLoss(o, "gp_nll_fwd", "");
+}
+
+LogicalResult FuncEmitter::emit(nn::NllLossGradOp o) {
+  return emitLossGrad(o, "gp_nll_bwd", /*readsScores=*/false);
 }
 
 std::string FuncEmitter::statePtr(Operation *op, int k) {
@@ -1183,6 +1326,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
 
   StageState st;
   st.options = options;
+  st.forward = forward;
   EmittedStage &result = st.result;
   int64_t numStages = pipeline::getNumStages(module);
   st.microbatches = pipeline::getNumMicrobatches(module);
@@ -1256,15 +1400,6 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   st.stashBase = plan.getStashBase();
   st.stashBytes = plan.getStashSlot();
   st.stashSlots = plan.getStashSlots();
-
-  // The labels of a mean loss with ignore_index, for the mini-batch count.
-  forward.walk([&](nn::SoftmaxCrossEntropyOp x) {
-    Value labels = x.getLabels();
-    while (auto r = labels.getDefiningOp<nn::ReshapeOp>())
-      labels = r.getInput();
-    if (auto arg = dyn_cast<BlockArgument>(labels))
-      st.labelInput = arg.getArgNumber();
-  });
 
   result.forwardFlops = costOf(forward);
   result.backwardFlops = costOf(backward);

@@ -289,8 +289,9 @@ void MicrobatchPass::runOnOperation() {
     Operation *def = ret->getOperand(i).getDefiningOp();
     (def ? def->emitError() : func.emitError())
         << "cannot split the batch into micro-batches: the loss must be a "
-           "mean or sum over the batch (a softmax cross-entropy, or a "
-           "ReduceMean/ReduceSum over the batch axis), not '"
+           "mean or sum over the batch (a softmax cross-entropy or negative "
+           "log-likelihood, or a ReduceMean/ReduceSum over the batch axis), "
+           "not '"
         << (def ? def->getName().getStringRef() : StringRef("an argument"))
         << "'";
     return signalPassFailure();

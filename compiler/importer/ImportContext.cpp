@@ -179,7 +179,8 @@ ImportContext::markAxes(const onnx::NodeProto &node,
   return marked;
 }
 
-FailureOr<ConstTensor> ImportContext::readTensor(const onnx::TensorProto &t) {
+FailureOr<ConstTensor> ImportContext::readTensor(const onnx::TensorProto &t,
+                                                 bool doubleAsFloat) {
   ConstTensor c;
   for (int64_t d : t.dims())
     c.shape.push_back(d);
@@ -210,6 +211,24 @@ FailureOr<ConstTensor> ImportContext::readTensor(const onnx::TensorProto &t) {
       std::memcpy(c.f.data(), raw.data(), n * 4);
     } else {
       c.f.assign(t.float_data().begin(), t.float_data().end());
+    }
+    if (static_cast<int64_t>(c.f.size()) != n)
+      return sizeError(c.f.size());
+    return c;
+  case onnx::TensorProto::DOUBLE:
+    if (!doubleAsFloat)
+      break;
+    c.isFloat = true;
+    if (haveRaw) {
+      if (static_cast<int64_t>(raw.size()) != n * 8)
+        return sizeError(raw.size() / 8);
+      for (int64_t k = 0; k < n; ++k) {
+        double v;
+        std::memcpy(&v, raw.data() + 8 * k, 8);
+        c.f.push_back(static_cast<float>(v));
+      }
+    } else {
+      c.f.assign(t.double_data().begin(), t.double_data().end());
     }
     if (static_cast<int64_t>(c.f.size()) != n)
       return sizeError(c.f.size());
@@ -252,8 +271,9 @@ FailureOr<ConstTensor> ImportContext::readTensor(const onnx::TensorProto &t) {
       return sizeError(c.i.size());
     return c;
   default:
-    return fileError() << "tensor '" << t.name() << "' has element type "
-                       << dtypeName(t.data_type())
-                       << "; supported: FLOAT (float32), INT64, INT32, BOOL";
+    break;
   }
+  return fileError() << "tensor '" << t.name() << "' has element type "
+                     << dtypeName(t.data_type())
+                     << "; supported: FLOAT (float32), INT64, INT32, BOOL";
 }

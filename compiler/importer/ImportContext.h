@@ -128,8 +128,11 @@ public:
     return c && c->isFloat && initializerNames.contains(name) &&
            !untrained.contains(name);
   }
-  /// Reads a TensorProto (raw, typed or external data) as a ConstTensor.
-  mlir::FailureOr<ConstTensor> readTensor(const onnx::TensorProto &t);
+  /// Reads a TensorProto (raw, typed or external data) as a ConstTensor;
+  /// DOUBLE data only with `doubleAsFloat`, rounded to float32 (Constant
+  /// nodes: torch exports clamp's bounds as double constants cast to float).
+  mlir::FailureOr<ConstTensor> readTensor(const onnx::TensorProto &t,
+                                          bool doubleAsFloat = false);
 
   /// The mini-batch size imported, and the model's own static batch (0 if it
   /// was symbolic).

@@ -103,6 +103,13 @@ LogicalResult Importer::checkAndConvert() {
     return fileError() << "the ONNX checker rejects the model: " << e.what();
   }
   if (opset != options.targetOpset) {
+    // Some adapters need the ranks of their inputs (Softmax and LogSoftmax
+    // 12 -> 13 on a middle axis); fixBatch drops these value infos again. A
+    // model ONNX cannot infer is reported by inferShapes, after conversion.
+    try {
+      annotateShapes(model);
+    } catch (const std::exception &) {
+    }
     try {
       model =
           onnx::version_conversion::ConvertVersion(model, options.targetOpset);

@@ -7,6 +7,10 @@
 
 namespace gpipe::importer {
 
+/// Annotates `m` with what ONNX shape inference finds (value infos), not
+/// throwing for node-level errors.
+void annotateShapes(onnx::ModelProto &m);
+
 class Importer : public ImportContext {
 public:
   Importer(mlir::MLIRContext &ctx, const std::string &path,

@@ -46,8 +46,7 @@ collectStaticShapes(const onnx::GraphProto &graph,
   forEachValueInfo(graph, record);
 }
 
-/// Runs ONNX shape inference on `m` without throwing for node-level errors.
-static void runShapeInference(onnx::ModelProto &m) {
+void gpipe::importer::annotateShapes(onnx::ModelProto &m) {
   // Node-level inference errors are not thrown: the importer checks every
   // node itself with a message naming it, and cross-checks each output
   // against whatever ONNX did infer.
@@ -64,7 +63,7 @@ inferStaticShapes(const onnx::ModelProto &m) {
   std::map<std::string, std::vector<int64_t>> shapes;
   onnx::ModelProto copy = m;
   try {
-    runShapeInference(copy);
+    annotateShapes(copy);
   } catch (const std::exception &) {
     return shapes;
   }
@@ -233,7 +232,7 @@ LogicalResult Importer::rewriteBatchReshapes() {
 
 LogicalResult Importer::inferShapes() {
   try {
-    runShapeInference(model);
+    annotateShapes(model);
   } catch (const std::exception &e) {
     return fileError() << "ONNX shape inference failed: " << e.what();
   }

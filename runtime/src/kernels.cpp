@@ -3,6 +3,7 @@
 #include "gpipe/runtime.h"
 #include "internal.h"
 #include "random.h"
+#include "rows.h"
 
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
@@ -58,11 +59,77 @@ bool isIgnored(int64_t label, int32_t hasIgnore, int64_t ignoreIndex) {
   return hasIgnore != 0 && label == ignoreIndex;
 }
 
+/// A loss over N samples of C classes: the sum of rowLoss(i, y) over the
+/// samples whose label y is not ignored, divided by `norm` (> 0: a share of a
+/// larger batch's loss; a share with every label ignored is 0) or by their
+/// count (a plain mean: NaN when every label is ignored, as torch). rowLoss
+/// runs for every sample (it may write per-sample outputs); its value for a
+/// label outside [0, C) is not used: the loss is NaN (torch raises).
+template <typename RowLoss>
+float lossForward(const int64_t *labels, int64_t N, int64_t C,
+                  int32_t hasIgnore, int64_t ignoreIndex, double norm,
+                  const RowLoss &rowLoss) {
+  double total = 0.0;
+  int64_t count = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t y = labels[i];
+    const double l = rowLoss(i, y);
+    if (isIgnored(y, hasIgnore, ignoreIndex))
+      continue;
+    ++count;
+    total += y < 0 || y >= C ? std::numeric_limits<double>::quiet_NaN() : l;
+  }
+  if (norm > 0.0)
+    return static_cast<float>(total / norm);
+  return count ? static_cast<float>(total / static_cast<double>(count))
+               : std::numeric_limits<float>::quiet_NaN();
+}
+
+/// The gradient of lossForward's loss: rowGrad(i, y, scale, dx) writes the
+/// C entries of sample i's row (scale = dloss / the divisor), ignored rows
+/// are zero, rows with a label outside [0, C) NaN. Every label ignored: all
+/// zeros, as torch's gradient of its NaN loss.
+template <typename RowGrad>
+void lossBackward(const int64_t *labels, int64_t N, int64_t C,
+                  int32_t hasIgnore, int64_t ignoreIndex, double norm,
+                  const float *dloss, float *dx, const RowGrad &rowGrad) {
+  int64_t count = 0;
+  for (int64_t i = 0; i < N; ++i)
+    count += !isIgnored(labels[i], hasIgnore, ignoreIndex);
+  if (count == 0) {
+    std::fill(dx, dx + N * C, 0.0f);
+    return;
+  }
+  const double divisor = norm > 0.0 ? norm : static_cast<double>(count);
+  const float scale = static_cast<float>(static_cast<double>(*dloss) / divisor);
+  for (int64_t i = 0; i < N; ++i) {
+    float *row = dx + i * C;
+    const int64_t y = labels[i];
+    if (isIgnored(y, hasIgnore, ignoreIndex))
+      std::fill(row, row + C, 0.0f);
+    else if (y < 0 || y >= C)
+      std::fill(row, row + C, std::numeric_limits<float>::quiet_NaN());
+    else
+      rowGrad(i, y, scale, row);
+  }
+}
+
 } // namespace
 
 // Elementwise loops shorter than this run on one thread: below it, waking
 // the OpenMP team costs more than the loop.
 constexpr int64_t kParallelMin = 1 << 15;
+
+/// Runs `row(base)` for every row along the middle axis of a tensor viewed
+/// as [outer, n, inner]: the row's elements are base + k * inner, k < n.
+template <typename RowFn>
+static void forEachAxisRow(int64_t outer, int64_t n, int64_t inner,
+                           const RowFn &row) {
+  const int64_t rows = outer * inner;
+#pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)
+  for (int64_t r = 0; r < rows; ++r)
+    row((r / inner) * n * inner + r % inner);
+}
 
 /// The few-row cases, where M rows of A meet a large B: at most this many.
 constexpr int64_t kFewRows = 64;
@@ -281,13 +348,8 @@ void gp_dropout(const gp_step_ctx *ctx, uint64_t key, float ratio,
 
 void gp_softmax(const float *x, float *y, int64_t outer, int64_t n,
                 int64_t inner) {
-  const int64_t rows = outer * inner;
-#pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t base = (r / inner) * n * inner + r % inner;
-    float m = -std::numeric_limits<float>::infinity();
-    for (int64_t k = 0; k < n; ++k)
-      m = std::max(m, x[base + k * inner]);
+  forEachAxisRow(outer, n, inner, [&](int64_t base) {
+    const float m = gpipe::rowMax(x + base, n, inner);
     double s = 0.0;
     for (int64_t k = 0; k < n; ++k) {
       const float e = std::exp(x[base + k * inner] - m);
@@ -297,15 +359,12 @@ void gp_softmax(const float *x, float *y, int64_t outer, int64_t n,
     const float inv = static_cast<float>(1.0 / s);
     for (int64_t k = 0; k < n; ++k)
       y[base + k * inner] *= inv;
-  }
+  });
 }
 
 void gp_softmax_bwd(const float *y, const float *dy, float *dx, int64_t outer,
                     int64_t n, int64_t inner) {
-  const int64_t rows = outer * inner;
-#pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t base = (r / inner) * n * inner + r % inner;
+  forEachAxisRow(outer, n, inner, [&](int64_t base) {
     double s = 0.0;
     for (int64_t k = 0; k < n; ++k)
       s += static_cast<double>(dy[base + k * inner]) * y[base + k * inner];
@@ -314,7 +373,21 @@ void gp_softmax_bwd(const float *y, const float *dy, float *dx, int64_t outer,
       const int64_t i = base + k * inner;
       dx[i] = y[i] * (dy[i] - sf);
     }
-  }
+  });
+}
+
+void gp_log_softmax(const float *x, float *y, int64_t outer, int64_t n,
+                    int64_t inner) {
+  forEachAxisRow(outer, n, inner, [&](int64_t base) {
+    gpipe::logSoftmaxRow(x + base, y + base, n, inner);
+  });
+}
+
+void gp_log_softmax_bwd(const float *y, const float *dy, float *dx,
+                        int64_t outer, int64_t n, int64_t inner) {
+  forEachAxisRow(outer, n, inner, [&](int64_t base) {
+    gpipe::logSoftmaxBwdRow(y + base, dy + base, dx + base, n, inner);
+  });
 }
 
 void gp_layer_norm(const float *x, const float *scale, const float *bias,
@@ -466,6 +539,33 @@ void gp_reduce_to(const float *in, const int64_t *in_shape, float *out,
   }
 }
 
+void gp_reduce_max(const float *in, const int64_t *in_shape, float *out,
+                   const int64_t *out_shape, int32_t rank) {
+  // The output's strides along the input's dims: 0 where it is reduced.
+  std::vector<int64_t> outStride(static_cast<size_t>(rank), 0);
+  int64_t inSize = 1, outSize = 1;
+  for (int32_t d = rank - 1; d >= 0; --d) {
+    if (out_shape[d] != 1)
+      outStride[d] = outSize;
+    outSize *= out_shape[d];
+    inSize *= in_shape[d];
+  }
+  std::fill(out, out + outSize, -std::numeric_limits<float>::infinity());
+  // One pass over the input in order, an odometer following the output.
+  std::vector<int64_t> idx(static_cast<size_t>(rank), 0);
+  int64_t o = 0;
+  for (int64_t i = 0; i < inSize; ++i) {
+    out[o] = gpipe::maxPropagatingNaN(out[o], in[i]);
+    for (int32_t d = rank - 1; d >= 0; --d) {
+      o += outStride[d];
+      if (++idx[d] < in_shape[d])
+        break;
+      o -= idx[d] * outStride[d];
+      idx[d] = 0;
+    }
+  }
+}
+
 void gp_copy_blocks(void *dst, int64_t dst_stride, const void *src,
                     int64_t src_stride, int64_t outer, int64_t count,
                     int64_t elem_bytes) {
@@ -529,71 +629,57 @@ void gp_check_labels(const gp_step_ctx *ctx, const int64_t *labels, int64_t n,
 void gp_softmax_xent_fwd(const float *logits, const int64_t *labels, int64_t N,
                          int64_t C, int32_t has_ignore, int64_t ignore_index,
                          double norm, float *loss, float *log_prob) {
-  double total = 0.0;
-  int64_t count = 0;
-  for (int64_t i = 0; i < N; ++i) {
-    const float *x = logits + i * C;
-    float mx;
-    double sumExp;
-    rowStats(x, C, mx, sumExp);
-    double logSum = std::log(sumExp);
-    if (log_prob) {
-      float lse = mx + static_cast<float>(logSum);
-      for (int64_t j = 0; j < C; ++j)
-        log_prob[i * C + j] = x[j] - lse;
-    }
-    int64_t y = labels[i];
-    if (isIgnored(y, has_ignore, ignore_index))
-      continue;
-    ++count;
-    // An out-of-range label has no defined loss (torch raises); poison it.
-    if (y < 0 || y >= C)
-      total = std::numeric_limits<double>::quiet_NaN();
-    else
-      total += (static_cast<double>(mx) - x[y]) + logSum;
-  }
-  // norm > 0: this call's share of a loss normalised over a larger batch
-  // (micro-batching); a share with every label ignored is 0.
-  if (norm > 0.0)
-    *loss = static_cast<float>(total / norm);
-  else
-    *loss = count ? static_cast<float>(total / static_cast<double>(count))
-                  : std::numeric_limits<float>::quiet_NaN();
+  *loss = lossForward(
+      labels, N, C, has_ignore, ignore_index, norm, [&](int64_t i, int64_t y) {
+        const float *x = logits + i * C;
+        float mx;
+        double sumExp;
+        rowStats(x, C, mx, sumExp);
+        double logSum = std::log(sumExp);
+        if (log_prob) {
+          float lse = mx + static_cast<float>(logSum);
+          for (int64_t j = 0; j < C; ++j)
+            log_prob[i * C + j] = x[j] - lse;
+        }
+        return y >= 0 && y < C ? (static_cast<double>(mx) - x[y]) + logSum
+                               : 0.0;
+      });
 }
 
 void gp_softmax_xent_bwd(const float *logits, const int64_t *labels, int64_t N,
                          int64_t C, int32_t has_ignore, int64_t ignore_index,
                          double norm, const float *dloss, float *dlogits) {
-  int64_t count = 0;
-  for (int64_t i = 0; i < N; ++i)
-    count += !isIgnored(labels[i], has_ignore, ignore_index);
-  // All ignored: torch's loss is NaN but its gradient is all zeros.
-  if (count == 0) {
-    std::fill(dlogits, dlogits + N * C, 0.0f);
-    return;
-  }
-  double divisor = norm > 0.0 ? norm : static_cast<double>(count);
-  float scale = static_cast<float>(static_cast<double>(*dloss) / divisor);
-  for (int64_t i = 0; i < N; ++i) {
-    const float *x = logits + i * C;
-    float *dx = dlogits + i * C;
-    int64_t y = labels[i];
-    if (isIgnored(y, has_ignore, ignore_index)) {
-      std::fill(dx, dx + C, 0.0f);
-      continue;
-    }
-    if (y < 0 || y >= C) {
-      std::fill(dx, dx + C, std::numeric_limits<float>::quiet_NaN());
-      continue;
-    }
-    float mx;
-    double sumExp;
-    rowStats(x, C, mx, sumExp);
-    float inv = static_cast<float>(1.0 / sumExp);
-    for (int64_t j = 0; j < C; ++j)
-      dx[j] = std::exp(x[j] - mx) * inv * scale;
-    dx[y] = (std::exp(x[y] - mx) * inv - 1.0f) * scale;
-  }
+  lossBackward(labels, N, C, has_ignore, ignore_index, norm, dloss, dlogits,
+               [&](int64_t i, int64_t y, float scale, float *dx) {
+                 const float *x = logits + i * C;
+                 float mx;
+                 double sumExp;
+                 rowStats(x, C, mx, sumExp);
+                 float inv = static_cast<float>(1.0 / sumExp);
+                 for (int64_t j = 0; j < C; ++j)
+                   dx[j] = std::exp(x[j] - mx) * inv * scale;
+                 dx[y] = (std::exp(x[y] - mx) * inv - 1.0f) * scale;
+               });
+}
+
+void gp_nll_fwd(const float *log_prob, const int64_t *labels, int64_t N,
+                int64_t C, int32_t has_ignore, int64_t ignore_index,
+                double norm, float *loss) {
+  *loss = lossForward(
+      labels, N, C, has_ignore, ignore_index, norm, [&](int64_t i, int64_t y) {
+        return y >= 0 && y < C ? -static_cast<double>(log_prob[i * C + y])
+                               : 0.0;
+      });
+}
+
+void gp_nll_bwd(const int64_t *labels, int64_t N, int64_t C, int32_t has_ignore,
+                int64_t ignore_index, double norm, const float *dloss,
+                float *dlog_prob) {
+  lossBackward(labels, N, C, has_ignore, ignore_index, norm, dloss, dlog_prob,
+               [&](int64_t, int64_t y, float scale, float *dx) {
+                 std::fill(dx, dx + C, 0.0f);
+                 dx[y] = -scale;
+               });
 }
 
 void gp_sgd_update(float *p, const float *g, float *buf, int64_t n, float lr,

@@ -4,13 +4,9 @@
 #ifndef GPIPE_RUNTIME_RANDOM_H
 #define GPIPE_RUNTIME_RANDOM_H
 
-#include <cstdint>
+#include "host_device.h"
 
-#ifdef __CUDACC__
-#define GP_HOST_DEVICE __host__ __device__
-#else
-#define GP_HOST_DEVICE
-#endif
+#include <cstdint>
 
 namespace gpipe {
 

@@ -36,6 +36,7 @@ ALLOWED_OPS = frozenset([
     "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Abs", "Softmax", "LayerNormalization", "Dropout", "Pow", "Neg",
     "ReduceMean", "ReduceSum", "Expand", "Slice", "Split", "Equal", "ConstantOfShape", "Relu", "Cast", "Where", "Not", "Constant", "Identity", "Reshape", "Flatten", "Concat", "Unsqueeze",
     "Squeeze", "SoftmaxCrossEntropyLoss", "Transpose",
+    "LogSoftmax", "NegativeLogLikelihoodLoss", "ReduceMax", "Clip", "Max", "Min",
     # Gather: embeddings (float tables), and shape arithmetic on static
     # shapes (with Shape and Range), folded at import:
     "Shape", "Gather", "Range",
@@ -53,23 +54,27 @@ class _Loss(nn.Module):
     """Base class: subclasses implement logits(x); forward adds the loss."""
 
     ignore_index = -100
+    reduction = "mean"
 
     def logits(self, x):  # pragma: no cover - abstract
         raise NotImplementedError
 
     def forward(self, x, y):
-        return F.cross_entropy(self.logits(x), y, ignore_index=self.ignore_index)
+        return F.cross_entropy(self.logits(x), y, ignore_index=self.ignore_index,
+                               reduction=self.reduction)
 
 
 class MlpTanh(_Loss):
     """Linear-Tanh-Linear-Tanh-Linear (16 -> 32 -> 32 -> 10)."""
 
-    def __init__(self, d_in=16, hidden=32, classes=10, ignore_index=-100):
+    def __init__(self, d_in=16, hidden=32, classes=10, ignore_index=-100,
+                 reduction="mean"):
         super().__init__()
         self.l1 = nn.Linear(d_in, hidden)
         self.l2 = nn.Linear(hidden, hidden)
         self.l3 = nn.Linear(hidden, classes)
         self.ignore_index = ignore_index
+        self.reduction = reduction
 
     def logits(self, x):
         return self.l3(torch.tanh(self.l2(torch.tanh(self.l1(x)))))
@@ -263,6 +268,86 @@ class MlpDropout(_Loss):
         return self.l3(self.drop(torch.tanh(self.l2(h))))
 
 
+class MlpLogSoftmax(nn.Module):
+    """LogSoftmax on a middle axis inside the network and on the classes,
+    and label smoothing written by hand: Linear-Tanh, h + 0.1 *
+    log_softmax(h as [B, 4, 8], dim 1), Linear (16 -> 32 -> 10), loss =
+    0.9 * nll_loss(log_softmax(logits)) - 0.1 * mean(log_softmax(logits))
+    (torch exports the nll_loss of a log_softmax as a SoftmaxCrossEntropyLoss
+    of the logits, the smoothing term as LogSoftmax + ReduceMean)."""
+
+    def __init__(self, d_in=16, hidden=32, classes=10):
+        super().__init__()
+        self.l1 = nn.Linear(d_in, hidden)
+        self.l2 = nn.Linear(hidden, classes)
+
+    def forward(self, x, y):
+        h = torch.tanh(self.l1(x))
+        q = F.log_softmax(h.reshape(-1, 4, 8), dim=1).reshape(-1, 32)
+        lp = F.log_softmax(self.l2(h + 0.1 * q), dim=1)
+        return 0.9 * F.nll_loss(lp, y) - 0.1 * lp.mean()
+
+
+class MlpMinMax(_Loss):
+    """Clip, Max, Min and ReduceMax (torch's clamp, maximum, minimum, amax)
+    with their ties and boundaries: twin Linear layers a and b with equal
+    initial weights make maximum(a(x), b(x)) and amax over stack([a(x),
+    b(x)]) tie everywhere at the first step (each twin gets half the gradient,
+    torch's rule), and clamp(a(x) - b(x), min=0) sit exactly on its bound
+    (where torch passes the gradient); minimum with a broadcast parameter, a
+    two-sided clamp, amax over one and two axes with and without keepdim:
+    16 -> 32 -> 10."""
+
+    def __init__(self, d_in=16, hidden=32, classes=10):
+        super().__init__()
+        self.l1 = nn.Linear(d_in, hidden)
+        self.a = nn.Linear(d_in, hidden)
+        self.b = nn.Linear(d_in, hidden)
+        with torch.no_grad():
+            self.b.weight.copy_(self.a.weight)
+            self.b.bias.copy_(self.a.bias)
+        self.cap = nn.Parameter(torch.linspace(0.2, 0.8, hidden))
+        self.l2 = nn.Linear(hidden + 4, classes)
+
+    def logits(self, x):
+        h = torch.tanh(self.l1(x))
+        a, b = self.a(x), self.b(x)
+        u = torch.maximum(a, b) + torch.stack([a, b], 1).amax(1)
+        v = torch.minimum(h, self.cap) + torch.clamp(a - b, min=0.0)
+        c = torch.clamp(u, -0.5, 0.5) + torch.clamp(v, max=0.3) + h
+        g = c.reshape(-1, 4, 8)
+        z = (g - g.amax(dim=2, keepdim=True)).reshape(-1, 32)
+        m = g.amax(dim=2) + g.amax(dim=(1, 2), keepdim=True).reshape(-1, 1)
+        return self.l2(torch.cat([z, m], 1))
+
+
+class TaggerNll(nn.Module):
+    """A per-position classifier (C = 5 classes at T = 4 positions) whose
+    probabilities average two heads: h = tanh(Linear(x)), p = (softmax(a,
+    1) + softmax(b, 1)) / 2 for a, b = Linear(h) as [B, 5, 4], loss =
+    nll_loss(log(p), y, ignore_index=2) (NegativeLogLikelihoodLoss on
+    [N, C, d]) + 0.1 * cross_entropy(a, y, ignore_index=2)
+    (SoftmaxCrossEntropyLoss on [N, C, d])."""
+
+    ignore_index = 2
+
+    def __init__(self, d_in=16, hidden=32, classes=5, positions=4):
+        super().__init__()
+        self.classes, self.positions = classes, positions
+        self.l1 = nn.Linear(d_in, hidden)
+        self.ha = nn.Linear(hidden, classes * positions)
+        self.hb = nn.Linear(hidden, classes * positions)
+
+    def forward(self, x, y):
+        h = torch.tanh(self.l1(x))
+        a = self.ha(h).reshape(-1, self.classes, self.positions)
+        b = self.hb(h).reshape(-1, self.classes, self.positions)
+        p = 0.5 * (torch.softmax(a, 1) + torch.softmax(b, 1))
+        ii = self.ignore_index
+        return (F.nll_loss(torch.log(p), y, ignore_index=ii)
+                + 0.1 * F.cross_entropy(a, y, ignore_index=ii))
+
+
 class EmbLm(nn.Module):
     """A tiny language model on int64 token ids x [B, T]: token embedding
     (Gather on a computed index) + position embedding (Gather at
@@ -280,6 +365,20 @@ class EmbLm(nn.Module):
         h = torch.tanh(self.tok(x) + self.pos(torch.arange(self.t)))
         logits = self.out(h)
         return F.cross_entropy(logits.reshape(-1, self.vocab), y.reshape(-1))
+
+
+class LmNll(EmbLm):
+    """EmbLm with its loss as nll_loss(log_softmax(logits, -1) as [B*T, V],
+    targets [B*T], ignore_index=0) (torch exports LogSoftmax, Reshape,
+    NegativeLogLikelihoodLoss on [N, C])."""
+
+    ignore_index = 0
+
+    def forward(self, x, y):
+        h = torch.tanh(self.tok(x) + self.pos(torch.arange(self.t)))
+        lp = F.log_softmax(self.out(h), dim=-1)
+        return F.nll_loss(lp.reshape(-1, self.vocab), y.reshape(-1),
+                          ignore_index=self.ignore_index)
 
 
 class GptTiny(nn.Module):
@@ -554,9 +653,15 @@ def mlp_deep(width=1024, depth=8, classes=10):
 # task "classify": int64 labels y [S]; "regress": float32 targets y [S, classes];
 # "lm": int64 token ids x [S, d_in] (d_in = T positions) in [0, classes)
 # (classes = the vocabulary), int64 next tokens y [S, T].
+# "tag": float32 x [S, d_in], int64 labels y [S, TAG_POSITIONS] in
+# [0, classes) (a class per position).
+# With an ignore_index, "lm" and "tag" labels equal it at positions that vary
+# from sample to sample (so micro-batches count different numbers).
 # dropout: the model has Dropout, whose masks torch draws from its own generator:
 # check_training compares gpipe's pipelined run with its 1-stage program only,
 # and requires the run to differ from torch without dropout.
+TAG_POSITIONS = 4  # the positions of a "tag" task's labels
+
 Spec = collections.namedtuple("Spec",
                               "ctor d_in classes ignore_index doc task dropout",
                               defaults=("classify", False))
@@ -600,6 +705,18 @@ MODELS = {
     "bert_tiny": Spec(lambda: BertTiny(50, 8, 16, 2), 8, 50, None,
                       "BERT-style nn.TransformerEncoder with a padding mask, "
                       "per-position classifier reading the first token", "lm"),
+    "mlp_logsoftmax": Spec(lambda: MlpLogSoftmax(16, 32, 10), 16, 10, None,
+                           "Linear-Tanh, LogSoftmax on a middle axis, Linear 16->32->10, "
+                           "label smoothing by hand (LogSoftmax, ReduceMean)"),
+    "mlp_minmax": Spec(lambda: MlpMinMax(16, 32, 10), 16, 10, None,
+                       "clamp, maximum/minimum (twin layers: ties), amax 16->32->10"),
+    "tagger_nll": Spec(lambda: TaggerNll(16, 32, 5, 4), 16, 5, 2,
+                       "per-position classifier [B, 5, 4], two heads' averaged "
+                       "probabilities, nll_loss(log p) + cross_entropy, ignore_index 2",
+                       "tag"),
+    "lm_nll": Spec(lambda: LmNll(50, 8, 16), 8, 50, 0,
+                   "emb_lm with nll_loss(log_softmax) over [B*8], ignore_index 0",
+                   "lm"),
     "emb_lm": Spec(lambda: EmbLm(50, 8, 16), 8, 50, None,
                    "token + position nn.Embedding (50 x 16, 8 x 16), Tanh, "
                    "Linear 16->50 per position, cross-entropy over [B*8]",
@@ -608,6 +725,8 @@ MODELS = {
                      "(Linear-ReLU)x3 + Linear 16->32->32->32->10"),
     "mlp_ignore": Spec(lambda: MlpTanh(16, 32, 10, ignore_index=3), 16, 10, 3,
                        "mlp_tanh with cross_entropy(ignore_index=3)"),
+    "mlp_sum": Spec(lambda: MlpTanh(16, 32, 10, ignore_index=3, reduction="sum"), 16, 10, 3,
+                    "mlp_tanh with cross_entropy(ignore_index=3, reduction='sum')"),
     "mlp_matmul": Spec(lambda: MlpMatmul(16, 24, 12, 10), 16, 10, None,
                        "x@W+b (MatMul/Add), Concat of two branches"),
     "mlp_ops": Spec(lambda: MlpOps(16, 24, 10), 16, 10, None,
@@ -647,13 +766,26 @@ def make_data(name, samples, seed=0, noise=0.1):
     """
     spec = MODELS[name]
     rng = np.random.default_rng(seed)
+
+    def ignore_some(y):
+        if spec.ignore_index is not None:
+            s, t = np.meshgrid(np.arange(y.shape[0]), np.arange(y.shape[1]),
+                               indexing="ij")
+            y[(3 * s + t) % 5 == 0] = spec.ignore_index
+        return y
+
     if spec.task == "lm":
         # Random tokens (with repeats within every batch: 8 * B draws from
         # 50); the target is a fixed function of the token and its position.
         x = rng.integers(0, spec.classes, (samples, spec.d_in)).astype(np.int64)
         pos = np.arange(spec.d_in, dtype=np.int64)
-        return x, ((7 * x + 3 * pos + 1) % spec.classes).astype(np.int64)
+        return x, ignore_some(((7 * x + 3 * pos + 1) % spec.classes).astype(np.int64))
     x = rng.standard_normal((samples, spec.d_in)).astype(np.float32)
+    if spec.task == "tag":
+        t = TAG_POSITIONS
+        teacher = rng.standard_normal((spec.d_in, spec.classes * t)).astype(np.float32)
+        scores = (x @ teacher).reshape(samples, spec.classes, t)
+        return x, ignore_some(np.argmax(scores, axis=1).astype(np.int64))
     teacher = rng.standard_normal((spec.d_in, spec.classes)).astype(np.float32)
     scores = x @ teacher + noise * rng.standard_normal((samples, spec.classes)).astype(np.float32)
     if spec.task == "regress":

@@ -423,33 +423,42 @@ void testGemmFallback() {
 // gp_reduce_to
 //===----------------------------------------------------------------------===//
 
+/// gp_reduce_to (or, with `max`, gp_reduce_max: exact, on values with ties)
+/// against a host reference.
 void runReduce(const std::vector<int64_t> &inShape,
-               const std::vector<int64_t> &outShape) {
+               const std::vector<int64_t> &outShape, bool max = false) {
   const int rank = static_cast<int>(inShape.size());
   int64_t inSize = 1, outSize = 1;
   for (int d = 0; d < rank; ++d) {
     inSize *= inShape[d];
     outSize *= outShape[d];
   }
-  const std::vector<float> in = randomVector(inSize);
-  std::vector<double> ref(outSize, 0.0), mag(outSize, 0.0);
+  std::vector<float> in = randomVector(inSize);
+  if (max)
+    for (float &v : in)
+      v = std::round(v * 3.0f);
+  std::vector<double> ref(outSize, max ? -INFINITY : 0.0), mag(outSize, 0.0);
   std::vector<int64_t> idx(rank, 0);
   for (int64_t e = 0; e < inSize; ++e) {
     int64_t o = 0;
     for (int d = 0; d < rank; ++d)
       o = o * outShape[d] + (outShape[d] == 1 ? 0 : idx[d]);
-    ref[o] += in[e];
+    ref[o] = max ? std::max<double>(ref[o], in[e]) : ref[o] + in[e];
     mag[o] += std::fabs(in[e]);
     for (int d = rank - 1; d >= 0 && ++idx[d] == inShape[d]; --d)
       idx[d] = 0;
   }
   DeviceBuffer<float> dIn(in);
   DeviceBuffer<float> dOut(std::vector<float>(outSize, kNaN));
-  gp_reduce_to(dIn.get(), inShape.data(), dOut.get(), outShape.data(), rank);
+  if (max)
+    gp_reduce_max(dIn.get(), inShape.data(), dOut.get(), outShape.data(), rank);
+  else
+    gp_reduce_to(dIn.get(), inShape.data(), dOut.get(), outShape.data(), rank);
   const std::vector<float> out = dOut.download();
   double err = 0;
   for (int64_t o = 0; o < outSize; ++o)
-    err = std::max(err, relErr(out[o], ref[o], mag[o]));
+    err = max ? std::max(err, std::abs(out[o] - ref[o]))
+              : std::max(err, relErr(out[o], ref[o], mag[o]));
 
   auto shape = [](const std::vector<int64_t> &s) {
     std::string text = "[";
@@ -457,7 +466,9 @@ void runReduce(const std::vector<int64_t> &inShape,
       text += (d ? "," : "") + std::to_string(s[d]);
     return text + "]";
   };
-  check("reduce_to " + shape(inShape) + " -> " + shape(outShape), err, 1e-5);
+  check(std::string(max ? "reduce_max " : "reduce_to ") + shape(inShape) +
+            " -> " + shape(outShape),
+        err, max ? 0.0 : 1e-5);
 }
 
 void testReduce() {
@@ -477,6 +488,12 @@ void testReduce() {
   runReduce({4, 5}, {4, 5}); // nothing to reduce: a copy
   runReduce({}, {});         // rank 0
   runReduce({0, 5}, {1, 5}); // empty input: zeros
+  runReduce({500, 77}, {500, 1}, /*max=*/true);
+  runReduce({37, 41}, {1, 1}, /*max=*/true);
+  runReduce({6, 50, 9}, {1, 50, 1}, /*max=*/true);
+  runReduce({2, 3, 4, 5}, {2, 1, 4, 1}, /*max=*/true);
+  runReduce({3, 100000}, {3, 1}, /*max=*/true);
+  runReduce({}, {}, /*max=*/true);
 }
 
 //===----------------------------------------------------------------------===//
@@ -525,6 +542,7 @@ struct XentCase {
   double norm = 0.0;
   int64_t badRow = -1; // this row gets the out-of-range label C
   bool logProb = true;
+  bool nll = false; // gp_nll_fwd/_bwd on the logits as log-probabilities
 };
 
 bool ignored(int64_t y, const XentCase &c) {
@@ -572,7 +590,8 @@ void runXent(const XentCase &c) {
     if (y < 0 || y >= c.C)
       total = std::numeric_limits<double>::quiet_NaN();
     else
-      total += (static_cast<double>(mx) - x[y]) + logSum;
+      total += c.nll ? -static_cast<double>(x[y])
+                     : (static_cast<double>(mx) - x[y]) + logSum;
   }
   const float refLoss =
       c.norm > 0.0 ? static_cast<float>(total / c.norm)
@@ -593,6 +612,10 @@ void runXent(const XentCase &c) {
       std::fill(dx, dx + c.C, kNaN);
       continue;
     }
+    if (c.nll) {
+      dx[y] = -scale;
+      continue;
+    }
     float mx;
     double sumExp;
     rowStats(x, c.C, mx, sumExp);
@@ -608,22 +631,29 @@ void runXent(const XentCase &c) {
   DeviceBuffer<float> dLogProb(std::vector<float>(c.N * c.C, kNaN));
   DeviceBuffer<float> dDloss(std::vector<float>{dloss});
   DeviceBuffer<float> dGrad(std::vector<float>(c.N * c.C, -7.0f));
-  gp_softmax_xent_fwd(dLogits.get(), dLabels.get(), c.N, c.C, c.hasIgnore,
-                      c.ignoreIndex, c.norm, dLoss.get(),
-                      c.logProb ? dLogProb.get() : nullptr);
-  gp_softmax_xent_bwd(dLogits.get(), dLabels.get(), c.N, c.C, c.hasIgnore,
-                      c.ignoreIndex, c.norm, dDloss.get(), dGrad.get());
+  if (c.nll) {
+    gp_nll_fwd(dLogits.get(), dLabels.get(), c.N, c.C, c.hasIgnore,
+               c.ignoreIndex, c.norm, dLoss.get());
+    gp_nll_bwd(dLabels.get(), c.N, c.C, c.hasIgnore, c.ignoreIndex, c.norm,
+               dDloss.get(), dGrad.get());
+  } else {
+    gp_softmax_xent_fwd(dLogits.get(), dLabels.get(), c.N, c.C, c.hasIgnore,
+                        c.ignoreIndex, c.norm, dLoss.get(),
+                        c.logProb ? dLogProb.get() : nullptr);
+    gp_softmax_xent_bwd(dLogits.get(), dLabels.get(), c.N, c.C, c.hasIgnore,
+                        c.ignoreIndex, c.norm, dDloss.get(), dGrad.get());
+  }
 
   const float loss = dLoss.download()[0];
-  check("xent " + c.name + ": loss", relErr(loss, refLoss, std::fabs(refLoss)),
-        1e-5);
-  if (c.logProb) {
+  const std::string name = (c.nll ? "nll " : "xent ") + c.name;
+  check(name + ": loss", relErr(loss, refLoss, std::fabs(refLoss)), 1e-5);
+  if (c.logProb && !c.nll) {
     const std::vector<float> logProb = dLogProb.download();
     double err = 0;
     for (size_t e = 0; e < logProb.size(); ++e)
       err = std::max(err, relErr(logProb[e], refLogProb[e],
                                  std::max(1.0f, std::fabs(refLogProb[e]))));
-    check("xent " + c.name + ": log_prob", err, 1e-5);
+    check(name + ": log_prob", err, 1e-5);
   }
   const std::vector<float> grad = dGrad.download();
   double err = 0;
@@ -631,7 +661,7 @@ void runXent(const XentCase &c) {
   const double gradScale = std::isfinite(scale) ? std::fabs(scale) : 1e-30;
   for (size_t e = 0; e < grad.size(); ++e)
     err = std::max(err, relErr(grad[e], refGrad[e], gradScale));
-  check("xent " + c.name + ": dlogits", err, 1e-5);
+  check(name + ": dlogits", err, 1e-5);
 }
 
 void testXent() {
@@ -665,6 +695,17 @@ void testXent() {
   }
   add("N=10 C=10 label out of range (NaN)", 10, 10).badRow = 4;
   add("N=0 (NaN loss)", 0, 10);
+  // The negative log-likelihood shares the loss kernels' reduction.
+  const size_t xentCases = cases.size();
+  for (size_t k = 0; k < xentCases; ++k) {
+    XentCase c = cases[k];
+    c.nll = true;
+    cases.push_back(c);
+  }
+  {
+    XentCase &c = add("N=67 C=129 sum (norm 1)", 67, 129);
+    c.hasIgnore = 1, c.ignoreFraction = 0.2, c.norm = 1.0, c.nll = true;
+  }
   for (const XentCase &c : cases)
     runXent(c);
 }
@@ -773,9 +814,10 @@ void testOptimizers() {
   runAdam("adamw wd=0.01", true);
 }
 
-/// gp_softmax and gp_softmax_bwd on [outer, n, inner] views against a double
-/// reference (the max shift included: one input of 80 would overflow expf).
-void runSoftmax(int64_t outer, int64_t n, int64_t inner) {
+/// gp_softmax and gp_softmax_bwd (or, with `log`, gp_log_softmax and
+/// gp_log_softmax_bwd) on [outer, n, inner] views against a double reference
+/// (the max shift included: one input of 80 would overflow expf).
+void runSoftmax(int64_t outer, int64_t n, int64_t inner, bool log = false) {
   const int64_t size = outer * n * inner;
   std::vector<float> x = randomVector(size, -3.0f, 3.0f);
   x[0] = 80.0f;
@@ -784,33 +826,41 @@ void runSoftmax(int64_t outer, int64_t n, int64_t inner) {
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t j = 0; j < inner; ++j) {
       auto at = [&](int64_t k) { return (o * n + k) * inner + j; };
-      double m = -1e300, s = 0.0, dot = 0.0;
+      double m = -1e300, s = 0.0, dot = 0.0, sum = 0.0;
       for (int64_t k = 0; k < n; ++k)
         m = std::max(m, static_cast<double>(x[at(k)]));
       for (int64_t k = 0; k < n; ++k)
         s += std::exp(x[at(k)] - m);
       for (int64_t k = 0; k < n; ++k) {
-        y[at(k)] = std::exp(x[at(k)] - m) / s;
+        y[at(k)] =
+            log ? x[at(k)] - m - std::log(s) : std::exp(x[at(k)] - m) / s;
         dot += dy[at(k)] * y[at(k)];
+        sum += dy[at(k)];
       }
       for (int64_t k = 0; k < n; ++k)
-        dx[at(k)] = y[at(k)] * (dy[at(k)] - dot);
+        dx[at(k)] = log ? dy[at(k)] - std::exp(y[at(k)]) * sum
+                        : y[at(k)] * (dy[at(k)] - dot);
     }
   DeviceBuffer<float> dX(x), dDy(dy);
   DeviceBuffer<float> dY(std::vector<float>(size, kNaN));
   DeviceBuffer<float> dDx(std::vector<float>(size, kNaN));
-  gp_softmax(dX.get(), dY.get(), outer, n, inner);
-  gp_softmax_bwd(dY.get(), dDy.get(), dDx.get(), outer, n, inner);
+  if (log) {
+    gp_log_softmax(dX.get(), dY.get(), outer, n, inner);
+    gp_log_softmax_bwd(dY.get(), dDy.get(), dDx.get(), outer, n, inner);
+  } else {
+    gp_softmax(dX.get(), dY.get(), outer, n, inner);
+    gp_softmax_bwd(dY.get(), dDy.get(), dDx.get(), outer, n, inner);
+  }
   const std::vector<float> gotY = dY.download(), gotDx = dDx.download();
   double errY = 0, errDx = 0;
   for (int64_t i = 0; i < size; ++i) {
     errY = std::max(errY, relErr(gotY[i], y[i], 1.0));
     errDx = std::max(errDx, relErr(gotDx[i], dx[i], 1.0));
   }
-  const std::string name = "softmax [" + std::to_string(outer) + "," +
-                           std::to_string(n) + "," + std::to_string(inner) +
-                           "]";
-  check(name + ": y", errY, 1e-6);
+  const std::string name = std::string(log ? "log_softmax [" : "softmax [") +
+                           std::to_string(outer) + "," + std::to_string(n) +
+                           "," + std::to_string(inner) + "]";
+  check(name + ": y", errY, log ? 1e-5 : 1e-6);
   check(name + ": dx", errDx, 1e-5);
 }
 
@@ -882,6 +932,10 @@ void testSoftmax() {
   runSoftmax(8, 16, 32);  // a middle axis
   runSoftmax(1, 2048, 1); // one long row
   runSoftmax(300, 1, 7);  // a size-1 axis: all ones, zero gradient
+  runSoftmax(64, 10, 1, /*log=*/true);
+  runSoftmax(8, 16, 32, /*log=*/true);
+  runSoftmax(1, 2048, 1, /*log=*/true);
+  runSoftmax(300, 1, 7, /*log=*/true); // all zeros, zero gradient
 }
 
 /// gp_batch_gemm against a double host reference: batch dims broadcast

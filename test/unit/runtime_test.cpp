@@ -339,15 +339,17 @@ TEST(Kernels, GemmBetaZeroAndEmptyK) {
   EXPECT_EQ(out, (std::vector<float>{9, 12, 15}));
 }
 
+/// The sum (or, with `max`, the maximum) of `in` over the dims where
+/// `outShape` has 1 and `inShape` not.
 void naiveReduceTo(const std::vector<float> &in,
                    const std::vector<int64_t> &inShape,
                    std::vector<double> &out,
-                   const std::vector<int64_t> &outShape) {
+                   const std::vector<int64_t> &outShape, bool max = false) {
   size_t rank = inShape.size();
   int64_t outSize = 1;
   for (int64_t d : outShape)
     outSize *= d;
-  out.assign(static_cast<size_t>(outSize), 0.0);
+  out.assign(static_cast<size_t>(outSize), max ? -INFINITY : 0.0);
   std::vector<int64_t> idx(rank, 0);
   for (size_t flat = 0; flat < in.size(); ++flat) {
     int64_t rem = static_cast<int64_t>(flat), o = 0;
@@ -357,7 +359,7 @@ void naiveReduceTo(const std::vector<float> &in,
     }
     for (size_t d = 0; d < rank; ++d)
       o = o * outShape[d] + (outShape[d] == 1 ? 0 : idx[d]);
-    out[o] += in[flat];
+    out[o] = max ? std::max<double>(out[o], in[flat]) : out[o] + in[flat];
   }
 }
 
@@ -523,42 +525,69 @@ TEST(Kernels, BatchGemmBroadcastMatchesReference) {
       }
 }
 
-// Softmax and its gradient on [outer, n, inner] views, against a double
-// reference: rows sum to 1, large inputs do not overflow (the max is
-// subtracted), and dx = y * (dy - sum(dy * y)) along the axis.
-TEST(Kernels, SoftmaxAndGradientMatchReference) {
+/// gp_softmax and gp_softmax_bwd (or, with `log`, gp_log_softmax and
+/// gp_log_softmax_bwd) on [outer, n, inner] views against a double
+/// reference, out of place and in place (y over x, dx over dy).
+static void checkSoftmaxKernels(bool log) {
   struct Case {
     int64_t outer, n, inner;
   };
   for (Case c : {Case{4, 6, 1}, Case{3, 5, 4}, Case{1, 7, 2}, Case{2, 1, 3}}) {
     const int64_t size = c.outer * c.n * c.inner;
     std::vector<float> x = randomVec(static_cast<size_t>(size), 5);
-    x[0] = 80.0f; // exp(80) overflows float without the max shift
+    x[0] = 90.0f; // exp(90) overflows float without the max shift
     std::vector<float> dy = randomVec(static_cast<size_t>(size), 6);
+    auto run = [&](const float *in, float *out, const float *grad, float *dx) {
+      if (log) {
+        gp_log_softmax(in, out, c.outer, c.n, c.inner);
+        gp_log_softmax_bwd(out, grad, dx, c.outer, c.n, c.inner);
+      } else {
+        gp_softmax(in, out, c.outer, c.n, c.inner);
+        gp_softmax_bwd(out, grad, dx, c.outer, c.n, c.inner);
+      }
+    };
     std::vector<float> y(size), dx(size);
-    gp_softmax(x.data(), y.data(), c.outer, c.n, c.inner);
-    gp_softmax_bwd(y.data(), dy.data(), dx.data(), c.outer, c.n, c.inner);
+    run(x.data(), y.data(), dy.data(), dx.data());
     for (int64_t o = 0; o < c.outer; ++o)
       for (int64_t j = 0; j < c.inner; ++j) {
         auto at = [&](int64_t k) { return (o * c.n + k) * c.inner + j; };
-        double m = -1e300, s = 0.0, sum = 0.0, dot = 0.0;
-        for (int64_t k = 0; k < c.n; ++k)
+        double m = -1e300, s = 0.0, sum = 0.0, dot = 0.0, sumDy = 0.0;
+        for (int64_t k = 0; k < c.n; ++k) {
           m = std::max(m, static_cast<double>(x[at(k)]));
+          sumDy += dy[at(k)];
+        }
         for (int64_t k = 0; k < c.n; ++k)
           s += std::exp(x[at(k)] - m);
         for (int64_t k = 0; k < c.n; ++k) {
-          const double want = std::exp(x[at(k)] - m) / s;
-          EXPECT_NEAR(y[at(k)], want, 1e-6) << "y at " << at(k);
-          sum += y[at(k)];
-          dot += static_cast<double>(dy[at(k)]) * want;
+          const double p = std::exp(x[at(k)] - m) / s;
+          EXPECT_NEAR(y[at(k)], log ? std::log(p) : p, log ? 1e-5 : 1e-6)
+              << "y at " << at(k);
+          sum += p;
+          dot += static_cast<double>(dy[at(k)]) * p;
         }
         EXPECT_NEAR(sum, 1.0, 1e-5);
         for (int64_t k = 0; k < c.n; ++k) {
-          const double want = std::exp(x[at(k)] - m) / s * (dy[at(k)] - dot);
+          const double p = std::exp(x[at(k)] - m) / s;
+          const double want =
+              log ? dy[at(k)] - p * sumDy : p * (dy[at(k)] - dot);
           EXPECT_NEAR(dx[at(k)], want, 1e-5) << "dx at " << at(k);
         }
       }
+    std::vector<float> xy = x, dydx = dy;
+    run(xy.data(), xy.data(), dydx.data(), dydx.data());
+    EXPECT_EQ(xy, y);
+    EXPECT_EQ(dydx, dx);
   }
+}
+
+// Softmax: rows sum to 1, large inputs do not overflow (the max is
+// subtracted), and dx = y * (dy - sum(dy * y)) along the axis.
+TEST(Kernels, SoftmaxAndGradientMatchReference) { checkSoftmaxKernels(false); }
+
+// Log-softmax: y = x - logsumexp(x) even where exp(x) overflows float, and
+// dx = dy - exp(y) * sum(dy) along the axis.
+TEST(Kernels, LogSoftmaxAndGradientMatchReference) {
+  checkSoftmaxKernels(true);
 }
 
 /// Layer normalization of one row in double: y = xhat * scale + bias, and the
@@ -710,11 +739,14 @@ TEST(Kernels, GatherAndScatterAddMatchReference) {
   }
 }
 
-TEST(Kernels, ReduceToMatchesNaive) {
-  struct Case {
-    std::vector<int64_t> in, out;
-  };
-  std::vector<Case> cases = {
+struct ReduceCase {
+  std::vector<int64_t> in, out;
+};
+
+/// Shapes for the reduction kernels: rows, columns, several dims, size-1
+/// dims, nothing reduced.
+static const std::vector<ReduceCase> &reduceCases() {
+  static const std::vector<ReduceCase> cases = {
       {{4, 5}, {1, 5}},
       {{4, 5}, {4, 1}},
       {{4, 5}, {1, 1}},
@@ -730,7 +762,11 @@ TEST(Kernels, ReduceToMatchesNaive) {
       {{7}, {1}},
       {{1, 6}, {1, 1}},
   };
-  for (const Case &c : cases) {
+  return cases;
+}
+
+TEST(Kernels, ReduceToMatchesNaive) {
+  for (const ReduceCase &c : reduceCases()) {
     int64_t n = 1;
     for (int64_t d : c.in)
       n *= d;
@@ -745,6 +781,38 @@ TEST(Kernels, ReduceToMatchesNaive) {
           << "in " << gpipe::shapeToString(c.in) << " out "
           << gpipe::shapeToString(c.out) << " at " << i;
   }
+}
+
+// The maximum over the broadcast dims, exact: ties (values drawn from a few
+// levels), and a NaN reaches the maximum it is part of (torch's amax).
+TEST(Kernels, ReduceMaxMatchesNaive) {
+  for (const ReduceCase &c : reduceCases()) {
+    int64_t n = 1;
+    for (int64_t d : c.in)
+      n *= d;
+    std::vector<float> in = randomVec(static_cast<size_t>(n), 12);
+    for (float &v : in)
+      v = std::round(v * 3.0f); // -3..3: many ties
+    std::vector<double> want;
+    naiveReduceTo(in, c.in, want, c.out, /*max=*/true);
+    std::vector<float> got(want.size(), 123.0f);
+    gp_reduce_max(in.data(), c.in.data(), got.data(), c.out.data(),
+                  static_cast<int32_t>(c.in.size()));
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_EQ(got[i], want[i])
+          << "in " << gpipe::shapeToString(c.in) << " out "
+          << gpipe::shapeToString(c.out) << " at " << i;
+  }
+  // [2, 3] -> [2, 1] with a NaN in row 1 (not the first element).
+  std::vector<float> x = {1, 5, 2, 4, NAN, 3}, y(2);
+  std::vector<int64_t> in = {2, 3}, out = {2, 1};
+  gp_reduce_max(x.data(), in.data(), y.data(), out.data(), 2);
+  EXPECT_EQ(y[0], 5.0f);
+  EXPECT_TRUE(std::isnan(y[1]));
+  // Rank 0 is a copy.
+  float s = -2.5f, t = 0;
+  gp_reduce_max(&s, nullptr, &t, nullptr, 0);
+  EXPECT_EQ(t, -2.5f);
 }
 
 TEST(Kernels, ReduceToEdgeCases) {
@@ -961,6 +1029,76 @@ TEST(SoftmaxXent, NormSplitsTheBatch) {
   gp_softmax_xent_fwd(logits.data(), labels.data(), H, C, 0, -100, 6.0, &l2,
                       nullptr);
   EXPECT_NEAR(l2, l1 / 2, 1e-7);
+}
+
+//===----------------------------------------------------------------------===//
+// Negative log-likelihood
+//===----------------------------------------------------------------------===//
+
+// The mean (norm 0) or sum (norm 1) of -log_prob[i, y_i] over the
+// non-ignored samples; the gradient is -dloss / divisor at each counted
+// sample's label and 0 elsewhere (torch's nll_loss); split into parts with
+// the mini-batch's count as norm, the shares add up to the whole.
+TEST(Nll, ForwardAndBackwardMatchReference) {
+  const int64_t N = 6, C = 4;
+  const std::vector<float> logp = randomVec(N * C, 66, -5.f, 0.f);
+  const std::vector<int64_t> labels = {3, 1, 0, 1, 2, 1};
+  for (int hasIgnore : {0, 1}) {
+    double sum = 0;
+    int64_t count = 0;
+    for (int64_t i = 0; i < N; ++i)
+      if (!(hasIgnore && labels[i] == 1)) {
+        sum -= logp[i * C + labels[i]];
+        ++count;
+      }
+    float mean = 0, total = 0;
+    gp_nll_fwd(logp.data(), labels.data(), N, C, hasIgnore, 1, 0, &mean);
+    gp_nll_fwd(logp.data(), labels.data(), N, C, hasIgnore, 1, 1.0, &total);
+    EXPECT_NEAR(mean, sum / count, 1e-6) << "hasIgnore=" << hasIgnore;
+    EXPECT_NEAR(total, sum, 1e-5) << "hasIgnore=" << hasIgnore;
+
+    const float dloss = 1.5f;
+    std::vector<float> grad(N * C, 42.0f);
+    gp_nll_bwd(labels.data(), N, C, hasIgnore, 1, 0, &dloss, grad.data());
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t j = 0; j < C; ++j) {
+        bool counted = !(hasIgnore && labels[i] == 1) && j == labels[i];
+        EXPECT_FLOAT_EQ(grad[i * C + j], counted ? -1.5f / count : 0.0f)
+            << "hasIgnore=" << hasIgnore << " at " << i << "," << j;
+      }
+
+    // Two halves with the whole batch's count: the same loss and gradient.
+    const int64_t H = N / 2;
+    float first = 0, second = 0;
+    std::vector<float> parts(N * C);
+    for (int64_t part : {0, 1}) {
+      const int64_t *y = labels.data() + part * H;
+      gp_nll_fwd(logp.data() + part * H * C, y, H, C, hasIgnore, 1,
+                 static_cast<double>(count), part ? &second : &first);
+      gp_nll_bwd(y, H, C, hasIgnore, 1, static_cast<double>(count), &dloss,
+                 parts.data() + part * H * C);
+    }
+    EXPECT_NEAR(static_cast<double>(first) + second, mean, 1e-6);
+    EXPECT_EQ(parts, grad);
+  }
+  // Every label ignored: NaN mean (torch), 0 sum, zero gradient.
+  const std::vector<int64_t> none(N, 2);
+  float loss = 0;
+  gp_nll_fwd(logp.data(), none.data(), N, C, 1, 2, 0, &loss);
+  EXPECT_TRUE(std::isnan(loss));
+  gp_nll_fwd(logp.data(), none.data(), N, C, 1, 2, 1.0, &loss);
+  EXPECT_EQ(loss, 0.0f);
+  const float one = 1.0f;
+  std::vector<float> grad(N * C, 5.0f);
+  gp_nll_bwd(none.data(), N, C, 1, 2, 0, &one, grad.data());
+  EXPECT_EQ(grad, std::vector<float>(N * C, 0.0f));
+  // An out-of-range label poisons the loss and its row of the gradient.
+  const std::vector<int64_t> bad = {0, 4, 1, 2, 3, 0};
+  gp_nll_fwd(logp.data(), bad.data(), N, C, 0, -100, 0, &loss);
+  EXPECT_TRUE(std::isnan(loss));
+  gp_nll_bwd(bad.data(), N, C, 0, -100, 0, &one, grad.data());
+  EXPECT_TRUE(std::isnan(grad[1 * C]));
+  EXPECT_EQ(grad[0], -1.0f / N);
 }
 
 //===----------------------------------------------------------------------===//

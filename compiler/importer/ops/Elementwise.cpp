@@ -1,15 +1,30 @@
-// Elementwise ONNX ops: Add Sub Mul Div Pow (broadcasting, float32; int64
-// shape arithmetic folds at import) and Relu Tanh Sigmoid Erf Exp Log Sqrt
-// Reciprocal Abs Neg.
+// Elementwise ONNX ops: Add Sub Mul Div Pow Max Min (broadcasting, float32;
+// int64 shape arithmetic folds at import), Relu Tanh Sigmoid Erf Exp Log Sqrt
+// Reciprocal Abs Neg, and Clip with constant bounds.
 #include "compiler/importer/OpTable.h"
 
 #include "dialects/nn/NNOps.h"
 
 #include <algorithm>
+#include <cmath>
 
 using namespace mlir;
 using namespace gpipe;
 using namespace gpipe::importer;
+
+/// `OpTy` (a binary op) of `l` and `r` with numpy broadcasting, or an error
+/// naming the node.
+template <typename OpTy>
+static FailureOr<Value>
+createBinary(ImportContext &cx, const onnx::NodeProto &node, Value l, Value r) {
+  FailureOr<llvm::SmallVector<int64_t>> shape =
+      nn::broadcastShapes(shapeOf(l), shapeOf(r));
+  if (failed(shape))
+    return cx.nodeError(node) << "shapes " << shapeStr(shapeOf(l)) << " and "
+                              << shapeStr(shapeOf(r)) << " do not broadcast";
+  return Value(
+      OpTy::create(cx.getBuilder(), cx.nodeLoc(node), cx.f32(*shape), l, r));
+}
 
 /// Add, Sub, Mul, Div on float32 tensors with numpy broadcasting.
 template <typename OpTy>
@@ -18,14 +33,67 @@ static LogicalResult importBinary(ImportContext &cx,
   FailureOr<Value> l = cx.floatValueOf(node, 0), r = cx.floatValueOf(node, 1);
   if (failed(l) || failed(r))
     return failure();
-  FailureOr<llvm::SmallVector<int64_t>> shape =
-      nn::broadcastShapes(shapeOf(*l), shapeOf(*r));
-  if (failed(shape))
-    return cx.nodeError(node) << "shapes " << shapeStr(shapeOf(*l)) << " and "
-                              << shapeStr(shapeOf(*r)) << " do not broadcast";
-  cx.define(
-      node, 0,
-      OpTy::create(cx.getBuilder(), cx.nodeLoc(node), cx.f32(*shape), *l, *r));
+  FailureOr<Value> y = createBinary<OpTy>(cx, node, *l, *r);
+  if (failed(y))
+    return failure();
+  cx.define(node, 0, *y);
+  return success();
+}
+
+/// Max, Min: one or more float32 inputs with numpy broadcasting, folded left
+/// to right into binary ops (one input is the identity).
+template <typename OpTy>
+static LogicalResult importVariadic(ImportContext &cx,
+                                    const onnx::NodeProto &node) {
+  FailureOr<Value> y = cx.floatValueOf(node, 0);
+  for (int k = 1; k < node.input_size() && succeeded(y); ++k) {
+    FailureOr<Value> x = cx.floatValueOf(node, k);
+    if (failed(x))
+      return failure();
+    y = createBinary<OpTy>(cx, node, *y, *x);
+  }
+  if (failed(y))
+    return failure();
+  cx.define(node, 0, *y);
+  return success();
+}
+
+/// Clip with constant bounds: the optional `min` and `max` inputs (opset
+/// 11+; older models arrive converted) must be constant float32 scalars
+/// (torch's clamp exports them as Constant + Cast, folded at import).
+/// Without either, the identity.
+static LogicalResult importClip(ImportContext &cx,
+                                const onnx::NodeProto &node) {
+  FailureOr<Value> x = cx.floatValueOf(node, 0);
+  if (failed(x))
+    return failure();
+  FloatAttr bounds[2];
+  for (int k : {1, 2}) {
+    if (k >= node.input_size() || node.input(k).empty())
+      continue;
+    const char *what = k == 1 ? "min" : "max";
+    if (cx.isParameter(node.input(k)))
+      return cx.nodeError(node)
+             << "the " << what << " bound ('" << node.input(k)
+             << "') is a float initializer, which is trained: give the bound "
+                "as a Constant (torch: export with do_constant_folding=False)";
+    const ConstTensor *c = cx.constantOf(node, k);
+    if (!c || !c->isFloat || c->numElements() != 1)
+      return cx.nodeError(node)
+             << "the " << what << " bound ('" << node.input(k)
+             << "') must be a constant float32 scalar (bounds computed from "
+                "data are not supported)";
+    if (std::isnan(c->f[0]))
+      return cx.nodeError(node) << "the " << what << " bound is NaN";
+    bounds[k - 1] = cx.getBuilder().getF32FloatAttr(c->f[0]);
+  }
+  if (!bounds[0] && !bounds[1]) {
+    cx.define(node, 0, *x);
+    return success();
+  }
+  cx.define(node, 0,
+            nn::ClipOp::create(cx.getBuilder(), cx.nodeLoc(node), *x, bounds[0],
+                               bounds[1]));
   return success();
 }
 
@@ -50,14 +118,10 @@ static LogicalResult importPow(ImportContext &cx, const onnx::NodeProto &node) {
       return failure();
     y = *e;
   }
-  FailureOr<llvm::SmallVector<int64_t>> shape =
-      nn::broadcastShapes(shapeOf(*x), shapeOf(y));
-  if (failed(shape))
-    return cx.nodeError(node) << "shapes " << shapeStr(shapeOf(*x)) << " and "
-                              << shapeStr(shapeOf(y)) << " do not broadcast";
-  cx.define(node, 0,
-            nn::PowOp::create(cx.getBuilder(), cx.nodeLoc(node), cx.f32(*shape),
-                              *x, y));
+  FailureOr<Value> p = createBinary<nn::PowOp>(cx, node, *x, y);
+  if (failed(p))
+    return failure();
+  cx.define(node, 0, *p);
   return success();
 }
 
@@ -120,4 +184,7 @@ void gpipe::importer::registerElementwiseOps(OpTable &table) {
   table.add("Abs", importUnary<nn::AbsOp>);
   table.add("Neg", importUnary<nn::NegOp>);
   table.add("Pow", importPow);
+  table.add("Max", importVariadic<nn::MaxOp>);
+  table.add("Min", importVariadic<nn::MinOp>);
+  table.add("Clip", importClip);
 }

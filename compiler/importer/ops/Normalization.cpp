@@ -1,6 +1,6 @@
-// Normalization ONNX ops: Softmax (opset 13 semantics: one axis; models of
-// older opsets arrive converted by the version converter) and
-// LayerNormalization (opset 17).
+// Normalization ONNX ops: Softmax and LogSoftmax (opset 13 semantics: one
+// axis; models of older opsets arrive converted by the version converter),
+// LayerNormalization (opset 17) and Dropout.
 #include "compiler/importer/OpTable.h"
 
 #include "dialects/nn/NNOps.h"
@@ -9,7 +9,9 @@ using namespace mlir;
 using namespace gpipe;
 using namespace gpipe::importer;
 
-/// Softmax along `axis` (default -1, the last) of a float32 tensor.
+/// Softmax or LogSoftmax along `axis` (default -1, the last) of a float32
+/// tensor.
+template <typename OpTy>
 static LogicalResult importSoftmax(ImportContext &cx,
                                    const onnx::NodeProto &node) {
   FailureOr<Value> x = cx.floatValueOf(node, 0);
@@ -19,8 +21,8 @@ static LogicalResult importSoftmax(ImportContext &cx,
   if (failed(axis))
     return failure();
   cx.define(node, 0,
-            nn::SoftmaxOp::create(cx.getBuilder(), cx.nodeLoc(node), *x,
-                                  cx.getBuilder().getI64IntegerAttr(*axis)));
+            OpTy::create(cx.getBuilder(), cx.nodeLoc(node), *x,
+                         cx.getBuilder().getI64IntegerAttr(*axis)));
   return success();
 }
 
@@ -113,6 +115,7 @@ static LogicalResult importDropout(ImportContext &cx,
 
 void gpipe::importer::registerNormalizationOps(OpTable &table) {
   table.add("LayerNormalization", importLayerNormalization);
-  table.add("Softmax", importSoftmax);
+  table.add("Softmax", importSoftmax<nn::SoftmaxOp>);
+  table.add("LogSoftmax", importSoftmax<nn::LogSoftmaxOp>);
   table.add("Dropout", importDropout);
 }

@@ -1,5 +1,6 @@
-// Reduction ONNX ops: ReduceSum and ReduceMean over any axes (keepdims either
-// way), as nn.reduce_to (a mean divides by the count of summed elements).
+// Reduction ONNX ops: ReduceSum, ReduceMean and ReduceMax over any axes
+// (keepdims either way), as nn.reduce_to (a mean divides by the count of
+// summed elements) and nn.reduce_max.
 #include "compiler/importer/OpTable.h"
 
 #include "dialects/nn/NNOps.h"
@@ -8,21 +9,19 @@ using namespace mlir;
 using namespace gpipe;
 using namespace gpipe::importer;
 
-/// The reduced axes of a ReduceSum (an optional constant int64 input since
-/// opset 13) or another reduction (the `axes` attribute until opset 18),
-/// normalised to [0, rank) and marked; none given reduces every axis unless
-/// `noop_with_empty_axes` is set (then nothing is reduced).
+/// The reduced axes of a reduction, normalised to [0, rank) and marked: the
+/// optional constant int64 `axes` input where the node has one (ReduceSum
+/// since opset 13, every reduction since opset 18), else the `axes`
+/// attribute; none given reduces every axis unless `noop_with_empty_axes` is
+/// set (then nothing is reduced).
 static FailureOr<llvm::SmallVector<bool>>
-reducedAxes(ImportContext &cx, const onnx::NodeProto &node, int64_t rank,
-            bool axesInput) {
+reducedAxes(ImportContext &cx, const onnx::NodeProto &node, int64_t rank) {
   std::vector<int64_t> axes;
-  if (axesInput) {
-    if (node.input_size() > 1 && !node.input(1).empty()) {
-      FailureOr<std::vector<int64_t>> a = cx.intsOperand(node, 1, "axes");
-      if (failed(a))
-        return failure();
-      axes = *a;
-    }
+  if (node.input_size() > 1 && !node.input(1).empty()) {
+    FailureOr<std::vector<int64_t>> a = cx.intsOperand(node, 1, "axes");
+    if (failed(a))
+      return failure();
+    axes = *a;
   } else if (const onnx::AttributeProto *a = findAttr(node, "axes")) {
     axes.assign(a->ints().begin(), a->ints().end());
   }
@@ -32,18 +31,19 @@ reducedAxes(ImportContext &cx, const onnx::NodeProto &node, int64_t rank,
   return cx.markAxes(node, axes, rank);
 }
 
-/// ReduceSum / ReduceMean: nn.reduce_to the kept-dims shape, divided by the
-/// count for a mean (torch's order: the sum, then one division), reshaped
-/// when `keepdims = 0`.
-template <bool Mean>
+enum class Reduction { Sum, Mean, Max };
+
+/// ReduceSum / ReduceMean / ReduceMax: nn.reduce_to (a sum) or nn.reduce_max
+/// to the kept-dims shape, divided by the count for a mean (torch's order:
+/// the sum, then one division), reshaped when `keepdims = 0`.
+template <Reduction Kind>
 static LogicalResult importReduce(ImportContext &cx,
                                   const onnx::NodeProto &node) {
   FailureOr<Value> x = cx.floatValueOf(node, 0);
   if (failed(x))
     return failure();
   llvm::ArrayRef<int64_t> in = shapeOf(*x);
-  FailureOr<llvm::SmallVector<bool>> marked =
-      reducedAxes(cx, node, in.size(), /*axesInput=*/!Mean);
+  FailureOr<llvm::SmallVector<bool>> marked = reducedAxes(cx, node, in.size());
   if (failed(marked))
     return failure();
   OpBuilder &b = cx.getBuilder();
@@ -58,9 +58,14 @@ static LogicalResult importReduce(ImportContext &cx,
       dropped.push_back(size);
   }
   Value v = *x;
-  if (llvm::ArrayRef<int64_t>(kept) != in)
-    v = nn::ReduceToOp::create(b, loc, cx.f32(kept), v);
-  if (Mean && count != 1) {
+  // Reducing only size-1 dimensions (or none) is the identity.
+  if (llvm::ArrayRef<int64_t>(kept) != in) {
+    if (Kind == Reduction::Max)
+      v = nn::ReduceMaxOp::create(b, loc, cx.f32(kept), v);
+    else
+      v = nn::ReduceToOp::create(b, loc, cx.f32(kept), v);
+  }
+  if (Kind == Reduction::Mean && count != 1) {
     auto scalar = cx.f32({});
     Value n = nn::ConstantOp::create(
         b, loc, DenseElementsAttr::get(scalar, static_cast<float>(count)));
@@ -73,6 +78,7 @@ static LogicalResult importReduce(ImportContext &cx,
 }
 
 void gpipe::importer::registerReductionOps(OpTable &table) {
-  table.add("ReduceSum", importReduce<false>);
-  table.add("ReduceMean", importReduce<true>);
+  table.add("ReduceSum", importReduce<Reduction::Sum>);
+  table.add("ReduceMean", importReduce<Reduction::Mean>);
+  table.add("ReduceMax", importReduce<Reduction::Max>);
 }

@@ -459,7 +459,7 @@ static LogicalResult importConstant(ImportContext &cx,
                                     const onnx::NodeProto &node) {
   ConstTensor c;
   if (const auto *a = findAttr(node, "value")) {
-    FailureOr<ConstTensor> t = cx.readTensor(a->t());
+    FailureOr<ConstTensor> t = cx.readTensor(a->t(), /*doubleAsFloat=*/true);
     if (failed(t))
       return failure();
     c = std::move(*t);

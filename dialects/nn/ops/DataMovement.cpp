@@ -185,12 +185,18 @@ LogicalResult SliceOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
   return success();
 }
 
-LogicalResult ReduceToOp::verify() {
-  auto in = tensorType(getInput()), out = tensorType(getOutput());
+/// A reduction's result (nn.reduce_to, nn.reduce_max) broadcasts to its
+/// input.
+static LogicalResult verifyReduction(Operation *op, Value input, Value output) {
+  auto in = tensorType(input), out = tensorType(output);
   if (!broadcastsTo(out.getShape(), in.getShape()))
-    return emitOpError("result ")
+    return op->emitOpError("result ")
            << out << " does not broadcast to the input " << in;
   return success();
+}
+
+LogicalResult ReduceToOp::verify() {
+  return verifyReduction(*this, getInput(), getOutput());
 }
 
 int64_t ReduceToOp::getFlops() { return numElements(getInput()); }
@@ -205,6 +211,28 @@ LogicalResult ReduceToOp::buildGradients(OpBuilder &b,
   else
     operandGrads.push_back(
         BroadcastToOp::create(b, getLoc(), getInput().getType(), dy));
+  return success();
+}
+
+LogicalResult ReduceMaxOp::verify() {
+  return verifyReduction(*this, getInput(), getOutput());
+}
+
+int64_t ReduceMaxOp::getFlops() { return numElements(getInput()); }
+
+// torch's amax gradient: dy split evenly among the elements equal to the
+// maximum, (dy / count) * mask with mask = (x == max) and count its sum over
+// the reduced dimensions. A NaN maximum matches nothing: 0 * (dy / 0), NaN
+// as in torch.
+LogicalResult
+ReduceMaxOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
+                            SmallVectorImpl<Value> &operandGrads) {
+  Location loc = getLoc();
+  Type inType = getInput().getType(), outType = getOutput().getType();
+  Value mask = EqualOp::create(b, loc, inType, getInput(), getOutput());
+  Value count = ReduceToOp::create(b, loc, outType, mask);
+  Value share = DivOp::create(b, loc, outType, resultGrads[0], count);
+  operandGrads.push_back(MulOp::create(b, loc, inType, share, mask));
   return success();
 }
 
@@ -317,19 +345,38 @@ SliceOp::splitBatch(ArrayRef<std::optional<int64_t>> operandAxes, int64_t,
   return success();
 }
 
+/// The batch axis of a reduction's result (nn.reduce_to, nn.reduce_max) of
+/// `in`, whose batch is on `axis`: the same axis less the dropped leading
+/// dimensions, or nullopt when the batch axis is reduced.
+static std::optional<int64_t> keptBatchAxis(Value in, Value out, int64_t axis) {
+  int64_t lead = tensorType(in).getRank() - tensorType(out).getRank();
+  if (axis < lead || tensorType(out).getDimSize(axis - lead) !=
+                         tensorType(in).getDimSize(axis))
+    return std::nullopt;
+  return axis - lead;
+}
+
 // A sum over other axes keeps the batch (on its axis, less the dropped
 // leading dimensions); a sum over the batch axis is a micro-batch's share of
 // the mini-batch's sum (kBatchSum), which only a loss may be.
 LogicalResult
 ReduceToOp::splitBatch(ArrayRef<std::optional<int64_t>> operandAxes, int64_t,
                        SmallVectorImpl<std::optional<int64_t>> &resultAxes) {
-  auto in = tensorType(getInput()), out = tensorType(getOutput());
-  int64_t axis = *operandAxes[0] - (in.getRank() - out.getRank());
-  if (axis < 0 || out.getDimSize(axis) !=
-                      in.getDimSize(axis + in.getRank() - out.getRank()))
-    resultAxes.push_back(kBatchSum);
-  else
-    resultAxes.push_back(axis);
+  resultAxes.push_back(keptBatchAxis(getInput(), getOutput(), *operandAxes[0])
+                           .value_or(kBatchSum));
+  return success();
+}
+
+// A maximum over other axes keeps the batch; over the batch axis, each
+// micro-batch would only see the maximum of its own samples.
+LogicalResult
+ReduceMaxOp::splitBatch(ArrayRef<std::optional<int64_t>> operandAxes, int64_t,
+                        SmallVectorImpl<std::optional<int64_t>> &resultAxes) {
+  std::optional<int64_t> axis =
+      keptBatchAxis(getInput(), getOutput(), *operandAxes[0]);
+  if (!axis)
+    return emitBatchSplitError(*this, "a maximum over the batch axis");
+  resultAxes.push_back(*axis);
   return success();
 }
 

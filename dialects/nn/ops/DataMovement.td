@@ -1,5 +1,5 @@
 // Ops of the nn dialect: data movement (reshape, transpose, concat, slice,
-// reduce_to, broadcast_to, gather, scatter_add).
+// reduce_to, reduce_max, broadcast_to, gather, scatter_add).
 #ifndef GPIPE_NN_OPS_DATA_MOVEMENT
 #define GPIPE_NN_OPS_DATA_MOVEMENT
 
@@ -73,6 +73,26 @@ def NN_ReduceToOp : NN_Op<"reduce_to", [Pure,
     when `keepdims = 0`).
     ```mlir
     %s = nn.reduce_to %x : tensor<8x4x5xf32> -> tensor<8x1x5xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input);
+  let results = (outs NN_F32Tensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
+  let hasVerifier = 1;
+}
+
+def NN_ReduceMaxOp : NN_Op<"reduce_max", [Pure,
+    NN_Cost, NN_Batch,
+    DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
+  let summary = "the maximum over the dimensions that broadcasting the result would add";
+  let description = [{
+    The shapes of nn.reduce_to (the result's shape broadcasts to the
+    input's), the maximum instead of the sum: ONNX ReduceMax (torch's
+    `amax`) with the reduced dimensions kept as 1. A NaN in the reduced
+    elements gives NaN. The gradient is spread evenly over the elements that
+    equal the maximum (torch's `amax` gradient).
+    ```mlir
+    %m = nn.reduce_max %x : tensor<8x4x5xf32> -> tensor<8x1x5xf32>
     ```
   }];
   let arguments = (ins NN_F32Tensor:$input);

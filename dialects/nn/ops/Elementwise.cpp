@@ -26,12 +26,18 @@ LogicalResult SubOp::verify() { return verifyBroadcastBinary(*this); }
 LogicalResult MulOp::verify() { return verifyBroadcastBinary(*this); }
 LogicalResult DivOp::verify() { return verifyBroadcastBinary(*this); }
 LogicalResult PowOp::verify() { return verifyBroadcastBinary(*this); }
+LogicalResult MaxOp::verify() { return verifyBroadcastBinary(*this); }
+LogicalResult MinOp::verify() { return verifyBroadcastBinary(*this); }
 
 int64_t AddOp::getFlops() { return numElements(getOutput()); }
 int64_t SubOp::getFlops() { return numElements(getOutput()); }
 int64_t MulOp::getFlops() { return numElements(getOutput()); }
 int64_t DivOp::getFlops() { return numElements(getOutput()); }
 int64_t PowOp::getFlops() { return 8 * numElements(getOutput()); }
+int64_t MaxOp::getFlops() { return numElements(getOutput()); }
+int64_t MinOp::getFlops() { return numElements(getOutput()); }
+int64_t MaxGradOp::getFlops() { return 2 * numElements(getOutput()); }
+int64_t MinGradOp::getFlops() { return 2 * numElements(getOutput()); }
 
 LogicalResult AddOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
                                     SmallVectorImpl<Value> &operandGrads) {
@@ -109,6 +115,32 @@ LogicalResult PowOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
   return success();
 }
 
+/// The gradients of a max or min (`GradOp`: nn.max_grad or nn.min_grad),
+/// torch's: each operand's from the op with the operands in its order,
+/// summed over the dimensions it was broadcast along.
+template <typename GradOp>
+static LogicalResult minMaxGradients(Operation *op, OpBuilder &b, Value dy,
+                                     SmallVectorImpl<Value> &operandGrads) {
+  Value lhs = op->getOperand(0), rhs = op->getOperand(1);
+  Location loc = op->getLoc();
+  Type t = dy.getType();
+  Value dl = GradOp::create(b, loc, t, lhs, rhs, dy);
+  Value dr = GradOp::create(b, loc, t, rhs, lhs, dy);
+  operandGrads.push_back(reduceToType(b, loc, dl, tensorType(lhs)));
+  operandGrads.push_back(reduceToType(b, loc, dr, tensorType(rhs)));
+  return success();
+}
+
+LogicalResult MaxOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  return minMaxGradients<MaxGradOp>(*this, b, resultGrads[0], operandGrads);
+}
+
+LogicalResult MinOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  return minMaxGradients<MinGradOp>(*this, b, resultGrads[0], operandGrads);
+}
+
 //===----------------------------------------------------------------------===//
 // Elementwise unary ops and their gradients
 //===----------------------------------------------------------------------===//
@@ -130,6 +162,26 @@ int64_t ErfGradOp::getFlops() { return 6 * numElements(getOutput()); }
 int64_t SqrtGradOp::getFlops() { return 2 * numElements(getOutput()); }
 int64_t ReciprocalGradOp::getFlops() { return 3 * numElements(getOutput()); }
 int64_t AbsGradOp::getFlops() { return numElements(getOutput()); }
+int64_t ClipOp::getFlops() { return 2 * numElements(getOutput()); }
+int64_t ClipGradOp::getFlops() { return 2 * numElements(getOutput()); }
+
+/// Clip's bounds: at least one, neither NaN.
+static LogicalResult verifyClipBounds(Operation *op, std::optional<APFloat> min,
+                                      std::optional<APFloat> max) {
+  if (!min && !max)
+    return op->emitOpError("needs a min or a max bound");
+  for (auto [name, bound] : {std::pair{"min", min}, std::pair{"max", max}})
+    if (bound && bound->isNaN())
+      return op->emitOpError() << name << " must not be NaN";
+  return success();
+}
+
+LogicalResult ClipOp::verify() {
+  return verifyClipBounds(*this, getMin(), getMax());
+}
+LogicalResult ClipGradOp::verify() {
+  return verifyClipBounds(*this, getMin(), getMax());
+}
 
 LogicalResult NegOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
                                     SmallVectorImpl<Value> &operandGrads) {
@@ -205,6 +257,14 @@ ReciprocalOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
   return success();
 }
 
+// From the input: dy where min <= x <= max.
+LogicalResult ClipOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                     SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(ClipGradOp::create(
+      b, getLoc(), getInput(), resultGrads[0], getMinAttr(), getMaxAttr()));
+  return success();
+}
+
 // d/dx |x| = sign(x) (0 at 0, as torch): from the input.
 LogicalResult AbsOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
                                     SmallVectorImpl<Value> &operandGrads) {
@@ -233,21 +293,28 @@ LogicalResult IntToFloatOp::verify() {
   return success();
 }
 
-LogicalResult WhereOp::verify() {
-  auto out = tensorType(getOutput());
-  FailureOr<SmallVector<int64_t>> shape = broadcastShapes(
-      tensorType(getCondition()).getShape(), tensorType(getLhs()).getShape());
+/// The result of an op with three broadcasting operands (nn.where,
+/// nn.max_grad, nn.min_grad) has their broadcast shape.
+static LogicalResult verifyBroadcastTernary(Operation *op) {
+  auto out = tensorType(op->getResult(0));
+  Value a = op->getOperand(0), b = op->getOperand(1), c = op->getOperand(2);
+  FailureOr<SmallVector<int64_t>> shape =
+      broadcastShapes(tensorType(a).getShape(), tensorType(b).getShape());
   if (succeeded(shape))
-    shape = broadcastShapes(*shape, tensorType(getRhs()).getShape());
+    shape = broadcastShapes(*shape, tensorType(c).getShape());
   if (failed(shape))
-    return emitOpError("operand shapes ")
-           << getCondition().getType() << ", " << getLhs().getType() << " and "
-           << getRhs().getType() << " do not broadcast";
+    return op->emitOpError("operand shapes ")
+           << a.getType() << ", " << b.getType() << " and " << c.getType()
+           << " do not broadcast";
   if (ArrayRef<int64_t>(*shape) != out.getShape())
-    return emitOpError("result type ")
+    return op->emitOpError("result type ")
            << out << " must have the broadcast shape of the operands";
   return success();
 }
+
+LogicalResult WhereOp::verify() { return verifyBroadcastTernary(*this); }
+LogicalResult MaxGradOp::verify() { return verifyBroadcastTernary(*this); }
+LogicalResult MinGradOp::verify() { return verifyBroadcastTernary(*this); }
 
 int64_t EqualOp::getFlops() { return numElements(getOutput()); }
 int64_t NotOp::getFlops() { return numElements(getOutput()); }

@@ -31,6 +31,10 @@ def NN_SubOp : NN_BinaryOp<"sub", "subtraction">;
 def NN_MulOp : NN_BinaryOp<"mul", "multiplication">;
 def NN_DivOp : NN_BinaryOp<"div", "division">;
 def NN_PowOp : NN_BinaryOp<"pow", "power (lhs raised to rhs)">;
+// ONNX Max and Min (two inputs; the importer folds more), torch.maximum and
+// torch.minimum: NaN if either operand is.
+def NN_MaxOp : NN_BinaryOp<"max", "maximum (NaN if either operand is NaN)">;
+def NN_MinOp : NN_BinaryOp<"min", "minimum (NaN if either operand is NaN)">;
 
 class NN_UnaryOp<string mnemonic, string desc> : NN_Op<mnemonic, [Pure,
     SameOperandsAndResultType,
@@ -54,6 +58,29 @@ def NN_LogOp : NN_UnaryOp<"log", "natural logarithm">;
 def NN_SqrtOp : NN_UnaryOp<"sqrt", "square root">;
 def NN_ReciprocalOp : NN_UnaryOp<"reciprocal", "reciprocal 1 / x">;
 def NN_AbsOp : NN_UnaryOp<"abs", "absolute value">;
+
+def NN_ClipOp : NN_Op<"clip", [Pure,
+    SameOperandsAndResultType,
+    NN_Cost, NN_Fusible,
+    NN_Batch,
+    DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
+  let summary = "elementwise clamp to constant bounds";
+  let description = [{
+    `y = min(max(x, min), max)` with either bound optional (ONNX Clip with
+    constant bounds, torch's `clamp`): a NaN stays NaN, and a `min` above
+    `max` gives `max` everywhere. The gradient passes where
+    `min <= x <= max` (torch's), zero elsewhere.
+    ```mlir
+    %y = nn.clip %x {max = 1.000000e+00 : f32, min = 0.000000e+00 : f32} : tensor<8x16xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, OptionalAttr<F32Attr>:$min,
+                   OptionalAttr<F32Attr>:$max);
+  let results = (outs NN_F32Tensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+  let extraClassDefinition = NN_ElementwiseBatchRule;
+}
 
 //===----------------------------------------------------------------------===//
 // Masks: comparisons and selection. Booleans are f32 masks (1.0 true, 0.0
@@ -131,5 +158,38 @@ def NN_ErfGradOp : NN_ActGradOp<"erf_grad", "erf", "input">;
 def NN_SqrtGradOp : NN_ActGradOp<"sqrt_grad", "sqrt", "output">;
 def NN_ReciprocalGradOp : NN_ActGradOp<"reciprocal_grad", "reciprocal", "output">;
 def NN_AbsGradOp : NN_ActGradOp<"abs_grad", "abs", "input">;
+
+def NN_ClipGradOp : NN_Op<"clip_grad", [Pure, SameOperandsAndResultType,
+    NN_Cost, NN_Fusible]> {
+  let summary = "gradient of clip, from its input";
+  let description = [{
+    `dx = dy` where `min <= x <= max` (each bound only when set), else 0
+    (torch's clamp gradient: the bounds themselves pass it, NaN does not).
+  }];
+  let arguments = (ins NN_F32Tensor:$value, NN_F32Tensor:$grad,
+                   OptionalAttr<F32Attr>:$min, OptionalAttr<F32Attr>:$max);
+  let results = (outs NN_F32Tensor:$output);
+  let assemblyFormat = "$value `,` $grad attr-dict `:` type($value)";
+  let hasVerifier = 1;
+}
+
+// The gradients of nn.max and nn.min with respect to `lhs` (that of `rhs`
+// is the same op with the operands swapped), torch's: dy where lhs is the
+// result, dy / 2 where the operands are equal, 0 where the other operand is
+// (a NaN operand passes dy to both). Result: the broadcast shape.
+class NN_MinMaxGradOp<string mnemonic, string desc> : NN_Op<mnemonic, [Pure,
+    NN_Cost, NN_Fusible]> {
+  let summary = "gradient of " # desc # " with respect to its first operand";
+  let arguments = (ins NN_F32Tensor:$lhs, NN_F32Tensor:$rhs,
+                   NN_F32Tensor:$grad);
+  let results = (outs NN_F32Tensor:$output);
+  let assemblyFormat = [{
+    $lhs `,` $rhs `,` $grad attr-dict `:` type($lhs) `,` type($rhs) `,` type($grad) `->` type($output)
+  }];
+  let hasVerifier = 1;
+}
+
+def NN_MaxGradOp : NN_MinMaxGradOp<"max_grad", "max">;
+def NN_MinGradOp : NN_MinMaxGradOp<"min_grad", "min">;
 
 #endif // GPIPE_NN_OPS_ELEMENTWISE

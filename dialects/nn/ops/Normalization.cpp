@@ -1,5 +1,5 @@
-// The normalization family: softmax and layer normalization (verifiers, cost,
-// gradients, micro-batch rules).
+// The normalization family: softmax, log-softmax, layer normalization and
+// dropout (verifiers, cost, gradients, micro-batch rules).
 #include "dialects/nn/ops/Common.h"
 
 using namespace mlir;
@@ -19,10 +19,20 @@ LogicalResult SoftmaxOp::verify() {
 LogicalResult SoftmaxGradOp::verify() {
   return verifyAxis(*this, getValue(), getAxis());
 }
+LogicalResult LogSoftmaxOp::verify() {
+  return verifyAxis(*this, getInput(), getAxis());
+}
+LogicalResult LogSoftmaxGradOp::verify() {
+  return verifyAxis(*this, getValue(), getAxis());
+}
 
 // max, subtract, exp, sum, divide.
 int64_t SoftmaxOp::getFlops() { return 8 * numElements(getOutput()); }
 int64_t SoftmaxGradOp::getFlops() { return 4 * numElements(getOutput()); }
+// max, subtract, exp, sum, log, subtract.
+int64_t LogSoftmaxOp::getFlops() { return 8 * numElements(getOutput()); }
+// sum, exp, multiply, subtract.
+int64_t LogSoftmaxGradOp::getFlops() { return 6 * numElements(getOutput()); }
 
 LogicalResult SoftmaxOp::buildGradients(OpBuilder &b,
                                         ArrayRef<Value> resultGrads,
@@ -32,15 +42,40 @@ LogicalResult SoftmaxOp::buildGradients(OpBuilder &b,
   return success();
 }
 
-// Every row of the softmax axis is independent: the batch passes through,
-// unless it is the softmax axis itself.
+// From the output: dx = dy - exp(y) * sum(dy) needs neither the input nor
+// the softmax itself.
+LogicalResult
+LogSoftmaxOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
+                             SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(LogSoftmaxGradOp::create(b, getLoc(), getOutput(),
+                                                  resultGrads[0], getAxis()));
+  return success();
+}
+
+// Every row of the (log-)softmax axis is independent: the batch passes
+// through, unless it is the softmax axis itself.
+static LogicalResult
+splitSoftmaxBatch(Operation *op, int64_t axis, StringRef what,
+                  ArrayRef<std::optional<int64_t>> operandAxes,
+                  SmallVectorImpl<std::optional<int64_t>> &resultAxes) {
+  if (*operandAxes[0] == axis)
+    return emitBatchSplitError(op, "a " + what + " along the batch axis");
+  resultAxes.push_back(operandAxes[0]);
+  return success();
+}
+
 LogicalResult
 SoftmaxOp::splitBatch(ArrayRef<std::optional<int64_t>> operandAxes, int64_t,
                       SmallVectorImpl<std::optional<int64_t>> &resultAxes) {
-  if (*operandAxes[0] == static_cast<int64_t>(getAxis()))
-    return emitBatchSplitError(*this, "a softmax along the batch axis");
-  resultAxes.push_back(operandAxes[0]);
-  return success();
+  return splitSoftmaxBatch(*this, getAxis(), "softmax", operandAxes,
+                           resultAxes);
+}
+
+LogicalResult
+LogSoftmaxOp::splitBatch(ArrayRef<std::optional<int64_t>> operandAxes, int64_t,
+                         SmallVectorImpl<std::optional<int64_t>> &resultAxes) {
+  return splitSoftmaxBatch(*this, getAxis(), "log-softmax", operandAxes,
+                           resultAxes);
 }
 
 //===----------------------------------------------------------------------===//

@@ -1,4 +1,5 @@
-// Ops of the nn dialect: normalizations (softmax, layer normalization).
+// Ops of the nn dialect: normalizations (softmax, log-softmax, layer
+// normalization).
 #ifndef GPIPE_NN_OPS_NORMALIZATION
 #define GPIPE_NN_OPS_NORMALIZATION
 
@@ -26,6 +27,37 @@ def NN_SoftmaxGradOp : NN_Op<"softmax_grad", [Pure, SameOperandsAndResultType,
   let description = [{
     `dx = y * (dy - sum(dy * y))`, the sum along `axis`, from the softmax's
     output `y` and the incoming gradient `dy` (torch's formula).
+  }];
+  let arguments = (ins NN_F32Tensor:$value, NN_F32Tensor:$grad, I64Attr:$axis);
+  let results = (outs NN_F32Tensor:$output);
+  let assemblyFormat = "$value `,` $grad attr-dict `:` type($value)";
+  let hasVerifier = 1;
+}
+
+def NN_LogSoftmaxOp : NN_Op<"log_softmax", [Pure, SameOperandsAndResultType,
+    NN_Cost, NN_Batch,
+    DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
+  let summary = "logarithm of the softmax along one axis";
+  let description = [{
+    `y = x - (max(x) + log(sum(exp(x - max(x)))))` along `axis` (0 <= axis <
+    rank), for every index of the other axes, in one numerically stable pass
+    (ONNX LogSoftmax, opset 13 semantics).
+    ```mlir
+    %y = nn.log_softmax %x {axis = 1 : i64} : tensor<8x10xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, I64Attr:$axis);
+  let results = (outs NN_F32Tensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def NN_LogSoftmaxGradOp : NN_Op<"log_softmax_grad", [Pure,
+    SameOperandsAndResultType, NN_Cost]> {
+  let summary = "gradient of log_softmax, from its output";
+  let description = [{
+    `dx = dy - exp(y) * sum(dy)`, the sum along `axis`, from the
+    log-softmax's output `y` and the incoming gradient `dy` (torch's formula).
   }];
   let arguments = (ins NN_F32Tensor:$value, NN_F32Tensor:$grad, I64Attr:$axis);
   let results = (outs NN_F32Tensor:$output);

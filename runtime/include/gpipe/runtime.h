@@ -239,6 +239,11 @@ void gp_cast_bf16(const float *in, void *out, int64_t n);
 void gp_reduce_to(const float *in, const int64_t *in_shape, float *out,
                   const int64_t *out_shape, int32_t rank);
 
+/// out[i] = the maximum of in over the broadcast dimensions (shapes as
+/// gp_reduce_to); a NaN among the reduced elements gives NaN (torch's amax).
+void gp_reduce_max(const float *in, const int64_t *in_shape, float *out,
+                   const int64_t *out_shape, int32_t rank);
+
 /// Softmax along the middle axis of x viewed as [outer, n, inner]:
 /// y[o, k, j] = exp(x[o, k, j] - m) / sum_k' exp(x[o, k', j] - m), m the
 /// row's maximum (the sum in double). y may alias x.
@@ -258,6 +263,18 @@ void gp_softmax(const float *x, float *y, int64_t outer, int64_t n,
 /// dy.
 void gp_softmax_bwd(const float *y, const float *dy, float *dx, int64_t outer,
                     int64_t n, int64_t inner);
+
+/// Log-softmax along the middle axis of x viewed as [outer, n, inner]:
+/// y[o, k, j] = x[o, k, j] - (m + log(sum_k' exp(x[o, k', j] - m))), m the
+/// row's maximum (the sum in double). y may alias x.
+void gp_log_softmax(const float *x, float *y, int64_t outer, int64_t n,
+                    int64_t inner);
+
+/// The log-softmax's gradient from its output y and the incoming gradient
+/// dy, same view: dx = dy - exp(y) * sum_k(dy) (the sum in double). dx may
+/// alias dy.
+void gp_log_softmax_bwd(const float *y, const float *dy, float *dx,
+                        int64_t outer, int64_t n, int64_t inner);
 
 /// Layer normalization of x viewed as [rows, n], each row over its n
 /// elements: mean[r], inv_std[r] = 1 / sqrt(var + eps) (the biased variance;
@@ -326,6 +343,20 @@ void gp_check_labels(const gp_step_ctx *ctx, const int64_t *labels, int64_t n,
 void gp_softmax_xent_bwd(const float *logits, const int64_t *labels, int64_t N,
                          int64_t C, int32_t has_ignore, int64_t ignore_index,
                          double norm, const float *dloss, float *dlogits);
+
+/// Negative log-likelihood over log-probabilities log_prob[N, C] with int64
+/// labels[N]: the sum of -log_prob[i, labels[i]] over the non-ignored samples
+/// divided as gp_softmax_xent_fwd's (norm 1: a sum), into *loss.
+void gp_nll_fwd(const float *log_prob, const int64_t *labels, int64_t N,
+                int64_t C, int32_t has_ignore, int64_t ignore_index,
+                double norm, float *loss);
+
+/// dlog_prob = 0 except -dloss / norm (norm <= 0: the count of non-ignored
+/// samples) at each non-ignored sample's label; `dloss` points at the scalar
+/// upstream gradient. Every label ignored: all zeros.
+void gp_nll_bwd(const int64_t *labels, int64_t N, int64_t C, int32_t has_ignore,
+                int64_t ignore_index, double norm, const float *dloss,
+                float *dlog_prob);
 
 /// torch.optim.SGD (1.13 semantics, dampening 0, maximize false):
 ///   g += wd*p;  if momentum: buf = (step==1) ? g : momentum*buf + g;

@@ -1,6 +1,6 @@
 // CUDA implementations of the runtime's kernels (gpipe/runtime.h, section
 // "Kernels") and of gpipe/runtime_cuda.h: cuBLASLt GEMMs, broadcast
-// reductions, block copies, the softmax cross-entropy and the optimizers.
+// reductions, block copies, the losses and the optimizers.
 //
 // Every pointer is a device pointer; everything is enqueued on the compute
 // stream and returns at once: nothing here synchronises or allocates device
@@ -10,6 +10,7 @@
 #include "cuda_internal.h"
 #include "internal.h"
 #include "random.h"
+#include "rows.h"
 
 #include <cuda_bf16.h>
 #include <math_constants.h>
@@ -234,9 +235,10 @@ __global__ void scatterAddKernel(const float *dout, const int64_t *idx,
 }
 
 //===----------------------------------------------------------------------===//
-// Softmax (gp_softmax, gp_softmax_bwd): one thread per row of the softmax
-// axis (correct for any axis; a row-per-warp kernel is the faster form for
-// long last-axis rows, left for the attention work)
+// Softmax (gp_softmax, gp_softmax_bwd) and log-softmax (gp_log_softmax,
+// gp_log_softmax_bwd, rows.h): one thread per row of the softmax axis
+// (correct for any axis; a row-per-warp kernel is the faster form for long
+// last-axis rows, left for the attention work)
 //===----------------------------------------------------------------------===//
 
 __global__ void dropoutKernel(uint64_t key, int64_t step, float ratio,
@@ -246,13 +248,18 @@ __global__ void dropoutKernel(uint64_t key, int64_t step, float ratio,
     y[i] = gpipe::dropoutApply(key, step, base + i, ratio, x[i]);
 }
 
+/// The first element of row r of a tensor viewed as [outer, n, inner] along
+/// its middle axis (the row's elements are base + k * inner, k < n).
+__device__ __forceinline__ int64_t axisRowBase(int64_t r, int64_t n,
+                                               int64_t inner) {
+  return (r / inner) * n * inner + r % inner;
+}
+
 __global__ void softmaxKernel(const float *x, float *y, int64_t outer,
                               int64_t n, int64_t inner) {
   for (int64_t r = globalThread(); r < outer * inner; r += gridThreads()) {
-    const int64_t base = (r / inner) * n * inner + r % inner;
-    float m = -INFINITY;
-    for (int64_t k = 0; k < n; ++k)
-      m = fmaxf(m, x[base + k * inner]);
+    const int64_t base = axisRowBase(r, n, inner);
+    const float m = gpipe::rowMax(x + base, n, inner);
     double s = 0.0;
     for (int64_t k = 0; k < n; ++k) {
       const float e = expf(x[base + k * inner] - m);
@@ -268,7 +275,7 @@ __global__ void softmaxKernel(const float *x, float *y, int64_t outer,
 __global__ void softmaxBwdKernel(const float *y, const float *dy, float *dx,
                                  int64_t outer, int64_t n, int64_t inner) {
   for (int64_t r = globalThread(); r < outer * inner; r += gridThreads()) {
-    const int64_t base = (r / inner) * n * inner + r % inner;
+    const int64_t base = axisRowBase(r, n, inner);
     double s = 0.0;
     for (int64_t k = 0; k < n; ++k)
       s += static_cast<double>(dy[base + k * inner]) * y[base + k * inner];
@@ -278,6 +285,34 @@ __global__ void softmaxBwdKernel(const float *y, const float *dy, float *dx,
       dx[i] = y[i] * (dy[i] - sf);
     }
   }
+}
+
+__global__ void logSoftmaxKernel(const float *x, float *y, int64_t outer,
+                                 int64_t n, int64_t inner) {
+  for (int64_t r = globalThread(); r < outer * inner; r += gridThreads()) {
+    const int64_t base = axisRowBase(r, n, inner);
+    gpipe::logSoftmaxRow(x + base, y + base, n, inner);
+  }
+}
+
+__global__ void logSoftmaxBwdKernel(const float *y, const float *dy, float *dx,
+                                    int64_t outer, int64_t n, int64_t inner) {
+  for (int64_t r = globalThread(); r < outer * inner; r += gridThreads()) {
+    const int64_t base = axisRowBase(r, n, inner);
+    gpipe::logSoftmaxBwdRow(y + base, dy + base, dx + base, n, inner);
+  }
+}
+
+/// Launches a kernel of one thread per row along the middle axis of
+/// [outer, n, inner]: kernel(args..., outer, n, inner).
+template <typename Kernel, typename... Args>
+void launchAxisRows(Kernel kernel, int64_t outer, int64_t n, int64_t inner,
+                    Args... args) {
+  if (outer * inner <= 0 || n <= 0)
+    return;
+  kernel<<<blocksFor(outer * inner), kThreads, 0, stream()>>>(args..., outer, n,
+                                                              inner);
+  GP_CUDA_LAUNCHED();
 }
 
 //===----------------------------------------------------------------------===//
@@ -384,7 +419,7 @@ int layerNormThreads(int64_t n) {
 }
 
 //===----------------------------------------------------------------------===//
-// Reductions (gp_reduce_to)
+// Reductions (gp_reduce_to, gp_reduce_max)
 //===----------------------------------------------------------------------===//
 
 constexpr int32_t kMaxRank = 8;
@@ -527,32 +562,134 @@ struct ReduceGeometry {
   int64_t keptSize[kMaxRank], keptStride[kMaxRank];
   int64_t redSize[kMaxRank], redStride[kMaxRank];
   int64_t outSize = 1, redTotal = 1;
+
+  /// The input offset of output element o's first reduced element.
+  __device__ int64_t keptOffset(int64_t o) const {
+    return offsetOf(o, numKept, keptSize, keptStride);
+  }
+  /// The offset of reduced element r from an output element's first.
+  __device__ int64_t reducedOffset(int64_t r) const {
+    return offsetOf(r, numReduced, redSize, redStride);
+  }
+  /// Element i of dims `size` (outermost first), at `stride`.
+  __device__ static int64_t offsetOf(int64_t i, int32_t n, const int64_t *size,
+                                     const int64_t *stride) {
+    int64_t off = 0;
+    for (int d = n - 1; d >= 0; --d) {
+      off += i % size[d] * stride[d];
+      i /= size[d];
+    }
+    return off;
+  }
+};
+
+/// The maximum over the lanes of a warp, NaN if any lane has one.
+__device__ __forceinline__ float warpMaxPropagatingNaN(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1)
+    v = gpipe::maxPropagatingNaN(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+/// gp_reduce_to's sum (in double) and gp_reduce_max's maximum (NaN if any
+/// element is), for reduceGeneralKernel.
+struct SumReduction {
+  using Acc = double;
+  static constexpr double kInit = 0.0;
+  __device__ static double add(double a, float v) { return a + v; }
+  __device__ static double warp(double a) { return warpSum(a); }
+};
+struct MaxReduction {
+  using Acc = float;
+  static constexpr float kInit = -INFINITY;
+  __device__ static float add(float a, float v) {
+    return gpipe::maxPropagatingNaN(a, v);
+  }
+  __device__ static float warp(float a) { return warpMaxPropagatingNaN(a); }
 };
 
 /// One warp per output element; the lanes split the reduced index space.
-__global__ void sumGeneralKernel(const float *__restrict__ in,
-                                 float *__restrict__ out, ReduceGeometry geo) {
+template <typename Reduction>
+__global__ void reduceGeneralKernel(const float *__restrict__ in,
+                                    float *__restrict__ out,
+                                    ReduceGeometry geo) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = gridThreads() >> 5;
   for (int64_t o = globalThread() >> 5; o < geo.outSize; o += warps) {
-    int64_t base = 0, rest = o;
-    for (int d = geo.numKept - 1; d >= 0; --d) {
-      base += rest % geo.keptSize[d] * geo.keptStride[d];
-      rest /= geo.keptSize[d];
-    }
-    double s = 0.0;
-    for (int64_t r = lane; r < geo.redTotal; r += 32) {
-      int64_t off = base, q = r;
-      for (int d = geo.numReduced - 1; d >= 0; --d) {
-        off += q % geo.redSize[d] * geo.redStride[d];
-        q /= geo.redSize[d];
-      }
-      s += in[off];
-    }
-    s = warpSum(s);
+    const int64_t base = geo.keptOffset(o);
+    typename Reduction::Acc acc = Reduction::kInit;
+    for (int64_t r = lane; r < geo.redTotal; r += 32)
+      acc = Reduction::add(acc, in[base + geo.reducedOffset(r)]);
+    acc = Reduction::warp(acc);
     if (lane == 0)
-      out[o] = static_cast<float>(s);
+      out[o] = static_cast<float>(acc);
   }
+}
+
+/// A reduction's shapes (gp_reduce_to, gp_reduce_max): size-1 dims dropped
+/// and neighbours of the same kind (kept or reduced) merged, leaving an
+/// alternating list of at most rank dims (as kernels.cpp).
+struct ReduceDims {
+  struct Dim {
+    int64_t size;
+    bool reduced;
+  };
+  Dim dims[kMaxRank];
+  int nd = 0;
+  int64_t inSize = 1, outSize = 1;
+};
+
+/// The ReduceDims of in_shape -> out_shape (both `rank` entries); a rank
+/// above kMaxRank or an output extent that is neither the input's nor 1 ends
+/// the program with an error naming `caller`.
+ReduceDims reduceDims(const char *caller, const int64_t *in_shape,
+                      const int64_t *out_shape, int32_t rank) {
+  if (rank < 0 || rank > kMaxRank)
+    failf(caller, __FILE__, __LINE__,
+          "rank %d is outside the CUDA runtime's [0, %d]",
+          static_cast<int>(rank), static_cast<int>(kMaxRank));
+  ReduceDims r;
+  for (int32_t d = 0; d < rank; ++d) {
+    if (out_shape[d] != in_shape[d] && out_shape[d] != 1)
+      failf(caller, __FILE__, __LINE__,
+            "dim %d: output extent %lld is neither the input's %lld nor 1",
+            static_cast<int>(d), static_cast<long long>(out_shape[d]),
+            static_cast<long long>(in_shape[d]));
+    r.inSize *= in_shape[d];
+    r.outSize *= out_shape[d];
+    if (in_shape[d] == 1)
+      continue;
+    const bool reduced = out_shape[d] == 1;
+    if (r.nd > 0 && r.dims[r.nd - 1].reduced == reduced)
+      r.dims[r.nd - 1].size *= in_shape[d];
+    else
+      r.dims[r.nd++] = {in_shape[d], reduced};
+  }
+  return r;
+}
+
+/// The general kernels' view of merged dims: kept and reduced sizes and
+/// strides, outermost first.
+ReduceGeometry geometryOf(const ReduceDims &r) {
+  ReduceGeometry geo;
+  int64_t stride = 1;
+  for (int d = r.nd - 1; d >= 0; --d) {
+    if (r.dims[d].reduced) {
+      geo.redSize[geo.numReduced] = r.dims[d].size;
+      geo.redStride[geo.numReduced++] = stride;
+      geo.redTotal *= r.dims[d].size;
+    } else {
+      geo.keptSize[geo.numKept] = r.dims[d].size;
+      geo.keptStride[geo.numKept++] = stride;
+      geo.outSize *= r.dims[d].size;
+    }
+    stride *= r.dims[d].size;
+  }
+  // Collected innermost first; the kernels want outermost first.
+  std::reverse(geo.keptSize, geo.keptSize + geo.numKept);
+  std::reverse(geo.keptStride, geo.keptStride + geo.numKept);
+  std::reverse(geo.redSize, geo.redSize + geo.numReduced);
+  std::reverse(geo.redStride, geo.redStride + geo.numReduced);
+  return geo;
 }
 
 /// out[r] = sum of contiguous row r, picking the kernel for the row shape.
@@ -599,7 +736,7 @@ void launchSumColumns(const float *in, float *out, int64_t outer, int64_t rows,
 }
 
 //===----------------------------------------------------------------------===//
-// Softmax cross-entropy
+// Losses: softmax cross-entropy, negative log-likelihood
 //===----------------------------------------------------------------------===//
 
 /// Blocks of the forward kernel at most (its per-block partials live in
@@ -632,23 +769,13 @@ __device__ void rowStats(const float *__restrict__ x, int64_t C, int lane,
   mx = m;
 }
 
-/// One warp per row. Each block leaves the sum and count of its rows' losses;
-/// the last block to finish combines them in block order (reproducible) and
-/// writes the loss.
-__global__ void xentFwdKernel(const float *__restrict__ logits,
-                              const int64_t *__restrict__ labels, int64_t N,
-                              int64_t C, int32_t hasIgnore, int64_t ignoreIndex,
-                              double norm, float *__restrict__ loss,
-                              float *__restrict__ logProb) {
-  __shared__ double sharedTotal[32];
-  __shared__ long long sharedCount[32];
-  __shared__ bool isLast;
-  const int lane = threadIdx.x & 31;
-  const int64_t warps = gridThreads() >> 5;
-  double total = 0.0;
-  long long count = 0;
-  for (int64_t i = globalThread() >> 5; i < N; i += warps) {
-    const float *x = logits + i * C;
+/// The softmax cross-entropy of one row (called by a whole warp): writes the
+/// row's log-probabilities when logProb is set; the loss at label y when y
+/// is in [0, C) (else unused).
+struct XentRowLoss {
+  float *logProb;
+  __device__ double operator()(const float *__restrict__ x, int64_t i,
+                               int64_t C, int lane, int64_t y) const {
     float mx;
     double sumExp;
     rowStats(x, C, lane, mx, sumExp);
@@ -658,15 +785,43 @@ __global__ void xentFwdKernel(const float *__restrict__ logits,
       for (int64_t j = lane; j < C; j += 32)
         logProb[i * C + j] = x[j] - lse;
     }
+    return y >= 0 && y < C ? (static_cast<double>(mx) - x[y]) + logSum : 0.0;
+  }
+};
+
+/// The negative log-likelihood of one row of log-probabilities.
+struct NllRowLoss {
+  __device__ double operator()(const float *__restrict__ x, int64_t, int64_t C,
+                               int, int64_t y) const {
+    return y >= 0 && y < C ? -static_cast<double>(x[y]) : 0.0;
+  }
+};
+
+/// A loss (gp_softmax_xent_fwd, gp_nll_fwd): one warp per row, rowLoss its
+/// loss. Each block leaves the sum and count of its rows' losses; the last
+/// block to finish combines them in block order (reproducible) and writes
+/// the loss.
+template <typename RowLoss>
+__global__ void lossFwdKernel(const float *__restrict__ logits,
+                              const int64_t *__restrict__ labels, int64_t N,
+                              int64_t C, int32_t hasIgnore, int64_t ignoreIndex,
+                              double norm, float *__restrict__ loss,
+                              RowLoss rowLoss) {
+  __shared__ double sharedTotal[32];
+  __shared__ long long sharedCount[32];
+  __shared__ bool isLast;
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = gridThreads() >> 5;
+  double total = 0.0;
+  long long count = 0;
+  for (int64_t i = globalThread() >> 5; i < N; i += warps) {
     const int64_t y = labels[i];
+    const double l = rowLoss(logits + i * C, i, C, lane, y);
     if (isIgnored(y, hasIgnore, ignoreIndex))
       continue;
     ++count;
     // An out-of-range label has no defined loss (torch raises); poison it.
-    if (y < 0 || y >= C)
-      total += CUDART_NAN;
-    else
-      total += (static_cast<double>(mx) - x[y]) + logSum;
+    total += y < 0 || y >= C ? CUDART_NAN : l;
   }
   // Every lane holds its warp's sums: count each warp once.
   if (lane != 0) {
@@ -715,30 +870,12 @@ __global__ void countLabelsKernel(const int64_t *__restrict__ labels, int64_t N,
     gXentLabelCount = count;
 }
 
-/// One warp per row. The divisor is `norm`, or (norm <= 0) the label count
-/// countLabelsKernel left. All labels ignored: every row is zero, as torch's
-/// gradient of its NaN loss.
-__global__ void xentBwdKernel(const float *__restrict__ logits,
-                              const int64_t *__restrict__ labels, int64_t N,
-                              int64_t C, int32_t hasIgnore, int64_t ignoreIndex,
-                              double norm, const float *__restrict__ dloss,
-                              float *__restrict__ dlogits) {
-  const int lane = threadIdx.x & 31;
-  const int64_t warps = gridThreads() >> 5;
-  const double divisor =
-      norm > 0.0 ? norm : static_cast<double>(gXentLabelCount);
-  const float scale = static_cast<float>(static_cast<double>(*dloss) / divisor);
-  for (int64_t i = globalThread() >> 5; i < N; i += warps) {
-    const float *x = logits + i * C;
-    float *dx = dlogits + i * C;
-    const int64_t y = labels[i];
-    const bool ignored = isIgnored(y, hasIgnore, ignoreIndex);
-    if (ignored || y < 0 || y >= C) {
-      const float fill = ignored ? 0.0f : CUDART_NAN_F;
-      for (int64_t j = lane; j < C; j += 32)
-        dx[j] = fill;
-      continue;
-    }
+/// The softmax cross-entropy's gradient row (a whole warp): scale *
+/// (softmax(x) - onehot(y)).
+struct XentRowGrad {
+  __device__ void operator()(const float *__restrict__ x,
+                             float *__restrict__ dx, int64_t C, int lane,
+                             int64_t y, float scale) const {
     float mx;
     double sumExp;
     rowStats(x, C, lane, mx, sumExp);
@@ -748,6 +885,77 @@ __global__ void xentBwdKernel(const float *__restrict__ logits,
       dx[j] = __fmul_rn(j == y ? __fsub_rn(prob, 1.0f) : prob, scale);
     }
   }
+};
+
+/// The negative log-likelihood's gradient row: -scale at the label, else 0
+/// (the scores are not read).
+struct NllRowGrad {
+  __device__ void operator()(const float *, float *__restrict__ dx, int64_t C,
+                             int lane, int64_t y, float scale) const {
+    for (int64_t j = lane; j < C; j += 32)
+      dx[j] = j == y ? -scale : 0.0f;
+  }
+};
+
+/// A loss's gradient: one warp per row, rowGrad its row. The divisor is
+/// `norm`, or (norm <= 0) the label count countLabelsKernel left. All labels
+/// ignored: every row is zero, as torch's gradient of its NaN loss.
+template <typename RowGrad>
+__global__ void lossBwdKernel(const float *__restrict__ logits,
+                              const int64_t *__restrict__ labels, int64_t N,
+                              int64_t C, int32_t hasIgnore, int64_t ignoreIndex,
+                              double norm, const float *__restrict__ dloss,
+                              float *__restrict__ dlogits, RowGrad rowGrad) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = gridThreads() >> 5;
+  const double divisor =
+      norm > 0.0 ? norm : static_cast<double>(gXentLabelCount);
+  const float scale = static_cast<float>(static_cast<double>(*dloss) / divisor);
+  for (int64_t i = globalThread() >> 5; i < N; i += warps) {
+    float *dx = dlogits + i * C;
+    const int64_t y = labels[i];
+    const bool ignored = isIgnored(y, hasIgnore, ignoreIndex);
+    if (ignored || y < 0 || y >= C) {
+      const float fill = ignored ? 0.0f : CUDART_NAN_F;
+      for (int64_t j = lane; j < C; j += 32)
+        dx[j] = fill;
+      continue;
+    }
+    rowGrad(logits ? logits + i * C : nullptr, dx, C, lane, y, scale);
+  }
+}
+
+/// Launches lossFwdKernel: always, even for N == 0, so that the loss is
+/// written.
+template <typename RowLoss>
+void launchLossFwd(const float *scores, const int64_t *labels, int64_t N,
+                   int64_t C, int32_t hasIgnore, int64_t ignoreIndex,
+                   double norm, float *loss, RowLoss rowLoss) {
+  const unsigned blocks = static_cast<unsigned>(std::clamp<int64_t>(
+      (N + kWarpsPerBlock - 1) / kWarpsPerBlock, 1, kXentMaxBlocks));
+  lossFwdKernel<<<blocks, kThreads, 0, stream()>>>(
+      scores, labels, N, C, hasIgnore, ignoreIndex, norm, loss, rowLoss);
+  GP_CUDA_LAUNCHED();
+}
+
+/// Launches lossBwdKernel, after countLabelsKernel when the divisor is the
+/// label count.
+template <typename RowGrad>
+void launchLossBwd(const float *scores, const int64_t *labels, int64_t N,
+                   int64_t C, int32_t hasIgnore, int64_t ignoreIndex,
+                   double norm, const float *dloss, float *dscores,
+                   RowGrad rowGrad) {
+  if (N <= 0 || C <= 0)
+    return;
+  if (norm <= 0.0) {
+    countLabelsKernel<<<1, 1024, 0, stream()>>>(labels, N, hasIgnore,
+                                                ignoreIndex);
+    GP_CUDA_LAUNCHED();
+  }
+  lossBwdKernel<<<blocksFor(N, kWarpsPerBlock), kThreads, 0, stream()>>>(
+      scores, labels, N, C, hasIgnore, ignoreIndex, norm, dloss, dscores,
+      rowGrad);
+  GP_CUDA_LAUNCHED();
 }
 
 //===----------------------------------------------------------------------===//
@@ -1231,11 +1439,17 @@ void gp_dropout(const gp_step_ctx *ctx, uint64_t key, float ratio,
 
 void gp_softmax(const float *x, float *y, int64_t outer, int64_t n,
                 int64_t inner) {
-  if (outer * inner <= 0 || n <= 0)
-    return;
-  softmaxKernel<<<blocksFor(outer * inner), kThreads, 0, stream()>>>(
-      x, y, outer, n, inner);
-  GP_CUDA_LAUNCHED();
+  launchAxisRows(softmaxKernel, outer, n, inner, x, y);
+}
+
+void gp_log_softmax(const float *x, float *y, int64_t outer, int64_t n,
+                    int64_t inner) {
+  launchAxisRows(logSoftmaxKernel, outer, n, inner, x, y);
+}
+
+void gp_log_softmax_bwd(const float *y, const float *dy, float *dx,
+                        int64_t outer, int64_t n, int64_t inner) {
+  launchAxisRows(logSoftmaxBwdKernel, outer, n, inner, y, dy, dx);
 }
 
 void gp_gather(const float *table, const int64_t *idx, float *out, int64_t n,
@@ -1262,11 +1476,7 @@ void gp_scatter_add(const float *dout, const int64_t *idx, float *dtable,
 
 void gp_softmax_bwd(const float *y, const float *dy, float *dx, int64_t outer,
                     int64_t n, int64_t inner) {
-  if (outer * inner <= 0 || n <= 0)
-    return;
-  softmaxBwdKernel<<<blocksFor(outer * inner), kThreads, 0, stream()>>>(
-      y, dy, dx, outer, n, inner);
-  GP_CUDA_LAUNCHED();
+  launchAxisRows(softmaxBwdKernel, outer, n, inner, y, dy, dx);
 }
 
 void gp_layer_norm(const float *x, const float *scale, const float *bias,
@@ -1301,52 +1511,23 @@ void gp_layer_norm_scale_bwd(const float *x, const float *mean,
 
 void gp_reduce_to(const float *in, const int64_t *in_shape, float *out,
                   const int64_t *out_shape, int32_t rank) {
-  if (rank < 0 || rank > kMaxRank)
-    failf("gp_reduce_to", __FILE__, __LINE__,
-          "rank %d is outside the CUDA runtime's [0, %d]",
-          static_cast<int>(rank), static_cast<int>(kMaxRank));
-  int64_t inSize = 1, outSize = 1;
-  for (int32_t d = 0; d < rank; ++d) {
-    if (out_shape[d] != in_shape[d] && out_shape[d] != 1)
-      failf("gp_reduce_to", __FILE__, __LINE__,
-            "dim %d: output extent %lld is neither the input's %lld nor 1",
-            static_cast<int>(d), static_cast<long long>(out_shape[d]),
-            static_cast<long long>(in_shape[d]));
-    inSize *= in_shape[d];
-    outSize *= out_shape[d];
-  }
-  if (outSize == 0)
+  ReduceDims r = reduceDims("gp_reduce_to", in_shape, out_shape, rank);
+  if (r.outSize == 0)
     return;
-  if (inSize == 0) {
+  if (r.inSize == 0) {
     GP_CUDA_CHECK(cudaMemsetAsync(
-        out, 0, static_cast<size_t>(outSize) * sizeof(float), stream()));
+        out, 0, static_cast<size_t>(r.outSize) * sizeof(float), stream()));
     return;
   }
-  if (inSize == outSize) {
+  if (r.inSize == r.outSize) {
     if (in != out)
-      GP_CUDA_CHECK(cudaMemcpyAsync(out, in,
-                                    static_cast<size_t>(inSize) * sizeof(float),
-                                    cudaMemcpyDeviceToDevice, stream()));
+      GP_CUDA_CHECK(cudaMemcpyAsync(
+          out, in, static_cast<size_t>(r.inSize) * sizeof(float),
+          cudaMemcpyDeviceToDevice, stream()));
     return;
   }
-
-  // Drop size-1 dims and merge neighbours of the same kind (kept or summed),
-  // leaving an alternating list of at most rank dims (as kernels.cpp).
-  struct Dim {
-    int64_t size;
-    bool reduced;
-  };
-  Dim dims[kMaxRank];
-  int nd = 0;
-  for (int32_t d = 0; d < rank; ++d) {
-    if (in_shape[d] == 1)
-      continue;
-    const bool reduced = out_shape[d] == 1;
-    if (nd > 0 && dims[nd - 1].reduced == reduced)
-      dims[nd - 1].size *= in_shape[d];
-    else
-      dims[nd++] = {in_shape[d], reduced};
-  }
+  const ReduceDims::Dim *dims = r.dims;
+  const int nd = r.nd;
 
   // The common shapes: [K, R] -> [K] (rows, incl. a full reduction), and
   // [O, R, N] -> [O, N] (bias gradients: O == 1).
@@ -1366,28 +1547,22 @@ void gp_reduce_to(const float *in, const int64_t *in_shape, float *out,
     launchSumColumns(in, out, dims[0].size, dims[1].size, dims[2].size);
     return;
   }
+  const ReduceGeometry geo = geometryOf(r);
+  reduceGeneralKernel<SumReduction>
+      <<<blocksFor(geo.outSize, kWarpsPerBlock), kThreads, 0, stream()>>>(
+          in, out, geo);
+  GP_CUDA_LAUNCHED();
+}
 
-  ReduceGeometry geo;
-  int64_t stride = 1;
-  for (int d = nd - 1; d >= 0; --d) {
-    if (dims[d].reduced) {
-      geo.redSize[geo.numReduced] = dims[d].size;
-      geo.redStride[geo.numReduced++] = stride;
-      geo.redTotal *= dims[d].size;
-    } else {
-      geo.keptSize[geo.numKept] = dims[d].size;
-      geo.keptStride[geo.numKept++] = stride;
-      geo.outSize *= dims[d].size;
-    }
-    stride *= dims[d].size;
-  }
-  // Collected innermost first; the kernel wants outermost first.
-  std::reverse(geo.keptSize, geo.keptSize + geo.numKept);
-  std::reverse(geo.keptStride, geo.keptStride + geo.numKept);
-  std::reverse(geo.redSize, geo.redSize + geo.numReduced);
-  std::reverse(geo.redStride, geo.redStride + geo.numReduced);
-  sumGeneralKernel<<<blocksFor(geo.outSize, kWarpsPerBlock), kThreads, 0,
-                     stream()>>>(in, out, geo);
+void gp_reduce_max(const float *in, const int64_t *in_shape, float *out,
+                   const int64_t *out_shape, int32_t rank) {
+  ReduceDims r = reduceDims("gp_reduce_max", in_shape, out_shape, rank);
+  if (r.outSize == 0 || r.inSize == 0)
+    return;
+  const ReduceGeometry geo = geometryOf(r);
+  reduceGeneralKernel<MaxReduction>
+      <<<blocksFor(geo.outSize, kWarpsPerBlock), kThreads, 0, stream()>>>(
+          in, out, geo);
   GP_CUDA_LAUNCHED();
 }
 
@@ -1412,27 +1587,29 @@ void gp_copy_blocks(void *dst, int64_t dst_stride, const void *src,
 void gp_softmax_xent_fwd(const float *logits, const int64_t *labels, int64_t N,
                          int64_t C, int32_t has_ignore, int64_t ignore_index,
                          double norm, float *loss, float *log_prob) {
-  // Always launched, even for N == 0: the loss is still written.
-  const unsigned blocks = static_cast<unsigned>(std::clamp<int64_t>(
-      (N + kWarpsPerBlock - 1) / kWarpsPerBlock, 1, kXentMaxBlocks));
-  xentFwdKernel<<<blocks, kThreads, 0, stream()>>>(
-      logits, labels, N, C, has_ignore, ignore_index, norm, loss, log_prob);
-  GP_CUDA_LAUNCHED();
+  launchLossFwd(logits, labels, N, C, has_ignore, ignore_index, norm, loss,
+                XentRowLoss{log_prob});
 }
 
 void gp_softmax_xent_bwd(const float *logits, const int64_t *labels, int64_t N,
                          int64_t C, int32_t has_ignore, int64_t ignore_index,
                          double norm, const float *dloss, float *dlogits) {
-  if (N <= 0 || C <= 0)
-    return;
-  if (norm <= 0.0) {
-    countLabelsKernel<<<1, 1024, 0, stream()>>>(labels, N, has_ignore,
-                                                ignore_index);
-    GP_CUDA_LAUNCHED();
-  }
-  xentBwdKernel<<<blocksFor(N, kWarpsPerBlock), kThreads, 0, stream()>>>(
-      logits, labels, N, C, has_ignore, ignore_index, norm, dloss, dlogits);
-  GP_CUDA_LAUNCHED();
+  launchLossBwd(logits, labels, N, C, has_ignore, ignore_index, norm, dloss,
+                dlogits, XentRowGrad{});
+}
+
+void gp_nll_fwd(const float *log_prob, const int64_t *labels, int64_t N,
+                int64_t C, int32_t has_ignore, int64_t ignore_index,
+                double norm, float *loss) {
+  launchLossFwd(log_prob, labels, N, C, has_ignore, ignore_index, norm, loss,
+                NllRowLoss{});
+}
+
+void gp_nll_bwd(const int64_t *labels, int64_t N, int64_t C, int32_t has_ignore,
+                int64_t ignore_index, double norm, const float *dloss,
+                float *dlog_prob) {
+  launchLossBwd(nullptr, labels, N, C, has_ignore, ignore_index, norm, dloss,
+                dlog_prob, NllRowGrad{});
 }
 
 void gp_sgd_update(float *p, const float *g, float *buf, int64_t n, float lr,

@@ -519,6 +519,50 @@ func.func @xent_grad_not_scalar(%a: tensor<4x8xf32>, %l: tensor<4xi64>, %g: tens
 
 // -----
 
+// nll_loss: log-probabilities are [N, C] (the importer flattens [N, C, d...]).
+func.func @nll_loss_rank(%a: tensor<4x8x2xf32>, %l: tensor<4xi64>) -> tensor<f32> {
+  // expected-error @+1 {{'nn.nll_loss' op logits must be [N, C], got 'tensor<4x8x2xf32>'}}
+  %y = nn.nll_loss %a, %l : tensor<4x8x2xf32>, tensor<4xi64>
+  return %y : tensor<f32>
+}
+
+// -----
+
+// nll_loss: one label per sample.
+func.func @nll_loss_labels(%a: tensor<4x8xf32>, %l: tensor<8xi64>) -> tensor<f32> {
+  // expected-error @+1 {{'nn.nll_loss' op labels must be [4], got 'tensor<8xi64>'}}
+  %y = nn.nll_loss %a, %l : tensor<4x8xf32>, tensor<8xi64>
+  return %y : tensor<f32>
+}
+
+// -----
+
+// nll_loss: M >= 1 micro-batches.
+func.func @nll_loss_microbatches(%a: tensor<4x8xf32>, %l: tensor<4xi64>) -> tensor<f32> {
+  // expected-error @+1 {{'nn.nll_loss' op microbatches must be >= 1}}
+  %y = nn.nll_loss %a, %l {microbatches = 0 : i64} : tensor<4x8xf32>, tensor<4xi64>
+  return %y : tensor<f32>
+}
+
+// -----
+
+// nll_loss_grad: the result has the log-probabilities' type.
+func.func @nll_loss_grad_type(%a: tensor<4x8xf32>, %l: tensor<4xi64>, %g: tensor<f32>) -> tensor<8x4xf32> {
+  // expected-error @+1 {{'nn.nll_loss_grad' op failed to verify that all of {logits, output} have same type}}
+  %y = "nn.nll_loss_grad"(%a, %l, %g) : (tensor<4x8xf32>, tensor<4xi64>, tensor<f32>) -> tensor<8x4xf32>
+  return %y : tensor<8x4xf32>
+}
+
+// -----
+
+func.func @nll_loss_grad_labels(%a: tensor<4x8xf32>, %l: tensor<4x1xi64>, %g: tensor<f32>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{'nn.nll_loss_grad' op labels must be [4], got 'tensor<4x1xi64>'}}
+  %y = nn.nll_loss_grad %a, %l, %g : tensor<4x8xf32>, tensor<4x1xi64>
+  return %y : tensor<4x8xf32>
+}
+
+// -----
+
 // transpose: one permutation entry per input dimension.
 func.func @transpose_perm_size(%a: tensor<2x3xf32>) {
   // expected-error @+1 {{'nn.transpose' op permutation has 3 entries for a rank-2 input}}
@@ -635,6 +679,103 @@ func.func @softmax_grad_axis(%y: tensor<2x3xf32>, %g: tensor<2x3xf32>) -> tensor
   // expected-error @+1 {{'nn.softmax_grad' op axis -1 is out of range for rank 2}}
   %d = nn.softmax_grad %y, %g {axis = -1 : i64} : tensor<2x3xf32>
   return %d : tensor<2x3xf32>
+}
+
+// -----
+
+// nn.log_softmax: the axis is one of the input's.
+func.func @log_softmax_axis(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  // expected-error @+1 {{'nn.log_softmax' op axis 2 is out of range for rank 2}}
+  %y = nn.log_softmax %x {axis = 2 : i64} : tensor<2x3xf32>
+  return %y : tensor<2x3xf32>
+}
+
+// -----
+
+func.func @log_softmax_grad_axis(%y: tensor<2x3xf32>, %g: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  // expected-error @+1 {{'nn.log_softmax_grad' op axis -1 is out of range for rank 2}}
+  %d = nn.log_softmax_grad %y, %g {axis = -1 : i64} : tensor<2x3xf32>
+  return %d : tensor<2x3xf32>
+}
+
+// -----
+
+// nn.log_softmax_grad: the value, the gradient and the result have one type.
+func.func @log_softmax_grad_types(%y: tensor<2x3xf32>, %g: tensor<3x2xf32>) -> tensor<2x3xf32> {
+  // expected-error @+1 {{'nn.log_softmax_grad' op requires the same type for all operands and results}}
+  %d = "nn.log_softmax_grad"(%y, %g) {axis = 1 : i64} : (tensor<2x3xf32>, tensor<3x2xf32>) -> tensor<2x3xf32>
+  return %d : tensor<2x3xf32>
+}
+
+// -----
+
+// nn.reduce_max: the result must broadcast to the input, as nn.reduce_to's.
+func.func @reduce_max_not_broadcastable(%a: tensor<4x8xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'nn.reduce_max' op result 'tensor<4xf32>' does not broadcast to the input 'tensor<4x8xf32>'}}
+  %y = nn.reduce_max %a : tensor<4x8xf32> -> tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+// nn.clip needs a bound.
+func.func @clip_no_bound(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'nn.clip' op needs a min or a max bound}}
+  %y = nn.clip %x : tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+// nn.clip: a NaN bound is no bound.
+func.func @clip_nan(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'nn.clip' op max must not be NaN}}
+  %y = nn.clip %x {min = 0.0 : f32, max = 0x7FC00000 : f32} : tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+// nn.clip_grad has clip's bounds.
+func.func @clip_grad_no_bound(%x: tensor<4xf32>, %g: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'nn.clip_grad' op needs a min or a max bound}}
+  %y = nn.clip_grad %x, %g : tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+// nn.max: the result has the operands' broadcast shape.
+func.func @max_result(%a: tensor<4x8xf32>, %b: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{'nn.max' op result type 'tensor<8xf32>' must have the broadcast shape of 'tensor<4x8xf32>' and 'tensor<8xf32>'}}
+  %y = nn.max %a, %b : tensor<4x8xf32>, tensor<8xf32> -> tensor<8xf32>
+  return %y : tensor<8xf32>
+}
+
+// -----
+
+// nn.min: the operands broadcast.
+func.func @min_shapes(%a: tensor<4x8xf32>, %b: tensor<4xf32>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{'nn.min' op operand shapes 'tensor<4x8xf32>' and 'tensor<4xf32>' do not broadcast}}
+  %y = nn.min %a, %b : tensor<4x8xf32>, tensor<4xf32> -> tensor<4x8xf32>
+  return %y : tensor<4x8xf32>
+}
+
+// -----
+
+// nn.max_grad: the gradient has the broadcast shape of the operands.
+func.func @max_grad_result(%a: tensor<4x8xf32>, %b: tensor<8xf32>, %g: tensor<4x8xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{'nn.max_grad' op result type 'tensor<8xf32>' must have the broadcast shape of the operands}}
+  %y = nn.max_grad %a, %b, %g : tensor<4x8xf32>, tensor<8xf32>, tensor<4x8xf32> -> tensor<8xf32>
+  return %y : tensor<8xf32>
+}
+
+// -----
+
+func.func @min_grad_shapes(%a: tensor<4x8xf32>, %b: tensor<8xf32>, %g: tensor<3x8xf32>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{'nn.min_grad' op operand shapes 'tensor<4x8xf32>', 'tensor<8xf32>' and 'tensor<3x8xf32>' do not broadcast}}
+  %y = nn.min_grad %a, %b, %g : tensor<4x8xf32>, tensor<8xf32>, tensor<3x8xf32> -> tensor<4x8xf32>
+  return %y : tensor<4x8xf32>
 }
 
 // -----

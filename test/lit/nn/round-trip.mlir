@@ -165,6 +165,49 @@ func.func @loss(%x: tensor<4x8xf32>, %l: tensor<4xi64>, %g: tensor<f32>) -> (ten
   return %0, %1, %2, %3 : tensor<f32>, tensor<f32>, tensor<4x8xf32>, tensor<4x8xf32>
 }
 
+// nn.nll_loss and its gradient (mean or `sum`, ignore_index); a sum of
+// softmax cross-entropies.
+// CHECK-LABEL: func.func @nll_loss(
+// CHECK-SAME: %[[X:[^:]+]]: tensor<4x8xf32>, %[[L:[^:]+]]: tensor<4xi64>, %[[G:[^:]+]]: tensor<f32>
+// CHECK-NEXT: %[[L0:.+]] = nn.nll_loss %[[X]], %[[L]] : tensor<4x8xf32>, tensor<4xi64>
+// CHECK-NEXT: %[[L1:.+]] = nn.nll_loss %[[X]], %[[L]] {ignore_index = 2 : i64, sum} : tensor<4x8xf32>, tensor<4xi64>
+// CHECK-NEXT: %[[D0:.+]] = nn.nll_loss_grad %[[X]], %[[L]], %[[G]] {ignore_index = -1 : i64, microbatches = 2 : i64} : tensor<4x8xf32>, tensor<4xi64>
+// CHECK-NEXT: %[[S:.+]] = nn.softmax_cross_entropy %[[X]], %[[L]] {sum} : tensor<4x8xf32>, tensor<4xi64>
+// CHECK-NEXT: return %[[L0]], %[[L1]], %[[D0]], %[[S]] : tensor<f32>, tensor<f32>, tensor<4x8xf32>, tensor<f32>
+func.func @nll_loss(%x: tensor<4x8xf32>, %l: tensor<4xi64>, %g: tensor<f32>) -> (tensor<f32>, tensor<f32>, tensor<4x8xf32>, tensor<f32>) {
+  %0 = nn.nll_loss %x, %l : tensor<4x8xf32>, tensor<4xi64>
+  %1 = nn.nll_loss %x, %l {ignore_index = 2 : i64, sum} : tensor<4x8xf32>, tensor<4xi64>
+  %2 = nn.nll_loss_grad %x, %l, %g {ignore_index = -1 : i64, microbatches = 2 : i64} : tensor<4x8xf32>, tensor<4xi64>
+  %3 = nn.softmax_cross_entropy %x, %l {sum} : tensor<4x8xf32>, tensor<4xi64>
+  return %0, %1, %2, %3 : tensor<f32>, tensor<f32>, tensor<4x8xf32>, tensor<f32>
+}
+
+// nn.reduce_max (the shapes of nn.reduce_to), nn.clip with either bound and
+// its gradient, nn.max / nn.min (broadcasting) and their gradients.
+// CHECK-LABEL: func.func @max_min_clip(
+// CHECK-SAME: %[[X:[^:]+]]: tensor<4x8xf32>, %[[B:[^:]+]]: tensor<8xf32>
+// CHECK-NEXT: nn.reduce_max %[[X]] : tensor<4x8xf32> -> tensor<4x1xf32>
+// CHECK-NEXT: nn.reduce_max %[[X]] : tensor<4x8xf32> -> tensor<f32>
+// CHECK-NEXT: %[[C:.+]] = nn.clip %[[X]] {max = 1.000000e+00 : f32, min = -5.000000e-01 : f32} : tensor<4x8xf32>
+// CHECK-NEXT: nn.clip %[[X]] {min = 0.000000e+00 : f32} : tensor<4x8xf32>
+// CHECK-NEXT: nn.clip_grad %[[X]], %[[C]] {max = 2.000000e+00 : f32} : tensor<4x8xf32>
+// CHECK-NEXT: nn.max %[[X]], %[[B]] : tensor<4x8xf32>, tensor<8xf32> -> tensor<4x8xf32>
+// CHECK-NEXT: nn.min %[[B]], %[[X]] : tensor<8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+// CHECK-NEXT: nn.max_grad %[[B]], %[[X]], %[[C]] : tensor<8xf32>, tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+// CHECK-NEXT: nn.min_grad %[[X]], %[[B]], %[[C]] : tensor<4x8xf32>, tensor<8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+func.func @max_min_clip(%x: tensor<4x8xf32>, %b: tensor<8xf32>) {
+  %0 = nn.reduce_max %x : tensor<4x8xf32> -> tensor<4x1xf32>
+  %1 = nn.reduce_max %x : tensor<4x8xf32> -> tensor<f32>
+  %2 = nn.clip %x {min = -0.5 : f32, max = 1.0 : f32} : tensor<4x8xf32>
+  %3 = nn.clip %x {min = 0.0 : f32} : tensor<4x8xf32>
+  %4 = nn.clip_grad %x, %2 {max = 2.0 : f32} : tensor<4x8xf32>
+  %5 = nn.max %x, %b : tensor<4x8xf32>, tensor<8xf32> -> tensor<4x8xf32>
+  %6 = nn.min %b, %x : tensor<8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+  %7 = nn.max_grad %b, %x, %2 : tensor<8xf32>, tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+  %8 = nn.min_grad %x, %b, %2 : tensor<4x8xf32>, tensor<8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+  return
+}
+
 // nn.gather (an embedding lookup: indices of any rank, rows of the table's
 // trailing dimensions) and its gradient nn.scatter_add.
 // CHECK-LABEL: func.func @gather(
@@ -201,6 +244,19 @@ func.func @attributes(%x: tensor<4xf32> {nn.input = "x"}) -> (tensor<f32> {nn.lo
 func.func @softmax(%x: tensor<2x3x4xf32>, %g: tensor<2x3x4xf32>) -> tensor<2x3x4xf32> {
   %y = nn.softmax %x {axis = 1 : i64} : tensor<2x3x4xf32>
   %d = nn.softmax_grad %y, %g {axis = 2 : i64} : tensor<2x3x4xf32>
+  return %d : tensor<2x3x4xf32>
+}
+
+// -----
+
+// nn.log_softmax and nn.log_softmax_grad (any axis).
+// CHECK-LABEL: func.func @log_softmax(
+// CHECK-SAME: %[[X:[^:]+]]: tensor<2x3x4xf32>, %[[G:[^:]+]]: tensor<2x3x4xf32>
+// CHECK-NEXT: %[[Y:.+]] = nn.log_softmax %[[X]] {axis = 0 : i64} : tensor<2x3x4xf32>
+// CHECK-NEXT: nn.log_softmax_grad %[[Y]], %[[G]] {axis = 2 : i64} : tensor<2x3x4xf32>
+func.func @log_softmax(%x: tensor<2x3x4xf32>, %g: tensor<2x3x4xf32>) -> tensor<2x3x4xf32> {
+  %y = nn.log_softmax %x {axis = 0 : i64} : tensor<2x3x4xf32>
+  %d = nn.log_softmax_grad %y, %g {axis = 2 : i64} : tensor<2x3x4xf32>
   return %d : tensor<2x3x4xf32>
 }
 

@@ -232,6 +232,24 @@ func.func @softmax(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
 // -----
 
 nn.parameter @w : tensor<4x8xf32>
+// log_softmax's gradient reads its output: nn.log_softmax_grad(y, dy) on its
+// axis.
+// CHECK-LABEL: func.func @log_softmax(
+// CHECK: %[[W:.+]] = nn.param @w
+// CHECK: %[[Y:.+]] = nn.log_softmax %[[W]] {axis = 0 : i64} : tensor<4x8xf32>
+// CHECK: %[[DY:.+]] = nn.softmax_cross_entropy_grad %[[Y]],
+// CHECK-NEXT: %[[DW:.+]] = nn.log_softmax_grad %[[Y]], %[[DY]] {axis = 0 : i64} : tensor<4x8xf32>
+// CHECK-NEXT: nn.param_grad %[[W]], %[[DW]]
+func.func @log_softmax(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
+  %w = nn.param @w : tensor<4x8xf32>
+  %y = nn.log_softmax %w {axis = 0 : i64} : tensor<4x8xf32>
+  %loss = nn.softmax_cross_entropy %y, %l : tensor<4x8xf32>, tensor<4xi64>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+nn.parameter @w : tensor<4x8xf32>
 nn.parameter @s : tensor<8xf32>
 nn.parameter @b : tensor<8xf32>
 // layer_norm's gradients read its input and saved statistics (not its
@@ -308,6 +326,84 @@ func.func @activations(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
   %r = nn.relu %s : tensor<4x8xf32>
   %e = nn.erf %r : tensor<4x8xf32>
   %loss = nn.softmax_cross_entropy %e, %l : tensor<4x8xf32>, tensor<4xi64>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+nn.parameter @w : tensor<4x8xf32>
+// reduce_max: torch's amax gradient, dY split evenly among the ties:
+// mask = (x == max), count = its sum over the reduced axis, (dY / count) *
+// mask.
+// CHECK-LABEL: func.func @reduce_max(
+// CHECK: %[[W:.+]] = nn.param @w
+// CHECK: %[[M:.+]] = nn.reduce_max %[[W]] : tensor<4x8xf32> -> tensor<4x1xf32>
+// CHECK: %[[DY:.+]] = nn.softmax_cross_entropy_grad
+// CHECK: %[[DM:.+]] = nn.reduce_to %[[DY]] : tensor<4x8xf32> -> tensor<4x1xf32>
+// CHECK-NEXT: %[[MASK:.+]] = nn.equal %[[W]], %[[M]] : tensor<4x8xf32>, tensor<4x1xf32> -> tensor<4x8xf32>
+// CHECK-NEXT: %[[CNT:.+]] = nn.reduce_to %[[MASK]] : tensor<4x8xf32> -> tensor<4x1xf32>
+// CHECK-NEXT: %[[SHARE:.+]] = nn.div %[[DM]], %[[CNT]] : tensor<4x1xf32>, tensor<4x1xf32> -> tensor<4x1xf32>
+// CHECK-NEXT: %[[DX:.+]] = nn.mul %[[SHARE]], %[[MASK]] : tensor<4x1xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+// CHECK: nn.param_grad %[[W]], %{{.+}} : tensor<4x8xf32>
+func.func @reduce_max(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
+  %w = nn.param @w : tensor<4x8xf32>
+  %m = nn.reduce_max %w : tensor<4x8xf32> -> tensor<4x1xf32>
+  %y = nn.add %w, %m : tensor<4x8xf32>, tensor<4x1xf32> -> tensor<4x8xf32>
+  %loss = nn.softmax_cross_entropy %y, %l : tensor<4x8xf32>, tensor<4xi64>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+nn.parameter @w : tensor<4x8xf32>
+nn.parameter @b : tensor<8xf32>
+// max / min: each operand's gradient from max_grad / min_grad with the
+// operands in its order (torch's tie rule is in the op), reduced for the
+// broadcast operand; clip: clip_grad from the input with the bounds.
+// CHECK-LABEL: func.func @max_min_clip(
+// CHECK: %[[W:.+]] = nn.param @w
+// CHECK: %[[B:.+]] = nn.param @b
+// CHECK: %[[C:.+]] = nn.clip %[[W]] {max = 1.000000e+00 : f32} : tensor<4x8xf32>
+// CHECK: %[[MX:.+]] = nn.max %[[C]], %[[B]]
+// CHECK: %[[MN:.+]] = nn.min %[[B]], %[[MX]]
+// CHECK: %[[DY:.+]] = nn.softmax_cross_entropy_grad %[[MN]],
+// CHECK-NEXT: %[[DB1:.+]] = nn.min_grad %[[B]], %[[MX]], %[[DY]] : tensor<8xf32>, tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+// CHECK-NEXT: %[[DMX:.+]] = nn.min_grad %[[MX]], %[[B]], %[[DY]] : tensor<4x8xf32>, tensor<8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+// CHECK-NEXT: %[[RB1:.+]] = nn.reduce_to %[[DB1]] : tensor<4x8xf32> -> tensor<8xf32>
+// CHECK-NEXT: %[[DC:.+]] = nn.max_grad %[[C]], %[[B]], %[[DMX]] : tensor<4x8xf32>, tensor<8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+// CHECK-NEXT: %[[DB2:.+]] = nn.max_grad %[[B]], %[[C]], %[[DMX]] : tensor<8xf32>, tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+// CHECK-NEXT: %[[RB2:.+]] = nn.reduce_to %[[DB2]] : tensor<4x8xf32> -> tensor<8xf32>
+// CHECK-NEXT: %[[DB:.+]] = nn.add %[[RB1]], %[[RB2]] : tensor<8xf32>, tensor<8xf32> -> tensor<8xf32>
+// CHECK-NEXT: %[[DW:.+]] = nn.clip_grad %[[W]], %[[DC]] {max = 1.000000e+00 : f32} : tensor<4x8xf32>
+// CHECK-NEXT: nn.param_grad %[[W]], %[[DW]] : tensor<4x8xf32>
+// CHECK-NEXT: nn.param_grad %[[B]], %[[DB]] : tensor<8xf32>
+func.func @max_min_clip(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
+  %w = nn.param @w : tensor<4x8xf32>
+  %b = nn.param @b : tensor<8xf32>
+  %c = nn.clip %w {max = 1.0 : f32} : tensor<4x8xf32>
+  %mx = nn.max %c, %b : tensor<4x8xf32>, tensor<8xf32> -> tensor<4x8xf32>
+  %mn = nn.min %b, %mx : tensor<8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+  %loss = nn.softmax_cross_entropy %mn, %l : tensor<4x8xf32>, tensor<4xi64>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+nn.parameter @w : tensor<4x8xf32>
+// nll_loss: its gradient op carries ignore_index and sum; log_softmax's
+// reads the log-softmax's output.
+// CHECK-LABEL: func.func @nll_loss(
+// CHECK: %[[W:.+]] = nn.param @w
+// CHECK: %[[Y:.+]] = nn.log_softmax %[[W]] {axis = 1 : i64} : tensor<4x8xf32>
+// CHECK: %[[LOSS:.+]] = nn.nll_loss %[[Y]], %[[L:[^ ]+]] {ignore_index = 3 : i64, sum}
+// CHECK: %[[ONE:.+]] = nn.constant dense<1.000000e+00> : tensor<f32>
+// CHECK-NEXT: %[[DY:.+]] = nn.nll_loss_grad %[[Y]], %[[L]], %[[ONE]] {ignore_index = 3 : i64, sum} : tensor<4x8xf32>, tensor<4xi64>
+// CHECK-NEXT: %[[DW:.+]] = nn.log_softmax_grad %[[Y]], %[[DY]] {axis = 1 : i64} : tensor<4x8xf32>
+// CHECK-NEXT: nn.param_grad %[[W]], %[[DW]]
+func.func @nll_loss(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
+  %w = nn.param @w : tensor<4x8xf32>
+  %y = nn.log_softmax %w {axis = 1 : i64} : tensor<4x8xf32>
+  %loss = nn.nll_loss %y, %l {ignore_index = 3 : i64, sum} : tensor<4x8xf32>, tensor<4xi64>
   return %loss : tensor<f32>
 }
 

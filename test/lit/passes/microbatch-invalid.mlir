@@ -259,6 +259,28 @@ func.func @softmax_batch(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) {
 
 // -----
 
+// So does a log-softmax along the batch axis.
+func.func @log_softmax_batch(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) {
+  // expected-error @+1 {{cannot split the batch into micro-batches: a log-softmax along the batch axis}}
+  %s = nn.log_softmax %x {axis = 0 : i64} : tensor<8x4xf32>
+  %r = nn.reduce_to %s : tensor<8x4xf32> -> tensor<f32>
+  return %r : tensor<f32>
+}
+
+// -----
+
+// A maximum over the batch axis: each micro-batch would see only its own.
+func.func @reduce_max_batch(%x: tensor<8x4xf32>, %l: tensor<8xi64>) -> (tensor<f32> {nn.loss}) {
+  // expected-error @+1 {{cannot split the batch into micro-batches: a maximum over the batch axis}}
+  %m = nn.reduce_max %x : tensor<8x4xf32> -> tensor<1x4xf32>
+  %s = nn.sub %x, %m : tensor<8x4xf32>, tensor<1x4xf32> -> tensor<8x4xf32>
+  %loss = nn.nll_loss %s, %l : tensor<8x4xf32>, tensor<8xi64>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+
 // A mean over the batch used for anything but the loss (here centring the
 // batch, as batch statistics would): each micro-batch only has its share.
 func.func @batch_mean_in_forward(%x: tensor<8x4xf32>, %l: tensor<8xi64>) -> (tensor<f32> {nn.loss}) {
@@ -287,7 +309,7 @@ func.func @squared_mean(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) {
 nn.parameter @w : tensor<f32>
 func.func @loss_of_params(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) {
   %w = nn.param @w : tensor<f32>
-  // expected-error @+1 {{cannot split the batch into micro-batches: the loss must be a mean or sum over the batch (a softmax cross-entropy, or a ReduceMean/ReduceSum over the batch axis), not 'nn.exp'}}
+  // expected-error @+1 {{cannot split the batch into micro-batches: the loss must be a mean or sum over the batch (a softmax cross-entropy or negative log-likelihood, or a ReduceMean/ReduceSum over the batch axis), not 'nn.exp'}}
   %e = nn.exp %w : tensor<f32>
   return %e : tensor<f32>
 }

@@ -164,6 +164,36 @@ func.func @scalar_input_and_gemm_c(%t: tensor<f32>, %x: tensor<12x5xf32>, %label
 
 // -----
 
+// The importer's form of a per-position NLL over [B, C, T] log-probabilities:
+// the class axis moved last, [B, T, C] flattened to [B*T, C], the labels
+// [B, T] to [B*T]; log_softmax along the classes, reduce_max over them and
+// clip keep the batch; the loss records M.
+// CHECK-LABEL: func.func @nll_positions(
+// CHECK-SAME: %[[X:[^:]+]]: tensor<2x5x3xf32>, %[[L:[^:]+]]: tensor<2x3xi64>)
+// CHECK-NEXT: %[[C:.+]] = nn.clip %[[X]] {min = -1.000000e+01 : f32} : tensor<2x5x3xf32>
+// CHECK-NEXT: %[[M:.+]] = nn.reduce_max %[[C]] : tensor<2x5x3xf32> -> tensor<2x1x3xf32>
+// CHECK-NEXT: %[[S:.+]] = nn.sub %[[C]], %[[M]] : tensor<2x5x3xf32>, tensor<2x1x3xf32> -> tensor<2x5x3xf32>
+// CHECK-NEXT: %[[Y:.+]] = nn.log_softmax %[[S]] {axis = 1 : i64} : tensor<2x5x3xf32>
+// CHECK-NEXT: %[[T:.+]] = nn.transpose %[[Y]], [0, 2, 1] : tensor<2x5x3xf32> -> tensor<2x3x5xf32>
+// CHECK-NEXT: %[[F:.+]] = nn.reshape %[[T]] : tensor<2x3x5xf32> -> tensor<6x5xf32>
+// CHECK-NEXT: %[[FL:.+]] = nn.reshape %[[L]] : tensor<2x3xi64> -> tensor<6xi64>
+// CHECK-NEXT: nn.nll_loss %[[F]], %[[FL]] {ignore_index = 1 : i64, microbatches = 4 : i64} : tensor<6x5xf32>, tensor<6xi64>
+// ONE-LABEL: func.func @nll_positions(
+// ONE: nn.nll_loss {{.+}} {ignore_index = 1 : i64} : tensor<24x5xf32>, tensor<24xi64>
+func.func @nll_positions(%x: tensor<8x5x3xf32>, %labels: tensor<8x3xi64>) -> (tensor<f32> {nn.loss}) {
+  %c = nn.clip %x {min = -10.0 : f32} : tensor<8x5x3xf32>
+  %m = nn.reduce_max %c : tensor<8x5x3xf32> -> tensor<8x1x3xf32>
+  %s = nn.sub %c, %m : tensor<8x5x3xf32>, tensor<8x1x3xf32> -> tensor<8x5x3xf32>
+  %y = nn.log_softmax %s {axis = 1 : i64} : tensor<8x5x3xf32>
+  %t = nn.transpose %y, [0, 2, 1] : tensor<8x5x3xf32> -> tensor<8x3x5xf32>
+  %f = nn.reshape %t : tensor<8x3x5xf32> -> tensor<24x5xf32>
+  %fl = nn.reshape %labels : tensor<8x3xi64> -> tensor<24xi64>
+  %loss = nn.nll_loss %f, %fl {ignore_index = 1 : i64} : tensor<24x5xf32>, tensor<24xi64>
+  return %loss : tensor<f32>
+}
+
+// -----
+
 // nn.exp splits as every elementwise op (BatchSplittableOpInterface's
 // elementwise rule): the batch stays on the axis it came in on.
 // CHECK-LABEL: func.func @exp(
