@@ -12,6 +12,32 @@
 // the user's copy is long-lived, not in its stash.
 // RUN: gpipe-opt %s --pass-pipeline='builtin.module(func.func(gpipe-microbatch{microbatches=2}, gpipe-partition{stages=2}, gpipe-autodiff, gpipe-optimizer), cse, gpipe-outline-stages, gpipe-schedule, gpipe-plan-memory, gpipe-check-memory)' | FileCheck %s --check-prefix=PLAN
 // RUN: gpipe-opt %s --pass-pipeline='builtin.module(func.func(gpipe-microbatch{microbatches=2}, gpipe-partition{stages=2}, gpipe-autodiff, gpipe-optimizer), cse, gpipe-outline-stages, gpipe-remat, gpipe-schedule{schedule=1f1b}, func.func(gpipe-inline-remat), gpipe-plan-memory, gpipe-check-memory)' | FileCheck %s --check-prefix=PLAN
+// The C++ of each stage: the value's transfer runs in micro-batch 0's forward
+// only (the first forward of both stages' GPipe schedules), into stage 1's
+// long-lived copy (arena, not the stash S); the gradient sum crosses in the
+// updates (gp_transfer phase 2), once per step.
+// RUN: gpipe-opt %s --pass-pipeline='builtin.module(func.func(gpipe-microbatch{microbatches=2}, gpipe-partition{stages=2}, gpipe-autodiff, gpipe-optimizer), cse, gpipe-outline-stages, gpipe-schedule, gpipe-plan-memory)' | gpipe-translate --gpipe-stage-to-cpp --stage 0 | FileCheck %s --check-prefix=CPP0
+// RUN: gpipe-opt %s --pass-pipeline='builtin.module(func.func(gpipe-microbatch{microbatches=2}, gpipe-partition{stages=2}, gpipe-autodiff, gpipe-optimizer), cse, gpipe-outline-stages, gpipe-schedule, gpipe-plan-memory)' | gpipe-translate --gpipe-stage-to-cpp --stage 1 | FileCheck %s --check-prefix=CPP1
+
+// CPP0:      static const gp_transfer kTransfers[] = {
+// CPP0:        {1, 0, 1, [[W:[0-9]+]], 16384LL},
+// CPP0:        {0, 2, 1, [[G:[0-9]+]], 16384LL},
+// CPP0-LABEL: static void forward(
+// CPP0:        if (mb == 0) gp_send(ctx, 1, [[W]], ((const float *)(A + {{[0-9]+}})), 16384);
+// CPP0-LABEL: static void backward(
+// CPP0-NOT:    16384);
+// CPP0-LABEL: static void update(
+// CPP0:        gp_recv(ctx, 1, [[G]], ((float *)(A + {{[0-9]+}})), 16384);
+
+// CPP1:      static const gp_transfer kTransfers[] = {
+// CPP1:        {0, 0, 0, [[W:[0-9]+]], 16384LL},
+// CPP1:        {1, 2, 0, [[G:[0-9]+]], 16384LL},
+// CPP1-LABEL: static void forward(
+// CPP1:        if (mb == 0) gp_recv(ctx, 0, [[W]], ((float *)(A + {{[0-9]+}})), 16384);
+// CPP1-LABEL: static void backward(
+// CPP1-NOT:    16384);
+// CPP1-LABEL: static void update(
+// CPP1:        gp_send(ctx, 0, [[G]], ((const float *)(A + {{[0-9]+}})), 16384);
 
 // CHECK-LABEL: func.func @stage0_forward(
 // CHECK:         %[[W:.+]] = nn.param @tied : tensor<64x64xf32>
