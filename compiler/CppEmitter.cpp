@@ -235,6 +235,9 @@ struct StageState {
   // stage reads, its results the stash its backward's arguments receive.
   func::FuncOp forward;
   int64_t microbatches = 1;
+  // The micro-batch of the stage's first forward and first backward action:
+  // a `per_step` transfer runs there only.
+  int64_t firstForward = 0, firstBackward = 0;
   EmittedStage result;
 
   /// The gp_math of the GEMMs.
@@ -326,6 +329,9 @@ private:
   LogicalResult emit(pipeline::AdamUpdateOp o);
   LogicalResult emit(pipeline::SendOp o);
   LogicalResult emit(pipeline::RecvOp o);
+  /// "if (mb == F) ": a per-step transfer of a forward or backward runs in
+  /// the stage's first such action only.
+  std::string perStepGuard(bool perStep) const;
   LogicalResult emit(pipeline::ReportLossOp o);
   LogicalResult emit(pipeline::AccumulateGradOp o);
   /// A deferred weight-gradient GEMM: its operands are kept for the update.
@@ -1168,15 +1174,29 @@ LogicalResult FuncEmitter::emit(pipeline::AdamUpdateOp o) {
   return success();
 }
 
+std::string FuncEmitter::perStepGuard(bool perStep) const {
+  std::optional<pipeline::Phase> phase = pipeline::getPhase(func);
+  if (!perStep || phase == pipeline::Phase::Update)
+    return "";
+  return "if (mb == " +
+         std::to_string(phase == pipeline::Phase::Forward
+                            ? stage.firstForward
+                            : stage.firstBackward) +
+         ") ";
+}
+
 LogicalResult FuncEmitter::emit(pipeline::SendOp o) {
-  os << "  gp_send(ctx, " << o.getPeer() << ", " << o.getTag() << ", "
-     << ptr(o.getValue()) << ", " << bytesOf(o.getValue()) << ");\n";
+  os << "  " << perStepGuard(o.getPerStep()) << "gp_send(ctx, " << o.getPeer()
+     << ", " << o.getTag() << ", " << ptr(o.getValue()) << ", "
+     << bytesOf(o.getValue()) << ");\n";
   return success();
 }
 
 LogicalResult FuncEmitter::emit(pipeline::RecvOp o) {
-  os << "  gp_recv(ctx, " << o.getPeer() << ", " << o.getTag() << ", "
-     << ptr(o.getValue(), false) << ", " << bytesOf(o.getValue()) << ");\n";
+  // A per-step receive's buffer is long-lived: later actions read it.
+  os << "  " << perStepGuard(o.getPerStep()) << "gp_recv(ctx, " << o.getPeer()
+     << ", " << o.getTag() << ", " << ptr(o.getValue(), false) << ", "
+     << bytesOf(o.getValue()) << ");\n";
   return success();
 }
 
@@ -1295,6 +1315,12 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
     return module.emitError("stage ") << stageIndex << " has no schedule",
            failure();
   SmallVector<pipeline::ActionAttr> actions(schedule.getActionList());
+  auto firstOf = [&](pipeline::Phase phase) {
+    for (pipeline::ActionAttr a : actions)
+      if (a.getPhase() == phase)
+        return a.getMicrobatch().value_or(0);
+    return int64_t(0);
+  };
   auto [forward, backward, update] = std::tie(fns[0], fns[1], fns[2]);
   // Recomputation is ordinary ops by now (gpipe-inline-remat).
   WalkResult remat = backward.walk([](pipeline::RematOp op) {
@@ -1330,6 +1356,8 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   EmittedStage &result = st.result;
   int64_t numStages = pipeline::getNumStages(module);
   st.microbatches = pipeline::getNumMicrobatches(module);
+  st.firstForward = firstOf(pipeline::Phase::Forward);
+  st.firstBackward = firstOf(pipeline::Phase::Backward);
   result.bufferedSends =
       pipeline::getSends(module) == pipeline::Sends::Buffered;
   if (result.bufferedSends && options.cuda)
@@ -1407,7 +1435,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   result.flops =
       (result.forwardFlops + result.backwardFlops) * st.microbatches +
       result.updateFlops;
-  for (func::FuncOp f : {forward, backward})
+  for (func::FuncOp f : fns)
     f.walk([&](Operation *op) {
       EmittedTransfer t;
       t.phase = pipeline::stringifyPhase(*pipeline::getPhase(f)).str();
@@ -1503,7 +1531,10 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   ds << "};\n";
   ds << "static const gp_transfer kTransfers[] = {\n";
   for (const EmittedTransfer &t : result.transfers)
-    ds << "  {" << (t.isSend ? 1 : 0) << ", " << (t.phase == "backward" ? 1 : 0)
+    ds << "  {" << (t.isSend ? 1 : 0) << ", "
+       << (t.phase == "backward" ? 1
+           : t.phase == "update" ? 2
+                                 : 0)
        << ", " << t.peer << ", " << t.tag << ", " << t.bytes << "LL},\n";
   ds << "  {0, 0, 0, 0, 0}\n};\n";
 

@@ -97,6 +97,15 @@ private:
       } else if (auto acc = dyn_cast<pipeline::AccumulatedGradOp>(op)) {
         ok = object(("the accumulator of '" + acc.getParam() + "'").str(),
                     pipeline::getBuffer(acc.getGrad()), op);
+      } else if (auto recv = dyn_cast<pipeline::RecvOp>(op);
+                 recv && recv.getPerStep()) {
+        BufferAttr b = pipeline::getBuffer(recv.getValue());
+        ok = object("the value received once per step from stage " +
+                        std::to_string(recv.getPeer()) + " with tag " +
+                        std::to_string(recv.getTag()),
+                    b, op);
+        if (b)
+          perStep.insert(b);
       } else if (isa<pipeline::SGDUpdateOp, pipeline::AdamUpdateOp>(op)) {
         nn::ParamOp p = paramOf(op->getOperand(0));
         std::string of = p ? ("'" + p.getName() + "'").str()
@@ -150,6 +159,16 @@ private:
     for (auto [k, v] : llvm::enumerate(ret->getOperands())) {
       BufferAttr kept = pipeline::getBuffer(viewRoot(v));
       BufferAttr read = pipeline::getBuffer(bwd.getArgument(k));
+      // A per-step value: the backward reads its long-lived buffer.
+      if (auto recv = viewRoot(v).getDefiningOp<pipeline::RecvOp>();
+          recv && recv.getPerStep()) {
+        if (kept != read)
+          return fns[1].emitError("stage ")
+                 << stage << ": the per-step value #" << k << " is kept at "
+                 << (kept ? str(kept) : "no buffer") << " but read at "
+                 << (read ? str(read) : "no buffer");
+        continue;
+      }
       auto inSlot = [&](BufferAttr b) {
         return b && b.getSpace() == BufferSpace::Stash &&
                b.getOffset() % plan.getAlign() == 0 &&
@@ -212,6 +231,9 @@ private:
       if (b.getOffset() < lo) {
         // Only long-lived objects live there (checked by collectLongLived).
         Operation *def = v.getDefiningOp();
+        if (perStep.contains(b) &&
+            (def ? isa<pipeline::RecvOp>(def) : fn == fns[1]))
+          return success();
         if (!inPlace.contains(v) &&
             !(def &&
               isa<nn::ParamOp, nn::ConstantOp, pipeline::AccumulatedGradOp>(
@@ -299,6 +321,8 @@ private:
   MemoryPlanAttr plan;
   std::array<func::FuncOp, 3> fns;
   std::map<std::string, std::pair<BufferAttr, Operation *>> objects;
+  // The buffers of values received once per step (pipe.recv per_step).
+  llvm::DenseSet<BufferAttr> perStep;
   int constants = 0, updates = 0;
 };
 

@@ -38,12 +38,15 @@ const char *phaseName(Phase p) {
   return "free";
 }
 
-/// A value that one stage sends to another in one phase.
+/// A value that one stage sends to another in one phase; `perStep`: once
+/// per step (a tied weight's value, in the first forward), not with every
+/// micro-batch.
 struct Edge {
   Value value;
   int64_t from, to;
   Phase phase;
   int64_t tag;
+  bool perStep;
 };
 
 struct Placement {
@@ -58,9 +61,11 @@ public:
 
 private:
   LogicalResult classify();
+  LogicalResult splitTiedGradients();
   Placement placementOf(Value v) const;
   LogicalResult require(Value v, int64_t stage, Phase phase, Operation *user);
-  void addEdge(Value v, int64_t from, int64_t to, Phase phase);
+  void addEdge(Value v, int64_t from, int64_t to, Phase phase,
+               bool perStep = false);
   func::FuncOp buildForward(int64_t s);
   func::FuncOp buildBackward(int64_t s);
   func::FuncOp buildUpdate(int64_t s);
@@ -97,6 +102,10 @@ private:
   std::map<std::tuple<void *, int64_t, Phase>, size_t> incoming;
   SmallVector<llvm::SetVector<Value>> stash, inputs;
   SmallVector<llvm::MapVector<Value, SmallVector<std::string>>> accumulate;
+  /// Per owning stage and tied parameter: per using stage, the value (one of
+  /// its gradient shares) whose edge carries that stage's summed share to
+  /// the owner's update.
+  SmallVector<llvm::StringMap<std::map<int64_t, Value>>> tiedShares;
   Value loss;
   int64_t lossStage = -1;
 };
@@ -142,12 +151,73 @@ LogicalResult Outliner::classify() {
   return success();
 }
 
-void Outliner::addEdge(Value v, int64_t from, int64_t to, Phase phase) {
+void Outliner::addEdge(Value v, int64_t from, int64_t to, Phase phase,
+                       bool perStep) {
   auto key = std::make_tuple(v.getAsOpaquePointer(), to, phase);
   if (incoming.count(key))
     return;
   incoming[key] = edges.size();
-  edges.push_back({v, from, to, phase, static_cast<int64_t>(edges.size())});
+  edges.push_back(
+      {v, from, to, phase, static_cast<int64_t>(edges.size()), perStep});
+}
+
+/// A tied parameter's gradient is a sum (nn.add on the owner's backward) of
+/// shares, some computed on the stages that use it. Summing a share over the
+/// micro-batches commutes with the sum of shares, so each using stage
+/// accumulates its shares itself and its update sends the total to the
+/// owner's update (once per step) instead of each backward sending its share:
+/// the owner's adds of remote shares are dropped from the step.
+LogicalResult Outliner::splitTiedGradients() {
+  Block &block = step.getBody().front();
+  for (Operation &op : block.without_terminator()) {
+    Placement p = placement.lookup(&op);
+    if (p.phase != Phase::Update)
+      continue;
+    auto paramOp = op.getOperand(0).getDefiningOp<nn::ParamOp>();
+    if (!paramOp)
+      continue;
+    StringRef name = paramOp.getName();
+    auto onOwnerBackward = [&](Operation *def) {
+      Placement q = placement.lookup(def);
+      return q.stage == p.stage && q.phase == Phase::Backward;
+    };
+    while (true) {
+      // The sum's leaves, each with the add that reads it (null: the root).
+      SmallVector<std::pair<Value, nn::AddOp>> leaves;
+      SmallVector<std::pair<Value, nn::AddOp>> work{{op.getOperand(1), {}}};
+      while (!work.empty()) {
+        auto [v, parent] = work.pop_back_val();
+        auto add = v.getDefiningOp<nn::AddOp>();
+        if (add && v.hasOneUse() && onOwnerBackward(add)) {
+          work.push_back({add.getLhs(), add});
+          work.push_back({add.getRhs(), add});
+        } else {
+          leaves.push_back({v, parent});
+        }
+      }
+      auto remote = llvm::find_if(leaves, [&](auto &leaf) {
+        Placement q = placementOf(leaf.first);
+        return q.phase == Phase::Backward && q.stage != p.stage;
+      });
+      if (remote == leaves.end())
+        break;
+      auto [share, parent] = *remote;
+      if (!parent)
+        return op.emitError("the gradient of parameter @")
+               << name << " (updated on stage " << p.stage
+               << ") has no share computed on that stage";
+      int64_t user = placementOf(share).stage;
+      accumulate[user][share].push_back(name.str());
+      if (tiedShares[p.stage][name].try_emplace(user, share).second)
+        addEdge(share, user, p.stage, Phase::Update);
+      Value other =
+          parent.getLhs() == share ? parent.getRhs() : parent.getLhs();
+      parent.getResult().replaceAllUsesWith(other);
+      placement.erase(parent);
+      parent.erase();
+    }
+  }
+  return success();
 }
 
 /// The owning stage of a parameter `v` used on stage `s` that another stage
@@ -165,9 +235,10 @@ static std::optional<int64_t> foreignOwner(Value v, int64_t s) {
 LogicalResult Outliner::require(Value v, int64_t s, Phase phase,
                                 Operation *user) {
   Placement p = placementOf(v);
-  // A tied weight: its owner sends its value with each forward.
+  // A tied weight: its owner sends its value once per step, in its first
+  // forward, to the user's first forward.
   if (std::optional<int64_t> owner = foreignOwner(v, s)) {
-    addEdge(v, *owner, s, Phase::Forward);
+    addEdge(v, *owner, s, Phase::Forward, /*perStep=*/true);
     return success();
   }
   if (p.phase == Phase::Free)
@@ -231,13 +302,13 @@ void Outliner::Builder::receiveAll() {
   for (const Edge *e : orderedEdges(o.edges, stage, phase, false))
     map.map(e->value,
             pipeline::RecvOp::create(b, e->value.getLoc(), e->value.getType(),
-                                     e->from, e->tag));
+                                     e->from, e->tag, e->perStep));
 }
 
 void Outliner::Builder::sendAll() {
   for (const Edge *e : orderedEdges(o.edges, stage, phase, true))
-    pipeline::SendOp::create(b, e->value.getLoc(), get(e->value), e->to,
-                             e->tag);
+    pipeline::SendOp::create(b, e->value.getLoc(), get(e->value), e->to, e->tag,
+                             e->perStep);
 }
 
 Operation *Outliner::Builder::cloneOp(Operation *op) {
@@ -346,16 +417,32 @@ func::FuncOp Outliner::buildUpdate(int64_t s) {
       makeFunc(mb, step.getLoc(), "stage" + std::to_string(s) + "_update", {},
                {}, s, pipeline::Phase::Update);
   Builder ub(*this, s, Phase::Update, &func.getBody().front());
+  // The using stages' summed shares of the tied parameters this stage owns.
+  ub.receiveAll();
   for (Operation &op : step.getBody().front().without_terminator()) {
     Placement p = placement.lookup(&op);
     if (p.stage != s || p.phase != Phase::Update)
       continue;
     Value param = op.getOperand(0), grad = op.getOperand(1);
     auto name = param.getDefiningOp<nn::ParamOp>().getName();
-    ub.map.map(grad, pipeline::AccumulatedGradOp::create(ub.b, op.getLoc(),
-                                                         grad.getType(), name));
+    Value sum = pipeline::AccumulatedGradOp::create(ub.b, op.getLoc(),
+                                                    grad.getType(), name);
+    auto shares = tiedShares[s].find(name);
+    if (shares != tiedShares[s].end())
+      for (auto &[user, share] : shares->second)
+        sum = nn::AddOp::create(ub.b, op.getLoc(), grad.getType(), sum,
+                                ub.get(share));
+    ub.map.map(grad, sum);
     ub.cloneOp(&op);
   }
+  // This stage's shares of tied parameters other stages own: their sums.
+  for (int64_t owner = 0; owner < numStages; ++owner)
+    for (auto &entry : tiedShares[owner])
+      if (auto it = entry.second.find(s); it != entry.second.end())
+        ub.map.map(it->second, pipeline::AccumulatedGradOp::create(
+                                   ub.b, it->second.getLoc(),
+                                   it->second.getType(), entry.first()));
+  ub.sendAll();
   func::ReturnOp::create(ub.b, step.getLoc());
   return func;
 }
@@ -376,6 +463,9 @@ LogicalResult Outliner::run() {
   stash.resize(numStages);
   inputs.resize(numStages);
   accumulate.resize(numStages);
+  tiedShares.resize(numStages);
+  if (failed(splitTiedGradients()))
+    return failure();
   for (Operation &op : block.without_terminator()) {
     Placement p = placement.lookup(&op);
     switch (p.phase) {

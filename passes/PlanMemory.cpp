@@ -141,6 +141,8 @@ private:
   int64_t clearedBegin = 0, clearedEnd = 0;
   // The stash: each forward result's offset in a slot, and a slot's bytes.
   llvm::SmallVector<int64_t> stashOffsetOfResult;
+  // ... or, for a per-step value, its long-lived buffer.
+  llvm::DenseMap<unsigned, BufferAttr> longLivedOfResult;
   int64_t stashSlot = 0, transientBase = 0;
 };
 
@@ -154,6 +156,17 @@ void StagePlanner::planLongLived() {
         parameterBytes += it->second.getBytes();
       }
       pipeline::setBuffer(p.getOutput(), it->second);
+    });
+  // A value received once per step (a tied weight's copy, `per_step`): every
+  // action of the step reads it, so it is long-lived, counted with the
+  // parameters.
+  for (func::FuncOp fn : f.all())
+    fn.walk([&](pipeline::RecvOp r) {
+      if (!r.getPerStep())
+        return;
+      BufferAttr b = permanent(bytesOf(r.getValue()));
+      parameterBytes += b.getBytes();
+      pipeline::setBuffer(r.getValue(), b);
     });
   // Optimizer state: SGD with momentum one buffer, Adam two.
   f.update.walk([&](Operation *op) {
@@ -292,6 +305,14 @@ LogicalResult StagePlanner::planStash() {
         def && isa<nn::ParamOp, nn::ConstantOp>(def))
       return def->emitError("a parameter or constant is stashed (the forward "
                             "returns it): it is in the arena already");
+    // A per-step value is the same for every micro-batch: the backward reads
+    // its long-lived buffer, and the stash keeps no copy.
+    if (auto recv = r.getDefiningOp<pipeline::RecvOp>();
+        recv && recv.getPerStep()) {
+      longLivedOfResult[stashOffsetOfResult.size()] = pipeline::getBuffer(r);
+      stashOffsetOfResult.push_back(-1);
+      continue;
+    }
     auto [it, inserted] = rootOffset.try_emplace(r, stashSlot);
     if (inserted) {
       stashSlot += aligned(bytesOf(r));
@@ -306,10 +327,13 @@ LogicalResult StagePlanner::planStash() {
            << bwd.getNumArguments() << " arguments but the forward stashes "
            << stashOffsetOfResult.size() << " values";
   for (BlockArgument arg : bwd.getArguments())
-    pipeline::setBuffer(arg,
-                        BufferAttr::get(ctx, BufferSpace::Stash,
-                                        stashOffsetOfResult[arg.getArgNumber()],
-                                        aligned(bytesOf(arg))));
+    if (BufferAttr b = longLivedOfResult.lookup(arg.getArgNumber()))
+      pipeline::setBuffer(arg, b);
+    else
+      pipeline::setBuffer(
+          arg, BufferAttr::get(ctx, BufferSpace::Stash,
+                               stashOffsetOfResult[arg.getArgNumber()],
+                               aligned(bytesOf(arg))));
   return success();
 }
 

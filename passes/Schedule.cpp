@@ -5,6 +5,8 @@
 #include "passes/Utils.h"
 #include "passes/schedules/Schedules.h"
 
+#include "llvm/ADT/SmallPtrSet.h"
+
 #include <map>
 #include <tuple>
 
@@ -29,6 +31,7 @@ struct Transfer {
   Type type;
   Operation *op;
   ActionAttr action;
+  bool perStep = false; // once per step (pipe.send/recv `per_step`)
 };
 
 std::string describe(const Transfer &t) {
@@ -63,6 +66,8 @@ LogicalResult checkSchedules(ModuleOp module) {
   SmallVector<SmallVector<Transfer>> transfers(k);
   for (int64_t s = 0; s < k; ++s) {
     ScheduleOp sched = schedules[s];
+    // Functions run by an earlier action: their per-step transfers are done.
+    llvm::SmallPtrSet<Operation *, 3> ran;
     for (ActionAttr a : sched.getActionList()) {
       FlatSymbolRefAttr ref =
           a.getPhase() == Phase::Forward    ? sched.getForwardAttr()
@@ -73,8 +78,10 @@ LogicalResult checkSchedules(ModuleOp module) {
       if (!func)
         return sched.emitError("no function ") << ref;
       const int64_t microbatch = a.getMicrobatch().value_or(-1);
+      const bool first = ran.insert(func.getOperation()).second;
       WalkResult walk = func.walk([&](Operation *op) {
         Transfer t{false, 0, 0, microbatch, Type(), op, a};
+        bool perStep = false;
         if (auto send = dyn_cast<pipeline::SendOp>(op)) {
           t = {true,
                static_cast<int64_t>(send.getPeer()),
@@ -83,6 +90,7 @@ LogicalResult checkSchedules(ModuleOp module) {
                send.getValue().getType(),
                op,
                a};
+          perStep = send.getPerStep();
         } else if (auto recv = dyn_cast<pipeline::RecvOp>(op)) {
           t = {false,
                static_cast<int64_t>(recv.getPeer()),
@@ -91,8 +99,17 @@ LogicalResult checkSchedules(ModuleOp module) {
                recv.getValue().getType(),
                op,
                a};
+          perStep = recv.getPerStep();
         } else {
           return WalkResult::advance();
+        }
+        // A per-step transfer runs in the function's first action only, for
+        // no micro-batch in particular.
+        if (perStep) {
+          if (!first)
+            return WalkResult::advance();
+          t.microbatch = -1;
+          t.perStep = true;
         }
         if (t.peer >= k) {
           op->emitError("stage ") << s << " names stage " << t.peer
@@ -144,6 +161,12 @@ LogicalResult checkSchedules(ModuleOp module) {
           return rcv.op->emitError("stage ")
                  << to << " receives " << rcv.type << " with tag " << tag
                  << " but stage " << from << " sends " << snd.type;
+        if (snd.perStep != rcv.perStep)
+          return rcv.op->emitError("stage ")
+                 << to << " receives tag " << tag
+                 << (rcv.perStep ? " once per step" : " per micro-batch")
+                 << " but stage " << from << " sends it "
+                 << (snd.perStep ? "once per step" : "per micro-batch");
         if (snd.microbatch != rcv.microbatch)
           return schedules[to].emitError("stage ")
                  << to << ", " << describe(rcv) << " gets micro-batch "

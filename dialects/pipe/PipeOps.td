@@ -58,12 +58,23 @@ def Pipe_SendOp : Pipe_Op<"send", [MemoryEffects<[MemWrite]>]> {
     with the same type. Blocking: under the checked semantics a send may wait
     until the receiver has posted its receive.
 
+    With `per_step` the send runs once per step: in the first action of its
+    stage's schedule that runs its function (for a forward, the forward of
+    the first micro-batch the stage runs), not in the others. Its receive is
+    `per_step` too. (gpipe-outline-stages sends a weight tied across stages
+    this way.)
+
     ```mlir
     pipe.send %h to 1 tag 0 : tensor<8x64xf32>
+    pipe.send %w to 3 tag 7 per_step : tensor<50x16xf32>
     ```
   }];
-  let arguments = (ins Pipe_Tensor:$value, I64Attr:$peer, I64Attr:$tag);
-  let assemblyFormat = "$value `to` $peer `tag` $tag attr-dict `:` type($value)";
+  let arguments = (ins Pipe_Tensor:$value, I64Attr:$peer, I64Attr:$tag,
+                       UnitAttr:$per_step);
+  let assemblyFormat = [{
+    $value `to` $peer `tag` $tag (`per_step` $per_step^)? attr-dict `:`
+    type($value)
+  }];
   let hasVerifier = 1;
 }
 
@@ -72,13 +83,21 @@ def Pipe_RecvOp : Pipe_Op<"recv", [MemoryEffects<[MemRead, MemWrite]>]> {
   let description = [{
     Receives the tensor that stage `$peer` sends with `$tag`.
 
+    With `per_step` (its send's too) the receive runs once per step, in the
+    first action of its stage's schedule that runs its function; in the
+    step's later actions the result is the value received then (it lives in
+    the stage's long-lived memory, not in a micro-batch's stash).
+
     ```mlir
     %h = pipe.recv from 0 tag 0 : tensor<8x64xf32>
+    %w = pipe.recv from 0 tag 7 per_step : tensor<50x16xf32>
     ```
   }];
-  let arguments = (ins I64Attr:$peer, I64Attr:$tag);
+  let arguments = (ins I64Attr:$peer, I64Attr:$tag, UnitAttr:$per_step);
   let results = (outs Pipe_Tensor:$value);
-  let assemblyFormat = "`from` $peer `tag` $tag attr-dict `:` type($value)";
+  let assemblyFormat = [{
+    `from` $peer `tag` $tag (`per_step` $per_step^)? attr-dict `:` type($value)
+  }];
   let hasVerifier = 1;
 }
 

@@ -6,6 +6,11 @@
 namespace gpipe {
 namespace {
 
+/// gp_transfer::phase as pipeline.json writes it.
+std::string phaseName(int32_t phase) {
+  return phase == 0 ? "forward" : phase == 1 ? "backward" : "update";
+}
+
 std::string actionName(const gp_action &a) {
   if (a.kind == GP_UPDATE)
     return "U";
@@ -64,15 +69,15 @@ bool checkPipelineFile(const gp_program &p, const std::string &path,
     const manifest::Boundary &b = me.boundaries[static_cast<size_t>(i)];
     const gp_transfer &t = p.transfers[i];
     bool same = b.direction == (t.is_send ? "send" : "recv") &&
-                b.phase == (t.backward ? "backward" : "forward") &&
-                b.peer == t.peer && b.tag == t.tag && b.bytes == t.bytes;
+                b.phase == phaseName(t.phase) && b.peer == t.peer &&
+                b.tag == t.tag && b.bytes == t.bytes;
     if (!same)
       return mismatch(
           "boundary " + std::to_string(i) + " (" + b.direction + " " + b.phase +
           " peer " + std::to_string(b.peer) + " tag " + std::to_string(b.tag) +
           ") differs from this executable's " + (t.is_send ? "send" : "recv") +
-          " " + (t.backward ? "backward" : "forward") + " peer " +
-          std::to_string(t.peer) + " tag " + std::to_string(t.tag));
+          " " + phaseName(t.phase) + " peer " + std::to_string(t.peer) +
+          " tag " + std::to_string(t.tag));
   }
   return true;
 }

@@ -141,6 +141,12 @@ def parse_args(argv):
                     help="the forward functions of OUT/pipeline.mlir must hold exactly N ops "
                     "named OP in all, for each OP=N (e.g. nn.layer_norm=5,nn.sqrt=0: the "
                     "layer norms of an opset-13 export fused)")
+    ap.add_argument("--expect-per-step", default=None, metavar="TYPE=N",
+                    help="all stages of OUT/pipeline.mlir together must send exactly N tensors "
+                    "of type TYPE per step (a send in a forward or backward counts M times, a "
+                    "per_step one or one in an update once), and no backward may read one "
+                    "from its stash (e.g. tensor<50x16xf32>=2: a tied weight's value and "
+                    "gradient, once per step each)")
     ap.add_argument("--timeout", type=float, default=900.0,
                     help="seconds allowed for each of gpipe-compile / gpipe-run")
     a = ap.parse_args(argv)
@@ -397,6 +403,49 @@ def check_pipeline_json(out_dir, stages, microbatches, remat):
     return fails
 
 
+def read_lines(path):
+    """The lines of the text file `path`, or None if it cannot be read."""
+    try:
+        with open(path) as f:
+            return f.read().splitlines()
+    except OSError as e:
+        log("%s: %s" % (path, e))
+        return None
+
+
+def check_per_step(out_dir, expected, microbatches):
+    """Return a list of failures: --expect-per-step TYPE=N (see its help) on
+    OUT/pipeline.mlir."""
+    if not expected:
+        return []
+    ty, _, n = expected.rpartition("=")
+    path = os.path.join(out_dir, "pipeline.mlir")
+    lines = read_lines(path)
+    if lines is None:
+        return ["%s: cannot read" % path]
+    sends = stashed = 0
+    phase = None
+    for line in lines:
+        if line.startswith("  func.func "):
+            m = re.search(r'pipe\.phase = "(\w+)"', line)
+            phase = m.group(1) if m else None
+            if phase == "backward":
+                stashed += line.count("%s {pipe.buffer = #pipe.buffer<stash" % ty)
+        elif line == "  }":
+            phase = None
+        elif phase and re.search(r"\bpipe\.send\b.*: %s$" % re.escape(ty), line):
+            once = phase == "update" or " per_step " in line
+            sends += 1 if once else microbatches
+    log("%s: %d send(s) of %s per step, %d stashed" % (path, sends, ty, stashed))
+    fails = []
+    if sends != int(n):
+        fails.append("%s: %d send(s) of %s per step, expected %s" % (path, sends, ty, n))
+    if stashed:
+        fails.append("%s: %d backward argument(s) of %s in the stash, expected none"
+                     % (path, stashed, ty))
+    return fails
+
+
 def check_forward_ops(out_dir, expected):
     """Return a list of failures: the forward functions of OUT/pipeline.mlir must hold
     `expected[op]` ops named `op` in all (a remat region's recomputation, in the backward,
@@ -404,11 +453,9 @@ def check_forward_ops(out_dir, expected):
     if not expected:
         return []
     path = os.path.join(out_dir, "pipeline.mlir")
-    try:
-        with open(path) as f:
-            lines = f.read().splitlines()
-    except OSError as e:
-        return ["%s: cannot read: %s" % (path, e)]
+    lines = read_lines(path)
+    if lines is None:
+        return ["%s: cannot read" % path]
     counts = dict.fromkeys(expected, 0)
     forward = False
     for line in lines:
@@ -576,6 +623,7 @@ def run_check(a):
         pipeline_flags(a) + target_flags(a, a.target))
     failures += check_pipeline_json(out_dir, a.stages, a.microbatches, a.remat)
     failures += check_forward_ops(out_dir, a.expect_ops_d)
+    failures += check_per_step(out_dir, a.expect_per_step, a.microbatches or 1)
 
     # 4b. the 1-stage reference program on the same model.onnx and data
     single = None

@@ -59,10 +59,11 @@ struct Memory {
   int64_t sendStagingBytes = 0;
 };
 
-/// One tensor crossing a stage's boundary, per micro-batch.
+/// One tensor crossing a stage's boundary, per micro-batch (in the update:
+/// once per step).
 struct Boundary {
   std::string direction; // send | recv
-  std::string phase;     // forward | backward
+  std::string phase;     // forward | backward | update
   int64_t peer = 0, tag = 0;
   std::string type; // the MLIR tensor type, at micro-batch size
   int64_t bytes = 0;

@@ -75,10 +75,10 @@ struct gp_action {
 /// One tensor crossing the stage's boundary, as the compiler checked it and
 /// wrote it in pipeline.json ("boundaries").
 struct gp_transfer {
-  int32_t is_send;  // 1: this stage sends it, 0: receives it
-  int32_t backward; // 0: in the forward, 1: in the backward
-  int32_t peer;     // the other stage
-  int32_t tag;      // the boundary tensor's tag
+  int32_t is_send; // 1: this stage sends it, 0: receives it
+  int32_t phase;   // 0: in the forward, 1: the backward, 2: the update
+  int32_t peer;    // the other stage
+  int32_t tag;     // the boundary tensor's tag
   int64_t bytes;
 };
 

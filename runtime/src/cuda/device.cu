@@ -155,11 +155,11 @@ void hostRecv(void *arg) {
 /// check that each peer describes the same tensors with the same sizes (NCCL
 /// would not notice a mismatch).
 bool setUpBuffers(const gp_program &p, std::string &err) {
-  std::map<int32_t, std::vector<int64_t>> table; // peer -> (dir, bwd, tag, B)
+  std::map<int32_t, std::vector<int64_t>> table; // peer -> (dir, phase, tag, B)
   for (int32_t i = 0; i < p.num_transfers; ++i) {
     const gp_transfer &t = p.transfers[i];
     std::vector<int64_t> &row = table[t.peer];
-    row.insert(row.end(), {t.is_send, t.backward, t.tag, t.bytes});
+    row.insert(row.end(), {t.is_send, t.phase, t.tag, t.bytes});
     std::pair<int32_t, int32_t> key{t.peer, t.tag};
     bool host = !gTransfers.peers[t.peer].nccl;
     if (t.is_send) {

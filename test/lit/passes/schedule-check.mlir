@@ -146,3 +146,44 @@ module attributes {pipe.microbatches = 2 : i64, pipe.sends = "buffered", pipe.st
   pipe.schedule stage 0 forward @f0 backward @b0 update @u0 actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<backward, mb = 1>, #pipe.action<update>] stash_slots 2
   pipe.schedule stage 1 forward @f1 backward @b1 update @u1 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1>, #pipe.action<update>] stash_slots 1
 }
+
+// -----
+
+// A weight tied across stages, sent once per step: stage 0's first forward
+// sends it (`per_step`) to stage 1's first forward, before the activation;
+// stage 1's update sends its summed gradient share to stage 0's update. The
+// per-step transfers count in F0 (and U) only, so with M = 2 each tag pairs
+// one send with one receive.
+// CHECK-LABEL: module attributes {pipe.microbatches = 2 : i64, pipe.stages = 2 : i64}
+// CHECK: pipe.send %{{.+}} to 1 tag 1 per_step : tensor<4xf32>
+// CHECK: pipe.recv from 0 tag 1 per_step : tensor<4xf32>
+module attributes {pipe.microbatches = 2 : i64, pipe.stages = 2 : i64} {
+  func.func @f0(%x: tensor<4xf32>, %w: tensor<4xf32>) attributes {pipe.stage = 0 : i64} {
+    pipe.send %w to 1 tag 1 per_step : tensor<4xf32>
+    pipe.send %x to 1 tag 0 : tensor<4xf32>
+    return
+  }
+  func.func @b0() attributes {pipe.stage = 0 : i64} {
+    %g = pipe.recv from 1 tag 2 : tensor<4xf32>
+    return
+  }
+  func.func @u0() attributes {pipe.stage = 0 : i64} {
+    %s = pipe.recv from 1 tag 3 : tensor<4xf32>
+    return
+  }
+  func.func @f1() attributes {pipe.stage = 1 : i64} {
+    %w = pipe.recv from 0 tag 1 per_step : tensor<4xf32>
+    %x = pipe.recv from 0 tag 0 : tensor<4xf32>
+    return
+  }
+  func.func @b1(%g: tensor<4xf32>) attributes {pipe.stage = 1 : i64} {
+    pipe.send %g to 0 tag 2 : tensor<4xf32>
+    return
+  }
+  func.func @u1(%s: tensor<4xf32>) attributes {pipe.stage = 1 : i64} {
+    pipe.send %s to 0 tag 3 : tensor<4xf32>
+    return
+  }
+  pipe.schedule stage 0 forward @f0 backward @b0 update @u0 actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+  pipe.schedule stage 1 forward @f1 backward @b1 update @u1 actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+}

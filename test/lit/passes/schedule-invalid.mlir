@@ -295,3 +295,82 @@ module attributes {pipe.microbatches = 2 : i64, pipe.sends = "buffered", pipe.st
   pipe.schedule stage 1 forward @f1 backward @b1 update @u1 actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<backward, mb = 1>, #pipe.action<update>]
 }
 
+
+// -----
+
+// A tied weight sent once per step (`per_step`) in the owner's first forward,
+// but the user receives it after the activation of micro-batch 0: stage 0
+// cannot send the activation before its per-step send completes. The
+// per-step transfers are checked in the first forward (F0) only.
+module attributes {pipe.microbatches = 2 : i64, pipe.stages = 2 : i64} {
+  func.func @f0(%x: tensor<4xf32>, %w: tensor<4xf32>) attributes {pipe.stage = 0 : i64} {
+    // expected-note @+1 {{stage 0 blocks in action F0 on pipe.send to stage 1 (tag 1, tensor<4xf32>)}}
+    pipe.send %w to 1 tag 1 per_step : tensor<4xf32>
+    pipe.send %x to 1 tag 0 : tensor<4xf32>
+    return
+  }
+  func.func @f1() attributes {pipe.stage = 1 : i64} {
+    // expected-note @+1 {{stage 1 blocks in action F0 on pipe.recv from stage 0 (tag 0, tensor<4xf32>)}}
+    %x = pipe.recv from 0 tag 0 : tensor<4xf32>
+    %w = pipe.recv from 0 tag 1 per_step : tensor<4xf32>
+    return
+  }
+  func.func @e0() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @e1() attributes {pipe.stage = 1 : i64} {
+    return
+  }
+  // expected-error @+1 {{the schedule deadlocks: stage 0 blocks in action F0 on pipe.send to stage 1 (tag 1, tensor<4xf32>)}}
+  pipe.schedule stage 0 forward @f0 backward @e0 update @e0 actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+  pipe.schedule stage 1 forward @f1 backward @e1 update @e1 actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+}
+
+// -----
+
+// A per-step receive whose send runs with every micro-batch: M = 2 sends of
+// the tag per step, 1 receive.
+module attributes {pipe.microbatches = 2 : i64, pipe.stages = 2 : i64} {
+  func.func @f0(%w: tensor<4xf32>) attributes {pipe.stage = 0 : i64} {
+    // expected-note @+1 {{this transfer}}
+    pipe.send %w to 1 tag 0 : tensor<4xf32>
+    return
+  }
+  func.func @f1() attributes {pipe.stage = 1 : i64} {
+    %w = pipe.recv from 0 tag 0 per_step : tensor<4xf32>
+    return
+  }
+  func.func @e0() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @e1() attributes {pipe.stage = 1 : i64} {
+    return
+  }
+  // expected-error @+1 {{stage 0, action F1 on pipe.send to stage 1 (tag 0, tensor<4xf32>): no matching pipe.recv in stage 1 (2 sends of this tag per step, 1 receives)}}
+  pipe.schedule stage 0 forward @f0 backward @e0 update @e0 actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+  pipe.schedule stage 1 forward @f1 backward @e1 update @e1 actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+}
+
+// -----
+
+// A per-step send needs a per-step receive (whose value later actions read),
+// even where the counts agree (one micro-batch).
+module attributes {pipe.stages = 2 : i64} {
+  func.func @f0(%w: tensor<4xf32>) attributes {pipe.stage = 0 : i64} {
+    pipe.send %w to 1 tag 0 per_step : tensor<4xf32>
+    return
+  }
+  func.func @f1() attributes {pipe.stage = 1 : i64} {
+    // expected-error @+1 {{stage 1 receives tag 0 per micro-batch but stage 0 sends it once per step}}
+    %w = pipe.recv from 0 tag 0 : tensor<4xf32>
+    return
+  }
+  func.func @e0() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @e1() attributes {pipe.stage = 1 : i64} {
+    return
+  }
+  pipe.schedule stage 0 forward @f0 backward @e0 update @e0 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+  pipe.schedule stage 1 forward @f1 backward @e1 update @e1 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+}

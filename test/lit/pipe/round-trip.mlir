@@ -72,6 +72,16 @@ func.func @send_recv(%x: tensor<8x64xf32>, %l: tensor<8xi64>) -> tensor<8x64xf32
   return %h : tensor<8x64xf32>
 }
 
+// `per_step` (a tied weight's value, once per step) prints after the tag.
+// CHECK-LABEL: func.func @send_recv_per_step(
+// CHECK-NEXT: pipe.send %{{.+}} to 0 tag 5 per_step : tensor<50x16xf32>
+// CHECK-NEXT: pipe.recv from 2 tag 6 per_step {note = "w"} : tensor<50x16xf32>
+func.func @send_recv_per_step(%w: tensor<50x16xf32>) attributes {pipe.stage = 1 : i64} {
+  pipe.send %w to 0 tag 5 per_step : tensor<50x16xf32>
+  %v = pipe.recv from 2 tag 6 per_step {note = "w"} : tensor<50x16xf32>
+  return
+}
+
 // Outside a staged function any peer is accepted (there is no own stage).
 // CHECK-LABEL: func.func @send_recv_unstaged(
 // CHECK-NEXT: pipe.send %{{.+}} to 0 tag 0 : tensor<2xf32>
