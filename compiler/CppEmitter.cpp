@@ -458,7 +458,10 @@ LogicalResult FuncEmitter::bindStorage() {
       stage.initBody += copyToDevice(storage[c.getOutput()].offset, name,
                                      bytesOf(c.getOutput()));
     } else if (auto r = dyn_cast<nn::ReshapeOp>(op)) {
-      storage[r.getOutput()] = storage[r.getInput()]; // a view
+      // A view. Copied first: inserting the output may grow the map and
+      // free the input's entry under a reference to it.
+      Storage input = storage[r.getInput()];
+      storage[r.getOutput()] = input;
     } else {
       for (Value res : op.getResults())
         if (!fusedAway.contains(res) && failed(bind(res, &op)))
