@@ -125,8 +125,13 @@ bool transportInit(int *argc, char ***argv, int &rank, int &size,
 /// This rank's index among the ranks on its node (MPI shared-memory split);
 /// 0 without MPI.
 int transportLocalRank();
-/// Blocking MPI transfers of `bytes` bytes with stage `peer`, checked (sizes
-/// agree, peer and tag valid); errors end the run naming both stages.
+/// How mpiSend and mpiRecv wait, for `threadsPerStage` threads per rank:
+/// polling with a bounded backoff that sleeps (the default), or in MPI's
+/// blocking calls (GPIPE_MPI_WAIT=block). Fails on a bad GPIPE_MPI_WAIT.
+bool transportConfigureWaits(int64_t threadsPerStage, std::string &err);
+/// MPI transfers of `bytes` bytes with stage `peer` that return when done,
+/// checked (sizes agree, peer and tag valid); errors end the run naming both
+/// stages.
 void mpiSend(gp_step_ctx *ctx, int32_t peer, int32_t tag, const void *buf,
              int64_t bytes);
 void mpiRecv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,

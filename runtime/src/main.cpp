@@ -683,6 +683,13 @@ extern "C" int gp_main(int argc, char **argv, const gp_program *program) {
     printError(stage, usageErr);
     return finish(2);
   }
+  if (program->num_stages > 1) {
+    std::string err;
+    if (!transportConfigureWaits(opt.threads, err)) {
+      printError(stage, err);
+      return finish(1);
+    }
+  }
   StageRun run(program, opt);
   return finish(run.run());
 }

@@ -8,6 +8,8 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
+#include <sched.h>
 #include <unistd.h>
 
 namespace gpipe {
@@ -25,6 +27,79 @@ int64_t kChunk = int64_t(1) << 30;
 /// Buffered sends (transportUseBufferedSends): MPI_Bsend into this buffer.
 bool gBuffered = false;
 std::vector<char> gSendBuffer;
+
+/// How a stage waits for a transfer. Open MPI's blocking calls busy-poll, so
+/// a waiting stage keeps a core, and with more stages than cores the stages
+/// that have work crawl. The transfers instead poll (MPI_Iprobe, MPI_Test)
+/// back to back for up to `spinNs`, then sleep between polls for 1, 2, 4, ...
+/// microseconds up to `maxSleepNs`: a short wait costs no sleep, a long one
+/// gives the core away and ends at most `maxSleepNs` late.
+struct WaitPolicy {
+  bool block = false; // GPIPE_MPI_WAIT=block: MPI's blocking calls
+  int64_t spinNs = 0;
+  int64_t maxSleepNs = 0;
+};
+
+/// The spin when every stage thread has a core of its own (as the blocking
+/// calls, for the short waits between micro-batches), and when the node has
+/// fewer cores than stage threads (a few polls: a spinning stage would take
+/// the core of one that computes); the longest sleep.
+constexpr int64_t kSpinNsEnoughCores = 1000000;
+constexpr int64_t kSpinNsOversubscribed = 20000;
+constexpr int64_t kMaxSleepNs = 256000;
+
+WaitPolicy gWait{false, kSpinNsEnoughCores, kMaxSleepNs};
+
+int64_t monotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+/// Paces one wait's polls (see WaitPolicy).
+class Backoff {
+public:
+  /// Called after each poll that found nothing to do.
+  void pause() {
+    if (sleepNs_ == 0) {
+      int64_t now = monotonicNs();
+      if (start_ < 0)
+        start_ = now;
+      if (now - start_ < gWait.spinNs)
+        return;
+      sleepNs_ = 1000;
+    }
+    timespec ts{0, static_cast<long>(sleepNs_)};
+    nanosleep(&ts, nullptr);
+    sleepNs_ = std::min(2 * sleepNs_, gWait.maxSleepNs);
+  }
+
+private:
+  int64_t start_ = -1;
+  int64_t sleepNs_ = 0;
+};
+
+/// The CPUs this process may run on.
+int64_t availableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0)
+    return CPU_COUNT(&set);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? n : 1;
+}
+
+/// Environment override of an integer setting (microseconds), for tuning.
+int64_t envMicroseconds(const char *name, int64_t defaultNs) {
+  const char *v = std::getenv(name);
+  if (!v || !*v)
+    return defaultNs;
+  char *end = nullptr;
+  long long us = std::strtoll(v, &end, 10);
+  if (*end != '\0' || us < 0 || us > 1000000)
+    return defaultNs;
+  return us * 1000;
+}
 
 std::string mpiError(int rc) {
   char buf[MPI_MAX_ERROR_STRING];
@@ -60,6 +135,32 @@ void checkTransfer(gp_step_ctx *ctx, const char *what, int32_t peer,
           std::string("invalid program: ") + what + " of " +
               std::to_string(bytes) + " bytes (tag " + std::to_string(tag) +
               ") with stage " + std::to_string(peer));
+}
+
+/// This rank's index among the ranks on its node, and their number (MPI
+/// shared-memory split; collective); 0 and 1 without MPI.
+void nodeRanks(int &rank, int &size) {
+  rank = 0;
+  size = 1;
+  MPI_Comm node;
+  if (!gInitialized ||
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0,
+                          MPI_INFO_NULL, &node) != MPI_SUCCESS)
+    return;
+  MPI_Comm_rank(node, &rank);
+  MPI_Comm_size(node, &size);
+  MPI_Comm_free(&node);
+}
+
+/// Completes `req` polling with MPI_Test and backing off (see WaitPolicy);
+/// returns MPI_Test's error code.
+int waitFor(MPI_Request &req, MPI_Status *st = MPI_STATUS_IGNORE) {
+  Backoff backoff;
+  int done = 0;
+  int rc;
+  while ((rc = MPI_Test(&req, &done, st)) == MPI_SUCCESS && !done)
+    backoff.pause();
+  return rc;
 }
 
 } // namespace
@@ -103,19 +204,32 @@ bool transportInit(int *argc, char ***argv, int &rank, int &size,
 bool transportActive() { return gInitialized; }
 
 int transportLocalRank() {
-  if (!gInitialized)
-    return 0;
-  MPI_Comm node;
-  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0,
-                          MPI_INFO_NULL, &node) != MPI_SUCCESS)
-    return 0;
-  int rank = 0;
-  MPI_Comm_rank(node, &rank);
-  MPI_Comm_free(&node);
+  int rank = 0, size = 1;
+  nodeRanks(rank, size);
   return rank;
 }
 
 int32_t transportSetupTag() { return gTagUb; }
+
+bool transportConfigureWaits(int64_t threadsPerStage, std::string &err) {
+  const char *mode = std::getenv("GPIPE_MPI_WAIT");
+  std::string m = mode ? mode : "";
+  if (!m.empty() && m != "poll" && m != "block") {
+    err = "GPIPE_MPI_WAIT must be 'poll' or 'block', got '" + m + "'";
+    return false;
+  }
+  gWait.block = m == "block";
+  // Ranks on this node, each running `threadsPerStage` threads.
+  int rank = 0, local = 1;
+  nodeRanks(rank, local);
+  bool oversubscribed = int64_t(local) * threadsPerStage > availableCpus();
+  gWait.spinNs = envMicroseconds("GPIPE_MPI_SPIN_US",
+                                 oversubscribed ? kSpinNsOversubscribed
+                                                : kSpinNsEnoughCores);
+  gWait.maxSleepNs = std::max<int64_t>(
+      1000, envMicroseconds("GPIPE_MPI_MAX_SLEEP_US", kMaxSleepNs));
+  return true;
+}
 
 bool transportSendBytes(int32_t peer, int32_t tag, const void *buf,
                         int64_t bytes, std::string &err) {
@@ -224,8 +338,17 @@ void mpiSend(gp_step_ctx *ctx, int32_t peer, int32_t tag, const void *buf,
   // two ranks with one tag arrive in order.
   do {
     int n = static_cast<int>(std::min(bytes - off, kChunk));
-    int rc = (gBuffered ? MPI_Bsend : MPI_Send)(
-        p ? p + off : nullptr, n, MPI_BYTE, peer, tag, MPI_COMM_WORLD);
+    const void *chunk = p ? p + off : nullptr;
+    int rc;
+    if (gBuffered || gWait.block) {
+      rc = (gBuffered ? MPI_Bsend : MPI_Send)(chunk, n, MPI_BYTE, peer, tag,
+                                              MPI_COMM_WORLD);
+    } else {
+      MPI_Request req;
+      rc = MPI_Isend(chunk, n, MPI_BYTE, peer, tag, MPI_COMM_WORLD, &req);
+      if (rc == MPI_SUCCESS)
+        rc = waitFor(req);
+    }
     if (rc != MPI_SUCCESS)
       fatal(ctx, 1,
             "sending " + std::to_string(bytes) + " bytes to stage " +
@@ -257,17 +380,34 @@ void mpiRecv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
     // Probe first: a message of the wrong size is reported with both sizes
     // instead of being truncated into the buffer.
     MPI_Status st;
-    int rc = MPI_Probe(peer, tag, MPI_COMM_WORLD, &st);
+    int rc;
+    if (gWait.block) {
+      rc = MPI_Probe(peer, tag, MPI_COMM_WORLD, &st);
+    } else {
+      Backoff backoff;
+      int found = 0;
+      while ((rc = MPI_Iprobe(peer, tag, MPI_COMM_WORLD, &found, &st)) ==
+                 MPI_SUCCESS &&
+             !found)
+        backoff.pause();
+    }
     if (rc != MPI_SUCCESS)
-      failed("MPI_Probe", rc);
+      failed(gWait.block ? "MPI_Probe" : "MPI_Iprobe", rc);
     int count = 0;
     rc = MPI_Get_count(&st, MPI_BYTE, &count);
     if (rc != MPI_SUCCESS || count == MPI_UNDEFINED)
       failed("MPI_Get_count", rc != MPI_SUCCESS ? rc : MPI_ERR_COUNT);
     if (count != want)
       mismatch(off + count);
-    rc = MPI_Recv(p ? p + off : nullptr, want, MPI_BYTE, peer, tag,
-                  MPI_COMM_WORLD, &st);
+    void *chunk = p ? p + off : nullptr;
+    if (gWait.block) {
+      rc = MPI_Recv(chunk, want, MPI_BYTE, peer, tag, MPI_COMM_WORLD, &st);
+    } else {
+      MPI_Request req;
+      rc = MPI_Irecv(chunk, want, MPI_BYTE, peer, tag, MPI_COMM_WORLD, &req);
+      if (rc == MPI_SUCCESS)
+        rc = waitFor(req, &st);
+    }
     if (rc != MPI_SUCCESS) {
       int cls = rc;
       MPI_Error_class(rc, &cls);
@@ -276,7 +416,7 @@ void mpiRecv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
               "received more than the expected " + std::to_string(bytes) +
                   " bytes from stage " + std::to_string(peer) + " (tag " +
                   std::to_string(tag) + ")");
-      failed("MPI_Recv", rc);
+      failed(gWait.block ? "MPI_Recv" : "MPI_Irecv/MPI_Test", rc);
     }
     if (MPI_Get_count(&st, MPI_BYTE, &count) != MPI_SUCCESS || count != want)
       mismatch(off + count);

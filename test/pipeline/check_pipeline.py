@@ -307,6 +307,34 @@ def main():
         "gpipe: error: stage 1: received 60 bytes from stage 0 (tag 0), "
         "expected 64"])
 
+    # 7b. How stages wait: MPI's blocking calls (GPIPE_MPI_WAIT=block), and
+    #     polling that sleeps from the first miss on (no spin, 1 us cap):
+    #     the same results; another mode is an error naming the variable.
+    for what, env in (("blocking waits", {"GPIPE_MPI_WAIT": "block"}),
+                      ("sleeping waits", {"GPIPE_MPI_SPIN_US": "0",
+                                          "GPIPE_MPI_MAX_SLEEP_US": "1"})):
+        log = os.path.join(a.work, "log_%s.jsonl" % what.split()[0])
+        r = run([gr, out3, "--data", data, "--steps", str(STEPS), "--quiet",
+                 "--log-json", log], env=env, what=what)
+        if r:
+            check(r.returncode == 0, "%s: exit %d" % (what, r.returncode),
+                  r.stderr)
+            if r.returncode == 0 and 3 in logs:
+                with open(log) as f:
+                    check([json.loads(l)["loss"] for l in f] == logs[3],
+                          "%s: same losses" % what)
+    r = run([gr, out2, "--data", data], env={"GPIPE_MPI_WAIT": "block",
+                                             "GPIPE_TOY_SHORT_SEND": "0"},
+            what="blocking waits, short send")
+    expect_fail(r, "blocking waits, short send", [
+        "gpipe: error: stage 1: received 60 bytes from stage 0 (tag 0), "
+        "expected 64"])
+    r = run([gr, out2, "--data", data], env={"GPIPE_MPI_WAIT": "spin"},
+            what="bad GPIPE_MPI_WAIT")
+    # (Every stage finds it; whichever aborts first is the one reported.)
+    expect_fail(r, "bad GPIPE_MPI_WAIT", [
+        ": GPIPE_MPI_WAIT must be 'poll' or 'block', got 'spin'"])
+
     # 8. gpipe-run's own flags and environment.
     r = run([gr, out2, "--data", data, "--hostfile", "/nonexistent/hosts"],
             what="no hostfile")

@@ -447,8 +447,10 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
     cmd.insert(cmd.end(), {"-x", "OMP_NUM_THREADS"});
     if (waitPolicySet)
       cmd.insert(cmd.end(), {"-x", "OMP_WAIT_POLICY"});
-    // The CUDA runtime's settings reach stages on other hosts too.
-    for (const char *var : {"GPIPE_TRANSPORT", "CUDA_VISIBLE_DEVICES"})
+    // The runtime's settings reach stages on other hosts too.
+    for (const char *var :
+         {"GPIPE_TRANSPORT", "CUDA_VISIBLE_DEVICES", "GPIPE_MPI_WAIT",
+          "GPIPE_MPI_SPIN_US", "GPIPE_MPI_MAX_SLEEP_US"})
       if (llvm::sys::Process::GetEnv(var))
         cmd.insert(cmd.end(), {"-x", var});
     cmd.insert(cmd.end(), o.mpirunArgs.begin(), o.mpirunArgs.end());
