@@ -285,27 +285,6 @@ gpipe::nn::reshapeBatchAxis(ArrayRef<int64_t> in, int64_t axis, int64_t block,
   return std::nullopt;
 }
 
-// gpipe-microbatch applies the rule above itself (it also tracks blocks
-// smaller than the axis); this is its form for a batch that fills its axis.
-LogicalResult
-ReshapeOp::splitBatch(ArrayRef<std::optional<int64_t>> operandAxes,
-                      int64_t microbatches,
-                      SmallVectorImpl<std::optional<int64_t>> &resultAxes) {
-  int64_t axis = *operandAxes[0];
-  auto in = tensorType(getInput()), out = tensorType(getOutput());
-  auto result = reshapeBatchAxis(in.getShape(), axis, in.getDimSize(axis),
-                                 out.getShape(), microbatches);
-  if (!result)
-    return emitBatchSplitError(*this, "a reshape whose result does not hold "
-                                      "each micro-batch as a slice of one "
-                                      "dimension");
-  if (result->second != out.getDimSize(result->first))
-    return emitBatchSplitError(*this, "a reshape that merges dimensions "
-                                      "before the batch into its axis");
-  resultAxes.push_back(result->first);
-  return success();
-}
-
 LogicalResult
 TransposeOp::splitBatch(ArrayRef<std::optional<int64_t>> operandAxes, int64_t,
                         SmallVectorImpl<std::optional<int64_t>> &resultAxes) {

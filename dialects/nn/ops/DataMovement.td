@@ -7,8 +7,10 @@
 // Data movement.
 //===----------------------------------------------------------------------===//
 
+// No BatchSplittableOpInterface: gpipe-microbatch applies the reshape rule
+// itself (nn::reshapeBatchAxis), since it also tracks batch blocks smaller
+// than their axis, which the interface cannot express.
 def NN_ReshapeOp : NN_Op<"reshape", [Pure, NN_FreeCost,
-    NN_Batch,
     DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
   let summary = "reinterprets the shape (ONNX Reshape, Flatten, Squeeze, Unsqueeze)";
   let arguments = (ins NN_NumTensor:$input);
