@@ -28,22 +28,24 @@ int64_t kChunk = int64_t(1) << 30;
 bool gBuffered = false;
 std::vector<char> gSendBuffer;
 
-/// How a stage waits for a transfer. Open MPI's blocking calls busy-poll, so
-/// a waiting stage keeps a core, and with more stages than cores the stages
-/// that have work crawl. The transfers instead poll (MPI_Iprobe, MPI_Test)
-/// back to back for up to `spinNs`, then sleep between polls for 1, 2, 4, ...
-/// microseconds up to `maxSleepNs`: a short wait costs no sleep, a long one
-/// gives the core away and ends at most `maxSleepNs` late.
+/// How a stage waits for a transfer. Open MPI's blocking calls busy-poll (or,
+/// on a node with more ranks than cores, call sched_yield between polls), so
+/// a waiting stage keeps competing for a core, and with more stages than
+/// cores the stages that have work crawl. The transfers instead poll
+/// (MPI_Iprobe, MPI_Test) with sched_yield between polls for up to `spinNs`,
+/// then sleep between polls for 1, 2, 4, ... microseconds up to `maxSleepNs`:
+/// a short wait costs no sleep, a long one gives the core away and ends at
+/// most `maxSleepNs` late.
 struct WaitPolicy {
   bool block = false; // GPIPE_MPI_WAIT=block: MPI's blocking calls
   int64_t spinNs = 0;
   int64_t maxSleepNs = 0;
 };
 
-/// The spin when every stage thread has a core of its own (as the blocking
-/// calls, for the short waits between micro-batches), and when the node has
-/// fewer cores than stage threads (a few polls: a spinning stage would take
-/// the core of one that computes); the longest sleep.
+/// The spin when every stage thread has a core of its own (the short waits
+/// between micro-batches end without a sleep), and when the node has fewer
+/// cores than stage threads (a few polls: a waiting stage should leave the
+/// core to one that computes); the longest sleep.
 constexpr int64_t kSpinNsEnoughCores = 1000000;
 constexpr int64_t kSpinNsOversubscribed = 20000;
 constexpr int64_t kMaxSleepNs = 256000;
@@ -65,8 +67,10 @@ public:
       int64_t now = monotonicNs();
       if (start_ < 0)
         start_ = now;
-      if (now - start_ < gWait.spinNs)
+      if (now - start_ < gWait.spinNs) {
+        sched_yield(); // lets another process on this core go first
         return;
+      }
       sleepNs_ = 1000;
     }
     timespec ts{0, static_cast<long>(sleepNs_)};
