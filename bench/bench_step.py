@@ -128,16 +128,20 @@ def run_torch(a, threads, omp_wait_policy=None):
     return json.loads(p.stdout.decode().strip().splitlines()[-1])
 
 
-def run_gpipe(a, threads, out_dir):
-    log = os.path.join(a.workdir, "gpipe_t%d.jsonl" % threads)
+def run_gpipe(a, threads, out_dir, gemm=None):
+    log = os.path.join(a.workdir, "gpipe_t%d%s.jsonl" % (threads, "_" + gemm if gemm else ""))
     if os.path.exists(log):
         os.remove(log)
     cmd = [os.path.join(a.bin, "gpipe-run"), out_dir, "--data", os.path.join(a.workdir, "data"),
            "--steps", str(a.warmup + a.steps), "--threads", str(threads), "--log-json", log]
-    print("$ OPENBLAS_NUM_THREADS=%d OMP_NUM_THREADS=%d %s"
-          % (threads, threads, " ".join(shlex.quote(c) for c in cmd)), flush=True)
+    env = env_for(threads)
+    if gemm:
+        env["GPIPE_CPU_GEMM"] = gemm
+    print("$ %sOPENBLAS_NUM_THREADS=%d OMP_NUM_THREADS=%d %s"
+          % ("GPIPE_CPU_GEMM=%s " % gemm if gemm else "", threads, threads,
+             " ".join(shlex.quote(c) for c in cmd)), flush=True)
     t0 = time.time()
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env_for(threads))
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     wall = time.time() - t0
     if p.returncode != 0:
         sys.exit("gpipe-run failed (%d):\n%s" % (p.returncode, p.stdout.decode(errors="replace")))
@@ -169,6 +173,9 @@ def main():
     ap.add_argument("--repeat", type=int, default=3,
                     help="rounds of (torch, torch passive, gpipe) per thread count")
     ap.add_argument("--skip-gpipe", action="store_true", help="only time torch")
+    ap.add_argument("--gemm-compare", default=None, metavar="LIB",
+                    help="also run gpipe with GPIPE_CPU_GEMM=LIB (e.g. onednn) in every round "
+                         "and report the default's speed relative to it")
     ap.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     bench_models.finish_args(a)
@@ -259,9 +266,16 @@ def main():
                 for ref in (tr, tp):
                     d = max(d, max(abs(p - q) / max(1.0, abs(q))
                                    for p, q in zip(gr["loss"], ref["loss"])))
+            c_ms = None
+            if a.gemm_compare and not a.skip_gpipe:
+                cr = run_gpipe(a, t, out_dir, a.gemm_compare)
+                c_ms = median_after_warmup(cr["ms"], a.warmup)
+                print("round %d gpipe T=%d GPIPE_CPU_GEMM=%s: median %.2f ms/step (min %.2f, "
+                      "max %.2f)" % (r + 1, t, a.gemm_compare, c_ms, min(cr["ms"][a.warmup:]),
+                                     max(cr["ms"][a.warmup:])), flush=True)
             mins = (min(tr["ms"][a.warmup:]), min(tp["ms"][a.warmup:]),
                     None if a.skip_gpipe else min(gr["ms"][a.warmup:]))
-            rounds.append((t_ms, tp_ms, g_ms, d, mins))
+            rounds.append((t_ms, tp_ms, g_ms, d, mins, c_ms))
         med = lambda v: float(np.median(v))
         t_ms = med([x[0] for x in rounds])
         tp_ms = med([x[1] for x in rounds])
@@ -278,6 +292,11 @@ def main():
                 ", ".join("%.2f" % q for q in ratios), best_t, best_g, best_t / best_g, d)
             if d > 1e-2:
                 note += " (MISMATCH: results not comparable)"
+            if a.gemm_compare:
+                cmp = [x[5] / x[2] for x in rounds]
+                note += "; GPIPE_CPU_GEMM=%s %.2f ms/step, it/default per round %s (median %.2f)" % (
+                    a.gemm_compare, med([x[5] for x in rounds]),
+                    ", ".join("%.2f" % q for q in cmp), med(cmp))
             rows.append((t, t_ms, tp_ms, g_ms, note, med(ratios)))
         else:
             rows.append((t, t_ms, tp_ms, g_ms, note, None))

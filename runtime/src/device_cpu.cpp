@@ -27,7 +27,7 @@ bool deviceInit(const gp_program &, const DeviceOptions &options,
   // OpenMP.
   gThreads = threads;
   omp_set_num_threads(static_cast<int>(threads));
-  return true;
+  return cpuGemmConfigure(err);
 }
 
 std::string deviceDescription() {

@@ -180,6 +180,9 @@ struct DeviceOptions {
 /// Binds the device and creates what the kernels and transfers need.
 /// Collective over the stages when K > 1 (CUDA: NCCL communicators). On
 /// failure sets `err`.
+/// CPU target: reads GPIPE_CPU_GEMM (auto, onednn, openblas), which picks the
+/// library of gp_gemm's products; false with `err` on another value.
+bool cpuGemmConfigure(std::string &err);
 bool deviceInit(const gp_program &p, const DeviceOptions &options,
                 std::string &err);
 /// One line for the log: "cpu, 1 thread", "cuda:0 (NVIDIA H100 80GB HBM3)".

@@ -5,6 +5,7 @@
 #include "random.h"
 #include "rows.h"
 
+#include <cblas.h>
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 
@@ -197,6 +198,103 @@ GP_CPU_CLONES void adamRange(float *__restrict p, const float *__restrict g,
 
 } // namespace
 
+namespace {
+
+/// Which library runs a gp_gemm (GPIPE_CPU_GEMM, read by deviceInit).
+enum class GemmPolicy { Auto, OneDnn, OpenBlas };
+GemmPolicy gGemmPolicy = GemmPolicy::Auto;
+/// Auto only: this CPU has no AVX-512 (where the rule below was measured).
+bool gAvx2Only = false;
+
+/// Whether C = op(A) op(B) goes to OpenBLAS instead of oneDNN. Auto picks
+/// OpenBLAS for exactly one family, measured on an AVX2-only AMD EPYC
+/// (bench/README.md, "GEMM library per shape"): A transposed, B not, and C
+/// tall (M >= 1024 rows, M >= 2 N) -- a weight gradient dW = dY^T X of a
+/// layer with many outputs, where oneDNN 2.6's AVX2 kernel ran 13-23% slower
+/// than OpenBLAS 0.3.21 on 1 thread. Everything else, and every shape on
+/// CPUs with AVX-512 (not measured), stays on oneDNN.
+bool gemmOnOpenBlas(int transA, int transB, int64_t M, int64_t N) {
+  switch (gGemmPolicy) {
+  case GemmPolicy::OneDnn:
+    return false;
+  case GemmPolicy::OpenBlas:
+    return true;
+  case GemmPolicy::Auto:
+    break;
+  }
+  return gAvx2Only && transA && !transB && M >= 1024 && M >= 2 * N;
+}
+
+/// OpenBLAS runs single-threaded (its own pthread pool would spin against
+/// the OpenMP team); with T threads the rows of C are split into T slices,
+/// one OpenBLAS call per OpenMP thread.
+void openBlasGemm(int transA, int transB, int64_t M, int64_t N, int64_t K,
+                  float alpha, const float *A, int64_t lda, const float *B,
+                  int64_t ldb, float beta, float *C, int64_t ldc) {
+  auto slice = [&](int64_t lo, int64_t hi) {
+    if (lo >= hi)
+      return;
+    // Row i of op(A) starts at A + i * lda (not transposed) or A + i.
+    const float *a = A + (transA ? lo : lo * lda);
+    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+                transB ? CblasTrans : CblasNoTrans, static_cast<int>(hi - lo),
+                static_cast<int>(N), static_cast<int>(K), alpha, a,
+                static_cast<int>(lda), B, static_cast<int>(ldb), beta,
+                C + lo * ldc, static_cast<int>(ldc));
+  };
+  if (omp_get_max_threads() == 1 || M < 2 * kFewRows) {
+    slice(0, M);
+    return;
+  }
+#pragma omp parallel
+  {
+    // Slices of whole 16-row panels, so each thread's product is a GEMM of
+    // its own (no false sharing on C's rows).
+    int64_t panels = (M + 15) / 16;
+    auto [lo, hi] = threadShare(panels);
+    slice(lo * 16, std::min(M, hi * 16));
+  }
+}
+
+} // namespace
+
+namespace gpipe {
+
+bool cpuGemmConfigure(std::string &err) {
+  gGemmPolicy = GemmPolicy::Auto;
+  if (const char *v = std::getenv("GPIPE_CPU_GEMM")) {
+    std::string s = v;
+    if (s == "onednn")
+      gGemmPolicy = GemmPolicy::OneDnn;
+    else if (s == "openblas")
+      gGemmPolicy = GemmPolicy::OpenBlas;
+    else if (s != "auto" && !s.empty()) {
+      err = "GPIPE_CPU_GEMM='" + s +
+            "' is not a GEMM library (expected auto, onednn or openblas)";
+      return false;
+    }
+  }
+  gAvx2Only = !__builtin_cpu_supports("avx512f");
+  openblas_set_num_threads(1);
+  if (gGemmPolicy != GemmPolicy::OneDnn) {
+    // Measured with OpenBLAS 0.3.21 (its Zen kernels) on an AMD EPYC: when
+    // the first product that uses one of its work buffers is narrow
+    // (N < 512), every later product on that buffer runs ~3x slower (same
+    // kernel; the cause was not found). One wide product per OpenMP thread
+    // first, concurrently, so that each buffer the team's calls take starts
+    // with it (bench/README.md, "GEMM library per shape").
+#pragma omp parallel
+    {
+      std::vector<float> a(64 * 256, 0.f), b(64 * 2048, 0.f), c(256 * 2048);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, 256, 2048, 64, 1.f,
+                  a.data(), 256, b.data(), 2048, 0.f, c.data(), 2048);
+    }
+  }
+  return true;
+}
+
+} // namespace gpipe
+
 extern "C" {
 
 /// oneDNN reports bad arguments as a status: a code generator bug.
@@ -251,6 +349,10 @@ void gp_gemm(int transA, int transB, int64_t M, int64_t N, int64_t K,
         for (int64_t j = jb; j < jEnd; ++j)
           c[j] = t[j * M + i] + (beta == 0.f ? 0.f : beta * c[j]);
       }
+    return;
+  }
+  if (gemmOnOpenBlas(transA, transB, M, N)) {
+    openBlasGemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
   checkDnnl(dnnl_sgemm(transA ? 'T' : 'N', transB ? 'T' : 'N', M, N, K, alpha,

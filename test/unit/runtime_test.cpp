@@ -2,6 +2,7 @@
 // the pipeline.json manifest.
 #include "gpipe/manifest.h"
 #include "gpipe/runtime.h"
+#include "internal.h"
 #include "npy.h"
 
 #include <gtest/gtest.h>
@@ -270,53 +271,104 @@ TEST(Npy, RejectsBadFiles) {
 // gemm, reduce_to, copy_blocks
 //===----------------------------------------------------------------------===//
 
-TEST(Kernels, GemmAllTransposes) {
-  // The second shape (few rows, a wide transposed B) takes the transposed
-  // product path; beta 0 must ignore C, even NaN.
-  struct Shape {
-    int64_t M, N, K;
-    float beta;
-  };
-  for (Shape shape : {Shape{3, 5, 4, -0.5f}, Shape{5, 40, 24, -0.5f},
-                      Shape{5, 40, 24, 1.0f}, Shape{6, 70, 33, 0.0f},
-                      Shape{20, 100, 90, 0.5f}, Shape{40, 170, 160, 0.0f}})
-    for (int ta = 0; ta < 2; ++ta) {
-      for (int tb = 0; tb < 2; ++tb) {
-        const int64_t M = shape.M, N = shape.N, K = shape.K;
-        // Stored shapes: A is [M,K] or [K,M], B is [K,N] or [N,K]; pad rows.
-        int64_t aRows = ta ? K : M, aCols = ta ? M : K;
-        int64_t bRows = tb ? N : K, bCols = tb ? K : N;
-        int64_t lda = aCols + 3, ldb = bCols + 2, ldc = N + 4;
-        std::vector<float> A = randomVec(aRows * lda, 1 + ta);
-        std::vector<float> B = randomVec(bRows * ldb, 3 + tb);
-        std::vector<float> C = randomVec(M * ldc, 5);
-        if (shape.beta == 0.0f)
-          for (int64_t i = 0; i < M; ++i)
-            for (int64_t j = 0; j < N; ++j)
-              C[i * ldc + j] = NAN;
-        std::vector<float> C0 = C;
-        const float alpha = 1.5f, beta = shape.beta;
-        gp_gemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta,
-                C.data(), ldc);
-        for (int64_t i = 0; i < M; ++i) {
-          for (int64_t j = 0; j < N; ++j) {
-            double s = 0;
-            for (int64_t k = 0; k < K; ++k) {
-              double a = ta ? A[k * lda + i] : A[i * lda + k];
-              double b = tb ? B[j * ldb + k] : B[k * ldb + j];
-              s += a * b;
-            }
-            double want =
-                alpha * s + (beta == 0.0f ? 0.0 : beta * C0[i * ldc + j]);
-            EXPECT_NEAR(C[i * ldc + j], want, 1e-4)
-                << "ta=" << ta << " tb=" << tb << " i=" << i << " j=" << j;
+namespace {
+
+struct GemmShape {
+  int64_t M, N, K;
+  float beta;
+};
+
+/// gp_gemm against a double reference for every transpose of `shape`, with
+/// padded leading dimensions; beta 0 must ignore C, even NaN.
+void checkGemmAllTransposes(GemmShape shape, const std::string &where) {
+  for (int ta = 0; ta < 2; ++ta) {
+    for (int tb = 0; tb < 2; ++tb) {
+      const int64_t M = shape.M, N = shape.N, K = shape.K;
+      // Stored shapes: A is [M,K] or [K,M], B is [K,N] or [N,K]; pad rows.
+      int64_t aRows = ta ? K : M, aCols = ta ? M : K;
+      int64_t bRows = tb ? N : K, bCols = tb ? K : N;
+      int64_t lda = aCols + 3, ldb = bCols + 2, ldc = N + 4;
+      std::vector<float> A = randomVec(aRows * lda, 1 + ta);
+      std::vector<float> B = randomVec(bRows * ldb, 3 + tb);
+      std::vector<float> C = randomVec(M * ldc, 5);
+      if (shape.beta == 0.0f)
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j)
+            C[i * ldc + j] = NAN;
+      std::vector<float> C0 = C;
+      const float alpha = 1.5f, beta = shape.beta;
+      gp_gemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta,
+              C.data(), ldc);
+      for (int64_t i = 0; i < M; ++i) {
+        for (int64_t j = 0; j < N; ++j) {
+          double s = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            double a = ta ? A[k * lda + i] : A[i * lda + k];
+            double b = tb ? B[j * ldb + k] : B[k * ldb + j];
+            s += a * b;
           }
-          // Padding columns are untouched.
-          for (int64_t j = N; j < ldc; ++j)
-            EXPECT_EQ(C[i * ldc + j], C0[i * ldc + j]);
+          double want =
+              alpha * s + (beta == 0.0f ? 0.0 : beta * C0[i * ldc + j]);
+          ASSERT_NEAR(C[i * ldc + j], want, 1e-4)
+              << where << " M=" << M << " N=" << N << " K=" << K << " ta=" << ta
+              << " tb=" << tb << " i=" << i << " j=" << j;
         }
+        // Padding columns are untouched.
+        for (int64_t j = N; j < ldc; ++j)
+          ASSERT_EQ(C[i * ldc + j], C0[i * ldc + j]) << where;
       }
     }
+  }
+}
+
+/// Sets GPIPE_CPU_GEMM (nullptr: unset) and applies it as deviceInit does.
+void setGemmPolicy(const char *value) {
+  if (value)
+    setenv("GPIPE_CPU_GEMM", value, 1);
+  else
+    unsetenv("GPIPE_CPU_GEMM");
+  std::string err;
+  ASSERT_TRUE(gpipe::cpuGemmConfigure(err)) << err;
+}
+
+} // namespace
+
+TEST(Kernels, GemmAllTransposes) {
+  // The second shape (few rows, a wide transposed B) takes the transposed
+  // product path.
+  for (GemmShape shape :
+       {GemmShape{3, 5, 4, -0.5f}, GemmShape{5, 40, 24, -0.5f},
+        GemmShape{5, 40, 24, 1.0f}, GemmShape{6, 70, 33, 0.0f},
+        GemmShape{20, 100, 90, 0.5f}, GemmShape{40, 170, 160, 0.0f}})
+    checkGemmAllTransposes(shape, "default policy");
+}
+
+TEST(Kernels, GemmEveryLibraryAndThreadCount) {
+  // Every GPIPE_CPU_GEMM policy gives the same products, on 1 and 3
+  // threads: OpenBLAS splits C's rows into one slice per thread (a tall
+  // A^T B is what auto sends to OpenBLAS on CPUs without AVX-512).
+  const int saved = omp_get_max_threads();
+  for (const char *policy : {"onednn", "openblas", "auto"})
+    for (int threads : {1, 3}) {
+      omp_set_num_threads(threads);
+      setGemmPolicy(policy);
+      std::string where =
+          std::string(policy) + ", " + std::to_string(threads) + " threads";
+      for (GemmShape shape :
+           {GemmShape{1030, 100, 40, 0.0f}, GemmShape{1100, 300, 17, 0.5f},
+            GemmShape{130, 50, 60, -1.0f}, GemmShape{7, 90, 40, 0.0f}})
+        checkGemmAllTransposes(shape, where);
+    }
+  omp_set_num_threads(saved);
+  setGemmPolicy(nullptr);
+}
+
+TEST(Kernels, GemmPolicyRejectsUnknownLibrary) {
+  setenv("GPIPE_CPU_GEMM", "mkl", 1);
+  std::string err;
+  EXPECT_FALSE(gpipe::cpuGemmConfigure(err));
+  EXPECT_NE(err.find("GPIPE_CPU_GEMM='mkl'"), std::string::npos) << err;
+  setGemmPolicy(nullptr);
 }
 
 TEST(Kernels, GemmBetaZeroAndEmptyK) {
