@@ -11,8 +11,9 @@
 //     (1024 tokens, d 256, MLP 1024, vocab 2048), with its calls per step;
 //     the weighted sums approximate the step's GEMM time per choice.
 //   tn: more transposed-A products, incl. micro-batch sizes (K = 128).
-// OpenBLAS first gets one wide product per buffer, as deviceInit does
-// (argument "cold" skips it: its later products then ran ~3x slower).
+// First, OpenBLAS's "narrow first product" effect: TN 1024 x 256 x 1024 timed
+// as its first products, then after one wide product (what deviceInit does;
+// argument "cold" skips that, and the table then shows the cold state).
 //
 // Build and run (1 thread):
 //   g++ -O2 bench/bench_gemm.cpp -o /tmp/bench_gemm \
@@ -77,14 +78,32 @@ int main(int argc, char **argv) {
     x = u(gen);
   for (float &x : B)
     x = u(gen);
+  // OpenBLAS's first products here are narrow (N = 256): timed before and
+  // after one wide product (what deviceInit does), unless "cold".
+  auto narrow = [&] {
+    double t = 1e30;
+    for (int r = 0; r < 5; ++r) {
+      auto t0 = std::chrono::steady_clock::now();
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, 1024, 256, 1024, 1.f,
+                  A.data(), 1024, B.data(), 256, 0.f, C.data(), 256);
+      t = std::min(t, msSince(t0));
+    }
+    return t;
+  };
+  double before = narrow();
   if (!cold) {
     std::vector<float> w(256 * 2048);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, 256, 2048, 64, 1.f,
                 w.data(), 256, w.data(), 2048, 0.f, C.data(), 2048);
   }
-  std::printf("CPU: %s; OMP_NUM_THREADS=%s; OpenBLAS %s\n\n",
-              avx2Only ? "AVX2, no AVX-512" : "AVX-512", omp ? omp : "(unset)",
-              cold ? "cold" : "after one wide product");
+  double after = narrow();
+  std::printf("CPU: %s; OMP_NUM_THREADS=%s\n",
+              avx2Only ? "AVX2, no AVX-512" : "AVX-512", omp ? omp : "(unset)");
+  std::printf("OpenBLAS TN 1024 x 256 x 1024 as its first products: %.2f ms; "
+              "then %s: %.2f ms\n\n",
+              before,
+              cold ? "still without a wide product" : "after one wide product",
+              after);
   std::printf(
       "| op | M | N | K | per step | oneDNN ms | OpenBLAS ms | "
       "OpenBLAS/oneDNN | auto |\n|---|--:|--:|--:|--:|--:|--:|--:|---|\n");
