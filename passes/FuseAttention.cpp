@@ -29,15 +29,79 @@ bool isGraphConstant(Value v) {
   return true;
 }
 
-/// One attention: `softmax(where(mask, -inf, s * scale), -1) @ v` with
-/// `s = q @ k^T` (the transpose folded into the product as transB).
+/// Whether a mask of shape `mask` applies to scores of shape `scores` as one
+/// [Tq, Tk] matrix: [1.., Tq, Tk], no wider than the scores.
+bool isMatrixMask(ArrayRef<int64_t> mask, ArrayRef<int64_t> scores) {
+  return mask.size() >= 2 && mask.size() <= scores.size() &&
+         mask.take_back(2) == scores.take_back(2) &&
+         llvm::all_of(mask.drop_back(2), [](int64_t d) { return d == 1; });
+}
+
+/// The values of an additive float mask that only masks: a constant (or a
+/// constant times a splat 1, as torch's `baddbmm` exports it) whose
+/// entries are all 0 or -inf. `ops` gets the multiplication when only the
+/// mask reads it.
+DenseElementsAttr additiveMask(Value v, SmallVectorImpl<Operation *> &ops) {
+  auto constant = [](Value c) {
+    auto op = c.getDefiningOp<nn::ConstantOp>();
+    return op ? dyn_cast<DenseElementsAttr>(op.getValue()) : nullptr;
+  };
+  DenseElementsAttr values = constant(v);
+  auto mul = v.getDefiningOp<nn::MulOp>();
+  if (mul)
+    for (auto [c, one] : {std::pair(mul.getLhs(), mul.getRhs()),
+                          std::pair(mul.getRhs(), mul.getLhs())})
+      if (!values && scalarOperand(mul, one, c) == 1.0f)
+        values = constant(c);
+  if (!values || !values.getElementType().isF32() ||
+      !llvm::all_of(values.getValues<float>(), [](float x) {
+        return x == 0.0f || (std::isinf(x) && x < 0);
+      }))
+    return nullptr;
+  if (mul && v.hasOneUse())
+    ops.push_back(mul);
+  return values;
+}
+
+/// A splat scale of `x`, `x / c` or `x * c` (either side), read only by the
+/// pattern: the scaled value, with `scale` multiplied by 1/c or c.
+Value unscaled(Value x, float &scale, SmallVectorImpl<Operation *> &ops) {
+  if (!x.hasOneUse())
+    return {};
+  if (auto div = x.getDefiningOp<nn::DivOp>()) {
+    std::optional<float> c = scalarOperand(div, div.getRhs(), div.getLhs());
+    if (!c || *c == 0.0f)
+      return {};
+    scale /= *c;
+    ops.push_back(div);
+    return div.getLhs();
+  }
+  if (auto mul = x.getDefiningOp<nn::MulOp>()) {
+    for (auto [v, c] : {std::pair(mul.getLhs(), mul.getRhs()),
+                        std::pair(mul.getRhs(), mul.getLhs())})
+      if (std::optional<float> f = scalarOperand(mul, c, v)) {
+        scale *= *f;
+        ops.push_back(mul);
+        return v;
+      }
+  }
+  return {};
+}
+
+/// One attention: `softmax(mask(s * scale), -1) @ v` with `s = q @ k^T`,
+/// the mask `where(mask, -inf, .)` or `. + additive`.
 struct Match {
+  explicit Match(Location loc) : loc(loc) {}
   Value q, k, v, mask;
+  /// An additive mask's values (0 or -inf), which become a 0/1 mask.
+  DenseElementsAttr additive;
   /// Without transB, the product's stored right operand k^T [*, d, Tk]
   /// (torch composes `k.transpose(1, 2).transpose(-2, -1)` into one
   /// Transpose that the importer does not fold); k is then made from it.
   Value kT;
   float scale = 1.0f;
+  /// The Q K^T product's location, where the user's attention starts.
+  Location loc;
   /// The ops replaced, in program order; the last defines the result.
   SmallVector<Operation *> ops;
 };
@@ -45,7 +109,7 @@ struct Match {
 /// Matches the attention whose second product (P V) is `pv`. Every value
 /// computed inside it is read only inside it, or nothing matches.
 std::optional<Match> matchAttention(nn::BatchMatMulOp pv) {
-  Match m;
+  Match m(pv.getLoc());
   if (pv.getTransA() || pv.getTransB())
     return std::nullopt;
   auto softmax = pv.getA().getDefiningOp<nn::SoftmaxOp>();
@@ -59,48 +123,47 @@ std::optional<Match> matchAttention(nn::BatchMatMulOp pv) {
   ops.append({softmax, pv});
   Value x = softmax.getInput();
   // Optional mask: where(cond, -inf, x), cond without a batch and
-  // broadcasting to the scores from [1.., Tq, Tk].
+  // broadcasting to the scores from [1.., Tq, Tk]; or x + additive, a
+  // constant of 0s and -infs of that shape (torch's nn.MultiheadAttention).
   if (auto where = x.getDefiningOp<nn::WhereOp>()) {
     std::optional<float> fill = nn::splatValue(where.getLhs());
-    ArrayRef<int64_t> cond = shapeOf(where.getCondition());
-    ArrayRef<int64_t> scores = shapeOf(x);
     if (!x.hasOneUse() || !fill || !std::isinf(*fill) || *fill > 0 ||
         where.getType() != scoreType || where.getRhs().getType() != scoreType ||
-        cond.size() < 2 || cond.size() > scores.size() ||
-        cond.take_back(2) != scores.take_back(2) ||
-        llvm::any_of(cond.drop_back(2), [](int64_t d) { return d != 1; }) ||
+        !isMatrixMask(shapeOf(where.getCondition()), shapeOf(x)) ||
         !isGraphConstant(where.getCondition()))
       return std::nullopt;
     m.mask = where.getCondition();
     ops.push_back(where);
     x = where.getRhs();
-  }
-  // Optional scale: s / c or s * c (either side), c a splat constant.
-  if (!x.hasOneUse())
-    return std::nullopt;
-  if (auto div = x.getDefiningOp<nn::DivOp>()) {
-    std::optional<float> c = scalarOperand(div, div.getRhs(), div.getLhs());
-    if (!c || *c == 0.0f)
+  } else if (auto add = x.getDefiningOp<nn::AddOp>()) {
+    if (!x.hasOneUse() || add.getType() != scoreType)
       return std::nullopt;
-    m.scale = 1.0f / *c;
-    ops.push_back(div);
-    x = div.getLhs();
-  } else if (auto mul = x.getDefiningOp<nn::MulOp>()) {
-    std::optional<float> c;
-    for (auto [s, k] : {std::pair(mul.getLhs(), mul.getRhs()),
-                        std::pair(mul.getRhs(), mul.getLhs())})
-      if (!c && (c = scalarOperand(mul, k, s)))
+    for (auto [s, mk] : {std::pair(add.getLhs(), add.getRhs()),
+                         std::pair(add.getRhs(), add.getLhs())})
+      if (!m.additive && s.getType() == scoreType &&
+          isMatrixMask(shapeOf(mk), shapeOf(x)) &&
+          (m.additive = additiveMask(mk, ops)))
         x = s;
-    if (!c)
+    if (!m.additive)
       return std::nullopt;
-    m.scale = *c;
-    ops.push_back(mul);
+    ops.push_back(add);
   }
+  // Optional scale of the scores: s / c or s * c (either side), c a splat
+  // constant (torch's nn.MultiheadAttention: * 1).
+  if (x.getDefiningOp<nn::DivOp>() || x.getDefiningOp<nn::MulOp>())
+    if (!(x = unscaled(x, m.scale, ops)))
+      return std::nullopt;
   auto qk = x.getDefiningOp<nn::BatchMatMulOp>();
   if (!qk || !x.hasOneUse() || qk.getTransA() || qk.getType() != scoreType)
     return std::nullopt;
   ops.push_back(qk);
+  m.loc = qk.getLoc();
   m.q = qk.getA();
+  // Optional scale of the queries (torch's nn.MultiheadAttention: q /
+  // sqrt(dh) before the product).
+  if (m.q.getDefiningOp<nn::DivOp>() || m.q.getDefiningOp<nn::MulOp>())
+    if (Value q = unscaled(m.q, m.scale, ops))
+      m.q = q;
   m.v = pv.getB();
   SmallVector<int64_t> k(shapeOf(qk.getB()));
   if (qk.getTransB()) {
@@ -122,15 +185,24 @@ std::optional<Match> matchAttention(nn::BatchMatMulOp pv) {
 }
 
 /// Replaces the matched ops by one nn.attention at the last of them (P V),
-/// located at the first (Q K^T: where the user's attention starts). A mask
+/// located at the Q K^T product (where the user's attention starts). A mask
 /// of shape [1.., Tq, Tk] is reshaped to [Tq, Tk]; a constant one becomes a
-/// constant of that shape.
+/// constant of that shape, an additive one a 0/1 constant.
 void rewrite(const Match &m) {
   Operation *last = m.ops.back();
   OpBuilder b(last);
-  Location loc = m.ops.front()->getLoc();
+  Location loc = m.loc;
   Value mask = m.mask;
-  if (mask && shapeOf(mask).size() != 2) {
+  if (m.additive) {
+    // -inf -> 1 (masked), 0 -> 0, as a [Tq, Tk] constant.
+    auto type = RankedTensorType::get(
+        m.additive.getType().getShape().take_back(2), b.getF32Type());
+    SmallVector<float> flags;
+    for (float x : m.additive.getValues<float>())
+      flags.push_back(x == 0.0f ? 0.0f : 1.0f);
+    mask = nn::ConstantOp::create(
+        b, loc, DenseElementsAttr::get(type, ArrayRef<float>(flags)));
+  } else if (mask && shapeOf(mask).size() != 2) {
     auto type =
         RankedTensorType::get(shapeOf(mask).take_back(2), b.getF32Type());
     auto c = mask.getDefiningOp<nn::ConstantOp>();

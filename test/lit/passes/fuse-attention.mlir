@@ -277,3 +277,65 @@ func.func @broadcast_keys(%q: tensor<2x4x8xf32>, %k: tensor<1x4x8xf32>, %v: tens
   %y = nn.batch_matmul %p, %v : (tensor<2x4x4xf32>, tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
   return %y : tensor<2x4x8xf32>
 }
+
+// -----
+
+// torch's nn.MultiheadAttention (TorchEncoderLm) as the importer writes it:
+// q divided by sqrt(dh) before the product, k^T from a transpose of the
+// [T, B*H, dh] keys, then baddbmm's `scores * 1 + mask * 1` with an
+// additive float mask of 0s and -infs. The scales multiply (1/sqrt(dh)); the
+// additive mask becomes a 0/1 [T, T] constant (1 where it was -inf).
+// CHECK-LABEL: func.func @additive_mask(
+// CHECK-SAME: %[[Q:[^:]+]]: tensor<2x3x8xf32>, %[[X:[^:]+]]: tensor<3x2x8xf32>, %[[V:[^:]+]]: tensor<2x3x8xf32>)
+// CHECK-NEXT: %[[M:.+]] = nn.constant dense<{{\[}}[0.000000e+00, 1.000000e+00, 1.000000e+00], [0.000000e+00, 0.000000e+00, 1.000000e+00], [0.000000e+00, 0.000000e+00, 0.000000e+00]]> : tensor<3x3xf32>
+// CHECK-NEXT: %[[K:.+]] = nn.transpose %[[X]], [1, 0, 2] : tensor<3x2x8xf32> -> tensor<2x3x8xf32>
+// CHECK-NEXT: %[[O:[^,]+]], %{{[^ ]+}} = nn.attention %[[Q]], %[[K]], %[[V]] mask %[[M]] {scale = 0.353553385 : f32}
+// CHECK-NEXT: return %[[O]]
+func.func @additive_mask(%q: tensor<2x3x8xf32>, %x: tensor<3x2x8xf32>, %v: tensor<2x3x8xf32>) -> tensor<2x3x8xf32> {
+  %c = nn.constant dense<2.82842708> : tensor<f32>
+  %qs = nn.div %q, %c : tensor<2x3x8xf32>, tensor<f32> -> tensor<2x3x8xf32>
+  %kt = nn.transpose %x, [1, 2, 0] : tensor<3x2x8xf32> -> tensor<2x8x3xf32>
+  %s = nn.batch_matmul %qs, %kt : (tensor<2x3x8xf32>, tensor<2x8x3xf32>) -> tensor<2x3x3xf32>
+  %one = nn.constant dense<1.0> : tensor<f32>
+  %s1 = nn.mul %s, %one : tensor<2x3x3xf32>, tensor<f32> -> tensor<2x3x3xf32>
+  %m = nn.constant dense<[[[0.0, 0xFF800000, 0xFF800000], [0.0, 0.0, 0xFF800000], [0.0, 0.0, 0.0]]]> : tensor<1x3x3xf32>
+  %one2 = nn.constant dense<1.0> : tensor<f32>
+  %m1 = nn.mul %m, %one2 : tensor<1x3x3xf32>, tensor<f32> -> tensor<1x3x3xf32>
+  %a = nn.add %s1, %m1 : tensor<2x3x3xf32>, tensor<1x3x3xf32> -> tensor<2x3x3xf32>
+  %p = nn.softmax %a {axis = 2 : i64} : tensor<2x3x3xf32>
+  %y = nn.batch_matmul %p, %v : (tensor<2x3x3xf32>, tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  return %y : tensor<2x3x8xf32>
+}
+
+// -----
+
+// Left alone: an additive mask with finite entries (a bias such as ALiBi,
+// not a mask).
+// CHECK-LABEL: func.func @additive_bias(
+// CHECK-NOT: nn.attention
+// CHECK: nn.add %0, %1
+// CHECK: return
+func.func @additive_bias(%q: tensor<2x3x8xf32>, %k: tensor<2x3x8xf32>, %v: tensor<2x3x8xf32>) -> tensor<2x3x8xf32> {
+  %s = nn.batch_matmul %q, %k {transB = true} : (tensor<2x3x8xf32>, tensor<2x3x8xf32>) -> tensor<2x3x3xf32>
+  %m = nn.constant dense<[[0.0, -1.0, -2.0], [0.0, 0.0, -1.0], [0.0, 0.0, 0.0]]> : tensor<3x3xf32>
+  %a = nn.add %s, %m : tensor<2x3x3xf32>, tensor<3x3xf32> -> tensor<2x3x3xf32>
+  %p = nn.softmax %a {axis = 2 : i64} : tensor<2x3x3xf32>
+  %y = nn.batch_matmul %p, %v : (tensor<2x3x3xf32>, tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  return %y : tensor<2x3x8xf32>
+}
+
+// -----
+
+// Left alone: an additive mask from the data (a padding mask, BertTiny's
+// `src_key_padding_mask`: it carries the batch).
+// CHECK-LABEL: func.func @additive_from_data(
+// CHECK-NOT: nn.attention
+// CHECK: nn.add %0, %arg3
+// CHECK: return
+func.func @additive_from_data(%q: tensor<2x3x8xf32>, %k: tensor<2x3x8xf32>, %v: tensor<2x3x8xf32>, %m: tensor<2x1x3xf32>) -> tensor<2x3x8xf32> {
+  %s = nn.batch_matmul %q, %k {transB = true} : (tensor<2x3x8xf32>, tensor<2x3x8xf32>) -> tensor<2x3x3xf32>
+  %a = nn.add %s, %m : tensor<2x3x3xf32>, tensor<2x1x3xf32> -> tensor<2x3x3xf32>
+  %p = nn.softmax %a {axis = 2 : i64} : tensor<2x3x3xf32>
+  %y = nn.batch_matmul %p, %v : (tensor<2x3x3xf32>, tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  return %y : tensor<2x3x8xf32>
+}
