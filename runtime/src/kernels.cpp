@@ -195,37 +195,105 @@ GP_CPU_CLONES void adamRange(float *__restrict p, const float *__restrict g,
   }
 }
 
-/// Softmax of one score row in place, -inf where the mask row is non-zero;
-/// returns the row's log-sum-exp (the sum in double, as gp_softmax). The
-/// exponentials are a separate loop so that it vectorizes (libmvec expf).
-GP_CPU_CLONES float attentionRow(float *__restrict s,
-                                 const float *__restrict mask, int64_t n) {
+/// Lanes of the partial maxima and sums of a score row: independent chains
+/// that the compiler can keep in vector registers.
+constexpr int kRowLanes = 8;
+
+/// -inf where the mask row is non-zero.
+GP_CPU_CLONES void maskRow(float *__restrict s, const float *__restrict mask,
+                           int64_t n) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  if (mask)
+  for (int64_t j = 0; j < n; ++j)
+    s[j] = mask[j] != 0.0f ? kNegInf : s[j];
+}
+
+/// The row's maximum, NaNs skipped (as gpipe::rowMax, without a libm call
+/// per element).
+GP_CPU_CLONES float maxOfRow(const float *__restrict s, int64_t n) {
+  float lane[kRowLanes];
+  std::fill(lane, lane + kRowLanes, -std::numeric_limits<float>::infinity());
+  int64_t j = 0;
+  for (; j + kRowLanes <= n; j += kRowLanes)
+    for (int l = 0; l < kRowLanes; ++l)
+      lane[l] = s[j + l] > lane[l] ? s[j + l] : lane[l];
+  float m = lane[0];
+  for (int l = 1; l < kRowLanes; ++l)
+    m = lane[l] > m ? lane[l] : m;
+  for (; j < n; ++j)
+    m = s[j] > m ? s[j] : m;
+  return m;
+}
+
+/// s = exp(s - shift) in place, 0 where the mask row (if any) is non-zero.
+/// A masked lane's argument is 0, not -inf: one lane out of the vector
+/// expf's range sends the whole vector to its scalar fallback. Both the
+/// argument and the result are selected by and-ing their bits with the
+/// lane's keep bits: a float select would be control flow to GCC (the
+/// subtraction could trap), and the loop would not vectorize.
+GP_CPU_CLONES void expRow(float *__restrict s, const float *__restrict mask,
+                          float shift, int64_t n) {
+  if (!mask) {
     for (int64_t j = 0; j < n; ++j)
-      s[j] = mask[j] != 0.0f ? kNegInf : s[j];
-  const float m = gpipe::rowMax(s, n, 1);
-  for (int64_t j = 0; j < n; ++j)
-    s[j] = expf(s[j] - m);
+      s[j] = expf(s[j] - shift);
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const uint32_t keep = mask[j] != 0.0f ? 0u : ~0u;
+    const float t = s[j] - shift;
+    uint32_t bits;
+    std::memcpy(&bits, &t, sizeof bits);
+    bits &= keep;
+    float arg, e;
+    std::memcpy(&arg, &bits, sizeof bits);
+    e = expf(arg);
+    std::memcpy(&bits, &e, sizeof bits);
+    bits &= keep;
+    std::memcpy(&s[j], &bits, sizeof bits);
+  }
+}
+
+/// The row's sum in double (as gp_softmax), in kRowLanes partial sums.
+GP_CPU_CLONES double sumOfRow(const float *__restrict s, int64_t n) {
+  double lane[kRowLanes] = {};
+  int64_t j = 0;
+  for (; j + kRowLanes <= n; j += kRowLanes)
+    for (int l = 0; l < kRowLanes; ++l)
+      lane[l] += s[j + l];
   double sum = 0.0;
-  for (int64_t j = 0; j < n; ++j)
+  for (int l = 0; l < kRowLanes; ++l)
+    sum += lane[l];
+  for (; j < n; ++j)
     sum += s[j];
+  return sum;
+}
+
+/// Softmax of one score row in place, -inf where the mask row is non-zero;
+/// returns the row's log-sum-exp. A fully masked row is NaN (as gp_softmax
+/// of a row of -inf).
+float attentionRow(float *s, const float *mask, int64_t n) {
+  constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+  if (mask)
+    maskRow(s, mask, n);
+  const float m = maxOfRow(s, n);
+  if (mask && m == -std::numeric_limits<float>::infinity()) {
+    std::fill(s, s + n, kNaN);
+    return kNaN;
+  }
+  expRow(s, mask, m, n);
+  const double sum = sumOfRow(s, n);
   const float inv = static_cast<float>(1.0 / sum);
   for (int64_t j = 0; j < n; ++j)
     s[j] *= inv;
   return m + static_cast<float>(std::log(sum));
 }
 
-/// P = exp(s - lse) of one score row in place (0 where masked).
-GP_CPU_CLONES void attentionProbRow(float *__restrict s,
-                                    const float *__restrict mask, float lse,
-                                    int64_t n) {
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  if (mask)
-    for (int64_t j = 0; j < n; ++j)
-      s[j] = mask[j] != 0.0f ? kNegInf : s[j];
-  for (int64_t j = 0; j < n; ++j)
-    s[j] = expf(s[j] - lse);
+/// P = exp(s - lse) of one score row in place (0 where masked; NaN for a
+/// fully masked row, whose lse is NaN).
+void attentionProbRow(float *s, const float *mask, float lse, int64_t n) {
+  if (std::isnan(lse))
+    std::fill(s, s + n, lse);
+  else
+    expRow(s, mask, lse, n);
 }
 
 /// dS = P * (dP - D) of one row, into dP.
