@@ -314,6 +314,8 @@ private:
   LogicalResult emit(nn::LayerNormOp o);
   LogicalResult emit(nn::LayerNormGradOp o);
   LogicalResult emit(nn::LayerNormScaleGradOp o);
+  LogicalResult emit(nn::AttentionOp o);
+  LogicalResult emit(nn::AttentionGradOp o);
   LogicalResult emit(nn::SoftmaxCrossEntropyOp o);
   LogicalResult emit(nn::SoftmaxCrossEntropyGradOp o);
   LogicalResult emit(nn::NllLossOp o);
@@ -835,11 +837,11 @@ LogicalResult FuncEmitter::emitOp(Operation *op) {
             nn::SoftmaxOp, nn::SoftmaxGradOp, nn::LogSoftmaxOp,
             nn::LogSoftmaxGradOp, nn::DropoutOp, nn::DropoutGradOp,
             nn::LayerNormOp, nn::LayerNormGradOp, nn::LayerNormScaleGradOp,
-            nn::SoftmaxCrossEntropyOp, nn::SoftmaxCrossEntropyGradOp,
-            nn::NllLossOp, nn::NllLossGradOp, pipeline::SGDUpdateOp,
-            pipeline::AdamUpdateOp, pipeline::SendOp, pipeline::RecvOp,
-            pipeline::ReportLossOp, pipeline::AccumulateGradOp>(
-          [&](auto o) { return emit(o); })
+            nn::AttentionOp, nn::AttentionGradOp, nn::SoftmaxCrossEntropyOp,
+            nn::SoftmaxCrossEntropyGradOp, nn::NllLossOp, nn::NllLossGradOp,
+            pipeline::SGDUpdateOp, pipeline::AdamUpdateOp, pipeline::SendOp,
+            pipeline::RecvOp, pipeline::ReportLossOp,
+            pipeline::AccumulateGradOp>([&](auto o) { return emit(o); })
       .Default([&](Operation *) {
         return op->emitError("code generation does not support '")
                << op->getName() << "' yet";
@@ -1026,6 +1028,39 @@ LogicalResult FuncEmitter::emit(nn::LayerNormScaleGradOp o) {
      << ptr(o.getMean()) << ", " << ptr(o.getInvStdDev()) << ", "
      << ptr(o.getGrad()) << ", " << ptr(o.getOutput(), false) << ", "
      << rowsAndLength(o.getInput(), o.getAxis()) << ");\n";
+  return success();
+}
+
+/// An attention's shape arguments: batch (the leading axes' product), Tq,
+/// Tk, d, dv, then the scale.
+static std::string attentionDims(Value q, Value k, Value v, APFloat scale) {
+  auto tq = tensorType(q);
+  int64_t rank = tq.getRank();
+  int64_t tQ = tq.getDimSize(rank - 2), d = tq.getDimSize(rank - 1);
+  int64_t tK = tensorType(k).getDimSize(rank - 2);
+  int64_t dv = tensorType(v).getDimSize(rank - 1);
+  return std::to_string(tq.getNumElements() / (tQ * d)) + ", " +
+         std::to_string(tQ) + ", " + std::to_string(tK) + ", " +
+         std::to_string(d) + ", " + std::to_string(dv) + ", " +
+         floatLit(scale.convertToDouble());
+}
+
+LogicalResult FuncEmitter::emit(nn::AttentionOp o) {
+  os << "  gp_attention_fwd(" << ptr(o.getQ()) << ", " << ptr(o.getK()) << ", "
+     << ptr(o.getV()) << ", " << (o.getMask() ? ptr(o.getMask()) : "nullptr")
+     << ", " << ptr(o.getOutput(), false) << ", " << ptr(o.getLse(), false)
+     << ", " << attentionDims(o.getQ(), o.getK(), o.getV(), o.getScale())
+     << ");\n";
+  return success();
+}
+
+LogicalResult FuncEmitter::emit(nn::AttentionGradOp o) {
+  os << "  gp_attention_bwd(" << ptr(o.getQ()) << ", " << ptr(o.getK()) << ", "
+     << ptr(o.getV()) << ", " << (o.getMask() ? ptr(o.getMask()) : "nullptr")
+     << ", " << ptr(o.getOutput()) << ", " << ptr(o.getLse()) << ", "
+     << ptr(o.getDout()) << ", " << ptr(o.getDq(), false) << ", "
+     << ptr(o.getDk(), false) << ", " << ptr(o.getDv(), false) << ", "
+     << attentionDims(o.getQ(), o.getK(), o.getV(), o.getScale()) << ");\n";
   return success();
 }
 

@@ -1,8 +1,7 @@
 // gpipe-fuse-layer-norm: the layer normalization torch exports decomposed
 // below opset 17 becomes one nn.layer_norm.
+#include "passes/FusionUtils.h"
 #include "passes/Passes.h"
-
-#include "llvm/ADT/SetVector.h"
 
 namespace gpipe {
 #define GEN_PASS_DEF_FUSELAYERNORM
@@ -13,18 +12,6 @@ using namespace mlir;
 using namespace gpipe;
 
 namespace {
-
-ArrayRef<int64_t> shapeOf(Value v) {
-  return cast<RankedTensorType>(v.getType()).getShape();
-}
-
-/// `c` as a splat f32 constant that, read by `op` beside `other`, leaves
-/// `other`'s type unchanged (a scalar as far as the op's result goes).
-std::optional<float> scalarOperand(Operation *op, Value c, Value other) {
-  if (op->getResult(0).getType() != other.getType())
-    return std::nullopt;
-  return nn::splatValue(c);
-}
 
 /// A ReduceMean as the importer writes it, `nn.div(nn.reduce_to(in), N)`
 /// with `N` the count of summed elements: its input, if the reduction sums
@@ -161,16 +148,8 @@ std::optional<Match> matchLayerNorm(nn::DivOp norm) {
   };
   if ((m.scale = affine(norm.getOutput(), nn::MulOp())))
     m.bias = affine(ops.back()->getResult(0), nn::AddOp());
-  // One block, one set of discardable attributes (pipe.stage, ...).
-  Block *block = norm->getBlock();
-  DictionaryAttr attrs = norm->getDiscardableAttrDictionary();
-  if (llvm::any_of(ops, [&](Operation *op) {
-        return op->getBlock() != block ||
-               op->getDiscardableAttrDictionary() != attrs;
-      }))
+  if (!orderPattern(ops, norm))
     return std::nullopt;
-  llvm::sort(ops,
-             [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
   return m;
 }
 
@@ -194,17 +173,7 @@ void rewrite(const Match &m) {
       b.getI64IntegerAttr(m.axis), b.getF32FloatAttr(m.epsilon));
   ln->setDiscardableAttrs(last->getDiscardableAttrDictionary());
   last->getResult(0).replaceAllUsesWith(ln.getOutput());
-  // The pattern's constants go too once nothing else reads them.
-  llvm::SetVector<Operation *> constants;
-  for (Operation *op : llvm::reverse(m.ops)) {
-    for (Value v : op->getOperands())
-      if (auto c = v.getDefiningOp<nn::ConstantOp>())
-        constants.insert(c);
-    op->erase();
-  }
-  for (Operation *c : constants)
-    if (c->use_empty())
-      c->erase();
+  erasePattern(m.ops);
 }
 
 struct FuseLayerNormPass : gpipe::impl::FuseLayerNormBase<FuseLayerNormPass> {

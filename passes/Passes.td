@@ -24,6 +24,33 @@ def FuseLayerNorm : Pass<"gpipe-fuse-layer-norm", "mlir::func::FuncOp"> {
   }];
 }
 
+def FuseAttention : Pass<"gpipe-fuse-attention", "mlir::func::FuncOp"> {
+  let summary = "Rewrites a decomposed scaled dot-product attention into "
+                "nn.attention";
+  let description = [{
+    Replaces `softmax(where(mask, -inf, (q @ k^T) / c), -1) @ v` (or
+    `* c`; the scale and the mask are each optional), as the importer writes
+    torch's hand-written causal attention (`nn.batch_matmul` of q and k with
+    transB, or of q and k^T without it, k then transposed back: composed
+    with the `nn.transpose` that made k^T when there is one; `nn.div` or
+    `nn.mul` by a splat constant, `nn.where` with a splat -inf,
+    `nn.softmax` along the last axis, `nn.batch_matmul`), or torch's
+    nn.MultiheadAttention (q scaled before the product, an additive constant
+    mask of 0s and -infs, which becomes a 0/1 one), by one
+    `nn.attention` with `scale = 1/c` (or `c`), whose kernels keep each
+    score tile in cache and whose gradient recomputes the probabilities
+    from the saved log-sum-exp. It matches only when every value computed
+    inside the pattern is read only inside it, q, k and v have the same
+    leading axes, and the mask has the shape [1.., Tq, Tk] and is computed
+    from constants and parameters alone (no batch); it becomes a [Tq, Tk]
+    operand. Anything else (another softmax axis, a scale that is not a
+    splat constant, a dropout on the probabilities, a padding mask, an
+    additive bias with finite entries) is left as it is. The fused op is
+    located at the Q K^T product's node.
+    Runs after `gpipe-fuse-layer-norm`, before micro-batching and autodiff.
+  }];
+}
+
 def Autodiff : Pass<"gpipe-autodiff", "mlir::func::FuncOp"> {
   let summary = "Differentiates the loss with respect to every parameter";
   let description = [{

@@ -12,6 +12,7 @@ void gpipe::buildCompilePipeline(OpPassManager &pm,
                                  const CompilePipelineOptions &o) {
   OpPassManager &fpm = pm.nest<func::FuncOp>();
   fpm.addPass(createFuseLayerNorm());
+  fpm.addPass(createFuseAttention());
   MicrobatchOptions mb;
   mb.microbatches = o.microbatches;
   fpm.addPass(createMicrobatch(mb));
@@ -60,7 +61,8 @@ void gpipe::buildLoweringPipeline(OpPassManager &pm,
 void gpipe::registerCompilePipeline() {
   PassPipelineRegistration<CompilePipelineOptions>(
       "gpipe-pipeline",
-      "The whole compile after import: layer-norm fusion, micro-batching, "
+      "The whole compile after import: layer-norm and attention fusion, "
+      "micro-batching, "
       "partitioning, "
       "autodiff, optimizer, CSE, outlining, remat, schedule (what "
       "gpipe-compile runs)",

@@ -40,5 +40,6 @@ include "dialects/nn/ops/Elementwise.td"
 include "dialects/nn/ops/DataMovement.td"
 include "dialects/nn/ops/Loss.td"
 include "dialects/nn/ops/Normalization.td"
+include "dialects/nn/ops/Attention.td"
 
 #endif // GPIPE_NN_OPS

@@ -196,6 +196,121 @@ GP_CPU_CLONES void adamRange(float *__restrict p, const float *__restrict g,
   }
 }
 
+/// Lanes of the partial maxima and sums of a score row: independent chains
+/// that the compiler can keep in vector registers.
+constexpr int kRowLanes = 8;
+
+/// -inf where the mask row is non-zero.
+GP_CPU_CLONES void maskRow(float *__restrict s, const float *__restrict mask,
+                           int64_t n) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < n; ++j)
+    s[j] = mask[j] != 0.0f ? kNegInf : s[j];
+}
+
+/// The row's maximum, NaNs skipped (as gpipe::rowMax, without a libm call
+/// per element).
+GP_CPU_CLONES float maxOfRow(const float *__restrict s, int64_t n) {
+  float lane[kRowLanes];
+  std::fill(lane, lane + kRowLanes, -std::numeric_limits<float>::infinity());
+  int64_t j = 0;
+  for (; j + kRowLanes <= n; j += kRowLanes)
+    for (int l = 0; l < kRowLanes; ++l)
+      lane[l] = s[j + l] > lane[l] ? s[j + l] : lane[l];
+  float m = lane[0];
+  for (int l = 1; l < kRowLanes; ++l)
+    m = lane[l] > m ? lane[l] : m;
+  for (; j < n; ++j)
+    m = s[j] > m ? s[j] : m;
+  return m;
+}
+
+/// s = exp(s - shift) in place, 0 where the mask row (if any) is non-zero.
+/// A masked lane's argument is 0, not -inf: one lane out of the vector
+/// expf's range sends the whole vector to its scalar fallback. Both the
+/// argument and the result are selected by and-ing their bits with the
+/// lane's keep bits: a float select would be control flow to GCC (the
+/// subtraction could trap), and the loop would not vectorize.
+GP_CPU_CLONES void expRow(float *__restrict s, const float *__restrict mask,
+                          float shift, int64_t n) {
+  if (!mask) {
+    for (int64_t j = 0; j < n; ++j)
+      s[j] = expf(s[j] - shift);
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const uint32_t keep = mask[j] != 0.0f ? 0u : ~0u;
+    const float t = s[j] - shift;
+    uint32_t bits;
+    std::memcpy(&bits, &t, sizeof bits);
+    bits &= keep;
+    float arg, e;
+    std::memcpy(&arg, &bits, sizeof bits);
+    e = expf(arg);
+    std::memcpy(&bits, &e, sizeof bits);
+    bits &= keep;
+    std::memcpy(&s[j], &bits, sizeof bits);
+  }
+}
+
+/// The row's sum in double (as gp_softmax), in kRowLanes partial sums.
+GP_CPU_CLONES double sumOfRow(const float *__restrict s, int64_t n) {
+  double lane[kRowLanes] = {};
+  int64_t j = 0;
+  for (; j + kRowLanes <= n; j += kRowLanes)
+    for (int l = 0; l < kRowLanes; ++l)
+      lane[l] += s[j + l];
+  double sum = 0.0;
+  for (int l = 0; l < kRowLanes; ++l)
+    sum += lane[l];
+  for (; j < n; ++j)
+    sum += s[j];
+  return sum;
+}
+
+/// Softmax of one score row in place, -inf where the mask row is non-zero;
+/// returns the row's log-sum-exp. A fully masked row is NaN (as gp_softmax
+/// of a row of -inf).
+float attentionRow(float *s, const float *mask, int64_t n) {
+  constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+  if (mask)
+    maskRow(s, mask, n);
+  const float m = maxOfRow(s, n);
+  if (mask && m == -std::numeric_limits<float>::infinity()) {
+    std::fill(s, s + n, kNaN);
+    return kNaN;
+  }
+  expRow(s, mask, m, n);
+  const double sum = sumOfRow(s, n);
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t j = 0; j < n; ++j)
+    s[j] *= inv;
+  return m + static_cast<float>(std::log(sum));
+}
+
+/// P = exp(s - lse) of one score row in place (0 where masked; NaN for a
+/// fully masked row, whose lse is NaN).
+void attentionProbRow(float *s, const float *mask, float lse, int64_t n) {
+  if (std::isnan(lse))
+    std::fill(s, s + n, lse);
+  else
+    expRow(s, mask, lse, n);
+}
+
+/// dS = P * (dP - D) of one row, into dP.
+GP_CPU_CLONES void attentionDsRow(const float *__restrict p,
+                                  float *__restrict dp, float D, int64_t n) {
+  for (int64_t j = 0; j < n; ++j)
+    dp[j] = p[j] * (dp[j] - D);
+}
+
+/// A thread's score tile, kept across calls.
+float *attentionTile(std::vector<float> &tile, int64_t n) {
+  if (tile.size() < static_cast<size_t>(n))
+    tile.resize(static_cast<size_t>(n));
+  return tile.data();
+}
+
 } // namespace
 
 namespace {
@@ -561,6 +676,65 @@ void gp_layer_norm_scale_bwd(const float *x, const float *mean,
     }
     for (int64_t j = j0; j < j1; ++j)
       dscale[j] = static_cast<float>(acc[j - j0]);
+  }
+}
+
+// One (batch, head) block per OpenMP iteration; its [Tq, Tk] scores stay in
+// a thread-local tile, the products are single-threaded oneDNN GEMMs (inside
+// the parallel region), faster than plain loops at T = 64, d = 32.
+void gp_attention_fwd(const float *q, const float *k, const float *v,
+                      const float *mask, float *out, float *lse, int64_t batch,
+                      int64_t Tq, int64_t Tk, int64_t d, int64_t dv,
+                      float scale) {
+  if (batch <= 0 || Tq <= 0 || dv <= 0)
+    return;
+#pragma omp parallel for schedule(static) if (batch > 1)
+  for (int64_t b = 0; b < batch; ++b) {
+    thread_local std::vector<float> tile;
+    float *s = attentionTile(tile, Tq * Tk);
+    gp_gemm(0, 1, Tq, Tk, d, scale, q + b * Tq * d, d, k + b * Tk * d, d, 0.0f,
+            s, Tk);
+    for (int64_t i = 0; i < Tq; ++i)
+      lse[b * Tq + i] =
+          attentionRow(s + i * Tk, mask ? mask + i * Tk : nullptr, Tk);
+    gp_gemm(0, 0, Tq, dv, Tk, 1.0f, s, Tk, v + b * Tk * dv, dv, 0.0f,
+            out + b * Tq * dv, dv);
+  }
+}
+
+void gp_attention_bwd(const float *q, const float *k, const float *v,
+                      const float *mask, const float *out, const float *lse,
+                      const float *dout, float *dq, float *dk, float *dv,
+                      int64_t batch, int64_t Tq, int64_t Tk, int64_t d,
+                      int64_t dv_dim, float scale) {
+  if (batch <= 0)
+    return;
+#pragma omp parallel for schedule(static) if (batch > 1)
+  for (int64_t b = 0; b < batch; ++b) {
+    thread_local std::vector<float> tiles;
+    float *p = attentionTile(tiles, 2 * Tq * Tk), *dp = p + Tq * Tk;
+    const float *qb = q + b * Tq * d, *kb = k + b * Tk * d;
+    const float *vb = v + b * Tk * dv_dim, *ob = out + b * Tq * dv_dim;
+    const float *gb = dout + b * Tq * dv_dim;
+    // P, recomputed from the log-sum-exp.
+    gp_gemm(0, 1, Tq, Tk, d, scale, qb, d, kb, d, 0.0f, p, Tk);
+    for (int64_t i = 0; i < Tq; ++i)
+      attentionProbRow(p + i * Tk, mask ? mask + i * Tk : nullptr,
+                       lse[b * Tq + i], Tk);
+    // dV = P^T dout, dP = dout V^T.
+    gp_gemm(1, 0, Tk, dv_dim, Tq, 1.0f, p, Tk, gb, dv_dim, 0.0f,
+            dv + b * Tk * dv_dim, dv_dim);
+    gp_gemm(0, 1, Tq, Tk, dv_dim, 1.0f, gb, dv_dim, vb, dv_dim, 0.0f, dp, Tk);
+    // dS = P * (dP - D), D = rowsum(dout * out).
+    for (int64_t i = 0; i < Tq; ++i) {
+      double D = 0.0;
+      for (int64_t c = 0; c < dv_dim; ++c)
+        D += static_cast<double>(gb[i * dv_dim + c]) * ob[i * dv_dim + c];
+      attentionDsRow(p + i * Tk, dp + i * Tk, static_cast<float>(D), Tk);
+    }
+    // dQ = scale * dS K, dK = scale * dS^T Q.
+    gp_gemm(0, 0, Tq, d, Tk, scale, dp, Tk, kb, d, 0.0f, dq + b * Tq * d, d);
+    gp_gemm(1, 0, Tk, d, Tq, scale, dp, Tk, qb, d, 0.0f, dk + b * Tk * d, d);
   }
 }
 

@@ -1094,6 +1094,100 @@ void testLayerNorm() {
   runLayerNorm(2000, 300, true); // many rows, the column sum is long
 }
 
+/// Attention of every block in double (textbook softmax gradient), against
+/// gp_attention_fwd / gp_attention_bwd; with a causal mask, row 0 of the
+/// first case fully masked: NaN there, as the CPU kernel and the softmax.
+void runAttention(int64_t batch, int64_t Tq, int64_t Tk, int64_t d,
+                  int64_t dvDim, bool causal, bool maskRow0) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const int64_t nq = batch * Tq * d, nk = batch * Tk * d,
+                nv = batch * Tk * dvDim, no = batch * Tq * dvDim;
+  const std::vector<float> q = randomVector(nq, -2.f, 2.f),
+                           k = randomVector(nk, -2.f, 2.f),
+                           v = randomVector(nv), dout = randomVector(no);
+  std::vector<float> mask(Tq * Tk, 0.0f);
+  for (int64_t i = 0; i < Tq; ++i)
+    for (int64_t j = 0; j < Tk; ++j)
+      mask[i * Tk + j] =
+          (causal && j > i + Tk - Tq) || (maskRow0 && i == 0) ? 1.0f : 0.0f;
+  const bool hasMask = causal || maskRow0;
+  std::vector<double> out(no, 0.0), lse(batch * Tq), dq(nq, 0.0), dk(nk, 0.0),
+      dv(nv, 0.0);
+  for (int64_t b = 0; b < batch; ++b) {
+    const float *qb = q.data() + b * Tq * d, *kb = k.data() + b * Tk * d,
+                *vb = v.data() + b * Tk * dvDim,
+                *gb = dout.data() + b * Tq * dvDim;
+    std::vector<double> p(Tk), dp(Tk);
+    for (int64_t i = 0; i < Tq; ++i) {
+      double m = -INFINITY, sum = 0.0, pdp = 0.0;
+      for (int64_t j = 0; j < Tk; ++j) {
+        double s = 0.0;
+        for (int64_t c = 0; c < d; ++c)
+          s += static_cast<double>(qb[i * d + c]) * kb[j * d + c];
+        p[j] = hasMask && mask[i * Tk + j] != 0.0f ? -INFINITY : s * scale;
+        m = std::max(m, p[j]);
+      }
+      for (int64_t j = 0; j < Tk; ++j)
+        sum += std::exp(p[j] - m);
+      lse[b * Tq + i] = m + std::log(sum);
+      for (int64_t j = 0; j < Tk; ++j) {
+        p[j] = std::exp(p[j] - m) / sum;
+        dp[j] = 0.0;
+        for (int64_t c = 0; c < dvDim; ++c) {
+          out[(b * Tq + i) * dvDim + c] += p[j] * vb[j * dvDim + c];
+          dp[j] += static_cast<double>(gb[i * dvDim + c]) * vb[j * dvDim + c];
+          dv[(b * Tk + j) * dvDim + c] += p[j] * gb[i * dvDim + c];
+        }
+        pdp += p[j] * dp[j];
+      }
+      for (int64_t j = 0; j < Tk; ++j) {
+        const double ds = p[j] * (dp[j] - pdp) * scale;
+        for (int64_t c = 0; c < d; ++c) {
+          dq[(b * Tq + i) * d + c] += ds * kb[j * d + c];
+          dk[(b * Tk + j) * d + c] += ds * qb[i * d + c];
+        }
+      }
+    }
+  }
+  DeviceBuffer<float> dQ(q), dK(k), dV(v), dDout(dout), dMask(mask);
+  DeviceBuffer<float> dOut(std::vector<float>(no, kNaN));
+  DeviceBuffer<float> dLse(std::vector<float>(batch * Tq, kNaN));
+  DeviceBuffer<float> dDq(std::vector<float>(nq, kNaN));
+  DeviceBuffer<float> dDk(std::vector<float>(nk, kNaN));
+  DeviceBuffer<float> dDv(std::vector<float>(nv, kNaN));
+  const float *maskPtr = hasMask ? dMask.get() : nullptr;
+  gp_attention_fwd(dQ.get(), dK.get(), dV.get(), maskPtr, dOut.get(),
+                   dLse.get(), batch, Tq, Tk, d, dvDim,
+                   static_cast<float>(scale));
+  gp_attention_bwd(dQ.get(), dK.get(), dV.get(), maskPtr, dOut.get(),
+                   dLse.get(), dDout.get(), dDq.get(), dDk.get(), dDv.get(),
+                   batch, Tq, Tk, d, dvDim, static_cast<float>(scale));
+  auto maxErr = [](const std::vector<float> &got,
+                   const std::vector<double> &want) {
+    double e = 0.0;
+    for (size_t i = 0; i < want.size(); ++i)
+      e = std::max(e,
+                   relErr(got[i], want[i], std::max(1.0, std::fabs(want[i]))));
+    return e;
+  };
+  const std::string name = "attention [" + std::to_string(batch) + "x" +
+                           std::to_string(Tq) + "x" + std::to_string(Tk) + "]" +
+                           (causal ? " causal" : "") +
+                           (maskRow0 ? " row 0 masked" : "");
+  check(name + ": out", maxErr(dOut.download(), out), 2e-5);
+  check(name + ": lse", maxErr(dLse.download(), lse), 2e-5);
+  check(name + ": dq", maxErr(dDq.download(), dq), 2e-5);
+  check(name + ": dk", maxErr(dDk.download(), dk), 2e-5);
+  check(name + ": dv", maxErr(dDv.download(), dv), 2e-5);
+}
+
+void testAttention() {
+  runAttention(1, 4, 4, 3, 3, false, false);
+  runAttention(128, 64, 64, 32, 32, true, false); // the GPT shape
+  runAttention(3, 5, 7, 6, 2, false, false);      // Tq != Tk, d != dv
+  runAttention(2, 3, 4, 2, 2, false, true);       // NaN like the softmax
+}
+
 } // namespace
 
 int main() {
@@ -1114,6 +1208,7 @@ int main() {
   testReduce();
   testSoftmax();
   testLayerNorm();
+  testAttention();
   testGather();
   testDropout();
   testCopyBlocks();

@@ -754,6 +754,150 @@ TEST(Kernels, LayerNormAndGradientsMatchReference) {
   }
 }
 
+/// Attention of one block in double, the textbook way: S = scale * q k^T
+/// masked, P = softmax(S), out = P v; the gradient through softmax's own
+/// formula dS = P * (dP - rowsum(P * dP)) (not the kernel's D = rowsum(dout *
+/// out)).
+struct AttentionRef {
+  std::vector<double> out, lse, dq, dk, dv;
+};
+static AttentionRef attentionRef(const float *q, const float *k, const float *v,
+                                 const float *mask, const float *dout,
+                                 int64_t Tq, int64_t Tk, int64_t d, int64_t dv,
+                                 double scale) {
+  AttentionRef r;
+  r.out.assign(Tq * dv, 0.0);
+  r.lse.assign(Tq, 0.0);
+  r.dq.assign(Tq * d, 0.0);
+  r.dk.assign(Tk * d, 0.0);
+  r.dv.assign(Tk * dv, 0.0);
+  std::vector<double> p(Tq * Tk), dp(Tq * Tk);
+  for (int64_t i = 0; i < Tq; ++i) {
+    double m = -INFINITY;
+    for (int64_t j = 0; j < Tk; ++j) {
+      double s = 0.0;
+      for (int64_t c = 0; c < d; ++c)
+        s += static_cast<double>(q[i * d + c]) * k[j * d + c];
+      s = mask && mask[i * Tk + j] != 0.0f ? -INFINITY : s * scale;
+      p[i * Tk + j] = s;
+      m = std::max(m, s);
+    }
+    double sum = 0.0;
+    for (int64_t j = 0; j < Tk; ++j)
+      sum += std::exp(p[i * Tk + j] - m);
+    r.lse[i] = m + std::log(sum);
+    for (int64_t j = 0; j < Tk; ++j)
+      p[i * Tk + j] = std::exp(p[i * Tk + j] - m) / sum;
+  }
+  for (int64_t i = 0; i < Tq; ++i) {
+    double pdp = 0.0;
+    for (int64_t j = 0; j < Tk; ++j) {
+      double g = 0.0;
+      for (int64_t c = 0; c < dv; ++c) {
+        r.out[i * dv + c] += p[i * Tk + j] * v[j * dv + c];
+        g += static_cast<double>(dout[i * dv + c]) * v[j * dv + c];
+        r.dv[j * dv + c] += p[i * Tk + j] * dout[i * dv + c];
+      }
+      dp[i * Tk + j] = g;
+      pdp += p[i * Tk + j] * g;
+    }
+    for (int64_t j = 0; j < Tk; ++j) {
+      const double ds = p[i * Tk + j] * (dp[i * Tk + j] - pdp) * scale;
+      for (int64_t c = 0; c < d; ++c) {
+        r.dq[i * d + c] += ds * k[j * d + c];
+        r.dk[j * d + c] += ds * q[i * d + c];
+      }
+    }
+  }
+  return r;
+}
+
+// gp_attention_fwd / gp_attention_bwd against the double reference, per
+// block: without a mask, with a causal one, Tq != Tk and d != dv, one block
+// and enough blocks for every OpenMP thread.
+TEST(Kernels, AttentionAndGradientMatchReference) {
+  struct Case {
+    int64_t batch, Tq, Tk, d, dv;
+    bool causal;
+  };
+  for (Case c : {Case{1, 4, 4, 3, 3, false}, Case{6, 8, 8, 4, 4, true},
+                 Case{3, 5, 7, 6, 2, false}, Case{16, 64, 64, 32, 32, true},
+                 Case{2, 3, 9, 5, 8, true}}) {
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+    const int64_t nq = c.batch * c.Tq * c.d, nk = c.batch * c.Tk * c.d,
+                  nv = c.batch * c.Tk * c.dv, no = c.batch * c.Tq * c.dv;
+    const std::vector<float> q = randomVec(nq, 31, -2.f, 2.f),
+                             k = randomVec(nk, 32, -2.f, 2.f),
+                             v = randomVec(nv, 33), dout = randomVec(no, 34);
+    // Causal for Tq <= Tk: query i sees keys j <= i + Tk - Tq.
+    std::vector<float> mask(c.Tq * c.Tk, 0.0f);
+    for (int64_t i = 0; i < c.Tq; ++i)
+      for (int64_t j = i + c.Tk - c.Tq + 1; j < c.Tk; ++j)
+        mask[i * c.Tk + j] = 1.0f;
+    const float *m = c.causal ? mask.data() : nullptr;
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> out(no, nan), lse(c.batch * c.Tq, nan), dq(nq, nan),
+        dk(nk, nan), dv(nv, nan);
+    gp_attention_fwd(q.data(), k.data(), v.data(), m, out.data(), lse.data(),
+                     c.batch, c.Tq, c.Tk, c.d, c.dv, scale);
+    gp_attention_bwd(q.data(), k.data(), v.data(), m, out.data(), lse.data(),
+                     dout.data(), dq.data(), dk.data(), dv.data(), c.batch,
+                     c.Tq, c.Tk, c.d, c.dv, scale);
+    for (int64_t b = 0; b < c.batch; ++b) {
+      const AttentionRef ref = attentionRef(
+          q.data() + b * c.Tq * c.d, k.data() + b * c.Tk * c.d,
+          v.data() + b * c.Tk * c.dv, m, dout.data() + b * c.Tq * c.dv, c.Tq,
+          c.Tk, c.d, c.dv, scale);
+      auto near = [&](const std::vector<float> &got, int64_t offset,
+                      const std::vector<double> &want, const char *what) {
+        for (size_t i = 0; i < want.size(); ++i)
+          ASSERT_NEAR(got[offset + i], want[i],
+                      2e-5 * std::max(1.0, std::fabs(want[i])))
+              << what << " of block " << b << " at " << i << " (batch "
+              << c.batch << ", Tq " << c.Tq << ", Tk " << c.Tk << ")";
+      };
+      near(out, b * c.Tq * c.dv, ref.out, "out");
+      near(lse, b * c.Tq, ref.lse, "lse");
+      near(dq, b * c.Tq * c.d, ref.dq, "dq");
+      near(dk, b * c.Tk * c.d, ref.dk, "dk");
+      near(dv, b * c.Tk * c.dv, ref.dv, "dv");
+    }
+  }
+}
+
+// A fully masked score row is NaN, as the unfused path's softmax of a row of
+// -inf (gp_softmax): the row's output and log-sum-exp are NaN, the other
+// rows are unaffected; in the gradient the row's dq is NaN and, since every
+// key sums over it, so are dk and dv (as the unfused batched products).
+TEST(Kernels, AttentionFullyMaskedRowIsNaNLikeTheSoftmax) {
+  const int64_t Tq = 3, Tk = 4, d = 2;
+  const std::vector<float> q = randomVec(Tq * d, 41), k = randomVec(Tk * d, 42),
+                           v = randomVec(Tk * d, 43),
+                           dout = randomVec(Tq * d, 44);
+  std::vector<float> mask(Tq * Tk, 0.0f);
+  std::fill(mask.begin() + Tk, mask.begin() + 2 * Tk, 1.0f); // row 1
+  std::vector<float> out(Tq * d), lse(Tq), dq(Tq * d), dk(Tk * d), dv(Tk * d);
+  gp_attention_fwd(q.data(), k.data(), v.data(), mask.data(), out.data(),
+                   lse.data(), 1, Tq, Tk, d, d, 1.0f);
+  gp_attention_bwd(q.data(), k.data(), v.data(), mask.data(), out.data(),
+                   lse.data(), dout.data(), dq.data(), dk.data(), dv.data(), 1,
+                   Tq, Tk, d, d, 1.0f);
+  std::vector<float> ninf(Tk, -INFINITY), softmax(Tk);
+  gp_softmax(ninf.data(), softmax.data(), 1, Tk, 1);
+  EXPECT_TRUE(std::isnan(softmax[0])) << "the unfused softmax of -inf";
+  for (int64_t i = 0; i < Tq; ++i) {
+    EXPECT_EQ(std::isnan(lse[i]), i == 1) << "lse row " << i;
+    for (int64_t c = 0; c < d; ++c) {
+      EXPECT_EQ(std::isnan(out[i * d + c]), i == 1) << "out row " << i;
+      EXPECT_EQ(std::isnan(dq[i * d + c]), i == 1) << "dq row " << i;
+    }
+  }
+  for (int64_t i = 0; i < Tk * d; ++i) {
+    EXPECT_TRUE(std::isnan(dk[i])) << "dk at " << i;
+    EXPECT_TRUE(std::isnan(dv[i])) << "dv at " << i;
+  }
+}
+
 // Gather (embedding rows) and its gradient, against a host reference:
 // negative indices count from the end, repeated indices add up, an index out
 // of range reads zeros and adds nothing; the gradient is bitwise the same

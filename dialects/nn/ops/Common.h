@@ -28,6 +28,15 @@ inline bool broadcastsTo(llvm::ArrayRef<int64_t> small,
   return true;
 }
 
+/// Whether `v` is a constant of zeros (what gpipe-autodiff passes for a
+/// result that does not reach the loss).
+inline bool isZeros(mlir::Value v) {
+  auto c = v.getDefiningOp<ConstantOp>();
+  auto dense =
+      c ? mlir::dyn_cast<mlir::DenseElementsAttr>(c.getValue()) : nullptr;
+  return dense && dense.isSplat() && dense.getSplatValue<float>() == 0.0f;
+}
+
 /// A rank-0 f32 `nn.constant`.
 inline mlir::Value scalarConstant(mlir::OpBuilder &b, mlir::Location loc,
                                   float value) {

@@ -123,14 +123,6 @@ int64_t LayerNormGradOp::getFlops() { return 10 * numElements(getOutput()); }
 // xhat, the product, the sum over the rows.
 int64_t LayerNormScaleGradOp::getFlops() { return 4 * numElements(getInput()); }
 
-/// Whether `v` is a constant of zeros (what gpipe-autodiff passes for a
-/// result that does not reach the loss).
-static bool isZeros(Value v) {
-  auto c = v.getDefiningOp<ConstantOp>();
-  auto dense = c ? dyn_cast<DenseElementsAttr>(c.getValue()) : nullptr;
-  return dense && dense.isSplat() && dense.getSplatValue<float>() == 0.0f;
-}
-
 // torch's formulas from the input and the saved statistics (nothing is
 // recomputed, and the output need not stay alive): dx from
 // nn.layer_norm_grad, dscale = sum_rows(dy * xhat), dbias = sum_rows(dy).

@@ -298,6 +298,26 @@ void gp_layer_norm_scale_bwd(const float *x, const float *mean,
                              const float *inv_std, const float *dy,
                              float *dscale, int64_t rows, int64_t n);
 
+/// Scaled dot-product attention of `batch` independent blocks (the leading
+/// axes of q, k, v flattened): per block, with q [Tq, d], k [Tk, d], v [Tk,
+/// dv] row-major, s = scale * q k^T, s[i, j] = -inf where mask[i, j] != 0
+/// (mask [Tq, Tk], shared by every block; null: no mask), out = softmax(s) v
+/// [Tq, dv] and lse[i] = m_i + log(sum_j exp(s[i, j] - m_i)), m_i the row's
+/// maximum (the sum in double). A fully masked row gives NaN (as gp_softmax).
+void gp_attention_fwd(const float *q, const float *k, const float *v,
+                      const float *mask, float *out, float *lse, int64_t batch,
+                      int64_t Tq, int64_t Tk, int64_t d, int64_t dv,
+                      float scale);
+
+/// Its gradient from the forward's operands, out, lse and dout (same views):
+/// P = exp(s - lse) recomputed, D = rowsum(dout * out), dv = P^T dout,
+/// dP = dout v^T, dS = P * (dP - D), dq = scale * dS k, dk = scale * dS^T q.
+void gp_attention_bwd(const float *q, const float *k, const float *v,
+                      const float *mask, const float *out, const float *lse,
+                      const float *dout, float *dq, float *dk, float *dv,
+                      int64_t batch, int64_t Tq, int64_t Tk, int64_t d,
+                      int64_t dv_dim, float scale);
+
 /// Embedding lookup (ONNX Gather on axis 0): out[i, :] = table[idx[i], :] for
 /// i in [0, n), rows of `width` floats from a table of `rows` rows; an index
 /// in [-rows, 0) counts from the end; one outside [-rows, rows) gives a row

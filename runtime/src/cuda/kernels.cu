@@ -419,6 +419,130 @@ int layerNormThreads(int64_t n) {
 }
 
 //===----------------------------------------------------------------------===//
+// Attention (gp_attention_fwd, gp_attention_bwd): correctness first, a thread
+// per query row (forward, dq) or key row (dk, dv), scores recomputed rather
+// than stored, every output row written by one thread (no atomics)
+//===----------------------------------------------------------------------===//
+
+/// scale * q_i . k_j, -inf where the mask says so.
+__device__ float attentionScore(const float *__restrict__ qi,
+                                const float *__restrict__ kj,
+                                const float *__restrict__ mask, int64_t i,
+                                int64_t j, int64_t Tk, int64_t d, float scale) {
+  if (mask && mask[i * Tk + j] != 0.0f)
+    return -INFINITY;
+  float acc = 0.0f;
+  for (int64_t c = 0; c < d; ++c)
+    acc += qi[c] * kj[c];
+  return acc * scale;
+}
+
+__global__ void
+attentionFwdKernel(const float *__restrict__ q, const float *__restrict__ k,
+                   const float *__restrict__ v, const float *__restrict__ mask,
+                   float *__restrict__ out, float *__restrict__ lse,
+                   int64_t batch, int64_t Tq, int64_t Tk, int64_t d, int64_t dv,
+                   float scale) {
+  for (int64_t r = globalThread(); r < batch * Tq; r += gridThreads()) {
+    const int64_t b = r / Tq, i = r % Tq;
+    const float *qi = q + r * d, *kb = k + b * Tk * d, *vb = v + b * Tk * dv;
+    float m = -INFINITY;
+    for (int64_t j = 0; j < Tk; ++j)
+      m = fmaxf(m, attentionScore(qi, kb + j * d, mask, i, j, Tk, d, scale));
+    float *o = out + r * dv;
+    for (int64_t c = 0; c < dv; ++c)
+      o[c] = 0.0f;
+    double sum = 0.0;
+    for (int64_t j = 0; j < Tk; ++j) {
+      const float e =
+          expf(attentionScore(qi, kb + j * d, mask, i, j, Tk, d, scale) - m);
+      sum += e;
+      for (int64_t c = 0; c < dv; ++c)
+        o[c] += e * vb[j * dv + c];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t c = 0; c < dv; ++c)
+      o[c] *= inv;
+    lse[r] = m + static_cast<float>(log(sum));
+  }
+}
+
+/// D_i = rowsum(dout_i * out_i).
+__device__ float attentionRowD(const float *__restrict__ g,
+                               const float *__restrict__ o, int64_t dv) {
+  double acc = 0.0;
+  for (int64_t c = 0; c < dv; ++c)
+    acc += static_cast<double>(g[c]) * o[c];
+  return static_cast<float>(acc);
+}
+
+/// dP_ij = dout_i . v_j.
+__device__ float attentionDp(const float *__restrict__ g,
+                             const float *__restrict__ vj, int64_t dv) {
+  float acc = 0.0f;
+  for (int64_t c = 0; c < dv; ++c)
+    acc += g[c] * vj[c];
+  return acc;
+}
+
+// dq_i = scale * sum_j P_ij (dP_ij - D_i) k_j, a thread per query row.
+__global__ void attentionBwdQKernel(
+    const float *__restrict__ q, const float *__restrict__ k,
+    const float *__restrict__ v, const float *__restrict__ mask,
+    const float *__restrict__ out, const float *__restrict__ lse,
+    const float *__restrict__ dout, float *__restrict__ dq, int64_t batch,
+    int64_t Tq, int64_t Tk, int64_t d, int64_t dv, float scale) {
+  for (int64_t r = globalThread(); r < batch * Tq; r += gridThreads()) {
+    const int64_t b = r / Tq, i = r % Tq;
+    const float *qi = q + r * d, *kb = k + b * Tk * d, *vb = v + b * Tk * dv;
+    const float *g = dout + r * dv;
+    const float D = attentionRowD(g, out + r * dv, dv), l = lse[r];
+    float *dqi = dq + r * d;
+    for (int64_t c = 0; c < d; ++c)
+      dqi[c] = 0.0f;
+    for (int64_t j = 0; j < Tk; ++j) {
+      const float p =
+          expf(attentionScore(qi, kb + j * d, mask, i, j, Tk, d, scale) - l);
+      const float ds = p * (attentionDp(g, vb + j * dv, dv) - D) * scale;
+      for (int64_t c = 0; c < d; ++c)
+        dqi[c] += ds * kb[j * d + c];
+    }
+  }
+}
+
+// dv_j = sum_i P_ij dout_i, dk_j = scale * sum_i dS_ij q_i, a thread per key
+// row.
+__global__ void attentionBwdKvKernel(
+    const float *__restrict__ q, const float *__restrict__ k,
+    const float *__restrict__ v, const float *__restrict__ mask,
+    const float *__restrict__ out, const float *__restrict__ lse,
+    const float *__restrict__ dout, float *__restrict__ dk,
+    float *__restrict__ dvOut, int64_t batch, int64_t Tq, int64_t Tk, int64_t d,
+    int64_t dv, float scale) {
+  for (int64_t r = globalThread(); r < batch * Tk; r += gridThreads()) {
+    const int64_t b = r / Tk, j = r % Tk;
+    const float *kj = k + r * d, *vj = v + r * dv;
+    float *dkj = dk + r * d, *dvj = dvOut + r * dv;
+    for (int64_t c = 0; c < d; ++c)
+      dkj[c] = 0.0f;
+    for (int64_t c = 0; c < dv; ++c)
+      dvj[c] = 0.0f;
+    for (int64_t i = 0; i < Tq; ++i) {
+      const int64_t row = b * Tq + i;
+      const float *qi = q + row * d, *g = dout + row * dv;
+      const float p =
+          expf(attentionScore(qi, kj, mask, i, j, Tk, d, scale) - lse[row]);
+      const float D = attentionRowD(g, out + row * dv, dv);
+      const float ds = p * (attentionDp(g, vj, dv) - D) * scale;
+      for (int64_t c = 0; c < dv; ++c)
+        dvj[c] += p * g[c];
+      for (int64_t c = 0; c < d; ++c)
+        dkj[c] += ds * qi[c];
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
 // Reductions (gp_reduce_to, gp_reduce_max)
 //===----------------------------------------------------------------------===//
 
@@ -1506,6 +1630,34 @@ void gp_layer_norm_scale_bwd(const float *x, const float *mean,
     return;
   layerNormScaleBwdKernel<<<blocksFor(n), kThreads, 0, stream()>>>(
       x, mean, inv_std, dy, dscale, rows, n);
+  GP_CUDA_LAUNCHED();
+}
+
+void gp_attention_fwd(const float *q, const float *k, const float *v,
+                      const float *mask, float *out, float *lse, int64_t batch,
+                      int64_t Tq, int64_t Tk, int64_t d, int64_t dv,
+                      float scale) {
+  if (batch <= 0 || Tq <= 0)
+    return;
+  attentionFwdKernel<<<blocksFor(batch * Tq), kThreads, 0, stream()>>>(
+      q, k, v, mask, out, lse, batch, Tq, Tk, d, dv, scale);
+  GP_CUDA_LAUNCHED();
+}
+
+void gp_attention_bwd(const float *q, const float *k, const float *v,
+                      const float *mask, const float *out, const float *lse,
+                      const float *dout, float *dq, float *dk, float *dv,
+                      int64_t batch, int64_t Tq, int64_t Tk, int64_t d,
+                      int64_t dv_dim, float scale) {
+  if (batch <= 0)
+    return;
+  if (Tq > 0)
+    attentionBwdQKernel<<<blocksFor(batch * Tq), kThreads, 0, stream()>>>(
+        q, k, v, mask, out, lse, dout, dq, batch, Tq, Tk, d, dv_dim, scale);
+  GP_CUDA_LAUNCHED();
+  if (Tk > 0)
+    attentionBwdKvKernel<<<blocksFor(batch * Tk), kThreads, 0, stream()>>>(
+        q, k, v, mask, out, lse, dout, dk, dv, batch, Tq, Tk, d, dv_dim, scale);
   GP_CUDA_LAUNCHED();
 }
 

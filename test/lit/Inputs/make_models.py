@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Writes small ONNX models for the lit tests (named nodes, bad inputs).
 
-usage: make_models.py KIND OUT.onnx   (run with /usr/bin/python3: Debian onnx)
+usage: make_models.py KIND OUT.onnx [INPUT]   (run with /usr/bin/python3: Debian onnx)
 """
 import sys
 
 import numpy as np
 import onnx
+import onnx.parser
 from onnx import TensorProto, helper, numpy_helper
 
 
@@ -62,6 +63,16 @@ def main():
         onnx.save_model(m, out, save_as_external_data=True,
                         all_tensors_to_one_file=True, location="weights.bin",
                         size_threshold=0)
+        return
+    elif kind == "ninf":
+        # An ONNX text model (argv[3]) whose Constant producing 'ninf' becomes
+        # -inf (torch's masked_fill value), which ONNX text cannot spell.
+        m = onnx.parser.parse_model(open(sys.argv[3]).read())
+        for node in m.graph.node:
+            if node.op_type == "Constant" and list(node.output) == ["ninf"]:
+                node.attribute[0].t.CopyFrom(numpy_helper.from_array(
+                    np.array(-np.inf, dtype=np.float32)))
+        onnx.save(m, out)
         return
     else:
         sys.exit("unknown kind " + kind)

@@ -974,3 +974,93 @@ func.func @scatter_add_shape(%g: tensor<4x8x15xf32>, %i: tensor<4x8xi64>) {
   %y = nn.scatter_add %g, %i : tensor<4x8x15xf32>, tensor<4x8xi64> -> tensor<50x16xf32>
   return
 }
+
+// -----
+
+// nn.attention: q, k and v are [*, T, d] (rank >= 3).
+func.func @attention_rank(%q: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{'nn.attention' op q must have rank >= 3 ([*, Tq, d]), got 'tensor<4x8xf32>'}}
+  %o:2 = nn.attention %q, %q, %q {scale = 1.0 : f32} : (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4xf32>)
+  return %o#0 : tensor<4x8xf32>
+}
+
+// -----
+
+// q, k and v share their leading (batch, head) axes: no broadcasting.
+func.func @attention_leading(%q: tensor<2x4x8xf32>, %k: tensor<1x4x8xf32>) -> tensor<2x4x8xf32> {
+  // expected-error @+1 {{'nn.attention' op q, k and v must have the same leading shape, got 'tensor<2x4x8xf32>', 'tensor<1x4x8xf32>' and 'tensor<1x4x8xf32>'}}
+  %o:2 = nn.attention %q, %k, %k {scale = 1.0 : f32} : (tensor<2x4x8xf32>, tensor<1x4x8xf32>, tensor<1x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4xf32>)
+  return %o#0 : tensor<2x4x8xf32>
+}
+
+// -----
+
+// The keys have the queries' width d.
+func.func @attention_width(%q: tensor<2x4x8xf32>, %k: tensor<2x4x6xf32>) -> tensor<2x4x6xf32> {
+  // expected-error @+1 {{'nn.attention' op k must have q's last dimension 8, got 'tensor<2x4x6xf32>'}}
+  %o:2 = nn.attention %q, %k, %k {scale = 1.0 : f32} : (tensor<2x4x8xf32>, tensor<2x4x6xf32>, tensor<2x4x6xf32>) -> (tensor<2x4x6xf32>, tensor<2x4xf32>)
+  return %o#0 : tensor<2x4x6xf32>
+}
+
+// -----
+
+// The values have the keys' sequence length.
+func.func @attention_values(%q: tensor<2x4x8xf32>, %v: tensor<2x3x8xf32>) -> tensor<2x4x8xf32> {
+  // expected-error @+1 {{'nn.attention' op v must have k's sequence length 4, got 'tensor<2x3x8xf32>'}}
+  %o:2 = nn.attention %q, %q, %v {scale = 1.0 : f32} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x3x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4xf32>)
+  return %o#0 : tensor<2x4x8xf32>
+}
+
+// -----
+
+// The mask is [Tq, Tk], shared by every (batch, head) block.
+func.func @attention_mask(%q: tensor<2x4x8xf32>, %m: tensor<1x4x4xf32>) -> tensor<2x4x8xf32> {
+  // expected-error @+1 {{'nn.attention' op mask must be 'tensor<4x4xf32>' ([Tq, Tk], no batch axis), got 'tensor<1x4x4xf32>'}}
+  %o:2 = nn.attention %q, %q, %q mask %m {scale = 1.0 : f32} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<1x4x4xf32>) -> (tensor<2x4x8xf32>, tensor<2x4xf32>)
+  return %o#0 : tensor<2x4x8xf32>
+}
+
+// -----
+
+// The output is [*, Tq, dv].
+func.func @attention_output(%q: tensor<2x4x8xf32>, %v: tensor<2x4x6xf32>) -> tensor<2x4x8xf32> {
+  // expected-error @+1 {{'nn.attention' op output must be 'tensor<2x4x6xf32>', got 'tensor<2x4x8xf32>'}}
+  %o:2 = nn.attention %q, %q, %v {scale = 1.0 : f32} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x6xf32>) -> (tensor<2x4x8xf32>, tensor<2x4xf32>)
+  return %o#0 : tensor<2x4x8xf32>
+}
+
+// -----
+
+// The log-sum-exp has one entry per query row, [*, Tq].
+func.func @attention_lse(%q: tensor<2x4x8xf32>) -> tensor<2x4x8xf32> {
+  // expected-error @+1 {{'nn.attention' op lse must be 'tensor<2x4xf32>' (one log-sum-exp per query row), got 'tensor<2x4x1xf32>'}}
+  %o:2 = nn.attention %q, %q, %q {scale = 1.0 : f32} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x1xf32>)
+  return %o#0 : tensor<2x4x8xf32>
+}
+
+// -----
+
+// f32 only.
+func.func @attention_type(%q: tensor<2x4x8xi64>) -> tensor<2x4x8xi64> {
+  // expected-error @+1 {{'nn.attention' op operand #0 must be statically shaped tensor of 32-bit float values, but got 'tensor<2x4x8xi64>'}}
+  %o:2 = nn.attention %q, %q, %q {scale = 1.0 : f32} : (tensor<2x4x8xi64>, tensor<2x4x8xi64>, tensor<2x4x8xi64>) -> (tensor<2x4x8xi64>, tensor<2x4xf32>)
+  return %o#0 : tensor<2x4x8xi64>
+}
+
+// -----
+
+// nn.attention_grad: the gradients have their operands' types.
+func.func @attention_grad_types(%q: tensor<2x4x8xf32>, %l: tensor<2x4xf32>) -> tensor<2x4x8xf32> {
+  // expected-error @+1 {{'nn.attention_grad' op failed to verify that all of {k, dk} have same type}}
+  %d:3 = nn.attention_grad %q, %q, %q, %q, %l, %q {scale = 1.0 : f32} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4xf32>, tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x4xf32>, tensor<2x4x8xf32>)
+  return %d#0 : tensor<2x4x8xf32>
+}
+
+// -----
+
+// nn.attention_grad checks the forward's shapes too (here the mask).
+func.func @attention_grad_mask(%q: tensor<2x4x8xf32>, %m: tensor<4x3xf32>, %l: tensor<2x4xf32>) -> tensor<2x4x8xf32> {
+  // expected-error @+1 {{'nn.attention_grad' op mask must be 'tensor<4x4xf32>' ([Tq, Tk], no batch axis), got 'tensor<4x3xf32>'}}
+  %d:3 = nn.attention_grad %q, %q, %q mask %m, %q, %l, %q {scale = 1.0 : f32} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<4x3xf32>, tensor<2x4x8xf32>, tensor<2x4xf32>, tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>)
+  return %d#0 : tensor<2x4x8xf32>
+}

@@ -337,3 +337,22 @@ func.func @dropout(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   %d = nn.dropout_grad %y {key = 42 : i64, ratio = 0.1 : f32} : tensor<4x8xf32>
   return %d : tensor<4x8xf32>
 }
+
+// -----
+
+// nn.attention (with and without a mask; lse has the query rows' shape) and
+// nn.attention_grad (Tq != Tk, d != dv).
+// CHECK-LABEL: func.func @attention(
+// CHECK-SAME: %[[Q:[^:]+]]: tensor<2x3x4x8xf32>, %[[K:[^:]+]]: tensor<2x3x5x8xf32>, %[[V:[^:]+]]: tensor<2x3x5x6xf32>, %[[M:[^:]+]]: tensor<4x5xf32>, %[[G:[^:]+]]: tensor<2x3x4x6xf32>)
+// CHECK-NEXT: %[[O:[^,]+]], %[[L:[^ ]+]] = nn.attention %[[Q]], %[[K]], %[[V]] mask %[[M]] {scale = 0.353553385 : f32} : (tensor<2x3x4x8xf32>, tensor<2x3x5x8xf32>, tensor<2x3x5x6xf32>, tensor<4x5xf32>) -> (tensor<2x3x4x6xf32>, tensor<2x3x4xf32>)
+// CHECK-NEXT: %[[P:[^,]+]], %[[PL:[^ ]+]] = nn.attention %[[Q]], %[[K]], %[[V]] {scale = 1.000000e+00 : f32} : (tensor<2x3x4x8xf32>, tensor<2x3x5x8xf32>, tensor<2x3x5x6xf32>) -> (tensor<2x3x4x6xf32>, tensor<2x3x4xf32>)
+// CHECK-NEXT: %[[DQ:[^,]+]], %{{[^,]+}}, %[[DV:[^ ]+]] = nn.attention_grad %[[Q]], %[[K]], %[[V]] mask %[[M]], %[[O]], %[[L]], %[[G]] {scale = 0.353553385 : f32} : (tensor<2x3x4x8xf32>, tensor<2x3x5x8xf32>, tensor<2x3x5x6xf32>, tensor<4x5xf32>, tensor<2x3x4x6xf32>, tensor<2x3x4xf32>, tensor<2x3x4x6xf32>) -> (tensor<2x3x4x8xf32>, tensor<2x3x5x8xf32>, tensor<2x3x5x6xf32>)
+// CHECK-NEXT: %{{[^,]+}}, %[[NK:[^,]+]], %{{[^ ]+}} = nn.attention_grad %[[Q]], %[[K]], %[[V]], %[[P]], %[[PL]], %[[G]] {scale = 1.000000e+00 : f32} : (tensor<2x3x4x8xf32>, tensor<2x3x5x8xf32>, tensor<2x3x5x6xf32>, tensor<2x3x4x6xf32>, tensor<2x3x4xf32>, tensor<2x3x4x6xf32>) -> (tensor<2x3x4x8xf32>, tensor<2x3x5x8xf32>, tensor<2x3x5x6xf32>)
+// CHECK-NEXT: return %[[DQ]], %[[NK]], %[[DV]], %[[O]]
+func.func @attention(%q: tensor<2x3x4x8xf32>, %k: tensor<2x3x5x8xf32>, %v: tensor<2x3x5x6xf32>, %m: tensor<4x5xf32>, %g: tensor<2x3x4x6xf32>) -> (tensor<2x3x4x8xf32>, tensor<2x3x5x8xf32>, tensor<2x3x5x6xf32>, tensor<2x3x4x6xf32>) {
+  %o, %lse = nn.attention %q, %k, %v mask %m {scale = 0.353553385 : f32} : (tensor<2x3x4x8xf32>, tensor<2x3x5x8xf32>, tensor<2x3x5x6xf32>, tensor<4x5xf32>) -> (tensor<2x3x4x6xf32>, tensor<2x3x4xf32>)
+  %p:2 = nn.attention %q, %k, %v {scale = 1.0 : f32} : (tensor<2x3x4x8xf32>, tensor<2x3x5x8xf32>, tensor<2x3x5x6xf32>) -> (tensor<2x3x4x6xf32>, tensor<2x3x4xf32>)
+  %dq, %dk, %dv = nn.attention_grad %q, %k, %v mask %m, %o, %lse, %g {scale = 0.353553385 : f32} : (tensor<2x3x4x8xf32>, tensor<2x3x5x8xf32>, tensor<2x3x5x6xf32>, tensor<4x5xf32>, tensor<2x3x4x6xf32>, tensor<2x3x4xf32>, tensor<2x3x4x6xf32>) -> (tensor<2x3x4x8xf32>, tensor<2x3x5x8xf32>, tensor<2x3x5x6xf32>)
+  %n:3 = nn.attention_grad %q, %k, %v, %p#0, %p#1, %g {scale = 1.0 : f32} : (tensor<2x3x4x8xf32>, tensor<2x3x5x8xf32>, tensor<2x3x5x6xf32>, tensor<2x3x4x6xf32>, tensor<2x3x4xf32>, tensor<2x3x4x6xf32>) -> (tensor<2x3x4x8xf32>, tensor<2x3x5x8xf32>, tensor<2x3x5x6xf32>)
+  return %dq, %n#1, %dv, %o : tensor<2x3x4x8xf32>, tensor<2x3x5x8xf32>, tensor<2x3x5x6xf32>, tensor<2x3x4x6xf32>
+}

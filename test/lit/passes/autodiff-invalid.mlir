@@ -109,3 +109,16 @@ func.func @layer_norm_mean(%l: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
   %loss = nn.softmax_cross_entropy %z, %l : tensor<4x8xf32>, tensor<4xi64>
   return %loss : tensor<f32>
 }
+
+// -----
+
+nn.parameter @q : tensor<2x4x8xf32>
+// An attention's log-sum-exp has no gradient rule: only its output may reach
+// the loss.
+func.func @attention_lse(%l: tensor<2xi64>) -> (tensor<f32> {nn.loss}) {
+  %q = nn.param @q : tensor<2x4x8xf32>
+  // expected-error @+1 {{cannot differentiate through an attention's log-sum-exp: only its output may reach the loss}}
+  %o:2 = nn.attention %q, %q, %q {scale = 1.0 : f32} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4xf32>)
+  %loss = nn.softmax_cross_entropy %o#1, %l : tensor<2x4xf32>, tensor<2xi64>
+  return %loss : tensor<f32>
+}

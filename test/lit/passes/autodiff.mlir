@@ -853,3 +853,33 @@ func.func @embedding(%ids: tensor<2x3xi64>, %labels: tensor<6xi64>) -> (tensor<f
   %loss = nn.softmax_cross_entropy %r, %labels : tensor<6x4xf32>, tensor<6xi64>
   return %loss : tensor<f32>
 }
+
+// -----
+
+nn.parameter @q : tensor<2x4x8xf32>
+nn.parameter @kv : tensor<2x4x8xf32>
+// nn.attention's gradient is one nn.attention_grad from q, k, v, the mask,
+// the output, the saved log-sum-exp and dout (the probabilities are
+// recomputed, not stored); the gradients of k and v (one parameter) add up.
+// The zeros standing for the log-sum-exp's gradient are dropped; the mask
+// gets none.
+// CHECK-LABEL: func.func @attention(
+// CHECK: %[[Q:.+]] = nn.param @q
+// CHECK-NEXT: %[[KV:.+]] = nn.param @kv
+// CHECK-NEXT: %[[M:.+]] = nn.constant dense<0.000000e+00> : tensor<4x4xf32>
+// CHECK-NEXT: %[[O:[^,]+]], %[[L:[^ ]+]] = nn.attention %[[Q]], %[[KV]], %[[KV]] mask %[[M]] {scale = 0.353553385 : f32}
+// CHECK: %[[DO:.+]] = nn.reshape %{{.+}} : tensor<8x8xf32> -> tensor<2x4x8xf32>
+// CHECK-NEXT: %[[DQ:[^,]+]], %[[DK:[^,]+]], %[[DV:[^ ]+]] = nn.attention_grad %[[Q]], %[[KV]], %[[KV]] mask %[[M]], %[[O]], %[[L]], %[[DO]] {scale = 0.353553385 : f32} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<4x4xf32>, tensor<2x4x8xf32>, tensor<2x4xf32>, tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>)
+// CHECK-NEXT: %[[DKV:.+]] = nn.add %[[DK]], %[[DV]]
+// CHECK-NEXT: nn.param_grad %[[Q]], %[[DQ]]
+// CHECK-NEXT: nn.param_grad %[[KV]], %[[DKV]]
+// CHECK-NOT: nn.constant
+func.func @attention(%l: tensor<8xi64>) -> (tensor<f32> {nn.loss}) {
+  %q = nn.param @q : tensor<2x4x8xf32>
+  %kv = nn.param @kv : tensor<2x4x8xf32>
+  %m = nn.constant dense<0.0> : tensor<4x4xf32>
+  %o, %lse = nn.attention %q, %kv, %kv mask %m {scale = 0.353553385 : f32} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<4x4xf32>) -> (tensor<2x4x8xf32>, tensor<2x4xf32>)
+  %f = nn.reshape %o : tensor<2x4x8xf32> -> tensor<8x8xf32>
+  %loss = nn.softmax_cross_entropy %f, %l : tensor<8x8xf32>, tensor<8xi64>
+  return %loss : tensor<f32>
+}

@@ -409,3 +409,28 @@ func.func @gather_both(%x: tensor<8x4x3xf32>, %ids: tensor<8xi64>, %l: tensor<8x
   %loss = nn.softmax_cross_entropy %r, %l : tensor<8x24xf32>, tensor<8xi64>
   return %loss : tensor<f32>
 }
+
+// -----
+
+// An attention whose keys and values are constants (one set for every
+// sample) while the queries carry the batch: each micro-batch would need
+// keys of its own batch size.
+func.func @attention_constant_keys(%x: tensor<8x4x8xf32>) -> (tensor<f32> {nn.loss}) {
+  %k = nn.constant dense<1.0> : tensor<8x4x8xf32>
+  // expected-error @+1 {{cannot split the batch into micro-batches: an attention whose q, k and v do not all carry the batch on the same axis}}
+  %o:2 = nn.attention %x, %k, %k {scale = 1.0 : f32} : (tensor<8x4x8xf32>, tensor<8x4x8xf32>, tensor<8x4x8xf32>) -> (tensor<8x4x8xf32>, tensor<8x4xf32>)
+  %r = nn.reduce_to %o#0 : tensor<8x4x8xf32> -> tensor<f32>
+  return %r : tensor<f32>
+}
+
+// -----
+
+// An attention along the batch axis (the batch is the sequence: every
+// sample would attend to the others, across micro-batches).
+func.func @attention_over_batch(%x: tensor<8x4xf32>) -> (tensor<f32> {nn.loss}) {
+  %t = nn.reshape %x : tensor<8x4xf32> -> tensor<1x8x4xf32>
+  // expected-error @+1 {{cannot split the batch into micro-batches: an attention along the batch axis (the batch must be a leading axis of q, k and v)}}
+  %o:2 = nn.attention %t, %t, %t {scale = 1.0 : f32} : (tensor<1x8x4xf32>, tensor<1x8x4xf32>, tensor<1x8x4xf32>) -> (tensor<1x8x4xf32>, tensor<1x8xf32>)
+  %r = nn.reduce_to %o#0 : tensor<1x8x4xf32> -> tensor<f32>
+  return %r : tensor<f32>
+}

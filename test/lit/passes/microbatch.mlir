@@ -421,3 +421,23 @@ func.func @merged_rows(%x: tensor<8x4x16xf32>, %labels: tensor<8x4xi64>) -> (ten
   %loss = nn.softmax_cross_entropy %f, %fl : tensor<32x16xf32>, tensor<32xi64>
   return %loss : tensor<f32>
 }
+
+// -----
+
+// nn.attention on [B, H, T, d] from the data: the batch passes from q, k and
+// v (axis 0) to the output and the log-sum-exp; the mask [T, T] keeps its
+// type.
+// CHECK-LABEL: func.func @attention(
+// CHECK-SAME: %[[X:[^:]+]]: tensor<2x2x4x8xf32>, %[[L:[^:]+]]: tensor<2xi64>)
+// CHECK-NEXT: %[[M:.+]] = nn.constant dense<0.000000e+00> : tensor<4x4xf32>
+// CHECK-NEXT: %[[O:[^,]+]], %{{[^ ]+}} = nn.attention %[[X]], %[[X]], %[[X]] mask %[[M]] {scale = 0.353553385 : f32} : (tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>, tensor<4x4xf32>) -> (tensor<2x2x4x8xf32>, tensor<2x2x4xf32>)
+// CHECK-NEXT: nn.reshape %[[O]] : tensor<2x2x4x8xf32> -> tensor<2x64xf32>
+// ONE-LABEL: func.func @attention(
+// ONE-SAME: tensor<8x2x4x8xf32>
+func.func @attention(%x: tensor<8x2x4x8xf32>, %labels: tensor<8xi64>) -> (tensor<f32> {nn.loss}) {
+  %m = nn.constant dense<0.0> : tensor<4x4xf32>
+  %o, %lse = nn.attention %x, %x, %x mask %m {scale = 0.353553385 : f32} : (tensor<8x2x4x8xf32>, tensor<8x2x4x8xf32>, tensor<8x2x4x8xf32>, tensor<4x4xf32>) -> (tensor<8x2x4x8xf32>, tensor<8x2x4xf32>)
+  %f = nn.reshape %o : tensor<8x2x4x8xf32> -> tensor<8x64xf32>
+  %loss = nn.softmax_cross_entropy %f, %labels : tensor<8x64xf32>, tensor<8xi64>
+  return %loss : tensor<f32>
+}
