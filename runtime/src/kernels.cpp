@@ -34,17 +34,6 @@ void scaleMatrix(float *C, int64_t M, int64_t N, int64_t ldc, float beta) {
   }
 }
 
-/// Row max and sum of exp(x - max), shared by the softmax forward and backward
-/// so that the gradient is that of exactly the computed loss.
-void rowStats(const float *x, int64_t C, float &mx, double &sumExp) {
-  mx = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < C; ++j)
-    mx = std::max(mx, x[j]);
-  sumExp = 0.0;
-  for (int64_t j = 0; j < C; ++j)
-    sumExp += std::exp(x[j] - mx);
-}
-
 /// The bits of bf16(x), rounded to nearest even (as __float2bfloat16_rn):
 /// NaNs stay NaN (quiet), infinities and overflow to infinity as IEEE says.
 uint16_t bf16Bits(float x) {
@@ -103,6 +92,8 @@ void lossBackward(const int64_t *labels, int64_t N, int64_t C,
   }
   const double divisor = norm > 0.0 ? norm : static_cast<double>(count);
   const float scale = static_cast<float>(static_cast<double>(*dloss) / divisor);
+  // Rows are independent (rowGrad writes its own row only).
+#pragma omp parallel for schedule(static) if (N * C >= (1 << 15))
   for (int64_t i = 0; i < N; ++i) {
     float *row = dx + i * C;
     const int64_t y = labels[i];
@@ -302,6 +293,22 @@ GP_CPU_CLONES void attentionDsRow(const float *__restrict p,
                                   float *__restrict dp, float D, int64_t n) {
   for (int64_t j = 0; j < n; ++j)
     dp[j] = p[j] * (dp[j] - D);
+}
+
+/// e = exp(x - shift), 8 wide (libmvec's expf).
+GP_CPU_CLONES void expShifted(const float *__restrict x, float *__restrict e,
+                              float shift, int64_t n) {
+  for (int64_t j = 0; j < n; ++j)
+    e[j] = expf(x[j] - shift);
+}
+
+/// Row max (NaNs skipped) and the sum (in double) of e = exp(x - max),
+/// shared by the cross-entropy forward and backward so that the gradient is
+/// that of exactly the computed loss.
+void rowStats(const float *x, int64_t C, float &mx, double &sumExp, float *e) {
+  mx = maxOfRow(x, C);
+  expShifted(x, e, mx, C);
+  sumExp = sumOfRow(e, C);
 }
 
 /// A thread's score tile, kept across calls.
@@ -905,21 +912,29 @@ void gp_check_labels(const gp_step_ctx *ctx, const int64_t *labels, int64_t n,
 void gp_softmax_xent_fwd(const float *logits, const int64_t *labels, int64_t N,
                          int64_t C, int32_t has_ignore, int64_t ignore_index,
                          double norm, float *loss, float *log_prob) {
+  // Each row's loss term, rows in parallel; summed in order below.
+  std::vector<double> rowLoss(static_cast<size_t>(std::max<int64_t>(N, 0)));
+#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
+  for (int64_t i = 0; i < N; ++i) {
+    thread_local std::vector<float> exps;
+    float *e = attentionTile(exps, C);
+    const float *x = logits + i * C;
+    const int64_t y = labels[i];
+    float mx;
+    double sumExp;
+    rowStats(x, C, mx, sumExp, e);
+    double logSum = std::log(sumExp);
+    if (log_prob) {
+      float lse = mx + static_cast<float>(logSum);
+      for (int64_t j = 0; j < C; ++j)
+        log_prob[i * C + j] = x[j] - lse;
+    }
+    rowLoss[static_cast<size_t>(i)] =
+        y >= 0 && y < C ? (static_cast<double>(mx) - x[y]) + logSum : 0.0;
+  }
   *loss = lossForward(
-      labels, N, C, has_ignore, ignore_index, norm, [&](int64_t i, int64_t y) {
-        const float *x = logits + i * C;
-        float mx;
-        double sumExp;
-        rowStats(x, C, mx, sumExp);
-        double logSum = std::log(sumExp);
-        if (log_prob) {
-          float lse = mx + static_cast<float>(logSum);
-          for (int64_t j = 0; j < C; ++j)
-            log_prob[i * C + j] = x[j] - lse;
-        }
-        return y >= 0 && y < C ? (static_cast<double>(mx) - x[y]) + logSum
-                               : 0.0;
-      });
+      labels, N, C, has_ignore, ignore_index, norm,
+      [&](int64_t i, int64_t) { return rowLoss[static_cast<size_t>(i)]; });
 }
 
 void gp_softmax_xent_bwd(const float *logits, const int64_t *labels, int64_t N,
@@ -930,11 +945,12 @@ void gp_softmax_xent_bwd(const float *logits, const int64_t *labels, int64_t N,
                  const float *x = logits + i * C;
                  float mx;
                  double sumExp;
-                 rowStats(x, C, mx, sumExp);
+                 rowStats(x, C, mx, sumExp, dx);
                  float inv = static_cast<float>(1.0 / sumExp);
+                 const float ey = dx[y];
                  for (int64_t j = 0; j < C; ++j)
-                   dx[j] = std::exp(x[j] - mx) * inv * scale;
-                 dx[y] = (std::exp(x[y] - mx) * inv - 1.0f) * scale;
+                   dx[j] = dx[j] * inv * scale;
+                 dx[y] = (ey * inv - 1.0f) * scale;
                });
 }
 
