@@ -316,6 +316,11 @@ private:
   LogicalResult emit(nn::LayerNormScaleGradOp o);
   LogicalResult emit(nn::AttentionOp o);
   LogicalResult emit(nn::AttentionGradOp o);
+  LogicalResult emit(nn::MaxPoolOp o);
+  LogicalResult emit(nn::MaxPoolGradOp o);
+  LogicalResult emit(nn::AvgPoolOp o);
+  LogicalResult emit(nn::AvgPoolGradOp o);
+  LogicalResult emit(nn::PadOp o);
   LogicalResult emit(nn::SoftmaxCrossEntropyOp o);
   LogicalResult emit(nn::SoftmaxCrossEntropyGradOp o);
   LogicalResult emit(nn::NllLossOp o);
@@ -837,11 +842,13 @@ LogicalResult FuncEmitter::emitOp(Operation *op) {
             nn::SoftmaxOp, nn::SoftmaxGradOp, nn::LogSoftmaxOp,
             nn::LogSoftmaxGradOp, nn::DropoutOp, nn::DropoutGradOp,
             nn::LayerNormOp, nn::LayerNormGradOp, nn::LayerNormScaleGradOp,
-            nn::AttentionOp, nn::AttentionGradOp, nn::SoftmaxCrossEntropyOp,
-            nn::SoftmaxCrossEntropyGradOp, nn::NllLossOp, nn::NllLossGradOp,
-            pipeline::SGDUpdateOp, pipeline::AdamUpdateOp, pipeline::SendOp,
-            pipeline::RecvOp, pipeline::ReportLossOp,
-            pipeline::AccumulateGradOp>([&](auto o) { return emit(o); })
+            nn::AttentionOp, nn::AttentionGradOp, nn::MaxPoolOp,
+            nn::MaxPoolGradOp, nn::AvgPoolOp, nn::AvgPoolGradOp, nn::PadOp,
+            nn::SoftmaxCrossEntropyOp, nn::SoftmaxCrossEntropyGradOp,
+            nn::NllLossOp, nn::NllLossGradOp, pipeline::SGDUpdateOp,
+            pipeline::AdamUpdateOp, pipeline::SendOp, pipeline::RecvOp,
+            pipeline::ReportLossOp, pipeline::AccumulateGradOp>(
+          [&](auto o) { return emit(o); })
       .Default([&](Operation *) {
         return op->emitError("code generation does not support '")
                << op->getName() << "' yet";
@@ -1061,6 +1068,100 @@ LogicalResult FuncEmitter::emit(nn::AttentionGradOp o) {
      << ptr(o.getDout()) << ", " << ptr(o.getDq(), false) << ", "
      << ptr(o.getDk(), false) << ", " << ptr(o.getDv(), false) << ", "
      << attentionDims(o.getQ(), o.getK(), o.getV(), o.getScale()) << ");\n";
+  return success();
+}
+
+/// The gp_pool_window of a pool from `in` to `out` (1-D: a 1-high plane).
+static std::string poolWindow(RankedTensorType in, RankedTensorType out,
+                              ArrayRef<int64_t> kernel,
+                              ArrayRef<int64_t> strides, ArrayRef<int64_t> pads,
+                              ArrayRef<int64_t> dilations) {
+  bool is1d = in.getRank() == 3;
+  size_t s = kernel.size(), w = s - 1;
+  auto h = [&](int64_t v, int64_t dflt) {
+    return std::to_string(is1d ? dflt : v);
+  };
+  return "gp_pool_window{" + h(in.getDimSize(2), 1) + ", " +
+         std::to_string(in.getDimSize(in.getRank() - 1)) + ", " +
+         h(out.getDimSize(2), 1) + ", " +
+         std::to_string(out.getDimSize(out.getRank() - 1)) + ", " +
+         h(kernel[0], 1) + ", " + std::to_string(kernel[w]) + ", " +
+         h(strides[0], 1) + ", " + std::to_string(strides[w]) + ", " +
+         h(pads[0], 0) + ", " + std::to_string(pads[w]) + ", " + h(pads[s], 0) +
+         ", " + std::to_string(pads[s + w]) + ", " + h(dilations[0], 1) + ", " +
+         std::to_string(dilations[w]) + "}";
+}
+
+/// The [n, c] planes of a pool's input.
+static int64_t poolPlanes(Value v) {
+  auto t = tensorType(v);
+  return t.getDimSize(0) * t.getDimSize(1);
+}
+
+LogicalResult FuncEmitter::emit(nn::MaxPoolOp o) {
+  os << "  gp_max_pool(" << ptr(o.getInput()) << ", "
+     << ptr(o.getOutput(), false) << ", " << ptr(o.getIndices(), false) << ", "
+     << poolPlanes(o.getInput()) << ", "
+     << poolWindow(tensorType(o.getInput()), tensorType(o.getOutput()),
+                   o.getKernelShape(), o.getStrides(), o.getPads(),
+                   o.getDilations())
+     << ");\n";
+  return success();
+}
+
+LogicalResult FuncEmitter::emit(nn::MaxPoolGradOp o) {
+  int64_t planes = poolPlanes(o.getOutput());
+  os << "  gp_max_pool_bwd(" << ptr(o.getIndices()) << ", " << ptr(o.getGrad())
+     << ", " << ptr(o.getOutput(), false) << ", " << planes << ", "
+     << tensorType(o.getOutput()).getNumElements() / planes << ", "
+     << tensorType(o.getGrad()).getNumElements() / planes << ");\n";
+  return success();
+}
+
+LogicalResult FuncEmitter::emit(nn::AvgPoolOp o) {
+  os << "  gp_avg_pool(" << ptr(o.getInput()) << ", "
+     << ptr(o.getOutput(), false) << ", " << poolPlanes(o.getInput()) << ", "
+     << poolWindow(tensorType(o.getInput()), tensorType(o.getOutput()),
+                   o.getKernelShape(), o.getStrides(), o.getPads(),
+                   o.getDilations())
+     << ", " << (o.getCountIncludePad() ? 1 : 0) << ");\n";
+  return success();
+}
+
+LogicalResult FuncEmitter::emit(nn::AvgPoolGradOp o) {
+  os << "  gp_avg_pool_bwd(" << ptr(o.getGrad()) << ", "
+     << ptr(o.getOutput(), false) << ", " << poolPlanes(o.getOutput()) << ", "
+     << poolWindow(tensorType(o.getOutput()), tensorType(o.getGrad()),
+                   o.getKernelShape(), o.getStrides(), o.getPads(),
+                   o.getDilations())
+     << ", " << (o.getCountIncludePad() ? 1 : 0) << ");\n";
+  return success();
+}
+
+// Every output element: the input's where it lies inside, else the value.
+LogicalResult FuncEmitter::emit(nn::PadOp o) {
+  auto in = tensorType(o.getInput()), out = tensorType(o.getOutput());
+  int64_t rank = in.getRank();
+  std::string inside = "true", inIdx = "0", outIdx = "0";
+  int64_t inStride = 1, outStride = 1;
+  std::string body;
+  for (int64_t d = rank - 1; d >= 0; --d) {
+    std::string i = "i" + std::to_string(d), j = "j" + std::to_string(d);
+    body += "      const int64_t " + j + " = " + i + " - " +
+            std::to_string(o.getPads()[d]) + ";\n";
+    inside +=
+        " && " + j + " >= 0 && " + j + " < " + std::to_string(in.getDimSize(d));
+    inIdx += " + " + j + " * " + std::to_string(inStride);
+    outIdx += " + " + i + " * " + std::to_string(outStride);
+    inStride *= in.getDimSize(d);
+    outStride *= out.getDimSize(d);
+  }
+  body += "      o[" + outIdx + "] = (" + inside + ") ? x0[" + inIdx +
+          "] : " + floatLit(o.getValue().convertToDouble()) + ";\n";
+  emitForAll(out.getShape(),
+             {{"o", "float", false, ptr(o.getOutput(), false)},
+              {"x0", "float", true, ptr(o.getInput())}},
+             /*flat=*/false, body);
   return success();
 }
 

@@ -142,9 +142,12 @@ void AutodiffPass::runOnOperation() {
     for (unsigned i = 0, e = resultGrads.size(); i < e; ++i) {
       if (resultGrads[i])
         continue;
+      // (Integer results, such as a max pool's indices, get integer zeros.)
       auto t = cast<RankedTensorType>(op->getResult(i).getType());
-      resultGrads[i] = nn::ConstantOp::create(b, op->getLoc(),
-                                              DenseElementsAttr::get(t, 0.0f));
+      auto zero = t.getElementType().isF32()
+                      ? DenseElementsAttr::get(t, 0.0f)
+                      : DenseElementsAttr::get(t, static_cast<int64_t>(0));
+      resultGrads[i] = nn::ConstantOp::create(b, op->getLoc(), zero);
     }
     SmallVector<Value> operandGrads;
     Operation *last = ret->getPrevNode();

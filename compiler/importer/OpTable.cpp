@@ -34,6 +34,7 @@ const OpTable &gpipe::importer::onnxOpTable() {
     registerLogicalOps(t);
     registerLossOps(t);
     registerNormalizationOps(t);
+    registerPoolOps(t);
     registerReductionOps(t);
     registerShapeOps(t);
     return t;

@@ -66,6 +66,7 @@ void registerGemmOps(OpTable &table);
 void registerLogicalOps(OpTable &table);
 void registerLossOps(OpTable &table);
 void registerNormalizationOps(OpTable &table);
+void registerPoolOps(OpTable &table);
 void registerReductionOps(OpTable &table);
 void registerShapeOps(OpTable &table);
 

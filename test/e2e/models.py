@@ -40,6 +40,8 @@ ALLOWED_OPS = frozenset([
     # Gather: embeddings (float tables), and shape arithmetic on static
     # shapes (with Shape and Range), folded at import:
     "Shape", "Gather", "Range",
+    # Pooling (models without convolutions: elementwise scale and shift per channel)
+    "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Pad",
 ])
 
 DEFAULT_OPSET = 17
@@ -250,6 +252,54 @@ class MlpLayerNorm(_Loss):
         h = torch.tanh(self.ln1(self.l1(x)))
         q = F.layer_norm(h.reshape(-1, 4, 8), (4, 8), weight=self.w2, eps=1e-3)
         return self.l2(h + q.reshape(-1, 32))
+
+
+class Pool2d(_Loss):
+    """Pooling on [B, 2, 8, 8] (the input viewed so) without convolutions: a
+    per-channel scale and shift (x * w + b, w and b of shape [2, 1, 1]), Tanh,
+    MaxPool2d(2), then AvgPool2d(3, stride 2, padding 1) excluding the padding
+    with ceil_mode and, beside it, counting it; F.pad (1 left, 1 bottom, value
+    0.5), an overlapping MaxPool2d(3, stride 1, padding 1) and a global
+    average (AdaptiveAvgPool2d(1)); flattened, concatenated, Linear 42->10."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.w = nn.Parameter(torch.empty(2, 1, 1).uniform_(0.5, 1.5))
+        self.b = nn.Parameter(torch.empty(2, 1, 1).uniform_(-0.2, 0.2))
+        self.fc = nn.Linear(42, classes)
+
+    def logits(self, x):
+        h = torch.tanh(x.view(-1, 2, 8, 8) * self.w + self.b)
+        h = F.max_pool2d(h, 2)
+        a = F.avg_pool2d(h, 3, stride=2, padding=1, count_include_pad=False,
+                         ceil_mode=True)
+        c = F.avg_pool2d(h, 3, stride=2, padding=1, count_include_pad=True)
+        p = F.max_pool2d(F.pad(a, (1, 0, 0, 1), value=0.5), 3, stride=1,
+                         padding=1)
+        g = F.adaptive_avg_pool2d(p, 1)
+        return self.fc(torch.cat([p.flatten(1), g.flatten(1), c.flatten(1)], 1))
+
+
+class Pool1d(_Loss):
+    """Pooling on [B, 3, 16]: per-channel scale and shift, Tanh,
+    MaxPool1d(3, stride 2, padding 1, ceil_mode), AvgPool1d(2, stride 2,
+    ceil_mode), F.pad (2 left, 1 right), MaxPool1d(2, dilation 2, stride 1)
+    and a global maximum (AdaptiveMaxPool1d(1)); flattened, concatenated,
+    Linear 21->10."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.w = nn.Parameter(torch.empty(3, 1).uniform_(0.5, 1.5))
+        self.b = nn.Parameter(torch.empty(3, 1).uniform_(-0.2, 0.2))
+        self.fc = nn.Linear(21, classes)
+
+    def logits(self, x):
+        h = torch.tanh(x.view(-1, 3, 16) * self.w + self.b)
+        h = F.max_pool1d(h, 3, stride=2, padding=1, ceil_mode=True)
+        h = F.avg_pool1d(h, 2, stride=2, ceil_mode=True)
+        h = F.max_pool1d(F.pad(h, (2, 1)), 2, stride=1, dilation=2)
+        g = F.adaptive_max_pool1d(h, 1)
+        return self.fc(torch.cat([h.flatten(1), g.flatten(1)], 1))
 
 
 class MlpDropout(_Loss):
@@ -679,6 +729,12 @@ MODELS = {
                         "Linear-Tanh-Softmax(last, middle axis)-Linear 16->32->10"),
     "mlp_layernorm": Spec(lambda: MlpLayerNorm(16, 32, 10), 16, 10, None,
                           "Linear-LayerNorm-Tanh, LayerNorm over [4, 8] (no bias), Linear 16->32->10"),
+    "pool2d": Spec(lambda: Pool2d(10), 128, 10, None,
+                   "[B, 2, 8, 8]: scale/shift, MaxPool2d, AvgPool2d (ceil_mode, "
+                   "padding counted and not), F.pad, MaxPool2d, global average, Linear"),
+    "pool1d": Spec(lambda: Pool1d(10), 48, 10, None,
+                   "[B, 3, 16]: scale/shift, MaxPool1d (ceil_mode), AvgPool1d, F.pad, "
+                   "dilated MaxPool1d, global max, Linear"),
     "mlp_dropout": Spec(lambda: MlpDropout(16, 32, 10, 0.1), 16, 10, None,
                         "(Linear-Tanh-Dropout 0.1) x 2 + Linear 16->32->32->10",
                         "classify", True),

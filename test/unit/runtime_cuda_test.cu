@@ -7,6 +7,7 @@
 #include "cuda_internal.h"
 #include "gpipe/runtime_cuda.h"
 #include "internal.h"
+#include "pool_reference.h"
 #include "random.h"
 
 #include <cuda_bf16.h>
@@ -1190,6 +1191,67 @@ void testAttention() {
 
 } // namespace
 
+/// gp_max_pool / gp_avg_pool and their gradients against pool_reference.h:
+/// indices exact (ties: the first maximum), values and gradients to 1e-6.
+void testPool() {
+  for (bool ties : {false, true})
+    for (const pool_ref::Case &c : pool_ref::cases(/*dilated=*/true)) {
+      const gp_pool_window &w = c.w;
+      const int64_t nc = 6, in = nc * w.ih * w.iw, out = nc * w.oh * w.ow;
+      std::vector<float> x = randomVector(in), dy = randomVector(out);
+      if (ties)
+        for (float &v : x)
+          v = v > 0 ? 1.0f : 0.0f;
+      std::vector<float> refY;
+      std::vector<int64_t> refIdx;
+      pool_ref::maxPool(x, nc, w, refY, refIdx);
+      std::vector<float> refDx = pool_ref::maxPoolBwd(refIdx, dy, nc, w);
+      DeviceBuffer<float> dX(x), dDy(dy), dY(std::vector<float>(out, kNaN));
+      DeviceBuffer<float> dDx(std::vector<float>(in, kNaN));
+      DeviceBuffer<int64_t> dIdx(std::vector<int64_t>(out, -7));
+      gp_max_pool(dX.get(), dY.get(), dIdx.get(), nc, w);
+      gp_max_pool_bwd(dIdx.get(), dDy.get(), dDx.get(), nc, w.ih * w.iw,
+                      w.oh * w.ow);
+      const std::vector<float> y = dY.download(), dx = dDx.download();
+      const std::vector<int64_t> idx = dIdx.download();
+      double errY = 0, errIdx = 0, errDx = 0;
+      for (int64_t o = 0; o < out; ++o) {
+        errY = std::max(errY, relErr(y[o], refY[o], 1.0));
+        errIdx = std::max(errIdx, idx[o] == refIdx[o] ? 0.0 : 1.0);
+      }
+      for (int64_t e = 0; e < in; ++e)
+        errDx = std::max(errDx, relErr(dx[e], refDx[e], 1.0));
+      const std::string name =
+          std::string("max_pool ") + c.name + (ties ? " ties" : "");
+      check(name + ": y", errY, 0.0);
+      check(name + ": indices", errIdx, 0.0);
+      check(name + ": dx", errDx, 1e-6);
+    }
+  for (int includePad : {0, 1})
+    for (const pool_ref::Case &c : pool_ref::cases(/*dilated=*/false)) {
+      const gp_pool_window &w = c.w;
+      const int64_t nc = 5, in = nc * w.ih * w.iw, out = nc * w.oh * w.ow;
+      const std::vector<float> x = randomVector(in), dy = randomVector(out);
+      const std::vector<double> refY = pool_ref::avgPool(x, nc, w, includePad),
+                                refDx =
+                                    pool_ref::avgPoolBwd(dy, nc, w, includePad);
+      DeviceBuffer<float> dX(x), dDy(dy), dY(std::vector<float>(out, kNaN));
+      DeviceBuffer<float> dDx(std::vector<float>(in, kNaN));
+      gp_avg_pool(dX.get(), dY.get(), nc, w, includePad);
+      gp_avg_pool_bwd(dDy.get(), dDx.get(), nc, w, includePad);
+      const std::vector<float> y = dY.download(), dx = dDx.download();
+      double errY = 0, errDx = 0;
+      for (int64_t o = 0; o < out; ++o)
+        errY = std::max(errY, relErr(y[o], refY[o], 1.0));
+      for (int64_t e = 0; e < in; ++e)
+        errDx = std::max(errDx, relErr(dx[e], refDx[e], 1.0));
+      const std::string name = std::string("avg_pool ") + c.name +
+                               (includePad ? " count_include_pad" : "");
+      check(name + ": y", errY, 1e-6);
+      check(name + ": dx", errDx, 1e-6);
+    }
+}
+
 int main() {
   int devices = 0;
   const cudaError_t err = cudaGetDeviceCount(&devices);
@@ -1208,6 +1270,7 @@ int main() {
   testReduce();
   testSoftmax();
   testLayerNorm();
+  testPool();
   testAttention();
   testGather();
   testDropout();

@@ -654,6 +654,80 @@ static std::optional<ConstTensor> foldSqueeze(const onnx::NodeProto &,
   return out;
 }
 
+/// Transpose of int64 shape data (torch's Pad exports its pads through one).
+static std::optional<ConstTensor> foldTranspose(const onnx::NodeProto &node,
+                                                const FoldOperands &in) {
+  if (!in.allInts(1))
+    return std::nullopt;
+  const ConstTensor &x = *in.values[0];
+  int64_t rank = x.shape.size();
+  std::vector<int64_t> perm(rank);
+  for (int64_t d = 0; d < rank; ++d)
+    perm[d] = rank - 1 - d;
+  if (const auto *a = findAttr(node, "perm"))
+    perm.assign(a->ints().begin(), a->ints().end());
+  if (static_cast<int64_t>(perm.size()) != rank)
+    return std::nullopt;
+  ConstTensor out;
+  std::vector<int64_t> stride(rank, 1);
+  for (int64_t d = rank - 2; d >= 0; --d)
+    stride[d] = stride[d + 1] * x.shape[d + 1];
+  for (int64_t d = 0; d < rank; ++d)
+    out.shape.push_back(x.shape[perm[d]]);
+  std::vector<int64_t> at(rank, 0);
+  for (int64_t k = 0, n = x.numElements(); k < n; ++k) {
+    int64_t src = 0;
+    for (int64_t d = 0; d < rank; ++d)
+      src += at[d] * stride[perm[d]];
+    out.i.push_back(x.i[src]);
+    for (int64_t d = rank - 1; d >= 0 && ++at[d] == out.shape[d]; --d)
+      at[d] = 0;
+  }
+  return out;
+}
+
+/// Slice of int64 shape data along one axis, any step (torch's Pad reverses
+/// its pads with step -1).
+static std::optional<ConstTensor> foldSlice(const onnx::NodeProto &,
+                                            const FoldOperands &in) {
+  if (!in.allInts(3) || in.values[1]->i.size() != 1 ||
+      in.values[2]->i.size() != 1)
+    return std::nullopt;
+  const ConstTensor &x = *in.values[0];
+  int64_t rank = x.shape.size(), axis = 0, step = 1;
+  if (in.values.size() > 3 && in.values[3] && in.values[3]->i.size() == 1)
+    axis = in.values[3]->i[0];
+  if (in.values.size() > 4 && in.values[4] && in.values[4]->i.size() == 1)
+    step = in.values[4]->i[0];
+  axis = axis < 0 ? axis + rank : axis;
+  if (axis < 0 || axis >= rank || step == 0)
+    return std::nullopt;
+  int64_t dim = x.shape[axis];
+  auto clampTo = [&](int64_t v, int64_t lo, int64_t hi) {
+    v = v < 0 ? v + dim : v;
+    return std::clamp(v, lo, hi);
+  };
+  int64_t start = in.values[1]->i[0], end = in.values[2]->i[0];
+  start = step > 0 ? clampTo(start, 0, dim) : clampTo(start, 0, dim - 1);
+  end = step > 0 ? clampTo(end, 0, dim) : clampTo(end, -1, dim - 1);
+  std::vector<int64_t> picked;
+  for (int64_t k = start; step > 0 ? k < end : k > end; k += step)
+    picked.push_back(k);
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d)
+    outer *= x.shape[d];
+  for (int64_t d = axis + 1; d < rank; ++d)
+    inner *= x.shape[d];
+  ConstTensor out;
+  out.shape = x.shape;
+  out.shape[axis] = picked.size();
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t k : picked)
+      for (int64_t j = 0; j < inner; ++j)
+        out.i.push_back(x.i[(o * dim + k) * inner + j]);
+  return out;
+}
+
 static std::optional<ConstTensor> foldConcat(const onnx::NodeProto &node,
                                              const FoldOperands &in) {
   if (in.values.empty() || !in.allInts(in.values.size()))
@@ -819,11 +893,11 @@ void gpipe::importer::registerShapeOps(OpTable &table) {
   table.add("Flatten", importView<flattenShape>);
   table.add("Squeeze", importView<squeezeShape<false>>, foldSqueeze<false>);
   table.add("Unsqueeze", importView<squeezeShape<true>>, foldSqueeze<true>);
-  table.add("Transpose", importTranspose);
+  table.add("Transpose", importTranspose, foldTranspose);
   table.add("Concat", importConcat, foldConcat);
   table.add("Identity", importIdentity, foldIdentity);
   table.add("Expand", importExpand);
-  table.add("Slice", importSlice);
+  table.add("Slice", importSlice, foldSlice);
   table.add("Split", importSplit);
   table.add("Constant", importConstant);
   table.add("Shape", importUnfolded, foldShape);

@@ -298,6 +298,35 @@ void gp_layer_norm_scale_bwd(const float *x, const float *mean,
                              const float *inv_std, const float *dy,
                              float *dscale, int64_t rows, int64_t n);
 
+/// The window of a 1-D or 2-D pooling over planes of ih x iw elements (1-D:
+/// ih = 1, kh = 1, sh = 1, no padding along h): window size, stride,
+/// padding before (ph, pw) and after (ph_end, pw_end), dilation, and the
+/// output plane's oh x ow.
+struct gp_pool_window {
+  int64_t ih, iw, oh, ow, kh, kw, sh, sw, ph, pw, ph_end, pw_end, dh, dw;
+};
+
+/// Max pooling of `nc` planes: y the window's maximum, idx the flat index
+/// (h * iw + w) of its first maximum in row-major scan order (NaN wins;
+/// padding never does), as torch.
+void gp_max_pool(const float *x, float *y, int64_t *idx, int64_t nc,
+                 gp_pool_window w);
+
+/// Its gradient: dx (nc planes of in_plane) zeroed, then dy added at idx,
+/// outputs in order (overlapping windows accumulate).
+void gp_max_pool_bwd(const int64_t *idx, const float *dy, float *dx, int64_t nc,
+                     int64_t in_plane, int64_t out_plane);
+
+/// Average pooling of `nc` planes (dilation 1): the divisor counts the
+/// window's input elements, or with count_include_pad its padding too, the
+/// window clipped to the padded input's end (torch's avg_pool).
+void gp_avg_pool(const float *x, float *y, int64_t nc, gp_pool_window w,
+                 int32_t count_include_pad);
+
+/// Its gradient: dx zeroed, then each dy / divisor added over its window.
+void gp_avg_pool_bwd(const float *dy, float *dx, int64_t nc, gp_pool_window w,
+                     int32_t count_include_pad);
+
 /// Scaled dot-product attention of `batch` independent blocks (the leading
 /// axes of q, k, v flattened): per block, with q [Tq, d], k [Tk, d], v [Tk,
 /// dv] row-major, s = scale * q k^T, s[i, j] = -inf where mask[i, j] != 0

@@ -10,6 +10,7 @@
 #include "cuda_internal.h"
 #include "internal.h"
 #include "random.h"
+#include "pool.h"
 #include "rows.h"
 
 #include <cuda_bf16.h>
@@ -1805,3 +1806,120 @@ void gp_adam_update(float *p, const float *g, float *m, float *v, int64_t n,
 }
 
 } // extern "C"
+
+//===----------------------------------------------------------------------===//
+// Pooling (gp_max_pool, gp_avg_pool and their gradients, pool.h's windows):
+// one thread per output element, the max gradient scattered with atomics,
+// the average gradient gathered per input element (no atomics)
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+__global__ void maxPoolKernel(const float *x, float *y, int64_t *idx,
+                              int64_t nc, gp_pool_window w) {
+  int64_t out = w.oh * w.ow;
+  for (int64_t o = globalThread(); o < nc * out; o += gridThreads()) {
+    int64_t p = o / out, r = o % out;
+    gpipe::maxPoolWindow(x + p * w.ih * w.iw, w, r / w.ow, r % w.ow, &y[o],
+                         &idx[o]);
+  }
+}
+
+__global__ void maxPoolBwdKernel(const int64_t *idx, const float *dy,
+                                 float *dx, int64_t nc, int64_t inPlane,
+                                 int64_t outPlane) {
+  for (int64_t o = globalThread(); o < nc * outPlane; o += gridThreads())
+    atomicAdd(&dx[(o / outPlane) * inPlane + idx[o]], dy[o]);
+}
+
+__global__ void avgPoolKernel(const float *x, float *y, int64_t nc,
+                              gp_pool_window w, int32_t countIncludePad) {
+  int64_t out = w.oh * w.ow;
+  for (int64_t o = globalThread(); o < nc * out; o += gridThreads()) {
+    int64_t p = o / out, r = o % out;
+    int64_t hb, he, wb, we;
+    float div = gpipe::avgPoolWindow(w, r / w.ow, r % w.ow, countIncludePad,
+                                     &hb, &he, &wb, &we);
+    const float *plane = x + p * w.ih * w.iw;
+    float sum = 0.0f;
+    for (int64_t h = hb; h < he; ++h)
+      for (int64_t c = wb; c < we; ++c)
+        sum += plane[h * w.iw + c];
+    y[o] = sum / div;
+  }
+}
+
+/// The outputs whose windows (stride s, size k, padding p before) hold input
+/// position i: [*lo, *hi).
+__device__ __forceinline__ void windowsOver(int64_t i, int64_t k, int64_t s,
+                                            int64_t p, int64_t n, int64_t *lo,
+                                            int64_t *hi) {
+  int64_t first = i + p - k + 1; // the earliest window start holding i
+  *lo = first <= 0 ? 0 : (first + s - 1) / s;
+  *hi = (i + p) / s + 1;
+  if (*hi > n)
+    *hi = n;
+}
+
+__global__ void avgPoolBwdKernel(const float *dy, float *dx, int64_t nc,
+                                 gp_pool_window w, int32_t countIncludePad) {
+  int64_t in = w.ih * w.iw;
+  for (int64_t e = globalThread(); e < nc * in; e += gridThreads()) {
+    int64_t p = e / in, h = (e % in) / w.iw, c = e % w.iw;
+    int64_t ohLo, ohHi, owLo, owHi;
+    windowsOver(h, w.kh, w.sh, w.ph, w.oh, &ohLo, &ohHi);
+    windowsOver(c, w.kw, w.sw, w.pw, w.ow, &owLo, &owHi);
+    float g = 0.0f;
+    for (int64_t oh = ohLo; oh < ohHi; ++oh)
+      for (int64_t ow = owLo; ow < owHi; ++ow) {
+        int64_t hb, he, wb, we;
+        float div = gpipe::avgPoolWindow(w, oh, ow, countIncludePad, &hb, &he,
+                                         &wb, &we);
+        g += dy[p * w.oh * w.ow + oh * w.ow + ow] / div;
+      }
+    dx[e] = g;
+  }
+}
+
+} // namespace
+
+void gp_max_pool(const float *x, float *y, int64_t *idx, int64_t nc,
+                 gp_pool_window w) {
+  int64_t n = nc * w.oh * w.ow;
+  if (n <= 0)
+    return;
+  maxPoolKernel<<<blocksFor(n), kThreads, 0, stream()>>>(x, y, idx, nc, w);
+  GP_CUDA_LAUNCHED();
+}
+
+void gp_max_pool_bwd(const int64_t *idx, const float *dy, float *dx,
+                     int64_t nc, int64_t in_plane, int64_t out_plane) {
+  if (nc * in_plane <= 0)
+    return;
+  GP_CUDA_CHECK(cudaMemsetAsync(dx, 0, nc * in_plane * sizeof(float), stream()));
+  if (nc * out_plane <= 0)
+    return;
+  maxPoolBwdKernel<<<blocksFor(nc * out_plane), kThreads, 0, stream()>>>(
+      idx, dy, dx, nc, in_plane, out_plane);
+  GP_CUDA_LAUNCHED();
+}
+
+void gp_avg_pool(const float *x, float *y, int64_t nc, gp_pool_window w,
+                 int32_t count_include_pad) {
+  int64_t n = nc * w.oh * w.ow;
+  if (n <= 0)
+    return;
+  avgPoolKernel<<<blocksFor(n), kThreads, 0, stream()>>>(x, y, nc, w,
+                                                         count_include_pad);
+  GP_CUDA_LAUNCHED();
+}
+
+void gp_avg_pool_bwd(const float *dy, float *dx, int64_t nc, gp_pool_window w,
+                     int32_t count_include_pad) {
+  int64_t n = nc * w.ih * w.iw;
+  if (n <= 0)
+    return;
+  avgPoolBwdKernel<<<blocksFor(n), kThreads, 0, stream()>>>(dy, dx, nc, w,
+                                                            count_include_pad);
+  GP_CUDA_LAUNCHED();
+}
