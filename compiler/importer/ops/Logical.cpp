@@ -128,6 +128,17 @@ LogicalResult importNot(ImportContext &cx, const onnx::NodeProto &node) {
 /// Cast to FLOAT, BOOL, INT64 or INT32. Computed values: to FLOAT (an int64
 /// converts, a mask or float stays) and to BOOL (x != 0); constants: any of
 /// the four.
+/// Cast of int64 shape data to an integer type (torch's Pad exports its pads
+/// through one): the values pass unchanged.
+static std::optional<ConstTensor> foldCast(const onnx::NodeProto &node,
+                                           const FoldOperands &in) {
+  int64_t to = intAttr(node, "to", 0);
+  if (!in.allInts(1) ||
+      (to != onnx::TensorProto::INT64 && to != onnx::TensorProto::INT32))
+    return std::nullopt;
+  return *in.values[0];
+}
+
 LogicalResult importCast(ImportContext &cx, const onnx::NodeProto &node) {
   int64_t to = intAttr(node, "to", 0);
   bool toFloat = to == onnx::TensorProto::FLOAT,
@@ -212,6 +223,6 @@ LogicalResult importWhere(ImportContext &cx, const onnx::NodeProto &node) {
 void gpipe::importer::registerLogicalOps(OpTable &table) {
   table.add("Equal", importEqual);
   table.add("Not", importNot);
-  table.add("Cast", importCast);
+  table.add("Cast", importCast, foldCast);
   table.add("Where", importWhere);
 }
