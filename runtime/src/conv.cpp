@@ -18,8 +18,7 @@ namespace {
 using dnnl::memory;
 using tag = dnnl::memory::format_tag;
 
-/// The shape as a map key: its fields, compared as bytes (the struct is
-/// zero-initialized by generated code; unused spatial slots are zero).
+/// The shape as a map key: the fields of the spatial dims in use.
 struct ShapeKey {
   std::vector<int64_t> v;
   explicit ShapeKey(const gp_conv_shape &s) {
@@ -31,9 +30,10 @@ struct ShapeKey {
   bool operator<(const ShapeKey &o) const { return v < o.v; }
 };
 
-/// One shape's primitives and their memory objects (data handles set per
-/// call). The backward ones are built on first use: a forward-only program
-/// (or stage) never pays for them.
+/// One shape's memory descriptors and primitives (each call wraps the
+/// arena's pointers in memory objects: the data is never copied). The
+/// primitives are built on first use: a forward-only stage never pays for
+/// the backward ones.
 struct ConvPrims {
   memory::desc x, w, b, y;
   memory::dims strides, dilates, padL, padR;
@@ -61,9 +61,10 @@ ConvState &state() {
   std::abort();
 }
 
+/// The shape's primitives; the caller holds the state's mutex (each
+/// gp_conv_* call does, for the lazy set-up and the execution alike).
 ConvPrims &primsFor(const gp_conv_shape &s) {
   ConvState &st = state();
-  std::lock_guard<std::mutex> lock(st.mutex);
   std::unique_ptr<ConvPrims> &slot = st.prims[ShapeKey(s)];
   if (slot)
     return *slot;
@@ -120,8 +121,9 @@ extern "C" {
 
 void gp_conv_fwd(const gp_conv_shape *s, const float *x, const float *w,
                  const float *bias, float *y) {
-  ConvPrims &p = primsFor(*s);
   ConvState &st = state();
+  std::lock_guard<std::mutex> lock(st.mutex);
+  ConvPrims &p = primsFor(*s);
   try {
     std::unique_ptr<dnnl::convolution_forward> &prim = bias ? p.fwdBias : p.fwd;
     if (!prim)
@@ -141,8 +143,9 @@ void gp_conv_fwd(const gp_conv_shape *s, const float *x, const float *w,
 
 void gp_conv_bwd_data(const gp_conv_shape *s, const float *dy, const float *w,
                       float *dx) {
-  ConvPrims &p = primsFor(*s);
   ConvState &st = state();
+  std::lock_guard<std::mutex> lock(st.mutex);
+  ConvPrims &p = primsFor(*s);
   try {
     if (!p.bwdData) {
       using bwd = dnnl::convolution_backward_data;
@@ -163,8 +166,9 @@ void gp_conv_bwd_data(const gp_conv_shape *s, const float *dy, const float *w,
 
 void gp_conv_bwd_weights(const gp_conv_shape *s, const float *x,
                          const float *dy, float *dw) {
-  ConvPrims &p = primsFor(*s);
   ConvState &st = state();
+  std::lock_guard<std::mutex> lock(st.mutex);
+  ConvPrims &p = primsFor(*s);
   try {
     if (!p.bwdWeights) {
       using bwd = dnnl::convolution_backward_weights;
