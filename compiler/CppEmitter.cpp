@@ -321,6 +321,12 @@ private:
   LogicalResult emit(nn::AvgPoolOp o);
   LogicalResult emit(nn::AvgPoolGradOp o);
   LogicalResult emit(nn::PadOp o);
+  LogicalResult emit(nn::ConvOp o);
+  LogicalResult emit(nn::ConvInputGradOp o);
+  LogicalResult emit(nn::ConvWeightGradOp o);
+  std::string convShape(Value x, Value w, Value y, ArrayRef<int64_t> strides,
+                        ArrayRef<int64_t> pads, ArrayRef<int64_t> dilations,
+                        int64_t group);
   LogicalResult emit(nn::SoftmaxCrossEntropyOp o);
   LogicalResult emit(nn::SoftmaxCrossEntropyGradOp o);
   LogicalResult emit(nn::NllLossOp o);
@@ -844,6 +850,8 @@ LogicalResult FuncEmitter::emitOp(Operation *op) {
             nn::LayerNormOp, nn::LayerNormGradOp, nn::LayerNormScaleGradOp,
             nn::AttentionOp, nn::AttentionGradOp, nn::MaxPoolOp,
             nn::MaxPoolGradOp, nn::AvgPoolOp, nn::AvgPoolGradOp, nn::PadOp,
+            nn::ConvOp,
+            nn::ConvInputGradOp, nn::ConvWeightGradOp,
             nn::SoftmaxCrossEntropyOp, nn::SoftmaxCrossEntropyGradOp,
             nn::NllLossOp, nn::NllLossGradOp, pipeline::SGDUpdateOp,
             pipeline::AdamUpdateOp, pipeline::SendOp, pipeline::RecvOp,
@@ -1162,6 +1170,57 @@ LogicalResult FuncEmitter::emit(nn::PadOp o) {
              {{"o", "float", false, ptr(o.getOutput(), false)},
               {"x0", "float", true, ptr(o.getInput())}},
              /*flat=*/false, body);
+  return success();
+}
+
+/// A convolution's `static const gp_conv_shape` initializer (declared in a
+/// block of its own at the call: the runtime keys its primitives on it).
+std::string FuncEmitter::convShape(Value x, Value w, Value y,
+                                   ArrayRef<int64_t> strides,
+                                   ArrayRef<int64_t> pads,
+                                   ArrayRef<int64_t> dilations, int64_t group) {
+  auto xt = tensorType(x), wt = tensorType(w), yt = tensorType(y);
+  int64_t sp = xt.getRank() - 2;
+  auto two = [&](auto at) {
+    return "{" + std::to_string(at(0)) + ", " +
+           std::to_string(sp > 1 ? at(1) : 0) + "}";
+  };
+  std::string s =
+      "{" + std::to_string(sp) + ", " + std::to_string(xt.getDimSize(0)) +
+      ", " + std::to_string(xt.getDimSize(1)) + ", " +
+      std::to_string(wt.getDimSize(0)) + ", " + std::to_string(group) + ", ";
+  s += two([&](int64_t i) { return xt.getDimSize(2 + i); }) + ", ";
+  s += two([&](int64_t i) { return wt.getDimSize(2 + i); }) + ", ";
+  s += two([&](int64_t i) { return yt.getDimSize(2 + i); }) + ", ";
+  s += two([&](int64_t i) { return strides[i]; }) + ", ";
+  s += two([&](int64_t i) { return dilations[i]; }) + ", ";
+  s += two([&](int64_t i) { return pads[i]; }) + ", ";
+  s += two([&](int64_t i) { return pads[sp + i]; }) + "}";
+  return "  {\n    static const gp_conv_shape conv = " + s + ";\n    ";
+}
+
+LogicalResult FuncEmitter::emit(nn::ConvOp o) {
+  os << convShape(o.getInput(), o.getWeight(), o.getOutput(), o.getStrides(),
+                  o.getPads(), o.getDilations(), o.getGroup())
+     << "gp_conv_fwd(&conv, " << ptr(o.getInput()) << ", " << ptr(o.getWeight())
+     << ", " << (o.getBias() ? ptr(o.getBias()) : "nullptr") << ", "
+     << ptr(o.getOutput(), false) << ");\n  }\n";
+  return success();
+}
+
+LogicalResult FuncEmitter::emit(nn::ConvInputGradOp o) {
+  os << convShape(o.getOutput(), o.getWeight(), o.getGrad(), o.getStrides(),
+                  o.getPads(), o.getDilations(), o.getGroup())
+     << "gp_conv_bwd_data(&conv, " << ptr(o.getGrad()) << ", "
+     << ptr(o.getWeight()) << ", " << ptr(o.getOutput(), false) << ");\n  }\n";
+  return success();
+}
+
+LogicalResult FuncEmitter::emit(nn::ConvWeightGradOp o) {
+  os << convShape(o.getInput(), o.getOutput(), o.getGrad(), o.getStrides(),
+                  o.getPads(), o.getDilations(), o.getGroup())
+     << "gp_conv_bwd_weights(&conv, " << ptr(o.getInput()) << ", "
+     << ptr(o.getGrad()) << ", " << ptr(o.getOutput(), false) << ");\n  }\n";
   return success();
 }
 

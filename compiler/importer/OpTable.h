@@ -61,6 +61,7 @@ private:
 
 /// One registration function per op family (ops/<Family>.cpp); adding a
 /// family is its file, a declaration here and a call in OpTable.cpp.
+void registerConvOps(OpTable &table);
 void registerElementwiseOps(OpTable &table);
 void registerGemmOps(OpTable &table);
 void registerLogicalOps(OpTable &table);

@@ -42,5 +42,6 @@ include "dialects/nn/ops/Loss.td"
 include "dialects/nn/ops/Normalization.td"
 include "dialects/nn/ops/Attention.td"
 include "dialects/nn/ops/Pool.td"
+include "dialects/nn/ops/Conv.td"
 
 #endif // GPIPE_NN_OPS

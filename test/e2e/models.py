@@ -37,6 +37,7 @@ ALLOWED_OPS = frozenset([
     "ReduceMean", "ReduceSum", "Expand", "Slice", "Split", "Equal", "ConstantOfShape", "Relu", "Cast", "Where", "Not", "Constant", "Identity", "Reshape", "Flatten", "Concat", "Unsqueeze",
     "Squeeze", "SoftmaxCrossEntropyLoss", "Transpose",
     "LogSoftmax", "NegativeLogLikelihoodLoss", "ReduceMax", "Clip", "Max", "Min",
+    "Conv",
     # Gather: embeddings (float tables), and shape arithmetic on static
     # shapes (with Shape and Range), folded at import:
     "Shape", "Gather", "Range",
@@ -699,6 +700,46 @@ def mlp_deep(width=1024, depth=8, classes=10):
     return MlpDeep(width=width, depth=depth, classes=classes)
 
 
+class Conv1dNet(_Loss):
+    """x [B, 24] seen as [B, 2, 12]: Conv1d 2->4 (k 3, pad 1), ReLU, Conv1d
+    4->6 (k 3, stride 2, pad 1), flattened by view, Linear 36->10."""
+
+    def __init__(self, d_in=24, classes=10):
+        super().__init__()
+        assert d_in == 24
+        self.c1 = nn.Conv1d(2, 4, 3, padding=1)
+        self.c2 = nn.Conv1d(4, 6, 3, stride=2, padding=1)
+        self.fc = nn.Linear(36, classes)
+
+    def logits(self, x):
+        h = torch.relu(self.c1(x.view(x.size(0), 2, 12)))
+        h = torch.relu(self.c2(h))
+        return self.fc(h.view(h.size(0), -1))
+
+
+class Conv2dNet(_Loss):
+    """x [B, 48] seen as [B, 3, 4, 4]: Conv2d 3->8 (k 3, pad 1), ReLU, a
+    strided Conv2d 8->8 (k 3, stride 2, pad 1), ReLU, a depthwise Conv2d
+    (groups 8, k 3, pad 1, no bias), ReLU, a grouped dilated Conv2d 8->4
+    (groups 2, k 3, dilation 2, pad 2), ReLU, flatten, Linear 16->10."""
+
+    def __init__(self, d_in=48, classes=10):
+        super().__init__()
+        assert d_in == 48
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(8, 8, 3, stride=2, padding=1)
+        self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)
+        self.c3 = nn.Conv2d(8, 4, 3, padding=2, dilation=2, groups=2)
+        self.fc = nn.Linear(16, classes)
+
+    def logits(self, x):
+        h = torch.relu(self.c1(x.reshape(x.size(0), 3, 4, 4)))
+        h = torch.relu(self.c2(h))
+        h = torch.relu(self.dw(h))
+        h = torch.relu(self.c3(h))
+        return self.fc(torch.flatten(h, 1))
+
+
 # name -> (constructor, input features, classes, ignore_index or None)
 # task "classify": int64 labels y [S]; "regress": float32 targets y [S, classes];
 # "lm": int64 token ids x [S, d_in] (d_in = T positions) in [0, classes)
@@ -717,6 +758,11 @@ Spec = collections.namedtuple("Spec",
                               defaults=("classify", False))
 
 MODELS = {
+    "conv1d": Spec(lambda: Conv1dNet(24, 10), 24, 10, None,
+                   "Conv1d-ReLU-Conv1d(stride 2)-ReLU-view-Linear on [B, 2, 12]"),
+    "conv2d": Spec(lambda: Conv2dNet(48, 10), 48, 10, None,
+                   "Conv2d(pad)-strided-depthwise-dilated grouped Conv2d, ReLUs, "
+                   "flatten, Linear on [B, 3, 4, 4]"),
     "mlp_tanh": Spec(lambda: MlpTanh(16, 32, 10), 16, 10, None,
                      "Linear-Tanh-Linear-Tanh-Linear 16->32->32->10"),
     "mlp_gelu_sigmoid": Spec(lambda: MlpGeluSigmoid(20, 32, 10), 20, 10, None,

@@ -4,6 +4,7 @@
 // (ctest's SKIP_RETURN_CODE) when there is no CUDA device and 1 when a check
 // fails. Links against the CUDA runtime library (device.cu provides
 // testInitDevice).
+#include "conv_reference.h"
 #include "cuda_internal.h"
 #include "gpipe/runtime_cuda.h"
 #include "internal.h"
@@ -1252,6 +1253,42 @@ void testPool() {
     }
 }
 
+/// cuDNN convolutions (runtime/src/cuda/conv.cu) against the naive
+/// reference: forward (with and without bias), input and weight gradients;
+/// each twice, the second run reusing the cached plan (asymmetric pads
+/// through the padded copy of the input).
+void testConv() {
+  for (const convref::Case &c : convref::cases()) {
+    const gp_conv_shape &s = c.s;
+    std::vector<float> x = randomVector(convref::xSize(s));
+    std::vector<float> w = randomVector(convref::wSize(s));
+    std::vector<float> dy = randomVector(convref::ySize(s));
+    std::vector<float> b = randomVector(s.F);
+    DeviceBuffer<float> dX(x), dW(w), dDy(dy), dB(b);
+    for (int rep = 0; rep < 2; ++rep) {
+      DeviceBuffer<float> dY(std::vector<float>(convref::ySize(s), kNaN));
+      DeviceBuffer<float> dDx(std::vector<float>(convref::xSize(s), kNaN));
+      DeviceBuffer<float> dDw(std::vector<float>(convref::wSize(s), kNaN));
+      gp_conv_fwd(&s, dX.get(), dW.get(), c.bias ? dB.get() : nullptr,
+                  dY.get());
+      gp_conv_bwd_data(&s, dDy.get(), dW.get(), dDx.get());
+      gp_conv_bwd_weights(&s, dX.get(), dDy.get(), dDw.get());
+      std::string what = "conv " + c.name + (rep ? " (cached)" : "");
+      check(what + ": y",
+            convref::maxErr(dY.download(),
+                            convref::forward(s, x, w, c.bias ? b.data()
+                                                             : nullptr)),
+            1e-5);
+      check(what + ": dx",
+            convref::maxErr(dDx.download(), convref::inputGrad(s, dy, w)),
+            1e-5);
+      check(what + ": dw",
+            convref::maxErr(dDw.download(), convref::weightGrad(s, x, dy)),
+            1e-5);
+    }
+  }
+}
+
 int main() {
   int devices = 0;
   const cudaError_t err = cudaGetDeviceCount(&devices);
@@ -1277,6 +1314,7 @@ int main() {
   testCopyBlocks();
   testXent();
   testOptimizers();
+  testConv();
   CUDA_OK(cudaDeviceSynchronize());
 
   if (gFailures) {

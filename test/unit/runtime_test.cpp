@@ -1,5 +1,6 @@
 // Unit tests of the CPU runtime: npy I/O, kernels, optimizers, gp_main and
 // the pipeline.json manifest.
+#include "conv_reference.h"
 #include "gpipe/manifest.h"
 #include "gpipe/runtime.h"
 #include "internal.h"
@@ -2184,4 +2185,45 @@ TEST(Kernels, DropoutIsCounterBased) {
   EXPECT_GT(differing(42, 4), n / 10);
   EXPECT_GT(differing(43, 3), n / 10);
   EXPECT_EQ(differing(42, 3), 0);
+}
+
+//===----------------------------------------------------------------------===//
+// Convolutions (oneDNN)
+//===----------------------------------------------------------------------===//
+
+namespace {
+std::vector<float> uniform(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float &x : v)
+    x = dist(rng);
+  return v;
+}
+} // namespace
+
+// Forward (with and without bias), input and weight gradients against the
+// naive reference, for every case; each call twice, the second reusing the
+// cached primitives (and overwriting, not accumulating into, its output).
+TEST(Conv, MatchesNaiveReference) {
+  for (const convref::Case &c : convref::cases()) {
+    SCOPED_TRACE(c.name);
+    const gp_conv_shape &s = c.s;
+    std::vector<float> x = uniform(convref::xSize(s), 1);
+    std::vector<float> w = uniform(convref::wSize(s), 2);
+    std::vector<float> dy = uniform(convref::ySize(s), 3);
+    std::vector<float> b = uniform(s.F, 4);
+    const float *bias = c.bias ? b.data() : nullptr;
+    for (int rep = 0; rep < 2; ++rep) {
+      std::vector<float> y(convref::ySize(s), rep ? 7.0f : NAN);
+      std::vector<float> dx(convref::xSize(s), rep ? 7.0f : NAN);
+      std::vector<float> dw(convref::wSize(s), rep ? 7.0f : NAN);
+      gp_conv_fwd(&s, x.data(), w.data(), bias, y.data());
+      gp_conv_bwd_data(&s, dy.data(), w.data(), dx.data());
+      gp_conv_bwd_weights(&s, x.data(), dy.data(), dw.data());
+      EXPECT_LT(convref::maxErr(y, convref::forward(s, x, w, bias)), 1e-5);
+      EXPECT_LT(convref::maxErr(dx, convref::inputGrad(s, dy, w)), 1e-5);
+      EXPECT_LT(convref::maxErr(dw, convref::weightGrad(s, x, dy)), 1e-5);
+    }
+  }
 }

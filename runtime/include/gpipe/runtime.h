@@ -396,6 +396,28 @@ void gp_softmax_xent_bwd(const float *logits, const int64_t *labels, int64_t N,
 /// Negative log-likelihood over log-probabilities log_prob[N, C] with int64
 /// labels[N]: the sum of -log_prob[i, labels[i]] over the non-ignored samples
 /// divided as gp_softmax_xent_fwd's (norm 1: a sum), into *loss.
+/// A convolution's shapes (nn.conv and its gradients), spatial dims 1 or 2:
+/// x [N, C, in...], w [F, C/groups, kernel...], y [N, F, out...], row-major
+/// (NCW / NCHW, weights OIW / OIHW). Generated code passes a static one per
+/// op; the runtime builds its primitives (oneDNN, cuDNN) once per distinct
+/// shape and reuses them.
+struct gp_conv_shape {
+  int32_t spatial; // 1 or 2
+  int64_t N, C, F, groups;
+  int64_t in[2], kernel[2], out[2];
+  int64_t stride[2], dilation[2], pad_begin[2], pad_end[2];
+};
+
+/// y = conv(x, w) + bias (bias [F], may be null).
+void gp_conv_fwd(const gp_conv_shape *s, const float *x, const float *w,
+                 const float *bias, float *y);
+/// dx from dy and w (dx is overwritten).
+void gp_conv_bwd_data(const gp_conv_shape *s, const float *dy, const float *w,
+                      float *dx);
+/// dw from x and dy, summed over N and the output positions (overwritten).
+void gp_conv_bwd_weights(const gp_conv_shape *s, const float *x,
+                         const float *dy, float *dw);
+
 void gp_nll_fwd(const float *log_prob, const int64_t *labels, int64_t N,
                 int64_t C, int32_t has_ignore, int64_t ignore_index,
                 double norm, float *loss);
