@@ -11,6 +11,8 @@
 //     (1024 tokens, d 256, MLP 1024, vocab 2048), with its calls per step;
 //     the weighted sums approximate the step's GEMM time per choice.
 //   tn: more transposed-A products, incl. micro-batch sizes (K = 128).
+//   mlp: the GEMMs of bench/run.sh's MLP step (8 x Linear(1024, 1024) + ReLU,
+//     Linear(1024, 10), batch 256).
 // First, OpenBLAS's "narrow first product" effect: TN 1024 x 256 x 1024 timed
 // as its first products, then after one wide product (what deviceInit does;
 // argument "cold" skips that, and the table then shows the cold state).
@@ -18,7 +20,7 @@
 // Build and run (1 thread):
 //   g++ -O2 bench/bench_gemm.cpp -o /tmp/bench_gemm \
 //     -I/usr/include/x86_64-linux-gnu/openblas-pthread -ldnnl -lopenblas
-//   OMP_NUM_THREADS=1 /tmp/bench_gemm [gpt|tn] [REPEAT] [cold]
+//   OMP_NUM_THREADS=1 /tmp/bench_gemm [gpt|tn|mlp] [REPEAT] [cold]
 #include <cblas.h>
 #include <oneapi/dnnl/dnnl.h>
 
@@ -45,6 +47,9 @@ const Shape kGpt[] = {{0, 1, 1024, 768, 256, 4},  {0, 1, 1024, 256, 256, 4},
                       {1, 0, 768, 256, 1024, 4},  {1, 0, 256, 256, 1024, 4},
                       {1, 0, 256, 1024, 1024, 4}, {1, 0, 2048, 256, 1024, 1},
                       {1, 0, 1024, 256, 1024, 4}};
+const Shape kMlp[] = {{0, 1, 256, 1024, 1024, 8}, {0, 0, 256, 1024, 1024, 7},
+                      {1, 0, 1024, 1024, 256, 8}, {0, 1, 256, 10, 1024, 1},
+                      {0, 0, 256, 1024, 10, 1},   {1, 0, 10, 1024, 256, 1}};
 const Shape kTn[] = {{1, 0, 1024, 1024, 1024, 1}, {1, 0, 2048, 2048, 256, 1},
                      {1, 0, 512, 512, 1024, 1},   {1, 0, 128, 1024, 1024, 1},
                      {1, 0, 1024, 512, 512, 1},   {1, 0, 1024, 256, 256, 1},
@@ -66,6 +71,7 @@ double msSince(std::chrono::steady_clock::time_point t0) {
 
 int main(int argc, char **argv) {
   bool tn = argc > 1 && !std::strcmp(argv[1], "tn");
+  bool mlp = argc > 1 && !std::strcmp(argv[1], "mlp");
   int repeat = argc > 2 ? std::atoi(argv[2]) : 9;
   bool cold = argc > 3 && !std::strcmp(argv[3], "cold");
   const char *omp = std::getenv("OMP_NUM_THREADS");
@@ -108,9 +114,10 @@ int main(int argc, char **argv) {
       "| op | M | N | K | per step | oneDNN ms | OpenBLAS ms | "
       "OpenBLAS/oneDNN | auto |\n|---|--:|--:|--:|--:|--:|--:|--:|---|\n");
   double onednn = 0, openblas = 0, best = 0, chosen = 0;
-  const Shape *begin = tn ? kTn : kGpt;
-  const Shape *end =
-      tn ? kTn + sizeof kTn / sizeof *kTn : kGpt + sizeof kGpt / sizeof *kGpt;
+  const Shape *begin = tn ? kTn : mlp ? kMlp : kGpt;
+  const Shape *end = tn    ? kTn + sizeof kTn / sizeof *kTn
+                     : mlp ? kMlp + sizeof kMlp / sizeof *kMlp
+                           : kGpt + sizeof kGpt / sizeof *kGpt;
   for (const Shape *s = begin; s != end; ++s) {
     long lda = s->ta ? s->m : s->k, ldb = s->tb ? s->k : s->n;
     double d = 1e30, o = 1e30;
