@@ -59,7 +59,7 @@ const Shape kTn[] = {{1, 0, 1024, 1024, 1024, 1}, {1, 0, 2048, 2048, 256, 1},
 
 /// gp_gemm's auto rule (kernels.cpp, gemmOnOpenBlas).
 bool autoPicksOpenBlas(const Shape &s, bool avx2Only) {
-  return avx2Only && s.ta && !s.tb && s.m >= 1024 && s.m >= 2 * s.n;
+  return avx2Only && s.m > 64 && s.m * s.n * s.k >= (1L << 24);
 }
 
 double msSince(std::chrono::steady_clock::time_point t0) {

@@ -327,8 +327,8 @@ def onednn_version():
         return "oneDNN: (%s)" % e
     lib.dnnl_version.restype = ctypes.POINTER(V)
     v = lib.dnnl_version().contents
-    return ("oneDNN %d.%d.%d (libdnnl.so.2, dnnl_sgemm), OpenBLAS for tall A^T B on CPUs without "
-            "AVX-512 (GPIPE_CPU_GEMM=%s)" % (v.major, v.minor, v.patch,
+    return ("oneDNN %d.%d.%d (libdnnl.so.2, dnnl_sgemm), OpenBLAS for large products on CPUs "
+            "without AVX-512 (GPIPE_CPU_GEMM=%s)" % (v.major, v.minor, v.patch,
                                              os.environ.get("GPIPE_CPU_GEMM", "auto")))
 
 

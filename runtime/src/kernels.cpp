@@ -328,14 +328,16 @@ GemmPolicy gGemmPolicy = GemmPolicy::Auto;
 /// Auto only: this CPU has no AVX-512 (where the rule below was measured).
 bool gAvx2Only = false;
 
-/// Whether C = op(A) op(B) goes to OpenBLAS instead of oneDNN. Auto picks
-/// OpenBLAS for exactly one family, measured on an AVX2-only AMD EPYC
-/// (bench/README.md, "GEMM library per shape"): A transposed, B not, and C
-/// tall (M >= 1024 rows, M >= 2 N) -- a weight gradient dW = dY^T X of a
-/// layer with many outputs, where OpenBLAS 0.3.21 took 77-90% of the time of
-/// oneDNN 2.6's AVX2 kernel on 1 thread. Everything else, and every shape on
-/// CPUs with AVX-512 (not measured), stays on oneDNN.
-bool gemmOnOpenBlas(int transA, int transB, int64_t M, int64_t N) {
+/// Whether C = op(A) op(B) goes to OpenBLAS instead of oneDNN. Auto, on a
+/// CPU without AVX-512: every large product (at least 2^24 multiply-adds)
+/// with more than kFewRows rows. Measured in the stage programs on an
+/// AVX2-only AMD EPYC (bench/README.md): the 8 x 1024 MLP step ran 5% faster
+/// than with oneDNN alone (0.90x torch before, 1.01x after), the GPT step
+/// as fast (single-GEMM timings had favoured oneDNN on most shapes: they did
+/// not predict the stages). Few rows against a wide weight (a micro-batch's
+/// forward) and small products stay on oneDNN, which runs them faster; so
+/// does every product on CPUs with AVX-512 (not measured).
+bool gemmOnOpenBlas(int transA, int transB, int64_t M, int64_t N, int64_t K) {
   switch (gGemmPolicy) {
   case GemmPolicy::OneDnn:
     return false;
@@ -344,7 +346,7 @@ bool gemmOnOpenBlas(int transA, int transB, int64_t M, int64_t N) {
   case GemmPolicy::Auto:
     break;
   }
-  return gAvx2Only && transA && !transB && M >= 1024 && M >= 2 * N;
+  return gAvx2Only && M > kFewRows && M * N * K >= (int64_t(1) << 24);
 }
 
 /// OpenBLAS runs single-threaded (its own pthread pool would spin against
@@ -473,7 +475,7 @@ void gp_gemm(int transA, int transB, int64_t M, int64_t N, int64_t K,
       }
     return;
   }
-  if (gemmOnOpenBlas(transA, transB, M, N)) {
+  if (gemmOnOpenBlas(transA, transB, M, N, K)) {
     openBlasGemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }

@@ -346,8 +346,9 @@ TEST(Kernels, GemmAllTransposes) {
 
 TEST(Kernels, GemmEveryLibraryAndThreadCount) {
   // Every GPIPE_CPU_GEMM policy gives the same products, on 1 and 3
-  // threads: OpenBLAS splits C's rows into one slice per thread (a tall
-  // A^T B is what auto sends to OpenBLAS on CPUs without AVX-512).
+  // threads: OpenBLAS splits C's rows into one slice per thread. The first
+  // shape is large enough (2^24 multiply-adds, more than 64 rows) for auto
+  // to send it to OpenBLAS on CPUs without AVX-512.
   const int saved = omp_get_max_threads();
   for (const char *policy : {"onednn", "openblas", "auto"})
     for (int threads : {1, 3}) {
@@ -356,7 +357,7 @@ TEST(Kernels, GemmEveryLibraryAndThreadCount) {
       std::string where =
           std::string(policy) + ", " + std::to_string(threads) + " threads";
       for (GemmShape shape :
-           {GemmShape{1030, 100, 40, 0.0f}, GemmShape{1100, 300, 17, 0.5f},
+           {GemmShape{1030, 160, 110, 0.0f}, GemmShape{1100, 300, 17, 0.5f},
             GemmShape{130, 50, 60, -1.0f}, GemmShape{7, 90, 40, 0.0f}})
         checkGemmAllTransposes(shape, where);
     }
