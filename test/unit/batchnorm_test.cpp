@@ -129,6 +129,7 @@ const Shape kShapes[] = {
     {2, 3, 64},     // just at runs
     {3, 2, 67},     // runs with a tail
     {1, 4, 1000},   // n == 1, large s
+    {40, 2, 1000},  // runs too long to stage
     {32, 16, 1024}, // ResNet's first stage, parallel runs
 };
 
