@@ -28,7 +28,7 @@ BatchNorm (models holding nn.BatchNorm1d/2d, exported in training mode): gpipe n
 with each micro-batch's statistics, so the torch reference calls the module once per
 micro-batch, in order, and sums the gradients of loss_m * B_m / B before one optimizer step
 (the reported loss is the same weighted sum); models without BatchNorm are called once on
-the whole mini-batch.  The running statistics (float initializers that are torch buffers:
+the whole mini-batch.  The running statistics (initializers that are BatchNorm buffers:
 running_mean, running_var) are compared with torch's after training (relative L2 error <=
 --stat-tol, default 1e-4) and must have moved from their initial values.  With --batchnorm
 deferred (passed to gpipe-compile) the reference leaves the running statistics alone during
@@ -347,8 +347,8 @@ def bn_step(a, module, xb, yb):
 
 def torch_reference(a, init, x, y):
     """Train a fresh module from the initializers `init`; return (losses, params, last_delta,
-    extra, buffers): buffers are the float torch buffers with an initializer (BatchNorm's
-    running statistics) after training."""
+    extra, buffers): buffers are the BatchNorm running statistics (running_mean, running_var,
+    torch buffers with an initializer of the same name) after training."""
     module = models.build(a.model, a.seed)
     loaded, extra = models.load_into_module(module, init)
     module.train()
@@ -373,8 +373,14 @@ def torch_reference(a, init, x, y):
         opt.step()
         losses.append(lv)
     params = {n: p.detach().numpy().copy() for n, p in module.named_parameters()}
-    buffers = {n: b.detach().numpy().copy() for n, b in module.named_buffers()
-               if n in init and b.is_floating_point()}
+    # BatchNorm running statistics (other buffers, e.g. attn_causal's mask, are constants)
+    buffers = {}
+    for bn_name, bn in batchnorm_modules(module):
+        for k in ("running_mean", "running_var"):
+            n = bn_name + "." + k if bn_name else k
+            b = getattr(bn, k)
+            if n in init and b is not None:
+                buffers[n] = b.detach().numpy().copy()
     last_delta = {}
     for n, p in params.items():
         b = before_last[n].numpy()
