@@ -314,6 +314,9 @@ private:
   LogicalResult emit(nn::LayerNormOp o);
   LogicalResult emit(nn::LayerNormGradOp o);
   LogicalResult emit(nn::LayerNormScaleGradOp o);
+  LogicalResult emit(nn::BatchNormOp o);
+  LogicalResult emit(nn::BatchNormGradOp o);
+  LogicalResult emit(nn::UpdateRunningStatsOp o);
   LogicalResult emit(nn::AttentionOp o);
   LogicalResult emit(nn::AttentionGradOp o);
   LogicalResult emit(nn::MaxPoolOp o);
@@ -848,6 +851,7 @@ LogicalResult FuncEmitter::emitOp(Operation *op) {
             nn::SoftmaxOp, nn::SoftmaxGradOp, nn::LogSoftmaxOp,
             nn::LogSoftmaxGradOp, nn::DropoutOp, nn::DropoutGradOp,
             nn::LayerNormOp, nn::LayerNormGradOp, nn::LayerNormScaleGradOp,
+            nn::BatchNormOp, nn::BatchNormGradOp, nn::UpdateRunningStatsOp,
             nn::AttentionOp, nn::AttentionGradOp, nn::MaxPoolOp,
             nn::MaxPoolGradOp, nn::AvgPoolOp, nn::AvgPoolGradOp, nn::PadOp,
             nn::ConvOp, nn::ConvInputGradOp, nn::ConvWeightGradOp,
@@ -1042,6 +1046,50 @@ LogicalResult FuncEmitter::emit(nn::LayerNormScaleGradOp o) {
      << ptr(o.getMean()) << ", " << ptr(o.getInvStdDev()) << ", "
      << ptr(o.getGrad()) << ", " << ptr(o.getOutput(), false) << ", "
      << rowsAndLength(o.getInput(), o.getAxis()) << ");\n";
+  return success();
+}
+
+/// A batch normalization's view of `x` as [n, c, s]: "n, c, s".
+static std::string batchNormDims(Value x) {
+  auto t = tensorType(x);
+  int64_t spatial = 1;
+  for (int64_t k = 2; k < t.getRank(); ++k)
+    spatial *= t.getDimSize(k);
+  return std::to_string(t.getDimSize(0)) + ", " +
+         std::to_string(t.getDimSize(1)) + ", " + std::to_string(spatial);
+}
+
+LogicalResult FuncEmitter::emit(nn::BatchNormOp o) {
+  os << "  gp_batch_norm(" << ptr(o.getInput()) << ", " << ptr(o.getScale())
+     << ", " << ptr(o.getBias()) << ", " << ptr(o.getOutput(), false) << ", "
+     << ptr(o.getMean(), false) << ", " << ptr(o.getVar(), false) << ", "
+     << batchNormDims(o.getInput()) << ", "
+     << floatLit(o.getEpsilon().convertToDouble()) << ");\n";
+  return success();
+}
+
+LogicalResult FuncEmitter::emit(nn::BatchNormGradOp o) {
+  // A result nobody reads (the input gradient of a first layer) is not
+  // computed.
+  auto out = [&](Value v) {
+    return v.use_empty() ? std::string("nullptr") : ptr(v, false);
+  };
+  os << "  gp_batch_norm_bwd(" << ptr(o.getInput()) << ", " << ptr(o.getMean())
+     << ", " << ptr(o.getVar()) << ", " << ptr(o.getScale()) << ", "
+     << ptr(o.getGrad()) << ", " << out(o.getInputGrad()) << ", "
+     << out(o.getScaleGrad()) << ", " << out(o.getBiasGrad()) << ", "
+     << batchNormDims(o.getInput()) << ", "
+     << floatLit(o.getEpsilon().convertToDouble()) << ");\n";
+  return success();
+}
+
+LogicalResult FuncEmitter::emit(nn::UpdateRunningStatsOp o) {
+  int64_t m = o.getMicrobatches();
+  os << "  gp_batch_norm_update(" << ptr(o.getRunningMean(), false) << ", "
+     << ptr(o.getRunningVar(), false) << ", " << ptr(o.getMean()) << ", "
+     << ptr(o.getVar()) << ", " << (m > 1 ? statePtr(o, 0) : "nullptr") << ", "
+     << tensorType(o.getMean()).getDimSize(0) << ", " << o.getCount() << ", "
+     << floatLit(o.getMomentum().convertToDouble()) << ", " << m << ", mb);\n";
   return success();
 }
 
@@ -1607,7 +1655,8 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
         if (!b)
           return missing(op, "pipe.buffer");
         st.accumulator[acc.getParam()] = b.getOffset();
-      } else if (isa<pipeline::SGDUpdateOp, pipeline::AdamUpdateOp>(op)) {
+      } else if (isa<pipeline::SGDUpdateOp, pipeline::AdamUpdateOp,
+                     nn::UpdateRunningStatsOp>(op)) {
         for (pipeline::BufferAttr b : pipeline::getState(op))
           st.optimizerState[op].push_back(b.getOffset());
       }

@@ -116,6 +116,14 @@ private:
                          b, op)))
             ok = failure();
         ++updates;
+      } else if (auto update = dyn_cast<nn::UpdateRunningStatsOp>(op)) {
+        nn::ParamOp p = paramOf(update.getRunningMean());
+        for (BufferAttr b : pipeline::getState(op))
+          if (failed(object("the deferred statistics of '" +
+                                (p ? p.getName().str() : std::string("?")) +
+                                "'",
+                            b, op)))
+            ok = failure();
       }
       return failed(ok) ? WalkResult::interrupt() : WalkResult::advance();
     });

@@ -262,6 +262,11 @@ void MicrobatchPass::runOnOperation() {
     batch = t.getDimSize(0);
     batchAxis[arg] = 0;
   }
+  if (batchnorm != "microbatch" && batchnorm != "deferred") {
+    func.emitError("unknown batchnorm mode '")
+        << batchnorm << "' (expected microbatch or deferred)";
+    return signalPassFailure();
+  }
   pipeline::setNumMicrobatches(func, microbatches);
   if (batch >= 0)
     pipeline::setBatchSize(func, batch);
@@ -320,6 +325,26 @@ void MicrobatchPass::runOnOperation() {
   }
   for (auto [v, axis] : batchAxis)
     shrink(v);
+  // Each micro-batch's statistics count its share of the elements; deferred
+  // ones are combined over the step's M micro-batches.
+  WalkResult walk = func.walk([&](nn::UpdateRunningStatsOp update) {
+    auto bn = update.getMean().getDefiningOp<nn::BatchNormOp>();
+    if (!bn || !batchAxis.contains(bn.getInput()))
+      return WalkResult::advance();
+    int64_t count = update.getCount() / microbatches;
+    if (count < 2) {
+      update.emitError("cannot split the batch into micro-batches: a "
+                       "micro-batch's batch normalization would see ")
+          << count << " value per channel (at least 2 are needed)";
+      return WalkResult::interrupt();
+    }
+    update.setCount(count);
+    if (batchnorm == "deferred")
+      update.setMicrobatches(microbatches);
+    return WalkResult::advance();
+  });
+  if (walk.wasInterrupted())
+    return signalPassFailure();
   func.setType(FunctionType::get(func.getContext(), block.getArgumentTypes(),
                                  block.getTerminator()->getOperandTypes()));
 }

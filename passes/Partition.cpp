@@ -103,7 +103,7 @@ void PartitionPass::runOnOperation() {
   SmallVector<SmallVector<Operation *>> units;
   bool onlyViews = false;
   for (Operation *op : compute) {
-    bool view = isa<nn::ReshapeOp>(op);
+    bool view = isa<nn::ReshapeOp, nn::UpdateRunningStatsOp>(op);
     if (units.empty() || (!view && !onlyViews)) {
       units.push_back({op});
       onlyViews = view;

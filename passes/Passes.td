@@ -107,10 +107,22 @@ def Microbatch : Pass<"gpipe-microbatch", "mlir::func::FuncOp"> {
     `pipe.microbatches` and `pipe.batch_size`. Errors name the op when the
     batch cannot be split (B not divisible by M, a reduction or concat over
     the batch axis, a reshape that moves it).
+
+    Batch normalization (`nn.batch_norm`) normalizes each micro-batch with
+    its own statistics (GPipe's semantics, equal to torch calling the module
+    once per micro-batch); its `nn.update_running_stats` gets the
+    micro-batch's element count per channel. With `batchnorm=deferred` the
+    running statistics are instead updated once per step from the whole
+    mini-batch's (`microbatches = M` on the update, torchgpipe's
+    DeferredBatchNorm).
   }];
   let options = [
     Option<"microbatches", "microbatches", "int64_t", "1",
            "number of micro-batches M (the batch size must be divisible by M)">,
+    Option<"batchnorm", "batchnorm", "std::string", "\"microbatch\"",
+           "running statistics of batch normalization: microbatch (updated "
+           "by every micro-batch) or deferred (once per step, from the "
+           "whole mini-batch)">,
   ];
   let dependentDialects = ["gpipe::nn::NNDialect",
                            "gpipe::pipeline::PipeDialect"];
@@ -126,7 +138,9 @@ def Partition : Pass<"gpipe-partition", "mlir::func::FuncOp"> {
     estimated cost: per op, t = max(FLOPs / 100 GFLOP/s, bytes / 20 GB/s)
     from the op's cost interface for the forward, plus t for each operand
     that needs a gradient (depends on a parameter) for the backward.
-    Reshapes compute nothing and stay with the op before them. The loss is on the last stage. Each op gets `pipe.stage`;
+    Reshapes compute nothing and stay with the op before them, as does an
+    `nn.update_running_stats` with its batch normalization. The loss is on
+    the last stage. Each op gets `pipe.stage`;
     parameters get the stage of their users (a parameter used on two stages
     is an error).
   }];

@@ -15,6 +15,7 @@ void gpipe::buildCompilePipeline(OpPassManager &pm,
   fpm.addPass(createFuseAttention());
   MicrobatchOptions mb;
   mb.microbatches = o.microbatches;
+  mb.batchnorm = o.batchnorm;
   fpm.addPass(createMicrobatch(mb));
   PartitionOptions part;
   part.stages = o.stages;

@@ -42,6 +42,10 @@ struct CompilePipelineOptions
   Option<std::string> schedule{*this, "schedule",
                                llvm::cl::desc("a registered schedule name"),
                                llvm::cl::init("gpipe")};
+  Option<std::string> batchnorm{
+      *this, "batchnorm",
+      llvm::cl::desc("BatchNorm running statistics: microbatch or deferred"),
+      llvm::cl::init("microbatch")};
 };
 
 /// Adds the compile's passes, in order, to a module pass manager.

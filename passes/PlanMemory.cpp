@@ -189,6 +189,17 @@ void StagePlanner::planLongLived() {
     if (buffers)
       pipeline::setState(op, state);
   });
+  // Deferred running statistics: each micro-batch's mean and variance, kept
+  // until the step's last micro-batch combines them (counted with the
+  // parameters, the model state they update).
+  f.forward.walk([&](nn::UpdateRunningStatsOp update) {
+    int64_t m = update.getMicrobatches();
+    if (m <= 1)
+      return;
+    BufferAttr b = permanent(2 * m * bytesOf(update.getMean()));
+    parameterBytes += b.getBytes();
+    pipeline::setState(update, {b});
+  });
   // Accumulators: first those a GEMM overwrites (gpipe-accumulate-in-place's
   // `overwrite`), then those the update clears.
   const int64_t accumulatorBegin = cursor;

@@ -77,6 +77,13 @@ int main(int argc, char **argv) {
       "(PipeDream-flush: K-1-s warm-up forwards on stage s, then one forward "
       "and one backward in turn; stage s stashes at most K-s micro-batches; "
       "CPU target only)")(
+      "batchnorm",
+      po::value(&o.batchnorm)->default_value("microbatch")->value_name("B"),
+      "BatchNormalization's running statistics: microbatch (each "
+      "micro-batch normalizes with its own statistics and updates the running "
+      "mean and variance, as torch called once per micro-batch) or deferred "
+      "(normalization as before; the running statistics updated once per "
+      "step from the whole mini-batch's, as torchgpipe's DeferredBatchNorm)")(
       "explain", po::bool_switch(&o.explain),
       "print each stage's ops, parameters, FLOPs and memory plan")(
       "cxx", po::value(&o.cxx)->value_name("PATH"),

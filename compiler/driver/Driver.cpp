@@ -63,6 +63,9 @@ LogicalResult validate(const CompileOptions &o) {
     return fail("-o - (stdout) works with --emit mlir or --emit import only");
   if (o.remat != "none" && o.remat != "stage" && o.remat != "auto")
     return fail("--remat must be none, stage or auto, got '" + o.remat + "'");
+  if (o.batchnorm != "microbatch" && o.batchnorm != "deferred")
+    return fail("--batchnorm must be microbatch or deferred, got '" +
+                o.batchnorm + "'");
   if (const schedules::Schedule *s = schedules::lookup(o.schedule); !s)
     return fail("--schedule must be one of " + schedules::names() + ", got '" +
                 o.schedule + "'");

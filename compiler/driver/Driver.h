@@ -29,6 +29,8 @@ struct CompileOptions {
   uint64_t seed = 0; // --seed: the random numbers of Dropout
   std::string remat = "auto"; // none | stage | auto
   std::string schedule = "gpipe";
+  /// BatchNorm running statistics: microbatch or deferred.
+  std::string batchnorm = "microbatch";
   OptimizerConfig optimizer;
   std::string cxx;                // host C++ compiler for the CPU target
   std::string cpuArch = "native"; // -march= for the stage programs

@@ -28,11 +28,19 @@ void explainStage(int64_t index, func::FuncOp forward,
      << llvm::format("%.6g", stage.backwardFlops / 1e6)
      << " MFLOP backward per micro-batch, "
      << llvm::format("%.6g", stage.flops / 1e6) << " MFLOP per step\n";
+  auto module = forward->getParentOfType<ModuleOp>();
   os << "  parameters:\n";
   for (const EmittedParam &p : stage.params) {
     os << "    " << p.name << " [";
     llvm::interleave(p.shape, os, "x");
-    os << "]\n";
+    os << "]";
+    auto decl = module ? dyn_cast_or_null<nn::ParameterOp>(
+                             SymbolTable::lookupSymbolIn(module, p.name))
+                       : nn::ParameterOp();
+    if (decl && decl.getState())
+      os << " (state: a running statistic, updated by the forward, not "
+            "trained)";
+    os << "\n";
   }
   if (!stage.inputs.empty()) {
     os << "  reads:";
@@ -44,7 +52,8 @@ void explainStage(int64_t index, func::FuncOp forward,
   for (Operation *op : ops) {
     std::string type;
     llvm::raw_string_ostream ts(type);
-    ts << op->getResult(0).getType();
+    ts << (op->getNumResults() ? op->getResult(0) : op->getOperand(0))
+              .getType();
     int64_t flops = 0;
     if (auto cost = dyn_cast<nn::CostOpInterface>(op))
       flops = cost.getFlops();
@@ -55,6 +64,24 @@ void explainStage(int64_t index, func::FuncOp forward,
       os << "  node '" << name.getName().getValue() << "'";
     os << "\n";
   }
+  // Batch normalization's statistics reduce over the batch: what the
+  // micro-batching makes of them.
+  forward.walk([&](nn::UpdateRunningStatsOp u) {
+    auto bn = u.getMean().getDefiningOp<nn::BatchNormOp>();
+    auto name = dyn_cast<NameLoc>(u->getLoc());
+    os << "  batch normalization"
+       << (name ? " '" + name.getName().getValue().str() + "'" : "") << ": ";
+    if (bn)
+      os << "statistics per micro-batch of "
+         << cast<RankedTensorType>(bn.getInput().getType()).getDimSize(0)
+         << " samples (" << u.getCount() << " values per channel); ";
+    if (u.getMicrobatches() > 1)
+      os << "running mean and variance updated once per step from the "
+            "whole mini-batch's statistics (--batchnorm deferred)\n";
+    else
+      os << "running mean and variance updated by each of the " << microbatches
+         << " micro-batch" << (microbatches == 1 ? "" : "es") << ", in order\n";
+  });
   os << "  boundary tensors:";
   if (stage.transfers.empty())
     os << " none";

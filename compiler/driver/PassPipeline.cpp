@@ -21,6 +21,7 @@ void gpipe::driver::setPipelineOptions(CompilePipelineOptions &p,
   p.eps = o.optimizer.eps;
   p.remat = remat;
   p.schedule = o.schedule;
+  p.batchnorm = o.batchnorm;
 }
 
 void gpipe::driver::buildPassPipeline(PassManager &pm, const CompileOptions &o,

@@ -98,10 +98,12 @@ FailureOr<Value> ImportContext::valueOf(const onnx::NodeProto &node,
     // of first use), then its value.
     auto func = builder.getBlock()->getParentOp();
     OpBuilder declare(func);
+    bool state = runningStats.contains(name);
     nn::ParameterOp::create(declare, loc, declare.getStringAttr(name),
-                            TypeAttr::get(f32(c->shape)));
+                            TypeAttr::get(f32(c->shape)),
+                            state ? declare.getUnitAttr() : UnitAttr());
     v = nn::ParamOp::create(builder, loc, f32(c->shape), name);
-    params.push_back({name, c->shape, c->f});
+    params.push_back({name, c->shape, c->f, state});
   } else if (c->isFloat) {
     auto type = f32(c->shape);
     v = nn::ConstantOp::create(

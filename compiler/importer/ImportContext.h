@@ -154,6 +154,9 @@ protected:
   llvm::StringSet<> initializerNames;
   /// Float initializers imported as constants (findUntrainedInitializers).
   llvm::StringSet<> untrained;
+  /// Float initializers that are BatchNormalization running statistics:
+  /// `state` parameters (findRunningStatistics).
+  llvm::StringSet<> runningStats;
   /// Float initializers, in the order they are first used.
   std::vector<ImportedParam> params;
 };

@@ -205,6 +205,54 @@ LogicalResult Importer::loadInitializers() {
   return success();
 }
 
+LogicalResult Importer::findRunningStatistics() {
+  const onnx::GraphProto &graph = model.graph();
+  // Each running statistic, with the node that owns it.
+  std::map<std::string, const onnx::NodeProto *> owner;
+  for (const onnx::NodeProto &node : graph.node()) {
+    if (node.op_type() != "BatchNormalization" ||
+        intAttr(node, "training_mode", 0) != 1)
+      continue;
+    for (int k : {3, 4}) {
+      const char *what = k == 3 ? "input_mean" : "input_var";
+      if (node.input_size() <= k || node.input(k).empty())
+        return nodeError(node) << "missing input #" << k << " (" << what << ")";
+      const std::string &name = node.input(k);
+      const ConstTensor *c = constOf(name);
+      if (!c || !c->isFloat || !isInitializer(name))
+        return nodeError(node)
+               << what << " '" << name
+               << "' must be a float32 initializer (the running statistic "
+                  "the trainer updates and saves)";
+      auto [it, inserted] = owner.try_emplace(name, &node);
+      if (!inserted)
+        return nodeError(node) << what << " '" << name
+                               << "' is also the running statistic of node '"
+                               << nodeName(*it->second)
+                               << "': each BatchNormalization needs its own";
+      runningStats.insert(name);
+      untrained.erase(name);
+    }
+  }
+  // Nothing else may read them: they change with every forward.
+  for (const onnx::NodeProto &node : graph.node())
+    for (int k = 0; k < node.input_size(); ++k) {
+      auto it = owner.find(node.input(k));
+      if (it != owner.end() && !(it->second == &node && (k == 3 || k == 4)))
+        return nodeError(node)
+               << "reads '" << node.input(k)
+               << "', the running statistic of BatchNormalization node '"
+               << nodeName(*it->second)
+               << "', which the forward updates: only that node may read it";
+    }
+  for (const auto &out : graph.output())
+    if (owner.count(out.name()))
+      return fileError() << "graph output '" << out.name()
+                         << "' is a BatchNormalization running statistic; "
+                            "the trained model holds it as an initializer";
+  return success();
+}
+
 LogicalResult Importer::checkInferredShape(const onnx::NodeProto &node, Value v,
                                            const std::string &name) {
   auto it = inferredShapes.find(name);
@@ -326,7 +374,8 @@ FailureOr<ImportedModel> Importer::run() {
       failed(checkAndConvert()) || failed(fixBatch()) ||
       failed(foldShapeComputations()) || failed(rewriteBatchReshapes()) ||
       failed(loadInitializers()) || failed(inferShapes()) ||
-      failed(findUntrainedInitializers()) || failed(importGraph()))
+      failed(findUntrainedInitializers()) || failed(findRunningStatistics()) ||
+      failed(importGraph()))
     return failure();
   result.params = std::move(params);
   result.batchSize = batch;

@@ -42,6 +42,9 @@ private:
   /// and other buffers, reached only through comparisons or shapes) become
   /// constants, as torch never changes them: fills `untrained`.
   mlir::LogicalResult findUntrainedInitializers();
+  /// The running mean and variance of every BatchNormalization in training
+  /// mode: float initializers no other node (or graph output) reads.
+  mlir::LogicalResult findRunningStatistics();
 
   bool isText() const { return llvm::StringRef(path).ends_with(".onnxtext"); }
 

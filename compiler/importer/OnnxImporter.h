@@ -22,11 +22,13 @@ struct ImportOptions {
   uint64_t seed = 0;
 };
 
-/// A trainable parameter: an ONNX floating-point initializer.
+/// A parameter: an ONNX floating-point initializer, trained, or with `state`
+/// updated by the forward (BatchNorm's running statistics).
 struct ImportedParam {
   std::string name;
   std::vector<int64_t> shape;
   std::vector<float> data;
+  bool state = false;
 };
 
 /// A graph input the runtime feeds per mini-batch (first dimension = batch).

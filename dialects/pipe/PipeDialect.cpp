@@ -264,8 +264,10 @@ LogicalResult PipeDialect::verifyOperationAttribute(Operation *op,
     return arenaBuffer(value) ? success() : expected("an arena #pipe.buffer");
   }
   if (name == getStateAttrHelper().getName()) {
-    if (failed(onOp(isa<SGDUpdateOp, AdamUpdateOp>(op),
-                    "a pipe.sgd_update or pipe.adam_update")))
+    if (failed(
+            onOp(isa<SGDUpdateOp, AdamUpdateOp, nn::UpdateRunningStatsOp>(op),
+                 "a pipe.sgd_update, pipe.adam_update or "
+                 "nn.update_running_stats")))
       return failure();
     return arenaBuffers(0) ? success()
                            : expected("an array of arena #pipe.buffer");

@@ -1,6 +1,7 @@
 // Normalization ONNX ops: Softmax and LogSoftmax (opset 13 semantics: one
 // axis; models of older opsets arrive converted by the version converter),
-// LayerNormalization (opset 17) and Dropout.
+// LayerNormalization (opset 17), BatchNormalization in training mode
+// (opset 15) and Dropout.
 #include "compiler/importer/OpTable.h"
 
 #include "dialects/nn/NNOps.h"
@@ -71,6 +72,70 @@ static LogicalResult importLayerNormalization(ImportContext &cx,
   return success();
 }
 
+/// BatchNormalization in training mode (training_mode = 1, as torch exports a
+/// BatchNorm module in train mode): nn.batch_norm over the batch and spatial
+/// axes, and nn.update_running_stats on the running mean and variance, which
+/// the importer declared `state` parameters (Importer::findRunningStatistics
+/// checked that nothing else reads them). The outputs running_mean and
+/// running_var are the updated statistics, which no node may read.
+static LogicalResult importBatchNormalization(ImportContext &cx,
+                                              const onnx::NodeProto &node) {
+  if (intAttr(node, "training_mode", 0) != 1)
+    return cx.nodeError(node)
+           << "only training mode (training_mode = 1, a BatchNorm module in "
+              "train mode) is supported; export the model with "
+              "training=TrainingMode.TRAINING";
+  FailureOr<Value> x = cx.floatValueOf(node, 0),
+                   scale = cx.floatValueOf(node, 1),
+                   bias = cx.floatValueOf(node, 2),
+                   runningMean = cx.floatValueOf(node, 3),
+                   runningVar = cx.floatValueOf(node, 4);
+  if (failed(x) || failed(scale) || failed(bias) || failed(runningMean) ||
+      failed(runningVar))
+    return failure();
+  ArrayRef<int64_t> shape = shapeOf(*x);
+  if (shape.size() < 2)
+    return cx.nodeError(node) << "the input must have rank >= 2 ([N, C, ...]), "
+                                 "got "
+                              << shapeStr(shape);
+  const int64_t channels = shape[1];
+  for (auto [what, v] :
+       {std::pair<const char *, Value>{"scale", *scale},
+        std::pair<const char *, Value>{"B", *bias},
+        std::pair<const char *, Value>{"input_mean", *runningMean},
+        std::pair<const char *, Value>{"input_var", *runningVar}})
+    if (shapeOf(v) != ArrayRef<int64_t>{channels})
+      return cx.nodeError(node)
+             << what << " must have shape [" << channels
+             << "] (the input's channels), got " << shapeStr(shapeOf(v));
+  int64_t count = 1;
+  for (size_t k = 0; k < shape.size(); ++k)
+    if (k != 1)
+      count *= shape[k];
+  if (count < 2)
+    return cx.nodeError(node)
+           << "normalizes over " << count << " value per channel (input "
+           << shapeStr(shape)
+           << "); training needs at least 2 (torch refuses it too)";
+  float momentum = floatAttr(node, "momentum", 0.9f);
+  if (!(momentum >= 0.0f && momentum <= 1.0f))
+    return cx.nodeError(node) << "momentum must be in [0, 1], got " << momentum;
+  float epsilon = floatAttr(node, "epsilon", 1e-5f);
+  if (!(epsilon >= 0.0f))
+    return cx.nodeError(node) << "epsilon must be >= 0, got " << epsilon;
+  OpBuilder &b = cx.getBuilder();
+  Location loc = cx.nodeLoc(node);
+  auto bn = nn::BatchNormOp::create(b, loc, x->getType(), scale->getType(),
+                                    scale->getType(), *x, *scale, *bias,
+                                    b.getF32FloatAttr(epsilon));
+  nn::UpdateRunningStatsOp::create(
+      b, loc, *runningMean, *runningVar, bn.getMean(), bn.getVar(),
+      b.getF32FloatAttr(momentum), b.getI64IntegerAttr(count),
+      b.getI64IntegerAttr(1));
+  cx.define(node, 0, bn.getOutput());
+  return success();
+}
+
 /// Dropout (opset 12+: ratio and training_mode as optional constant inputs).
 /// In training mode with ratio > 0, nn.dropout keyed by the seed and the
 /// node's name (FNV-1a: the same on every stage and build); otherwise the
@@ -115,6 +180,7 @@ static LogicalResult importDropout(ImportContext &cx,
 
 void gpipe::importer::registerNormalizationOps(OpTable &table) {
   table.add("LayerNormalization", importLayerNormalization);
+  table.add("BatchNormalization", importBatchNormalization);
   table.add("Softmax", importSoftmax<nn::SoftmaxOp>);
   table.add("LogSoftmax", importSoftmax<nn::LogSoftmaxOp>);
   table.add("Dropout", importDropout);

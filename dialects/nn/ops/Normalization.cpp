@@ -1,5 +1,5 @@
-// The normalization family: softmax, log-softmax, layer normalization and
-// dropout (verifiers, cost, gradients, micro-batch rules).
+// The normalization family: softmax, log-softmax, layer normalization, batch
+// normalization and dropout (verifiers, cost, gradients, micro-batch rules).
 #include "dialects/nn/ops/Common.h"
 
 using namespace mlir;
@@ -161,6 +161,97 @@ LayerNormOp::splitBatch(ArrayRef<std::optional<int64_t>> operandAxes, int64_t,
         *this, "a layer normalization over the batch axis (the batch must be "
                "before the normalized axes)");
   resultAxes.append(3, operandAxes[0]);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Batch normalization
+//===----------------------------------------------------------------------===//
+
+static LogicalResult verifyBatchNorm(Operation *op, Value input,
+                                     Value perChannel, float epsilon) {
+  RankedTensorType t = tensorType(input);
+  if (t.getRank() < 2)
+    return op->emitOpError("input must have rank >= 2 ([N, C, ...]), got ")
+           << input.getType();
+  if (tensorType(perChannel).getShape() != ArrayRef<int64_t>{t.getDimSize(1)})
+    return op->emitOpError("the per-channel operands must have shape [")
+           << t.getDimSize(1) << "] (the input's axis 1), got "
+           << perChannel.getType();
+  if (!(epsilon >= 0.0f))
+    return op->emitOpError("epsilon must be >= 0, got ") << epsilon;
+  return success();
+}
+
+LogicalResult BatchNormOp::verify() {
+  return verifyBatchNorm(*this, getInput(), getScale(),
+                         getEpsilon().convertToFloat());
+}
+LogicalResult BatchNormGradOp::verify() {
+  return verifyBatchNorm(*this, getInput(), getScale(),
+                         getEpsilon().convertToFloat());
+}
+
+LogicalResult UpdateRunningStatsOp::verify() {
+  for (Value v : {getRunningMean(), getRunningVar()}) {
+    auto param = v.getDefiningOp<ParamOp>();
+    if (!param)
+      return emitOpError("the running statistics must be 'nn.param' results");
+    auto decl = SymbolTable::lookupNearestSymbolFrom<ParameterOp>(
+        *this, param.getNameAttr());
+    if (decl && !decl.getState())
+      return emitOpError("parameter @")
+             << param.getName()
+             << " is trainable; running statistics must be declared 'state'";
+  }
+  if (tensorType(getMean()).getRank() != 1)
+    return emitOpError("the statistics must have rank 1 ([C]), got ")
+           << getMean().getType();
+  float momentum = getMomentum().convertToFloat();
+  if (!(momentum >= 0.0f && momentum <= 1.0f))
+    return emitOpError("momentum must be in [0, 1], got ") << momentum;
+  if (getCount() < 2)
+    return emitOpError("count must be >= 2 (the unbiased variance of one "
+                       "value per channel is undefined), got ")
+           << getCount();
+  if (getMicrobatches() < 1)
+    return emitOpError("microbatches must be >= 1, got ") << getMicrobatches();
+  return success();
+}
+
+// Two passes of sums, then normalize, scale and shift.
+int64_t BatchNormOp::getFlops() { return 7 * numElements(getOutput()); }
+// xhat, the two sums, the combination.
+int64_t BatchNormGradOp::getFlops() { return 9 * numElements(getInput()); }
+int64_t UpdateRunningStatsOp::getFlops() { return 6 * numElements(getMean()); }
+
+LogicalResult
+BatchNormOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads,
+                            SmallVectorImpl<Value> &operandGrads) {
+  if (!isZeros(resultGrads[1]) || !isZeros(resultGrads[2]))
+    return emitError("cannot differentiate through a batch normalization's "
+                     "batch statistics: only its output Y may reach the loss");
+  auto grad = BatchNormGradOp::create(
+      b, getLoc(), getInput().getType(), getScale().getType(),
+      getScale().getType(), getInput(), getMean(), getVar(), getScale(),
+      resultGrads[0], getEpsilonAttr());
+  operandGrads.append(grad->getResults().begin(), grad->getResults().end());
+  return success();
+}
+
+// The statistics reduce over the batch: each micro-batch normalizes with its
+// own (GPipe's semantics, by construction), so they do not carry the batch.
+LogicalResult
+BatchNormOp::splitBatch(ArrayRef<std::optional<int64_t>> operandAxes, int64_t,
+                        SmallVectorImpl<std::optional<int64_t>> &resultAxes) {
+  if (operandAxes[1] || operandAxes[2])
+    return emitBatchSplitError(
+        *this, "a batch normalization whose scale or bias carries the batch");
+  if (*operandAxes[0] != 0)
+    return emitBatchSplitError(*this, "a batch normalization of a tensor "
+                                      "whose batch axis is not the first");
+  resultAxes.push_back(0);
+  resultAxes.append(2, std::nullopt);
   return success();
 }
 

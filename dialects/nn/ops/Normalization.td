@@ -1,5 +1,5 @@
-// Ops of the nn dialect: normalizations (softmax, log-softmax, layer
-// normalization).
+// Ops of the nn dialect: normalizations (softmax, log-softmax, layer and batch
+// normalization, dropout).
 #ifndef GPIPE_NN_OPS_NORMALIZATION
 #define GPIPE_NN_OPS_NORMALIZATION
 
@@ -136,6 +136,99 @@ def NN_LayerNormScaleGradOp : NN_Op<"layer_norm_scale_grad", [Pure, NN_Cost,
   let assemblyFormat = [{
     $input `,` $mean `,` $inv_std_dev `,` $grad attr-dict `:` type($input)
     `,` type($mean) `->` type($output)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Batch normalization (training mode)
+//===----------------------------------------------------------------------===//
+
+def NN_BatchNormOp : NN_Op<"batch_norm", [Pure, NN_Cost, NN_Batch,
+    AllTypesMatch<["input", "output"]>,
+    AllTypesMatch<["scale", "bias", "mean", "var"]>,
+    DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
+  let summary = "batch normalization in training mode (batch statistics)";
+  let description = [{
+    For `x` of shape [N, C, D1, ...] (rank >= 2), per channel c over its
+    N * D1 * ... elements: `mean` and `var` (the biased variance), and
+    `y = (x - mean) / sqrt(var + epsilon) * scale + bias` (ONNX
+    BatchNormalization with training_mode = 1, torch's BatchNorm in train
+    mode). `scale`, `bias`, `mean` and `var` have shape [C]. After
+    `gpipe-microbatch` the statistics are those of one micro-batch (GPipe's
+    semantics): the op is run once per micro-batch. The running statistics are
+    updated by `nn.update_running_stats`, which reads `mean` and `var`.
+    ```mlir
+    %y, %mean, %var = nn.batch_norm %x, %scale, %bias {epsilon = 1.0e-05 : f32}
+        : tensor<8x16x4x4xf32>, tensor<16xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$scale,
+                   NN_F32Tensor:$bias, F32Attr:$epsilon);
+  let results = (outs NN_F32Tensor:$output, NN_F32Tensor:$mean,
+                      NN_F32Tensor:$var);
+  let assemblyFormat = [{
+    $input `,` $scale `,` $bias attr-dict `:` type($input) `,` type($scale)
+  }];
+  let hasVerifier = 1;
+}
+
+def NN_BatchNormGradOp : NN_Op<"batch_norm_grad", [Pure, NN_Cost,
+    AllTypesMatch<["input", "grad", "input_grad"]>,
+    AllTypesMatch<["mean", "var", "scale", "scale_grad", "bias_grad"]>]> {
+  let summary = "gradients of nn.batch_norm (input, scale and bias)";
+  let description = [{
+    From the forward input `x`, the saved batch `mean` and `var`, the
+    `scale` and `dy`, per channel over its `count` = N * D1 * ... elements,
+    with `inv_std = 1 / sqrt(var + epsilon)` and `xhat = (x - mean) *
+    inv_std`: `bias_grad = sum(dy)`, `scale_grad = sum(dy * xhat)` and
+    `input_grad = scale * inv_std * (dy - bias_grad / count - xhat *
+    scale_grad / count)` (torch's formulas; the statistics are constants of
+    the batch, so their own dependence on x is in the two sums).
+  }];
+  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$mean,
+                   NN_F32Tensor:$var, NN_F32Tensor:$scale,
+                   NN_F32Tensor:$grad, F32Attr:$epsilon);
+  let results = (outs NN_F32Tensor:$input_grad, NN_F32Tensor:$scale_grad,
+                      NN_F32Tensor:$bias_grad);
+  let assemblyFormat = [{
+    $input `,` $mean `,` $var `,` $scale `,` $grad attr-dict `:`
+    type($input) `,` type($scale)
+  }];
+  let hasVerifier = 1;
+}
+
+def NN_UpdateRunningStatsOp : NN_Op<"update_running_stats", [NN_Cost,
+    AllTypesMatch<["running_mean", "running_var", "mean", "var"]>]> {
+  let summary = "updates BatchNorm's running statistics in place";
+  let description = [{
+    `$running_mean` and `$running_var` are `nn.param` results of `state`
+    parameters (`nn.parameter ... state`); `$mean` and `$var` are an
+    `nn.batch_norm`'s batch statistics, each over `count` elements per
+    channel. In ONNX's convention for `momentum` (torch's momentum is
+    1 - momentum), with the unbiased variance as torch:
+    `running_mean = momentum * running_mean + (1 - momentum) * mean`,
+    `running_var = momentum * running_var + (1 - momentum) * var * count /
+    (count - 1)`. With `microbatches` = M > 1 (`--batchnorm deferred`) the
+    op keeps the statistics of the step's M micro-batches (a state buffer of
+    2 * M * C floats) and the last micro-batch applies the update once, with
+    the mean and biased variance of all M * count elements (the variance of
+    the union: the mean of the variances plus the variance of the means).
+    Runs once per micro-batch, in the forward, in micro-batch order; a
+    recomputed forward (remat) does not repeat it. The new values are what
+    the running statistics read next.
+    ```mlir
+    nn.update_running_stats %rm, %rv, %mean, %var {count = 128 : i64,
+        momentum = 0.9 : f32} : tensor<16xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$running_mean, NN_F32Tensor:$running_var,
+                   NN_F32Tensor:$mean, NN_F32Tensor:$var, F32Attr:$momentum,
+                   I64Attr:$count,
+                   DefaultValuedAttr<I64Attr, "1">:$microbatches);
+  let assemblyFormat = [{
+    $running_mean `,` $running_var `,` $mean `,` $var attr-dict `:`
+    type($mean)
   }];
   let hasVerifier = 1;
 }

@@ -8,7 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 def NN_ParameterOp : NN_Op<"parameter", [Symbol, HasParent<"::mlir::ModuleOp">]> {
-  let summary = "declares a trainable parameter (an ONNX floating-point initializer)";
+  let summary = "declares a parameter (an ONNX floating-point initializer)";
   let description = [{
     A module-level symbol, one per parameter, named by its ONNX initializer
     (`@"fc1.weight"`), with its type. Everything that refers to a parameter
@@ -16,13 +16,20 @@ def NN_ParameterOp : NN_Op<"parameter", [Symbol, HasParent<"::mlir::ModuleOp">]>
     `pipe.accumulated_grad` (its gradient accumulator); their verifiers check
     that it exists and that the types agree. Its initial value is the
     model's initializer, written by gpipe-compile to `weights/`.
+
+    With `state`, the tensor is model state that the forward updates and the
+    optimizer never touches (torch's buffers: BatchNorm's running mean and
+    variance, written by `nn.update_running_stats`): no gradient is taken
+    with respect to it. It is stored, loaded and saved (`--save-onnx`) like
+    a parameter.
     ```mlir
     nn.parameter @"fc1.weight" : tensor<32x16xf32>
+    nn.parameter @"bn1.running_mean" state : tensor<32xf32>
     ```
   }];
   let arguments = (ins SymbolNameAttr:$sym_name,
-                       TypeAttrOf<NN_F32Tensor>:$type);
-  let assemblyFormat = "$sym_name attr-dict `:` $type";
+                       TypeAttrOf<NN_F32Tensor>:$type, UnitAttr:$state);
+  let assemblyFormat = "$sym_name (`state` $state^)? attr-dict `:` $type";
   let extraClassDeclaration = [{
     ::mlir::RankedTensorType getTensorType() {
       return ::llvm::cast<::mlir::RankedTensorType>(getType());
