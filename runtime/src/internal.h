@@ -34,6 +34,11 @@ struct Runtime {
   std::vector<InputData> inputs; // parallel to program->inputs
 };
 
+/// CPU loops over fewer elements than this run on one thread: below it,
+/// waking the OpenMP team costs more than the loop (kernels.cpp, pool.cpp,
+/// batchnorm.cpp).
+constexpr int64_t kParallelMin = 1 << 15;
+
 /// The runtime library is built for generic x86-64; its hottest loops also
 /// get an AVX2 clone (GCC's target_clones), chosen when the program loads.
 /// No FMA contraction either way (-std=c++17 turns it off), so both clones

@@ -93,7 +93,7 @@ void lossBackward(const int64_t *labels, int64_t N, int64_t C,
   const double divisor = norm > 0.0 ? norm : static_cast<double>(count);
   const float scale = static_cast<float>(static_cast<double>(*dloss) / divisor);
   // Rows are independent (rowGrad writes its own row only).
-#pragma omp parallel for schedule(static) if (N * C >= (1 << 15))
+#pragma omp parallel for schedule(static) if (N * C >= gpipe::kParallelMin)
   for (int64_t i = 0; i < N; ++i) {
     float *row = dx + i * C;
     const int64_t y = labels[i];
@@ -108,9 +108,8 @@ void lossBackward(const int64_t *labels, int64_t N, int64_t C,
 
 } // namespace
 
-// Elementwise loops shorter than this run on one thread: below it, waking
-// the OpenMP team costs more than the loop.
-constexpr int64_t kParallelMin = 1 << 15;
+// Elementwise loops shorter than kParallelMin (internal.h) run on one thread.
+using gpipe::kParallelMin;
 
 /// Runs `row(base)` for every row along the middle axis of a tensor viewed
 /// as [outer, n, inner]: the row's elements are base + k * inner, k < n.

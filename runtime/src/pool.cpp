@@ -1,20 +1,21 @@
 // CPU pooling kernels (gp_max_pool, gp_avg_pool and their gradients): one
 // [n, c] plane per OpenMP iteration, windows as torch scans them (pool.h).
 #include "pool.h"
+#include "internal.h"
 
 #include <algorithm>
 
 using gpipe::avgPoolWindow;
 using gpipe::maxPoolWindow;
 
-// Planes in parallel once there is enough work to share.
-static constexpr int64_t kPoolParallelMin = 1 << 15;
+// Planes in parallel once there is enough work to share (internal.h).
+using gpipe::kParallelMin;
 
 void gp_max_pool(const float *x, float *y, int64_t *idx, int64_t nc,
                  gp_pool_window w) {
   int64_t in = w.ih * w.iw, out = w.oh * w.ow;
 #pragma omp parallel for schedule(static) if (nc * out * w.kh * w.kw >=        \
-                                              kPoolParallelMin)
+                                              kParallelMin)
   for (int64_t p = 0; p < nc; ++p)
     for (int64_t oh = 0; oh < w.oh; ++oh)
       for (int64_t ow = 0; ow < w.ow; ++ow) {
@@ -25,7 +26,7 @@ void gp_max_pool(const float *x, float *y, int64_t *idx, int64_t nc,
 
 void gp_max_pool_bwd(const int64_t *idx, const float *dy, float *dx, int64_t nc,
                      int64_t in_plane, int64_t out_plane) {
-#pragma omp parallel for schedule(static) if (nc * in_plane >= kPoolParallelMin)
+#pragma omp parallel for schedule(static) if (nc * in_plane >= kParallelMin)
   for (int64_t p = 0; p < nc; ++p) {
     float *d = dx + p * in_plane;
     std::fill(d, d + in_plane, 0.0f);
@@ -38,7 +39,7 @@ void gp_avg_pool(const float *x, float *y, int64_t nc, gp_pool_window w,
                  int32_t count_include_pad) {
   int64_t in = w.ih * w.iw, out = w.oh * w.ow;
 #pragma omp parallel for schedule(static) if (nc * out * w.kh * w.kw >=        \
-                                              kPoolParallelMin)
+                                              kParallelMin)
   for (int64_t p = 0; p < nc; ++p)
     for (int64_t oh = 0; oh < w.oh; ++oh)
       for (int64_t ow = 0; ow < w.ow; ++ow) {
@@ -58,7 +59,7 @@ void gp_avg_pool_bwd(const float *dy, float *dx, int64_t nc, gp_pool_window w,
                      int32_t count_include_pad) {
   int64_t in = w.ih * w.iw, out = w.oh * w.ow;
 #pragma omp parallel for schedule(static) if (nc * out * w.kh * w.kw >=        \
-                                              kPoolParallelMin)
+                                              kParallelMin)
   for (int64_t p = 0; p < nc; ++p) {
     float *plane = dx + p * in;
     std::fill(plane, plane + in, 0.0f);

@@ -1253,6 +1253,163 @@ void testPool() {
     }
 }
 
+/// gp_batch_norm and gp_batch_norm_bwd (runtime/src/cuda/batchnorm.cu) on
+/// [n, c, s] against a double reference; y aliasing x and dx aliasing dy,
+/// null gradients, and a second backward run bitwise equal (no atomics).
+void runBatchNorm(int64_t n, int64_t c, int64_t s) {
+  const int64_t size = n * c * s, cnt = n * s;
+  const std::vector<float> x = randomVector(size, 2.0f, 4.0f),
+                           sc = randomVector(c, 0.5f, 1.5f),
+                           b = randomVector(c), dy = randomVector(size);
+  const double eps = 1e-5;
+  auto idx = [&](int64_t k, int64_t e) {
+    return (e / s) * c * s + k * s + e % s;
+  };
+  std::vector<double> y(size), dx(size), mean(c), var(c), ds(c), db(c);
+  for (int64_t k = 0; k < c; ++k) {
+    double m = 0, v = 0;
+    for (int64_t e = 0; e < cnt; ++e)
+      m += x[idx(k, e)];
+    m /= cnt;
+    for (int64_t e = 0; e < cnt; ++e)
+      v += (x[idx(k, e)] - m) * (x[idx(k, e)] - m);
+    v /= cnt;
+    mean[k] = m;
+    var[k] = v;
+    const double rs = 1.0 / std::sqrt(v + eps);
+    double g = 0, h = 0;
+    for (int64_t e = 0; e < cnt; ++e) {
+      const int64_t o = idx(k, e);
+      y[o] = (x[o] - m) * rs * sc[k] + b[k];
+      g += dy[o];
+      h += dy[o] * (x[o] - m) * rs;
+    }
+    ds[k] = h;
+    db[k] = g;
+    for (int64_t e = 0; e < cnt; ++e) {
+      const int64_t o = idx(k, e);
+      dx[o] = sc[k] * rs * (dy[o] - g / cnt - (x[o] - m) * rs * h / cnt);
+    }
+  }
+  DeviceBuffer<float> dX(x), dS(sc), dB(b), dDy(dy);
+  DeviceBuffer<float> dY(std::vector<float>(size, kNaN));
+  DeviceBuffer<float> dMean(std::vector<float>(c, kNaN));
+  DeviceBuffer<float> dVar(std::vector<float>(c, kNaN));
+  DeviceBuffer<float> dDx(std::vector<float>(size, kNaN));
+  DeviceBuffer<float> dDs(std::vector<float>(c, kNaN));
+  DeviceBuffer<float> dDb(std::vector<float>(c, kNaN));
+  gp_batch_norm(dX.get(), dS.get(), dB.get(), dY.get(), dMean.get(), dVar.get(),
+                n, c, s, static_cast<float>(eps));
+  gp_batch_norm_bwd(dX.get(), dMean.get(), dVar.get(), dS.get(), dDy.get(),
+                    dDx.get(), dDs.get(), dDb.get(), n, c, s,
+                    static_cast<float>(eps));
+  const std::vector<float> gotY = dY.download(), gotMean = dMean.download(),
+                           gotVar = dVar.download(), gotDx = dDx.download(),
+                           gotDs = dDs.download(), gotDb = dDb.download();
+  // Again: dx into dy (aliased), dscale only; y into x (aliased).
+  DeviceBuffer<float> dG(dy), dX2(x);
+  DeviceBuffer<float> dDs2(std::vector<float>(c, kNaN));
+  gp_batch_norm_bwd(dX.get(), dMean.get(), dVar.get(), dS.get(), dG.get(),
+                    dG.get(), dDs2.get(), nullptr, n, c, s,
+                    static_cast<float>(eps));
+  gp_batch_norm(dX2.get(), dS.get(), dB.get(), dX2.get(), dMean.get(),
+                dVar.get(), n, c, s, static_cast<float>(eps));
+  const std::vector<float> gotG = dG.download(), gotDs2 = dDs2.download(),
+                           gotX2 = dX2.download();
+  double errY = 0, errStats = 0, errDx = 0, errDs = 0, diff = 0;
+  for (int64_t k = 0; k < c; ++k) {
+    errStats = std::max({errStats, relErr(gotMean[k], mean[k], 3.0),
+                         relErr(gotVar[k], var[k], 1.0)});
+    errDs = std::max({errDs, relErr(gotDs[k], ds[k], std::sqrt(cnt)),
+                      relErr(gotDb[k], db[k], std::sqrt(cnt))});
+    diff = std::max(diff, std::fabs(double(gotDs2[k]) - gotDs[k]));
+  }
+  for (int64_t i = 0; i < size; ++i) {
+    errY = std::max(errY, relErr(gotY[i], y[i], 1.0));
+    errDx = std::max(errDx, relErr(gotDx[i], dx[i], 1.0));
+    diff = std::max({diff, std::fabs(double(gotG[i]) - gotDx[i]),
+                     std::fabs(double(gotX2[i]) - gotY[i])});
+  }
+  const std::string name = "batch_norm [" + std::to_string(n) + "," +
+                           std::to_string(c) + "," + std::to_string(s) + "]";
+  check(name + ": mean, var", errStats, 1e-6);
+  check(name + ": y", errY, 2e-5);
+  check(name + ": dscale, dbias", errDs, 1e-5);
+  check(name + ": dx", errDx, 2e-5);
+  check(name + ": aliased, null, again: bitwise", diff, 0.0);
+}
+
+/// gp_batch_norm_update: M == 1 by the formula; M == 3 through the state,
+/// running statistics unchanged until the last micro-batch, then those of
+/// the three micro-batches' statistics combined (host double reference).
+void testBatchNormUpdate() {
+  const int64_t c = 37, count = 20, M = 3;
+  const double mom = 0.9;
+  const std::vector<float> rm0 = randomVector(c),
+                           rv0 = randomVector(c, 0.5f, 1.5f);
+  std::vector<std::vector<float>> means, vars;
+  for (int64_t m = 0; m < M; ++m) {
+    means.push_back(randomVector(c));
+    vars.push_back(randomVector(c, 0.1f, 2.0f));
+  }
+  DeviceBuffer<float> rm(rm0), rv(rv0);
+  DeviceBuffer<float> mean(means[0]), var(vars[0]);
+  gp_batch_norm_update(rm.get(), rv.get(), mean.get(), var.get(), nullptr, c,
+                       count, 0.9f, 1, 0);
+  std::vector<float> got = rm.download(), gotV = rv.download();
+  double err = 0;
+  for (int64_t k = 0; k < c; ++k)
+    err = std::max(
+        {err, relErr(got[k], mom * rm0[k] + (1 - mom) * means[0][k], 1.0),
+         relErr(gotV[k],
+                mom * rv0[k] + (1 - mom) * vars[0][k] * count / (count - 1.0),
+                1.0)});
+  check("batch_norm_update M=1", err, 1e-6);
+
+  DeviceBuffer<float> rm3(rm0), rv3(rv0);
+  DeviceBuffer<float> st(std::vector<float>(M * 2 * c, kNaN));
+  double unchanged = 0;
+  for (int64_t m = 0; m < M; ++m) {
+    mean.upload(means[m]);
+    var.upload(vars[m]);
+    gp_batch_norm_update(rm3.get(), rv3.get(), mean.get(), var.get(), st.get(),
+                         c, count, 0.9f, M, m);
+    if (m < M - 1) {
+      const std::vector<float> a = rm3.download(), b = rv3.download();
+      for (int64_t k = 0; k < c; ++k)
+        unchanged = std::max({unchanged, std::fabs(double(a[k]) - rm0[k]),
+                              std::fabs(double(b[k]) - rv0[k])});
+    }
+  }
+  got = rm3.download();
+  gotV = rv3.download();
+  err = 0;
+  for (int64_t k = 0; k < c; ++k) {
+    double mAll = 0, vAll = 0;
+    for (int64_t m = 0; m < M; ++m)
+      mAll += means[m][k] / double(M);
+    for (int64_t m = 0; m < M; ++m)
+      vAll += (vars[m][k] + (means[m][k] - mAll) * (means[m][k] - mAll)) /
+              double(M);
+    const double total = double(M * count);
+    err = std::max(
+        {err, relErr(got[k], mom * rm0[k] + (1 - mom) * mAll, 1.0),
+         relErr(gotV[k], mom * rv0[k] + (1 - mom) * vAll * total / (total - 1),
+                1.0)});
+  }
+  check("batch_norm_update M=3: unchanged before the last", unchanged, 0.0);
+  check("batch_norm_update M=3: combined", err, 1e-6);
+}
+
+void testBatchNorm() {
+  runBatchNorm(4, 3, 5);      // tiny
+  runBatchNorm(64, 300, 1);   // [n, c]
+  runBatchNorm(1, 4, 1000);   // n == 1
+  runBatchNorm(32, 16, 1024); // a full block per channel, strided runs
+  runBatchNorm(32, 64, 16);   // 4 x 4
+  testBatchNormUpdate();
+}
+
 /// cuDNN convolutions (runtime/src/cuda/conv.cu) against the naive
 /// reference: forward (with and without bias), input and weight gradients;
 /// each twice, the second run reusing the cached plan (asymmetric pads
@@ -1275,9 +1432,9 @@ void testConv() {
       gp_conv_bwd_weights(&s, dX.get(), dDy.get(), dDw.get());
       std::string what = "conv " + c.name + (rep ? " (cached)" : "");
       check(what + ": y",
-            convref::maxErr(dY.download(),
-                            convref::forward(s, x, w, c.bias ? b.data()
-                                                             : nullptr)),
+            convref::maxErr(
+                dY.download(),
+                convref::forward(s, x, w, c.bias ? b.data() : nullptr)),
             1e-5);
       check(what + ": dx",
             convref::maxErr(dDx.download(), convref::inputGrad(s, dy, w)),
@@ -1308,6 +1465,7 @@ int main() {
   testSoftmax();
   testLayerNorm();
   testPool();
+  testBatchNorm();
   testAttention();
   testGather();
   testDropout();

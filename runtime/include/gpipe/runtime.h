@@ -298,6 +298,47 @@ void gp_layer_norm_scale_bwd(const float *x, const float *mean,
                              const float *inv_std, const float *dy,
                              float *dscale, int64_t rows, int64_t n);
 
+/// Batch normalization in training mode of x viewed as [n, c, s] (s: the
+/// product of the spatial dimensions, 1 for [n, c]): per channel k, over its
+/// n * s elements, mean[k] and var[k] (the biased variance; two passes, sums in
+/// double), y = (x - mean[k]) / sqrt(var[k] + eps) * scale[k] + bias[k].
+/// y may alias x.
+void gp_batch_norm(const float *x, const float *scale, const float *bias,
+                   float *y, float *mean, float *var, int64_t n, int64_t c,
+                   int64_t s, float eps);
+
+/// Its gradients, from the forward input, the saved mean and var, the scale
+/// and dy (same view): with inv_std = 1 / sqrt(var + eps), xhat = (x - mean) *
+/// inv_std and count = n * s, per channel k: dbias[k] = sum(dy),
+/// dscale[k] = sum(dy * xhat) (double, a fixed order: deterministic),
+/// dx = scale[k] * inv_std * (dy - dbias[k] / count - xhat * dscale[k] /
+/// count). dx may alias dy. Any of dx, dscale, dbias may be null (not wanted).
+void gp_batch_norm_bwd(const float *x, const float *mean, const float *var,
+                       const float *scale, const float *dy, float *dx,
+                       float *dscale, float *dbias, int64_t n, int64_t c,
+                       int64_t s, float eps);
+
+/// Updates the running statistics as torch's BatchNorm does in training, in
+/// ONNX's convention for momentum: with `count` elements per channel behind
+/// mean and var (the biased variance),
+///   microbatches == 1: running_mean = momentum * running_mean +
+///     (1 - momentum) * mean; running_var = momentum * running_var +
+///     (1 - momentum) * var * count / (count - 1)   (unbiased; count >= 2).
+///   microbatches == M > 1 (deferred: statistics over the whole mini-batch):
+///     saves micro-batch `microbatch`'s mean and var into state
+///     (float [M][2][c]: state[m][0][k] = mean, state[m][1][k] = var); when
+///     microbatch == M - 1, combines the M of them in double: mean_all =
+///     average of the means, var_all = average of the vars + average of
+///     (mean_m - mean_all)^2 (the biased variance of all M * count
+///     elements), then applies the formula above with mean_all, var_all and
+///     count_total = M * count. Earlier micro-batches leave running_* as they
+///     are.
+///   state may be null when microbatches == 1.
+void gp_batch_norm_update(float *running_mean, float *running_var,
+                          const float *mean, const float *var, float *state,
+                          int64_t c, int64_t count, float momentum,
+                          int64_t microbatches, int64_t microbatch);
+
 /// The window of a 1-D or 2-D pooling over planes of ih x iw elements (1-D:
 /// ih = 1, kh = 1, sh = 1, no padding along h): window size, stride,
 /// padding before (ph, pw) and after (ph_end, pw_end), dilation, and the
