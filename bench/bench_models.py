@@ -6,6 +6,11 @@
     pre-LayerNorm blocks with hand-written causal multi-head attention and a GELU MLP, an
     LM head, cross-entropy over every position); vocab 2048, sequence 64, d 256, 4 blocks,
     8 heads, batch 16, Adam lr 0.001 (issue 11's benchmark model).
+  resnet18: torchvision.models.resnet18(num_classes=10) (torchvision's initialisation) on
+    3 x 32 x 32 inputs (x flat [B, 3072], reshaped in the model: test/e2e/models.py
+    ResNet18), BatchNorm in training mode, cross-entropy; batch 32, SGD lr 0.01 momentum 0.9
+    (issue 12's CNN benchmark). Needs python3-torchvision. Random images with a random
+    teacher's labels.
 """
 
 import os
@@ -18,25 +23,30 @@ import numpy as np  # noqa: E402
 
 
 def add_args(ap):
-    ap.add_argument("--model", choices=("mlp_deep", "gpt"), default="mlp_deep")
+    ap.add_argument("--model", choices=("mlp_deep", "gpt", "resnet18"), default="mlp_deep")
     ap.add_argument("--width", type=int, default=None, help="mlp_deep 1024, gpt 256 (d_model)")
     ap.add_argument("--depth", type=int, default=None, help="mlp_deep 8 layers, gpt 4 blocks")
     ap.add_argument("--classes", type=int, default=10, help="mlp_deep only")
     ap.add_argument("--vocab", type=int, default=2048, help="gpt only")
     ap.add_argument("--seq", type=int, default=64, help="gpt only")
     ap.add_argument("--heads", type=int, default=8, help="gpt only")
-    ap.add_argument("--batch-size", type=int, default=None, help="mlp_deep 256, gpt 16")
+    ap.add_argument("--batch-size", type=int, default=None,
+                    help="mlp_deep 256, gpt 16, resnet18 32")
     ap.add_argument("--optimizer", choices=("sgd", "adam"), default=None,
-                    help="mlp_deep sgd, gpt adam")
+                    help="mlp_deep sgd, gpt adam, resnet18 sgd")
     ap.add_argument("--lr", type=float, default=None, help="sgd 0.01, adam 0.001")
-    ap.add_argument("--momentum", type=float, default=0.0, help="sgd only")
+    ap.add_argument("--momentum", type=float, default=None,
+                    help="sgd only: mlp_deep 0, resnet18 0.9")
 
 
 def finish_args(a):
     """Fills the model-dependent defaults."""
     gpt = a.model == "gpt"
+    resnet = a.model == "resnet18"
     for k, v in (("width", 256 if gpt else 1024), ("depth", 4 if gpt else 8),
-                 ("batch_size", 16 if gpt else 256), ("optimizer", "adam" if gpt else "sgd")):
+                 ("batch_size", 16 if gpt else 32 if resnet else 256),
+                 ("optimizer", "adam" if gpt else "sgd"),
+                 ("momentum", 0.9 if resnet else 0.0)):
         if getattr(a, k) is None:
             setattr(a, k, v)
     if a.lr is None:
@@ -55,6 +65,9 @@ def describe(a, samples):
     if a.model == "gpt":
         m = ("GPT-style LM, vocab %d, sequence %d, d %d, %d blocks, %d heads"
              % (a.vocab, a.seq, a.width, a.depth, a.heads))
+    elif a.model == "resnet18":
+        m = ("torchvision resnet18(num_classes=%d) on 3 x 32 x 32, BatchNorm (training), "
+             "cross-entropy" % a.classes)
     else:
         m = ("%d x (Linear %d + ReLU) + Linear %d->%d, cross-entropy"
              % (a.depth, a.width, a.width, a.classes))
@@ -67,6 +80,8 @@ def make_module(a):
     import models
     if a.model == "gpt":
         return models.GptTiny(a.vocab, a.seq, a.width, a.heads, a.depth)
+    if a.model == "resnet18":
+        return models.ResNet18(a.classes)
     return models.MlpDeep(width=a.width, depth=a.depth, classes=a.classes)
 
 
@@ -85,14 +100,16 @@ def optimizer_flags(a):
 
 def make_data(a, samples):
     """(x, y) of `samples` rows: the e2e data for the default mlp_deep, a random
-    teacher for other widths, random tokens with a fixed next-token rule for gpt."""
+    teacher for other widths and for resnet18 (x [samples, 3072]: 3 x 32 x 32 images),
+    random tokens with a fixed next-token rule for gpt."""
     import models
     rng = np.random.default_rng(0)
     if a.model == "gpt":
         x = rng.integers(0, a.vocab, (samples, a.seq)).astype(np.int64)
         return x, ((7 * x + 3 * np.arange(a.seq) + 1) % a.vocab).astype(np.int64)
-    if (a.width, a.classes) == (1024, 10):
+    if a.model == "mlp_deep" and (a.width, a.classes) == (1024, 10):
         return models.make_data("mlp_deep", samples, seed=0)
-    x = rng.standard_normal((samples, a.width)).astype(np.float32)
-    t = rng.standard_normal((a.width, a.classes)).astype(np.float32)
+    d = 3 * 32 * 32 if a.model == "resnet18" else a.width
+    x = rng.standard_normal((samples, d)).astype(np.float32)
+    t = rng.standard_normal((d, a.classes)).astype(np.float32)
     return x, np.argmax(x @ t, axis=1).astype(np.int64)

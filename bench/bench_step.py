@@ -9,6 +9,10 @@ Models (--model):
     pre-LayerNorm blocks with hand-written causal multi-head attention and a GELU MLP, an
     LM head, cross-entropy over every position); --vocab 2048, --seq 64, --width 256,
     --depth 4 (blocks), --heads 8, batch 16, Adam (--optimizer adam --lr 0.001).
+  resnet18: torchvision.models.resnet18(num_classes=10) (test/e2e/models.py ResNet18) on
+    3 x 32 x 32 inputs, BatchNorm in training mode (statistics of the whole batch: one
+    stage, one micro-batch), cross-entropy; batch 32, SGD (lr 0.01, momentum 0.9). Needs
+    python3-torchvision.
 Both sides start from the same weights (the torch side loads the exported initializers)
 and train on the same data (WORKDIR/data/*.npy) in the same order.
 
@@ -29,6 +33,7 @@ torch timings, so gpipe is compared against torch at its best.
 Usage:
   /usr/bin/python3 bench/bench_step.py --bin BUILD/bin [--threads 1,2] [--steps 30]
   /usr/bin/python3 bench/bench_step.py --skip-gpipe       # torch column only
+  /usr/bin/python3 bench/bench_step.py --model resnet18 --bin BUILD/bin
 """
 
 import argparse

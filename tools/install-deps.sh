@@ -10,4 +10,4 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   libonnx-dev libprotobuf-dev protobuf-compiler \
   libboost-program-options-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin \
   libdnnl-dev libopenblas-dev libopenblas0-pthread libgtest-dev \
-  python3 python3-numpy python3-onnx python3-torch > /dev/null
+  python3 python3-numpy python3-onnx python3-torch python3-torchvision > /dev/null

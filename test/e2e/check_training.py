@@ -24,6 +24,19 @@ executable), M micro-batches and remat R.  For a model with an ignore_index,
 M > 1 additionally requires some mini-batch whose micro-batches hold different
 numbers of non-ignored labels (else a mean of micro-batch means could pass).
 
+BatchNorm (models holding nn.BatchNorm1d/2d, exported in training mode): gpipe normalizes
+with each micro-batch's statistics, so the torch reference calls the module once per
+micro-batch, in order, and sums the gradients of loss_m * B_m / B before one optimizer step
+(the reported loss is the same weighted sum); models without BatchNorm are called once on
+the whole mini-batch.  The running statistics (initializers that are BatchNorm buffers:
+running_mean, running_var) are compared with torch's after training (relative L2 error <=
+--stat-tol, default 1e-4) and must have moved from their initial values.  With --batchnorm
+deferred (passed to gpipe-compile) the reference leaves the running statistics alone during
+the micro-batch calls and updates them once per step with torch's batch_norm over the
+concatenation of the step's micro-batch inputs to that layer (mean and unbiased variance of
+all B samples; --stat-tol default 1e-5).  The 1-stage reference program of a BatchNorm model
+keeps M micro-batches (--stages 1 --microbatches M --remat none, and the run's --batchnorm).
+
 Exit status: 0 = pass, 1 = any failure (tool error or mismatch), 2 = bad usage.
 
 Examples:
@@ -122,6 +135,7 @@ def parse_args(argv):
     cs.add_argument("--compare-single", dest="compare_single", action="store_true",
                     default=None,
                     help="also compile and run the model with --stages 1 --microbatches 1 "
+                         "(M for a model with BatchNorm) "
                          "--remat none and require the trained weights and losses to equal it "
                          "(default: on when --stages > 1 or --microbatches > 1)")
     cs.add_argument("--no-compare-single", dest="compare_single", action="store_false",
@@ -147,6 +161,15 @@ def parse_args(argv):
                     "per_step one or one in an update once), and no backward may read one "
                     "from its stash (e.g. tensor<50x16xf32>=2: a tied weight's value and "
                     "gradient, once per step each)")
+    ap.add_argument("--batchnorm", choices=["microbatch", "deferred"], default=None,
+                    help="gpipe-compile --batchnorm (not passed when omitted: microbatch). "
+                    "deferred: the torch reference updates each BatchNorm's running "
+                    "statistics once per step from the whole mini-batch's BN input (mean, "
+                    "unbiased variance), as torchgpipe's DeferredBatchNorm")
+    ap.add_argument("--stat-tol", type=float, default=None,
+                    help="relative tolerance of the BatchNorm running statistics (float "
+                    "initializers that are torch buffers) against torch (default 1e-4, "
+                    "1e-5 with --batchnorm deferred)")
     ap.add_argument("--timeout", type=float, default=900.0,
                     help="seconds allowed for each of gpipe-compile / gpipe-run")
     a = ap.parse_args(argv)
@@ -201,6 +224,17 @@ def parse_args(argv):
         a.torch_tol = float("inf")
         a.compare_single = True
     a.ref_tol = 1e-3 if a.precision == "bf16" and a.target == "cuda" else a.tol
+    # BatchNorm: statistics per micro-batch, so the torch reference calls the module once
+    # per micro-batch and the 1-stage reference program keeps M micro-batches.
+    a.batchnorm_model = models.has_batchnorm(models.MODELS[a.model].ctor())
+    if a.stat_tol is None:
+        a.stat_tol = 1e-5 if a.batchnorm == "deferred" else 1e-4
+    # (bf16 loosens them as it loosens the parameters')
+    a.torch_stat_tol = max(a.stat_tol, a.torch_tol) if a.precision == "bf16" else a.stat_tol
+    a.ref_stat_tol = max(a.stat_tol, a.ref_tol) if a.precision == "bf16" else a.stat_tol
+    if a.batchnorm_model and models.MODELS[a.model].ignore_index is not None:
+        ap.error("models with BatchNorm and an ignore_index are not supported by the "
+                 "per-micro-batch reference")
     return a
 
 
@@ -215,6 +249,8 @@ def pipeline_flags(a):
         f += ["--remat", a.remat]
     if a.schedule is not None:
         f += ["--schedule", a.schedule]
+    if a.batchnorm is not None:
+        f += ["--batchnorm", a.batchnorm]
     return f
 
 
@@ -259,8 +295,61 @@ def optimizer_flags(a):
     return f
 
 
+def batchnorm_modules(module):
+    return [(n, m) for n, m in module.named_modules()
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+
+
+def bn_step(a, module, xb, yb):
+    """One mini-batch's forward and backward for a model with BatchNorm: the module is
+    called once per micro-batch, in order (GPipe's statistics per micro-batch), the
+    gradients of loss_m * B_m / B are summed (no ignored labels: the mini-batch's mean
+    loss is the average of the micro-batch means weighted so). Returns the mini-batch
+    loss. With --batchnorm deferred the modules' running statistics are left as they
+    were during the micro-batch calls and then updated once from the concatenation of
+    every micro-batch's BN input (torch's own batch_norm over the whole mini-batch)."""
+    m = a.microbatches or 1
+    bsz = xb.shape[0]
+    mb = bsz // m
+    bns = batchnorm_modules(module)
+    deferred = a.batchnorm == "deferred"
+    inputs = {n: [] for n, _ in bns}
+    saved = {}
+    hooks = []
+    if deferred:
+        for n, bn in bns:
+            saved[n] = (bn.running_mean.clone(), bn.running_var.clone())
+            hooks.append(bn.register_forward_pre_hook(
+                lambda mod, inp, n=n: inputs[n].append(inp[0].detach().clone())))
+    total = 0.0
+    try:
+        for i in range(m):
+            lo, hi = i * mb, (i + 1) * mb
+            loss = module(xb[lo:hi], yb[lo:hi])
+            (loss * ((hi - lo) / bsz)).backward()
+            total += float(loss.item()) * (hi - lo) / bsz
+    finally:
+        for h in hooks:
+            h.remove()
+    if deferred:
+        with torch.no_grad():
+            for n, bn in bns:
+                rm, rv = saved[n]
+                bn.running_mean.copy_(rm)
+                bn.running_var.copy_(rv)
+                if len(inputs[n]) != m:
+                    raise CheckFailed("deferred reference: BatchNorm %s ran %d times in a "
+                                      "step, expected %d" % (n, len(inputs[n]), m))
+                torch.nn.functional.batch_norm(
+                    torch.cat(inputs[n], 0), bn.running_mean, bn.running_var, None, None,
+                    training=True, momentum=bn.momentum, eps=bn.eps)
+    return total
+
+
 def torch_reference(a, init, x, y):
-    """Train a fresh module from the initializers `init`; return (losses, params, last_delta)."""
+    """Train a fresh module from the initializers `init`; return (losses, params, last_delta,
+    extra, buffers): buffers are the BatchNorm running statistics (running_mean, running_var,
+    torch buffers with an initializer of the same name) after training."""
     module = models.build(a.model, a.seed)
     loaded, extra = models.load_into_module(module, init)
     module.train()
@@ -276,17 +365,29 @@ def torch_reference(a, init, x, y):
         if s == a.steps:
             before_last = {n: p.detach().clone() for n, p in module.named_parameters()}
         opt.zero_grad(set_to_none=True)
-        loss = module(xt[lo:hi], yt[lo:hi])
-        loss.backward()
+        if a.batchnorm_model:
+            lv = bn_step(a, module, xt[lo:hi], yt[lo:hi])
+        else:
+            loss = module(xt[lo:hi], yt[lo:hi])
+            loss.backward()
+            lv = float(loss.item())
         opt.step()
-        losses.append(float(loss.item()))
+        losses.append(lv)
     params = {n: p.detach().numpy().copy() for n, p in module.named_parameters()}
+    # BatchNorm running statistics (other buffers, e.g. attn_causal's mask, are constants)
+    buffers = {}
+    for bn_name, bn in batchnorm_modules(module):
+        for k in ("running_mean", "running_var"):
+            n = bn_name + "." + k if bn_name else k
+            b = getattr(bn, k)
+            if n in init and b is not None:
+                buffers[n] = b.detach().numpy().copy()
     last_delta = {}
     for n, p in params.items():
         b = before_last[n].numpy()
         last_delta[n] = float(np.linalg.norm((p - b).ravel())) / max(
             float(np.linalg.norm(b.ravel())), 1e-12)
-    return losses, params, last_delta, extra
+    return losses, params, last_delta, extra, buffers
 
 
 def run_tool(cmd, logfile, timeout, env=None):
@@ -486,7 +587,23 @@ def reference_flags(a):
     if a.schedule not in (None, "gpipe"):
         return [f for f in pipeline_flags(a) if f != a.schedule and f != "--schedule"] \
             + ["--schedule", "gpipe"] + target_flags(a, "cpu")
-    return SINGLE_FLAGS + target_flags(a, "cpu")
+    return single_flags(a) + target_flags(a, "cpu")
+
+
+def single_micro(a):
+    """Micro-batches of the 1-stage reference program: 1, but M for a model with
+    BatchNorm (its statistics are those of each micro-batch)."""
+    return (a.microbatches or 1) if a.batchnorm_model else 1
+
+
+def single_flags(a):
+    """The 1-stage reference program's flags: SINGLE_FLAGS, with M micro-batches for a
+    model with BatchNorm, and the run's --batchnorm."""
+    f = list(SINGLE_FLAGS)
+    f[f.index("--microbatches") + 1] = str(single_micro(a))
+    if a.batchnorm is not None:
+        f += ["--batchnorm", a.batchnorm]
+    return f
 
 
 def compile_and_run(a, compile_bin, run_bin, model_path, data_dir, wd, suffix, extra_flags):
@@ -584,8 +701,12 @@ def run_check(a):
         cfg += " K=%s M=%s remat=%s" % (a.stages or 1, a.microbatches or 1, a.remat or "default")
     if a.schedule is not None:
         cfg += " schedule=%s" % a.schedule
+    if a.batchnorm is not None:
+        cfg += " batchnorm=%s" % a.batchnorm
+    if a.batchnorm_model:
+        cfg += " stat_tol=%g" % a.stat_tol
     if a.compare_single:
-        cfg += " vs-1-stage"
+        cfg += " vs-1-stage" + ("-M%d" % single_micro(a) if single_micro(a) > 1 else "")
     log("check_training: " + cfg)
     log("workdir: " + wd)
 
@@ -606,7 +727,7 @@ def run_check(a):
 
     # 3. torch reference
     t0 = time.time()
-    ref_losses, ref_params, last_delta, extra = torch_reference(a, init, x, y)
+    ref_losses, ref_params, last_delta, extra, ref_buffers = torch_reference(a, init, x, y)
     log("torch reference: %d steps in %.2fs, loss %.6f -> %.6f"
         % (a.steps, time.time() - t0, ref_losses[0], ref_losses[-1]))
     if not all(math.isfinite(l) for l in ref_losses):
@@ -636,7 +757,7 @@ def run_check(a):
                          check_pipeline_json(s_out, a.stages, a.microbatches, a.remat)]
         else:
             failures += ["1-stage reference: " + f
-                         for f in check_pipeline_json(s_out, 1, 1, None)]
+                         for f in check_pipeline_json(s_out, 1, single_micro(a), None)]
         try:
             check_stdout_steps(s_run_out, s_losses, a.tol)
         except CheckFailed as e:
@@ -685,6 +806,8 @@ def run_check(a):
     log(hdr)
     log("-" * len(hdr))
     worst_param = (0.0, None)
+    worst_stat = (0.0, None)
+    max_stat_chg = 0.0
     worst_single = (0.0, None)
     worst_single_torch = (0.0, None)
     max_torch_chg = 0.0
@@ -708,14 +831,15 @@ def run_check(a):
             if name in single and single[name].shape == g.shape:
                 e1 = rel_err(g, single[name])
                 col1 = " %12.3e" % e1
-                if not (e1 <= a.ref_tol):
+                rtol = a.ref_stat_tol if name in ref_buffers else a.ref_tol
+                if not (e1 <= rtol):
                     failures.append("%s: relative error %.3e vs the %s > tol %.1e"
-                                    % (name, e1, REF, a.ref_tol))
+                                    % (name, e1, REF, rtol))
                     status = status or "FAIL(1stage)"
                 if e1 > worst_single[0] or worst_single[1] is None:
                     worst_single = (e1, name)
-                if name in ref_params:
-                    e1t = rel_err(single[name], ref_params[name])
+                if name in ref_params or name in ref_buffers:
+                    e1t = rel_err(single[name], ref_params.get(name, ref_buffers.get(name)))
                     if e1t > worst_single_torch[0] or worst_single_torch[1] is None:
                         worst_single_torch = (e1t, name)
             else:
@@ -743,6 +867,26 @@ def run_check(a):
                 worst_param = (err, name)
             log("%-24s %-14s %12.3e %12.3e %12.3e %12.3e%s  %s"
                 % (name, shape, err, tchg, gchg, last_delta[name], col1, status or "ok"))
+        elif name in ref_buffers:
+            # a BatchNorm running statistic: not trained, updated by the forward passes
+            t = ref_buffers[name]
+            err = rel_err(g, t)
+            tchg = rel_err(t, w0)
+            gchg = rel_err(g, w0)
+            max_stat_chg = max(max_stat_chg, tchg)
+            if not (err <= a.torch_stat_tol):
+                failures.append("%s: running statistic relative error %.3e > --stat-tol %.1e"
+                                % (name, err, a.torch_stat_tol))
+                status = status or "FAIL"
+            if tchg > 0 and np.array_equal(g, w0):
+                failures.append("%s: running statistic unchanged by gpipe-run but changed "
+                                "by torch (rel %.3e)" % (name, tchg))
+                status = status or "UNCHANGED"
+            if err > worst_stat[0] or worst_stat[1] is None:
+                worst_stat = (err, name)
+            log("%-24s %-14s %12.3e %12.3e %12.3e %12s%s  %s"
+                % (name, shape, err, tchg, gchg, "-", col1,
+                   (status or "ok") + " (running stat)"))
         else:
             # not a torch parameter (e.g. a constant folded into an initializer): must be kept
             err = rel_err(g, w0)
@@ -756,6 +900,10 @@ def run_check(a):
     if not any_gp_changed:
         failures.append("no trained initializer differs from its initial value: "
                         "gpipe-run did not train")
+    if ref_buffers and max_stat_chg < a.min_change:
+        failures.append("test too weak: the torch reference changes no running statistic by "
+                        "more than %.3e (relative) < --min-change %.1e" % (max_stat_chg,
+                                                                         a.min_change))
     if max_torch_chg < a.min_change:
         failures.append("test too weak: the torch reference changes no parameter by more than "
                         "%.3e (relative) < --min-change %.1e; raise --lr or --steps"
@@ -809,6 +957,9 @@ def run_check(a):
     if a.dropout and worst_param[0] <= 1e-3:
         failures.append("the model's dropout changed nothing: the run is within %.3e of "
                         "torch trained without dropout" % worst_param[0])
+    if ref_buffers:
+        log("worst running-stat rel_err: %.3e (%s) (--stat-tol %.1e)"
+            % (worst_stat + (a.torch_stat_tol,)))
     log("worst loss abs_err:        %.3e (step %d)" % worst_loss)
     if single is not None:
         log("worst rel_err vs %s:  %.3e (%s)" % ((REF,) + worst_single))

@@ -43,6 +43,9 @@ ALLOWED_OPS = frozenset([
     "Shape", "Gather", "Range",
     # Pooling (models without convolutions: elementwise scale and shift per channel)
     "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Pad",
+    # BatchNorm1d/2d exported in training mode (training_mode=1: statistics of the
+    # batch, running mean and variance updated; see BN_MODELS below)
+    "BatchNormalization",
 ])
 
 DEFAULT_OPSET = 17
@@ -740,6 +743,108 @@ class Conv2dNet(_Loss):
         return self.fc(torch.flatten(h, 1))
 
 
+def _perturb_bn(module, seed_stats=True):
+    """Move every BatchNorm's affine parameters away from 1 and 0 (so their gradients
+    matter from the first step) and, with seed_stats, its running mean and variance
+    away from 0 and 1 (so a program that ignores the initial running statistics,
+    or does not write them back, differs from torch)."""
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.2, 0.2)
+                if seed_stats:
+                    m.running_mean.uniform_(-0.2, 0.2)
+                    m.running_var.uniform_(0.5, 1.5)
+
+
+def has_batchnorm(module):
+    """True if `module` holds a BatchNorm layer (nn.BatchNorm1d/2d/3d)."""
+    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in module.modules())
+
+
+class ResNet18(_Loss):
+    """torchvision.models.resnet18(num_classes=10) on x [B, 3072] seen as
+    [B, 3, 32, 32]: Conv 7x7/2, BatchNorm2d, ReLU, MaxPool 3x3/2, 4 stages of 2
+    basic blocks (Conv-BN-ReLU-Conv-BN, identity or 1x1-Conv-BN downsample, Add,
+    ReLU), global average pooling, flatten, Linear 512->10. 20 BatchNorm2d layers
+    (torchvision's initialisation: weight 1, bias 0, running mean 0, var 1).
+
+    Training it is chaotic on this random data: at 32 x 32 the last stage's maps are
+    1 x 1, so its BatchNorms see only the micro-batch's samples, and an fp32 run drifts
+    from an fp64 one by 1e-3 and more within 4 SGD steps at lr 0.01 or 3 Adam steps
+    (the amplification also hits gpipe against torch). Its e2e cases keep lr and steps
+    where fp32 and fp64 torch agree to about 1e-5."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        import torchvision  # Debian python3-torchvision
+        self.net = torchvision.models.resnet18(num_classes=classes)
+
+    def logits(self, x):
+        return self.net(x.reshape(x.size(0), 3, 32, 32))
+
+
+class VggBn(_Loss):
+    """A small VGG with batch norm on x [B, 768] seen as [B, 3, 16, 16]:
+    [Conv3x3(pad 1, no bias)-BatchNorm2d-ReLU] x 2 (3->8->8), MaxPool 2,
+    [Conv3x3-BatchNorm2d-ReLU] x 2 (8->16->16), MaxPool 2, flatten, Linear
+    256->10. BN affine parameters and running statistics start perturbed."""
+
+    def __init__(self, classes=10, c1=8, c2=16):
+        super().__init__()
+
+        def block(cin, cout):
+            return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout),
+                    nn.ReLU()]
+
+        self.features = nn.Sequential(*block(3, c1), *block(c1, c1), nn.MaxPool2d(2),
+                                      *block(c1, c2), *block(c2, c2), nn.MaxPool2d(2))
+        self.fc = nn.Linear(c2 * 4 * 4, classes)
+        _perturb_bn(self)
+
+    def logits(self, x):
+        h = self.features(x.reshape(x.size(0), 3, 16, 16))
+        return self.fc(torch.flatten(h, 1))
+
+
+class Bn1dMlp(_Loss):
+    """Linear 16->32, BatchNorm1d(32) on the rank-2 [B, 32], ReLU, Linear 32->10.
+    BN affine parameters and running statistics start perturbed."""
+
+    def __init__(self, d_in=16, hidden=32, classes=10):
+        super().__init__()
+        self.l1 = nn.Linear(d_in, hidden)
+        self.bn = nn.BatchNorm1d(hidden)
+        self.l2 = nn.Linear(hidden, classes)
+        _perturb_bn(self)
+
+    def logits(self, x):
+        return self.l2(torch.relu(self.bn(self.l1(x))))
+
+
+class Conv1dBn(_Loss):
+    """x [B, 24] seen as [B, 2, 12]: Conv1d 2->8 (k 3, pad 1, no bias),
+    BatchNorm1d(8) on [B, 8, 12], ReLU, Conv1d 8->8 (k 3, stride 2, pad 1, no
+    bias), BatchNorm1d(8) (momentum 0.3) on [B, 8, 6], ReLU, view, Linear 48->10.
+    BN affine parameters and running statistics start perturbed."""
+
+    def __init__(self, d_in=24, classes=10):
+        super().__init__()
+        assert d_in == 24
+        self.c1 = nn.Conv1d(2, 8, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm1d(8)
+        self.c2 = nn.Conv1d(8, 8, 3, stride=2, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm1d(8, momentum=0.3)
+        self.fc = nn.Linear(48, classes)
+        _perturb_bn(self)
+
+    def logits(self, x):
+        h = torch.relu(self.bn1(self.c1(x.view(x.size(0), 2, 12))))
+        h = torch.relu(self.bn2(self.c2(h)))
+        return self.fc(h.view(h.size(0), -1))
+
+
 # name -> (constructor, input features, classes, ignore_index or None)
 # task "classify": int64 labels y [S]; "regress": float32 targets y [S, classes];
 # "lm": int64 token ids x [S, d_in] (d_in = T positions) in [0, classes)
@@ -758,6 +863,19 @@ Spec = collections.namedtuple("Spec",
                               defaults=("classify", False))
 
 MODELS = {
+    # BatchNorm (training mode): statistics per micro-batch; check_training's torch
+    # reference calls the module once per micro-batch and also compares the running
+    # mean and variance (torch buffers, ONNX initializers of the same name).
+    "resnet18": Spec(lambda: ResNet18(10), 3072, 10, None,
+                     "torchvision resnet18(num_classes=10) on [B, 3, 32, 32] (20 BatchNorm2d)"),
+    "vgg_bn": Spec(lambda: VggBn(10, 8, 16), 768, 10, None,
+                   "[Conv3x3-BN-ReLU]x2-MaxPool-[Conv3x3-BN-ReLU]x2-MaxPool-Linear "
+                   "on [B, 3, 16, 16], 8/16 channels"),
+    "bn1d_mlp": Spec(lambda: Bn1dMlp(16, 32, 10), 16, 10, None,
+                     "Linear-BatchNorm1d-ReLU-Linear 16->32->10 (BN on [B, 32])"),
+    "conv1d_bn": Spec(lambda: Conv1dBn(24, 10), 24, 10, None,
+                      "[Conv1d-BatchNorm1d-ReLU] x 2 (the second strided), view, Linear "
+                      "on [B, 2, 12]"),
     "conv1d": Spec(lambda: Conv1dNet(24, 10), 24, 10, None,
                    "Conv1d-ReLU-Conv1d(stride 2)-ReLU-view-Linear on [B, 2, 12]"),
     "conv2d": Spec(lambda: Conv2dNet(48, 10), 48, 10, None,
@@ -982,11 +1100,21 @@ def load_initializers(onnx_path_or_model):
 
 
 def load_into_module(module, inits):
-    """Copy initializers into the module's parameters by name.
+    """Copy initializers into the module's parameters by name, and into its float
+    buffers that have an initializer of the same name (BatchNorm's running_mean and
+    running_var; its int64 num_batches_tracked is not exported).
 
-    Returns (names loaded, initializer names that are not parameters).
-    Raises if a parameter has no initializer or shapes differ.
+    Returns (names loaded, initializer names that are not parameters: buffers
+    included). Raises if a parameter has no initializer or shapes differ.
     """
+    with torch.no_grad():
+        for n, b in module.named_buffers():
+            if n in inits and b.is_floating_point():
+                a = inits[n]
+                if tuple(a.shape) != tuple(b.shape):
+                    raise RuntimeError("shape mismatch for buffer %s: onnx %s torch %s"
+                                       % (n, a.shape, tuple(b.shape)))
+                b.copy_(torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)))
     params = dict(module.named_parameters())
     missing = [n for n in params if n not in inits]
     if missing:
