@@ -72,6 +72,16 @@ inline std::vector<Case> cases() {
        true},
       {"1d asymmetric pads", shape(1, 2, 2, 2, 1, {8}, {4}, {3}, {1}, {1}, {2}),
        false},
+      // Output maps of at most 4 positions: the weight gradient is one GEMM
+      // over the batch (conv.cpp's smallMapWeightGrad).
+      {"2d 1x1 map padded",
+       shape(2, 5, 6, 7, 1, {1, 1}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}),
+       false},
+      {"2d 2x2 map strided",
+       shape(2, 3, 4, 5, 1, {4, 4}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}),
+       true},
+      {"1d small map dilated",
+       shape(1, 3, 2, 3, 1, {6}, {3}, {2}, {2}, {1}, {0}), false},
   };
   return c;
 }
