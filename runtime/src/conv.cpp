@@ -7,6 +7,8 @@
 // keeps every operand plain (no reorders).
 #include "gpipe/runtime.h"
 
+#include "internal.h"
+
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <cstdio>
@@ -15,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -23,11 +26,12 @@ namespace {
 using dnnl::memory;
 using tag = dnnl::memory::format_tag;
 
-/// The shape as a map key: the fields of the spatial dims in use.
+/// The shape as a map key: the fields of the spatial dims in use, and the
+/// layout policy the primitives were built for.
 struct ShapeKey {
   std::vector<int64_t> v;
-  explicit ShapeKey(const gp_conv_shape &s) {
-    v = {s.spatial, s.N, s.C, s.F, s.groups};
+  ShapeKey(const gp_conv_shape &s, bool blocked) {
+    v = {s.spatial, s.N, s.C, s.F, s.groups, blocked};
     for (int i = 0; i < s.spatial; ++i)
       v.insert(v.end(), {s.in[i], s.kernel[i], s.out[i], s.stride[i],
                          s.dilation[i], s.pad_begin[i], s.pad_end[i]});
@@ -63,6 +67,8 @@ struct ConvState {
   dnnl::stream stream{engine};
   std::map<ShapeKey, std::unique_ptr<ConvPrims>> prims;
   std::mutex mutex;
+  /// oneDNN picks the operands' layouts (GPIPE_CPU_CONV_LAYOUT, read by
+  /// cpuConvConfigure before the first convolution).
   bool blocked = true;
   /// Reordered operands of the running call, one area per role (two inputs,
   /// one result): calls are serialised by `mutex`, so every shape shares them.
@@ -70,18 +76,6 @@ struct ConvState {
     void *data = nullptr;
     size_t bytes = 0;
   } scratch[3];
-  ConvState() {
-    const char *layout = std::getenv("GPIPE_CPU_CONV_LAYOUT");
-    if (layout && std::strcmp(layout, "plain") == 0)
-      blocked = false;
-    else if (layout && *layout && std::strcmp(layout, "blocked") != 0) {
-      std::fprintf(stderr,
-                   "gpipe: error: GPIPE_CPU_CONV_LAYOUT='%s' is not a layout "
-                   "(expected blocked or plain)\n",
-                   layout);
-      std::exit(1);
-    }
-  }
   ~ConvState() {
     for (Scratch &s : scratch)
       std::free(s.data);
@@ -158,7 +152,7 @@ void finish(const Operand &op, ConvState &st, memory &result, void *ptr) {
 /// gp_conv_* call does, for the lazy set-up and the execution alike).
 ConvPrims &primsFor(const gp_conv_shape &s) {
   ConvState &st = state();
-  std::unique_ptr<ConvPrims> &slot = st.prims[ShapeKey(s)];
+  std::unique_ptr<ConvPrims> &slot = st.prims[ShapeKey(s, st.blocked)];
   if (slot)
     return *slot;
   auto p = std::make_unique<ConvPrims>();
@@ -285,6 +279,20 @@ bool smallMapWeightGrad(const gp_conv_shape &s, ConvState &st, const float *x,
 }
 
 } // namespace
+
+bool gpipe::cpuConvConfigure(std::string &err) {
+  ConvState &st = state();
+  std::lock_guard<std::mutex> lock(st.mutex);
+  const char *v = std::getenv("GPIPE_CPU_CONV_LAYOUT");
+  std::string layout = v ? v : "";
+  if (layout != "" && layout != "blocked" && layout != "plain") {
+    err = "GPIPE_CPU_CONV_LAYOUT='" + layout +
+          "' is not a convolution layout (expected blocked or plain)";
+    return false;
+  }
+  st.blocked = layout != "plain";
+  return true;
+}
 
 extern "C" {
 

@@ -27,7 +27,7 @@ bool deviceInit(const gp_program &, const DeviceOptions &options,
   // OpenMP.
   gThreads = threads;
   omp_set_num_threads(static_cast<int>(threads));
-  return cpuGemmConfigure(err);
+  return cpuGemmConfigure(err) && cpuConvConfigure(err);
 }
 
 std::string deviceDescription() {

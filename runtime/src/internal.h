@@ -188,6 +188,9 @@ struct DeviceOptions {
 /// CPU target: reads GPIPE_CPU_GEMM (auto, onednn, openblas), which picks the
 /// library of gp_gemm's products; false with `err` on another value.
 bool cpuGemmConfigure(std::string &err);
+/// CPU target: reads GPIPE_CPU_CONV_LAYOUT (blocked, plain), the memory
+/// layouts of the oneDNN convolutions; false with `err` on another value.
+bool cpuConvConfigure(std::string &err);
 bool deviceInit(const gp_program &p, const DeviceOptions &options,
                 std::string &err);
 /// One line for the log: "cpu, 1 thread", "cuda:0 (NVIDIA H100 80GB HBM3)".

@@ -2206,25 +2206,53 @@ std::vector<float> uniform(int64_t n, uint32_t seed) {
 // Forward (with and without bias), input and weight gradients against the
 // naive reference, for every case; each call twice, the second reusing the
 // cached primitives (and overwriting, not accumulating into, its output).
+/// Sets GPIPE_CPU_CONV_LAYOUT (nullptr: unset) and applies it as deviceInit
+/// does.
+static void setConvLayout(const char *value) {
+  if (value)
+    setenv("GPIPE_CPU_CONV_LAYOUT", value, 1);
+  else
+    unsetenv("GPIPE_CPU_CONV_LAYOUT");
+  std::string err;
+  ASSERT_TRUE(gpipe::cpuConvConfigure(err)) << err;
+}
+
 TEST(Conv, MatchesNaiveReference) {
-  for (const convref::Case &c : convref::cases()) {
-    SCOPED_TRACE(c.name);
-    const gp_conv_shape &s = c.s;
-    std::vector<float> x = uniform(convref::xSize(s), 1);
-    std::vector<float> w = uniform(convref::wSize(s), 2);
-    std::vector<float> dy = uniform(convref::ySize(s), 3);
-    std::vector<float> b = uniform(s.F, 4);
-    const float *bias = c.bias ? b.data() : nullptr;
-    for (int rep = 0; rep < 2; ++rep) {
-      std::vector<float> y(convref::ySize(s), rep ? 7.0f : NAN);
-      std::vector<float> dx(convref::xSize(s), rep ? 7.0f : NAN);
-      std::vector<float> dw(convref::wSize(s), rep ? 7.0f : NAN);
-      gp_conv_fwd(&s, x.data(), w.data(), bias, y.data());
-      gp_conv_bwd_data(&s, dy.data(), w.data(), dx.data());
-      gp_conv_bwd_weights(&s, x.data(), dy.data(), dw.data());
-      EXPECT_LT(convref::maxErr(y, convref::forward(s, x, w, bias)), 1e-5);
-      EXPECT_LT(convref::maxErr(dx, convref::inputGrad(s, dy, w)), 1e-5);
-      EXPECT_LT(convref::maxErr(dw, convref::weightGrad(s, x, dy)), 1e-5);
+  // oneDNN's own (blocked) layouts with reorders, the default, and the
+  // arena's plain ones.
+  for (const char *layout : {"blocked", "plain"}) {
+    setConvLayout(layout);
+    for (const convref::Case &c : convref::cases()) {
+      SCOPED_TRACE(std::string(c.name) + ", " + layout);
+      const gp_conv_shape &s = c.s;
+      std::vector<float> x = uniform(convref::xSize(s), 1);
+      std::vector<float> w = uniform(convref::wSize(s), 2);
+      std::vector<float> dy = uniform(convref::ySize(s), 3);
+      std::vector<float> b = uniform(s.F, 4);
+      const float *bias = c.bias ? b.data() : nullptr;
+      for (int rep = 0; rep < 2; ++rep) {
+        std::vector<float> y(convref::ySize(s), rep ? 7.0f : NAN);
+        std::vector<float> dx(convref::xSize(s), rep ? 7.0f : NAN);
+        std::vector<float> dw(convref::wSize(s), rep ? 7.0f : NAN);
+        gp_conv_fwd(&s, x.data(), w.data(), bias, y.data());
+        gp_conv_bwd_data(&s, dy.data(), w.data(), dx.data());
+        gp_conv_bwd_weights(&s, x.data(), dy.data(), dw.data());
+        EXPECT_LT(convref::maxErr(y, convref::forward(s, x, w, bias)), 1e-5);
+        EXPECT_LT(convref::maxErr(dx, convref::inputGrad(s, dy, w)), 1e-5);
+        EXPECT_LT(convref::maxErr(dw, convref::weightGrad(s, x, dy)), 1e-5);
+      }
     }
   }
+  setConvLayout(nullptr);
+}
+
+TEST(Conv, LayoutRejectsUnknownValue) {
+  setenv("GPIPE_CPU_CONV_LAYOUT", "nhwc", 1);
+  std::string err;
+  EXPECT_FALSE(gpipe::cpuConvConfigure(err));
+  EXPECT_NE(
+      err.find("GPIPE_CPU_CONV_LAYOUT='nhwc' is not a convolution layout"),
+      std::string::npos)
+      << err;
+  setConvLayout(nullptr);
 }
