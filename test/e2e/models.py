@@ -808,6 +808,35 @@ class VggBn(_Loss):
         return self.fc(torch.flatten(h, 1))
 
 
+class ConvBranchNet(_Loss):
+    """MobileNet/Inception-style blocks on x [B, 192] seen as [B, 3, 8, 8]:
+    Conv3x3 3->8 (no bias), BatchNorm2d, ReLU6; two branches (a 1x1 conv 8->4
+    and a depthwise 3x3 then 1x1 8->4, each BN + ReLU6) concatenated on the
+    channel axis (torch.cat(dim=1)) and added to the block input (residual);
+    MaxPool 2, global average pool, flatten, Linear 8->10."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.bn0 = nn.BatchNorm2d(8)
+        self.a = nn.Conv2d(8, 4, 1, bias=False)
+        self.bna = nn.BatchNorm2d(4)
+        self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)
+        self.pw = nn.Conv2d(8, 4, 1, bias=False)
+        self.bnb = nn.BatchNorm2d(4)
+        self.fc = nn.Linear(8, classes)
+        _perturb_bn(self)
+
+    def logits(self, x):
+        h = F.relu6(self.bn0(self.stem(x.reshape(x.size(0), 3, 8, 8))))
+        a = F.relu6(self.bna(self.a(h)))
+        b = F.relu6(self.bnb(self.pw(self.dw(h))))
+        h = torch.cat([a, b], dim=1) + h
+        h = F.max_pool2d(h, 2)
+        h = F.adaptive_avg_pool2d(h, 1)
+        return self.fc(torch.flatten(h, 1))
+
+
 class Bn1dMlp(_Loss):
     """Linear 16->32, BatchNorm1d(32) on the rank-2 [B, 32], ReLU, Linear 32->10.
     BN affine parameters and running statistics start perturbed."""
@@ -871,6 +900,10 @@ MODELS = {
     "vgg_bn": Spec(lambda: VggBn(10, 8, 16), 768, 10, None,
                    "[Conv3x3-BN-ReLU]x2-MaxPool-[Conv3x3-BN-ReLU]x2-MaxPool-Linear "
                    "on [B, 3, 16, 16], 8/16 channels"),
+    "conv_branch": Spec(lambda: ConvBranchNet(10), 192, 10, None,
+                        "Conv-BN-ReLU6, 1x1 and depthwise+1x1 branches (BN, ReLU6) "
+                        "concatenated on channels + residual, MaxPool, global average "
+                        "pool, Linear on [B, 3, 8, 8]"),
     "bn1d_mlp": Spec(lambda: Bn1dMlp(16, 32, 10), 16, 10, None,
                      "Linear-BatchNorm1d-ReLU-Linear 16->32->10 (BN on [B, 32])"),
     "conv1d_bn": Spec(lambda: Conv1dBn(24, 10), 24, 10, None,
