@@ -310,8 +310,9 @@ void rowStats(const float *x, int64_t C, float &mx, double &sumExp, float *e) {
   sumExp = sumOfRow(e, C);
 }
 
-/// A thread's score tile, kept across calls.
-float *attentionTile(std::vector<float> &tile, int64_t n) {
+/// A thread's scratch buffer of at least `n` floats, kept across calls (the
+/// attention's score tiles, the cross-entropy's row of exponentials).
+float *threadScratch(std::vector<float> &tile, int64_t n) {
   if (tile.size() < static_cast<size_t>(n))
     tile.resize(static_cast<size_t>(n));
   return tile.data();
@@ -699,7 +700,7 @@ void gp_attention_fwd(const float *q, const float *k, const float *v,
 #pragma omp parallel for schedule(static) if (batch > 1)
   for (int64_t b = 0; b < batch; ++b) {
     thread_local std::vector<float> tile;
-    float *s = attentionTile(tile, Tq * Tk);
+    float *s = threadScratch(tile, Tq * Tk);
     gp_gemm(0, 1, Tq, Tk, d, scale, q + b * Tq * d, d, k + b * Tk * d, d, 0.0f,
             s, Tk);
     for (int64_t i = 0; i < Tq; ++i)
@@ -720,7 +721,7 @@ void gp_attention_bwd(const float *q, const float *k, const float *v,
 #pragma omp parallel for schedule(static) if (batch > 1)
   for (int64_t b = 0; b < batch; ++b) {
     thread_local std::vector<float> tiles;
-    float *p = attentionTile(tiles, 2 * Tq * Tk), *dp = p + Tq * Tk;
+    float *p = threadScratch(tiles, 2 * Tq * Tk), *dp = p + Tq * Tk;
     const float *qb = q + b * Tq * d, *kb = k + b * Tk * d;
     const float *vb = v + b * Tk * dv_dim, *ob = out + b * Tq * dv_dim;
     const float *gb = dout + b * Tq * dv_dim;
@@ -918,7 +919,7 @@ void gp_softmax_xent_fwd(const float *logits, const int64_t *labels, int64_t N,
 #pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
   for (int64_t i = 0; i < N; ++i) {
     thread_local std::vector<float> exps;
-    float *e = attentionTile(exps, C);
+    float *e = threadScratch(exps, C);
     const float *x = logits + i * C;
     const int64_t y = labels[i];
     float mx;
