@@ -175,7 +175,9 @@ def pack_case(a, name, args, out):
     models.export(models.build(c.model, c.seed), x[:eb], y[:eb], model_path,
                   opset=c.opset, dynamic_batch=c.dynamic_batch)
     init = models.load_initializers(model_path)
-    ref_losses, ref_params, _, _ = ct.torch_reference(c, init, x, y)
+    ref_losses, ref_params, _, _, ref_buffers = ct.torch_reference(c, init, x, y)
+    # BatchNorm's running statistics are initializers the run updates too.
+    ref_params = dict(ref_params, **ref_buffers)
     _, cpu_losses, _, _, cpu_trained = ct.compile_and_run(
         c, compile_bin, run_bin, model_path, data_dir, wd, "_cpu",
         ct.pipeline_flags(c) + ct.target_flags(c, "cpu"))
