@@ -173,6 +173,73 @@ uint32_t readLE(const unsigned char *p, int bytes) {
 
 } // namespace
 
+bool npyParse(const unsigned char *buf, size_t size, gp_dtype expected,
+              NpyLayout &layout, std::string &err) {
+  layout = NpyLayout();
+  auto failWith = [&](const std::string &msg) {
+    layout = NpyLayout();
+    err = msg;
+    return false;
+  };
+  if (size < kMagicLen || std::memcmp(buf, kMagic, kMagicLen) != 0)
+    return failWith("not a .npy file (bad magic)");
+  if (size < kMagicLen + 2)
+    return failWith("truncated .npy header");
+  int major = buf[6], minor = buf[7];
+  if (major < 1 || major > 3 || minor != 0)
+    return failWith("unsupported .npy format version " + std::to_string(major) +
+                    "." + std::to_string(minor));
+  int lenBytes = major == 1 ? 2 : 4;
+  size_t prefix = kMagicLen + 2 + lenBytes;
+  if (size < prefix)
+    return failWith("truncated .npy header");
+  size_t headerLen = readLE(buf + kMagicLen + 2, lenBytes);
+  if (size - prefix < headerLen)
+    return failWith("truncated .npy header (" + std::to_string(headerLen) +
+                    " header bytes announced, " +
+                    std::to_string(size - prefix) + " present)");
+
+  std::string descr, parseErr;
+  bool fortran = false;
+  const char *h = reinterpret_cast<const char *>(buf + prefix);
+  if (!HeaderParser(h, h + headerLen)
+           .parse(descr, fortran, layout.shape, parseErr))
+    return failWith("malformed .npy header: " + parseErr);
+
+  const char *want = dtypeDescr(expected);
+  if (descr != want) {
+    if (!descr.empty() && descr[0] == '>')
+      return failWith("big-endian dtype '" + descr +
+                      "' is not supported (expected '" + want + "')");
+    return failWith("dtype '" + descr + "' does not match expected '" + want +
+                    "'");
+  }
+  if (fortran)
+    return failWith("fortran_order True is not supported (expected C order; "
+                    "save with np.ascontiguousarray)");
+
+  // Guard the element count against overflow before trusting it.
+  int64_t elems = 1;
+  const int64_t maxBytes = std::numeric_limits<int64_t>::max() / 8;
+  for (int64_t d : layout.shape) {
+    if (d != 0 && elems > maxBytes / d)
+      return failWith("shape " + shapeToString(layout.shape) + " is too large");
+    elems *= d;
+  }
+  layout.dataOffset = prefix + headerLen;
+  layout.dataBytes = elems * dtypeSize(expected);
+  size_t have = size - layout.dataOffset;
+  if (have < static_cast<uint64_t>(layout.dataBytes))
+    return failWith("truncated data: shape " + shapeToString(layout.shape) +
+                    " needs " + std::to_string(layout.dataBytes) +
+                    " bytes, file has " + std::to_string(have));
+  if (have > static_cast<uint64_t>(layout.dataBytes))
+    return failWith(std::to_string(have - layout.dataBytes) +
+                    " unexpected trailing bytes after the data of shape " +
+                    shapeToString(layout.shape));
+  return true;
+}
+
 NpyFile::NpyFile(NpyFile &&other) noexcept { *this = std::move(other); }
 
 NpyFile &NpyFile::operator=(NpyFile &&other) noexcept {
@@ -244,61 +311,14 @@ bool NpyFile::open(const std::string &path, gp_dtype expected,
   map_ = static_cast<unsigned char *>(m);
   mapSize_ = size;
 
-  if (size < kMagicLen || std::memcmp(map_, kMagic, kMagicLen) != 0)
-    return fail("not a .npy file (bad magic)");
-  if (size < kMagicLen + 2)
-    return fail("truncated .npy header");
-  int major = map_[6], minor = map_[7];
-  if (major < 1 || major > 3 || minor != 0)
-    return fail("unsupported .npy format version " + std::to_string(major) +
-                "." + std::to_string(minor));
-  int lenBytes = major == 1 ? 2 : 4;
-  size_t prefix = kMagicLen + 2 + lenBytes;
-  if (size < prefix)
-    return fail("truncated .npy header");
-  size_t headerLen = readLE(map_ + kMagicLen + 2, lenBytes);
-  if (size - prefix < headerLen)
-    return fail("truncated .npy header (" + std::to_string(headerLen) +
-                " header bytes announced, " + std::to_string(size - prefix) +
-                " present)");
-
-  std::string descr, parseErr;
-  bool fortran = false;
-  const char *h = reinterpret_cast<const char *>(map_ + prefix);
-  if (!HeaderParser(h, h + headerLen).parse(descr, fortran, shape_, parseErr))
-    return fail("malformed .npy header: " + parseErr);
-
-  const char *want = dtypeDescr(expected);
-  if (descr != want) {
-    if (!descr.empty() && descr[0] == '>')
-      return fail("big-endian dtype '" + descr +
-                  "' is not supported (expected '" + want + "')");
-    return fail("dtype '" + descr + "' does not match expected '" + want + "'");
-  }
-  if (fortran)
-    return fail("fortran_order True is not supported (expected C order; "
-                "save with np.ascontiguousarray)");
+  NpyLayout layout;
+  std::string parseErr;
+  if (!npyParse(map_, size, expected, layout, parseErr))
+    return fail(parseErr);
   dtype_ = expected;
-
-  // Guard the element count against overflow before trusting it.
-  int64_t elems = 1;
-  const int64_t maxBytes = std::numeric_limits<int64_t>::max() / 8;
-  for (int64_t d : shape_) {
-    if (d != 0 && elems > maxBytes / d)
-      return fail("shape " + shapeToString(shape_) + " is too large");
-    elems *= d;
-  }
-  dataOffset_ = prefix + headerLen;
-  dataBytes_ = elems * dtypeSize(expected);
-  size_t have = size - dataOffset_;
-  if (have < static_cast<uint64_t>(dataBytes_))
-    return fail("truncated data: shape " + shapeToString(shape_) + " needs " +
-                std::to_string(dataBytes_) + " bytes, file has " +
-                std::to_string(have));
-  if (have > static_cast<uint64_t>(dataBytes_))
-    return fail(std::to_string(have - dataBytes_) +
-                " unexpected trailing bytes after the data of shape " +
-                shapeToString(shape_));
+  shape_ = std::move(layout.shape);
+  dataOffset_ = layout.dataOffset;
+  dataBytes_ = layout.dataBytes;
   return true;
 }
 

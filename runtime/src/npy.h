@@ -19,6 +19,20 @@ const char *dtypeDescr(gp_dtype dtype);
 std::string shapeToString(const int64_t *shape, size_t rank);
 std::string shapeToString(const std::vector<int64_t> &shape);
 
+/// Where a validated .npy image keeps its elements, and their shape.
+struct NpyLayout {
+  size_t dataOffset = 0;
+  int64_t dataBytes = 0;
+  std::vector<int64_t> shape;
+};
+
+/// Validates the .npy image [data, data + size) against `expected`: the
+/// checks NpyFile::open makes once the file is mapped (magic, version,
+/// header, dtype, C order, data size). On failure returns false and sets
+/// `err` without a file name. The in-memory entry point of the fuzz harness.
+bool npyParse(const unsigned char *data, size_t size, gp_dtype expected,
+              NpyLayout &layout, std::string &err);
+
 /// A read-only .npy file mapped into memory. Move-only; unmaps on destruction.
 class NpyFile {
 public:
