@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency of gpipe-compile on Debian 12 (root).
+# clang-14, libclang-rt-14-dev (libFuzzer, sanitizers) and libomp-14-dev:
+# the fuzz build (tools/fuzz.sh).
 set -euo pipefail
 if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
 export DEBIAN_FRONTEND=noninteractive
@@ -10,4 +12,5 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   libonnx-dev libprotobuf-dev protobuf-compiler \
   libboost-program-options-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin \
   libdnnl-dev libopenblas-dev libopenblas0-pthread libgtest-dev \
-  python3 python3-numpy python3-onnx python3-torch python3-torchvision > /dev/null
+  python3 python3-numpy python3-onnx python3-torch python3-torchvision \
+  clang-14 libclang-rt-14-dev libomp-14-dev > /dev/null
