@@ -62,7 +62,7 @@ LogicalResult Importer::checkSupportedOps() {
       bad.push_back(&node);
   }
   if (bad.empty())
-    return success();
+    return checkWindowAttributes();
   // All unsupported nodes at once, so a user sees the whole list in one run.
   InFlightDiagnostic diag = fileError();
   diag << bad.size()
@@ -77,6 +77,26 @@ LogicalResult Importer::checkSupportedOps() {
   }
   diag << "\nsupported ops: " << llvm::join(supportedOnnxOps(), ", ");
   return failure();
+}
+
+LogicalResult Importer::checkWindowAttributes() {
+  // ONNX 1.12's shape inference for Conv and the pools divides by strides
+  // (and multiplies by dilations) unchecked: a stride of 0 is a SIGFPE in
+  // libonnx. Refuse such windows before any shape inference runs.
+  for (const onnx::NodeProto &node : model.graph().node()) {
+    const std::string &op = node.op_type();
+    if (op != "Conv" && op != "MaxPool" && op != "AveragePool")
+      continue;
+    for (const char *name : {"kernel_shape", "strides", "dilations"})
+      if (const onnx::AttributeProto *a = findAttr(node, name))
+        for (int64_t v : a->ints())
+          if (v < 1)
+            return nodeError(node)
+                   << name << " " << v
+                   << " is invalid: kernel_shape, strides and dilations must "
+                      "be >= 1";
+  }
+  return success();
 }
 
 LogicalResult Importer::checkAndConvert() {

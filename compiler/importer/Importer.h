@@ -25,6 +25,8 @@ private:
   // Importer.cpp: reading, checking, converting, importing.
   mlir::LogicalResult parse();
   mlir::LogicalResult checkSupportedOps();
+  /// Conv and pool windows ONNX shape inference can compute with.
+  mlir::LogicalResult checkWindowAttributes();
   mlir::LogicalResult checkAndConvert();
   mlir::LogicalResult fixBatch();
   mlir::LogicalResult loadInitializers();

@@ -2,7 +2,8 @@
 // picks the format: 'T' = the rest is ONNX text (a .onnxtext file), anything
 // else = the whole input is a binary .onnx model. The bytes go to a file in
 // a private temporary directory, since importOnnxModel reads a path.
-// Diagnostics are swallowed; an error must come with at least one.
+// Diagnostics are swallowed (printed with GPIPE_FUZZ_VERBOSE=1, to see why
+// a reproducer fails); an error must come with at least one.
 #include "compiler/importer/OnnxImporter.h"
 
 #include "mlir/IR/Diagnostics.h"
@@ -14,13 +15,15 @@
 #include <string>
 #include <unistd.h>
 
+#include "llvm/Support/raw_ostream.h"
+
 namespace {
 
 std::string tempDir() {
   static std::string dir = [] {
     const char *base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") +
-                       "/gpipe-fuzz-onnx-XXXXXX";
+    std::string tmpl =
+        std::string(base && *base ? base : "/tmp") + "/gpipe-fuzz-onnx-XXXXXX";
     if (!mkdtemp(tmpl.data()))
       std::abort();
     return tmpl;
@@ -51,9 +54,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   mlir::MLIRContext ctx(mlir::MLIRContext::Threading::DISABLED);
   ctx.printOpOnDiagnostic(false);
   int errors = 0;
+  static const bool verbose = std::getenv("GPIPE_FUZZ_VERBOSE") != nullptr;
   mlir::ScopedDiagnosticHandler handler(&ctx, [&](mlir::Diagnostic &diag) {
     if (diag.getSeverity() == mlir::DiagnosticSeverity::Error)
       ++errors;
+    if (verbose)
+      llvm::errs() << diag.getLocation() << ": " << diag << "\n";
     return mlir::success();
   });
   gpipe::ImportOptions options;

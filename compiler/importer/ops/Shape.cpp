@@ -10,6 +10,7 @@
 #include "dialects/nn/NNOps.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <algorithm>
 #include <cstring>
@@ -78,8 +79,10 @@ reshapeShape(ImportContext &cx, const onnx::NodeProto &node,
       return cx.nodeError(node) << "target " << shapeStr(*target)
                                 << " has a negative dimension",
              failure();
-    } else {
-      known *= t;
+    } else if (llvm::MulOverflow(known, t, known)) {
+      return cx.nodeError(node) << "target " << shapeStr(*target)
+                                << " has more than 2^63 elements",
+             failure();
     }
     out.push_back(t);
   }
