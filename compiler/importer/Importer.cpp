@@ -14,6 +14,8 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
 
+#include <map>
+
 #include <onnx/checker.h>
 #include <onnx/defs/parser.h>
 #include <onnx/version_converter/convert.h>
@@ -83,10 +85,28 @@ LogicalResult Importer::checkWindowAttributes() {
   // ONNX 1.12's shape inference for Conv and the pools divides by strides
   // (and multiplies by dilations) unchecked: a stride of 0 is a SIGFPE in
   // libonnx. Refuse such windows before any shape inference runs.
-  for (const onnx::NodeProto &node : model.graph().node()) {
+  // It also sizes its arrays by the input's rank but reads a Conv's kernel
+  // from the weight's: a weight of another rank read out of bounds
+  // (SIGSEGV). With kernel_shape spelled out from a weight of known shape,
+  // ONNX compares its size with the input's rank instead.
+  std::map<std::string, std::vector<int64_t>> weightShapes;
+  for (const onnx::TensorProto &init : model.graph().initializer())
+    weightShapes[init.name()].assign(init.dims().begin(), init.dims().end());
+  for (onnx::NodeProto &node : *model.mutable_graph()->mutable_node()) {
     const std::string &op = node.op_type();
     if (op != "Conv" && op != "MaxPool" && op != "AveragePool")
       continue;
+    if (op == "Conv" && node.input_size() >= 2 &&
+        !findAttr(node, "kernel_shape")) {
+      auto it = weightShapes.find(node.input(1));
+      if (it != weightShapes.end()) {
+        onnx::AttributeProto *a = node.add_attribute();
+        a->set_name("kernel_shape");
+        a->set_type(onnx::AttributeProto::INTS);
+        for (size_t d = 2; d < it->second.size(); ++d)
+          a->add_ints(it->second[d]);
+      }
+    }
     for (const char *name : {"kernel_shape", "strides", "dilations"})
       if (const onnx::AttributeProto *a = findAttr(node, name))
         for (int64_t v : a->ints())
