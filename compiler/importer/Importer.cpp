@@ -15,6 +15,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <map>
+#include <set>
 
 #include <onnx/checker.h>
 #include <onnx/defs/parser.h>
@@ -143,6 +144,20 @@ LogicalResult Importer::checkAndConvert() {
     return fileError() << "the ONNX checker rejects the model: " << e.what();
   }
   if (opset != options.targetOpset) {
+    // ONNX 1.12's converter dereferences a null value for a graph output
+    // nothing computes (SIGSEGV in graphProtoToGraph); the checker lets such
+    // a model through.
+    std::set<std::string> defined;
+    for (const auto &input : model.graph().input())
+      defined.insert(input.name());
+    for (const auto &init : model.graph().initializer())
+      defined.insert(init.name());
+    for (const onnx::NodeProto &node : model.graph().node())
+      defined.insert(node.output().begin(), node.output().end());
+    for (const auto &output : model.graph().output())
+      if (!defined.count(output.name()))
+        return fileError() << "graph output '" << output.name()
+                           << "' is not computed by any node";
     // Some adapters need the ranks of their inputs (Softmax and LogSoftmax
     // 12 -> 13 on a middle axis); fixBatch drops these value infos again. A
     // model ONNX cannot infer is reported by inferShapes, after conversion.
