@@ -671,6 +671,13 @@ static std::optional<ConstTensor> foldTranspose(const onnx::NodeProto &node,
     perm.assign(a->ints().begin(), a->ints().end());
   if (static_cast<int64_t>(perm.size()) != rank)
     return std::nullopt;
+  // Not a permutation of the axes: left to importTranspose's located error.
+  std::vector<bool> seen(rank, false);
+  for (int64_t p : perm) {
+    if (p < 0 || p >= rank || seen[p])
+      return std::nullopt;
+    seen[p] = true;
+  }
   ConstTensor out;
   std::vector<int64_t> stride(rank, 1);
   for (int64_t d = rank - 2; d >= 0; --d)
