@@ -5,6 +5,7 @@
 // Built with -fexceptions: ONNX shape inference reports problems by throwing.
 #include "compiler/importer/Importer.h"
 #include "compiler/importer/OpTable.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
@@ -71,6 +72,16 @@ inferStaticShapes(const onnx::ModelProto &m) {
   return shapes;
 }
 
+/// Whether `t`'s shape has non-negative dimensions whose product is the
+/// number of its int64 elements.
+static bool describesData(const ConstTensor &t) {
+  int64_t n = 1;
+  for (int64_t d : t.shape)
+    if (d < 0 || llvm::MulOverflow(n, d, n))
+      return false;
+  return !t.isFloat && static_cast<size_t>(n) == t.i.size();
+}
+
 LogicalResult Importer::foldShapeComputations() {
   // Shape arithmetic (x.size(0), view targets) is int64 math on static
   // shapes: evaluate it now and turn each such node into a Constant, so
@@ -112,7 +123,9 @@ LogicalResult Importer::foldShapeComputations() {
         in.values.push_back(it == known.end() ? nullptr : &it->second);
       }
       std::optional<ConstTensor> value = handler->fold(node, in);
-      if (!value)
+      // A result whose shape does not describe its data (negative or
+      // overflowing dimensions) is not folded: the node's import reports it.
+      if (!value || !describesData(*value))
         continue;
       onnx::TensorProto t;
       t.set_data_type(onnx::TensorProto::INT64);

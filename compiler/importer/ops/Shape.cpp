@@ -609,8 +609,8 @@ static std::optional<ConstTensor> foldReshape(const onnx::NodeProto &,
       target[d] = out.shape[d];
     if (target[d] == -1)
       at = d;
-    else
-      known *= target[d];
+    else if (target[d] < 0 || llvm::MulOverflow(known, target[d], known))
+      return std::nullopt; // left to importReshape's located error
   }
   if (at >= 0 && known)
     target[at] = out.numElements() / known;
@@ -638,7 +638,7 @@ static std::optional<ConstTensor> foldSqueeze(const onnx::NodeProto &,
     std::vector<bool> mark(outRank, false);
     for (int64_t a : axes) {
       a = a < 0 ? a + outRank : a;
-      if (a < 0 || a >= outRank)
+      if (a < 0 || a >= outRank || mark[a])
         return std::nullopt;
       mark[a] = true;
     }
@@ -649,6 +649,8 @@ static std::optional<ConstTensor> foldSqueeze(const onnx::NodeProto &,
       bool drop = axes.empty() ? out.shape[d] == 1
                                : llvm::is_contained(axes, d) ||
                                      llvm::is_contained(axes, d - rank);
+      if (drop && out.shape[d] != 1)
+        return std::nullopt; // not a size-1 axis: importSqueeze's error
       if (!drop)
         shape.push_back(out.shape[d]);
     }
