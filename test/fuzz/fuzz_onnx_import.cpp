@@ -26,6 +26,8 @@ std::string tempDir() {
         std::string(base && *base ? base : "/tmp") + "/gpipe-fuzz-onnx-XXXXXX";
     if (!mkdtemp(tmpl.data()))
       std::abort();
+    static std::string made = tmpl;
+    std::atexit([] { rmdir(made.c_str()); }); // empty unless it crashed
     return tmpl;
   }();
   return dir;
