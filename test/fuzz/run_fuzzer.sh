@@ -11,8 +11,8 @@ rm -rf "$work/corpus"
 mkdir -p "$work/corpus" "$work/artifacts"
 cp "$corpus"/* "$work/corpus/"
 log="$work/$name.log"
-# -timeout: one input may take at most 25 s; -rss_limit_mb: 2 GiB.
-"$fuzzer" -max_total_time="$seconds" -timeout=25 -rss_limit_mb=2048 \
+# -timeout: one input may take at most 25 s; -rss_limit_mb: 4 GiB (ASan's quarantine and caches grow the RSS to ~0.7 GiB in 2 minutes).
+"$fuzzer" -max_total_time="$seconds" -timeout=25 -rss_limit_mb=4096 \
   -print_final_stats=1 -artifact_prefix="$work/artifacts/" \
   "$work/corpus" > "$log" 2>&1
 rc=$?
