@@ -215,6 +215,13 @@ struct StageState {
   llvm::StringMap<int64_t> paramOffset;
   std::vector<std::pair<std::string, RankedTensorType>> paramOrder;
   llvm::DenseMap<Operation *, llvm::SmallVector<int64_t>> optimizerState;
+  // The optimizer state tensors, for the program description (checkpoints).
+  struct StateDesc {
+    std::string param;
+    const char *slot;
+    int64_t offset;
+  };
+  std::vector<StateDesc> stateDescs;
   llvm::StringMap<int64_t> accumulator;
   // The update clears the accumulators in [clearedBegin, clearedEnd).
   int64_t clearedBegin = 0, clearedEnd = 0;
@@ -1659,6 +1666,20 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
                      nn::UpdateRunningStatsOp>(op)) {
         for (pipeline::BufferAttr b : pipeline::getState(op))
           st.optimizerState[op].push_back(b.getOffset());
+        // The optimizer's state is saved in checkpoints under torch's keys
+        // (a deferred BatchNorm's buffer lives within one step only).
+        if (isa<nn::UpdateRunningStatsOp>(op) || st.optimizerState[op].empty())
+          return WalkResult::advance();
+        auto param = op->getOperand(0).getDefiningOp<nn::ParamOp>();
+        if (!param)
+          return op->emitError("the updated value is not an nn.param"),
+                 WalkResult::interrupt();
+        static const char *const sgdSlots[] = {"momentum_buffer"};
+        static const char *const adamSlots[] = {"exp_avg", "exp_avg_sq"};
+        const char *const *slots =
+            isa<pipeline::SGDUpdateOp>(op) ? sgdSlots : adamSlots;
+        for (auto [k, offset] : llvm::enumerate(st.optimizerState[op]))
+          st.stateDescs.push_back({param.getName().str(), slots[k], offset});
       }
       return WalkResult::advance();
     });
@@ -1761,6 +1782,11 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
     result.params.push_back(std::move(ep));
   }
   ds << "  {nullptr, nullptr, GP_F32, 0, nullptr, 0}\n};\n";
+  ds << "static const gp_state_desc kStates[] = {\n";
+  for (const StageState::StateDesc &sd : st.stateDescs)
+    ds << "  {\"" << llvm::StringRef(sd.param) << "\", \"" << sd.slot << "\", "
+       << sd.offset << "LL},\n";
+  ds << "  {nullptr, nullptr, 0}\n};\n";
   ds << "static const gp_action kActions[] = {\n";
   for (pipeline::ActionAttr a : actions) {
     using pipeline::Phase;
@@ -1856,7 +1882,8 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
      << result.transfers.size() << ", kTransfers, "
      << (options.cuda ? "GP_TARGET_CUDA" : "GP_TARGET_CPU") << ", "
      << st.scratchBytes << "LL, " << (st.initBody.empty() ? "nullptr" : "init")
-     << ", " << (result.bufferedSends ? 1 : 0) << "};\n\n"
+     << ", " << (result.bufferedSends ? 1 : 0) << ", " << st.stateDescs.size()
+     << ", kStates};\n\n"
      << "int main(int argc, char **argv) { return gp_main(argc, argv, "
         "&kProgram); }\n";
   return std::move(result);

@@ -2,6 +2,7 @@
 // micro-batch copies (gp_load_input) and label counts (gp_count_labels) the
 // generated code asks for.
 #include "internal.h"
+#include "random.h"
 
 #include <algorithm>
 #include <cstring>
@@ -48,7 +49,93 @@ const InputData &inputOf(const gp_step_ctx *ctx, const Runtime &rt,
   return rt.inputs[static_cast<size_t>(input)];
 }
 
+/// Fisher-Yates over the rows 0..n-1: for i = n-1 down to 1, swap rows i
+/// and j = r_i mod (i + 1), r_i = mix64(mix64(mix64(seed) ^ epoch) ^ i).
+void shuffledOrder(int64_t n, uint64_t seed, int64_t epoch,
+                   std::vector<int64_t> &rows) {
+  rows.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    rows[static_cast<size_t>(i)] = i;
+  const uint64_t key = mix64(mix64(seed) ^ static_cast<uint64_t>(epoch));
+  for (int64_t i = n - 1; i > 0; --i) {
+    uint64_t r = mix64(key ^ static_cast<uint64_t>(i));
+    int64_t j = static_cast<int64_t>(r % static_cast<uint64_t>(i + 1));
+    std::swap(rows[static_cast<size_t>(i)], rows[static_cast<size_t>(j)]);
+  }
+}
+
+int64_t samplesOf(const Runtime &rt) {
+  return rt.inputs.empty() ? 0 : rt.inputs[0].file.shape()[0];
+}
+
+/// The order of `epoch` (file order without --shuffle: rows stay empty).
+void orderFor(const Runtime &rt, int64_t epoch, EpochOrder &order) {
+  if (order.epoch == epoch)
+    return;
+  order.epoch = epoch;
+  if (rt.shuffle)
+    shuffledOrder(samplesOf(rt), rt.seed, epoch, order.rows);
+  else
+    order.rows.clear();
+}
+
+/// Gathers rows [first, first + count) of `order` of input `in` to `dst`.
+void gatherRows(const InputData &in, const EpochOrder &order, int64_t first,
+                int64_t count, unsigned char *dst) {
+  const size_t rowBytes = static_cast<size_t>(in.rowBytes);
+  if (order.rows.empty()) {
+    std::memcpy(dst, in.file.data() + first * in.rowBytes,
+                static_cast<size_t>(count) * rowBytes);
+    return;
+  }
+  for (int64_t k = 0; k < count; ++k)
+    std::memcpy(dst + static_cast<size_t>(k) * rowBytes,
+                in.file.data() +
+                    order.rows[static_cast<size_t>(first + k)] * in.rowBytes,
+                rowBytes);
+}
+
 } // namespace
+
+void selectMiniBatch(Runtime &rt, int64_t step) {
+  rt.miniStep = step;
+  if (rt.numBatches == 0) {
+    rt.miniFirst = 0;
+    return;
+  }
+  int64_t epoch = (step - 1) / rt.numBatches;
+  rt.miniFirst = (step - 1) % rt.numBatches * rt.batchSize;
+  orderFor(rt, epoch, rt.order);
+  for (InputData &in : rt.inputs) {
+    if (rt.order.rows.empty()) {
+      in.cur = in.file.data() + rt.miniFirst * in.rowBytes;
+      continue;
+    }
+    in.gathered.resize(static_cast<size_t>(rt.batchSize * in.rowBytes));
+    gatherRows(in, rt.order, rt.miniFirst, rt.batchSize, in.gathered.data());
+    in.cur = in.gathered.data();
+  }
+}
+
+void copyMiniBatch(const Runtime &rt, int64_t step, int32_t input, void *dst) {
+  EpochOrder order;
+  int64_t epoch = (step - 1) / rt.numBatches;
+  const EpochOrder *o = &rt.order;
+  if (rt.order.epoch != epoch) {
+    orderFor(rt, epoch, order);
+    o = &order;
+  }
+  gatherRows(rt.inputs[static_cast<size_t>(input)], *o,
+             (step - 1) % rt.numBatches * rt.batchSize, rt.batchSize,
+             static_cast<unsigned char *>(dst));
+}
+
+int64_t fileRow(const Runtime &rt, int64_t position) {
+  if (rt.order.rows.empty() || position < 0 ||
+      position >= static_cast<int64_t>(rt.order.rows.size()))
+    return position;
+  return rt.order.rows[static_cast<size_t>(position)];
+}
 
 bool openInputs(Runtime &rt, const std::string &dataDir, int64_t &numBatches,
                 std::string &err) {
@@ -108,9 +195,12 @@ void checkRange(const gp_step_ctx *ctx, const int64_t *values, int64_t n,
     int64_t v = values[k];
     if ((v >= lo && v < hi) || (hasIgnore && v == ignoreIndex))
       continue;
+    int64_t position = ctx->first_sample + rowOffset + k / perSample;
+    const Runtime *rt =
+        ctx ? static_cast<const Runtime *>(ctx->runtime) : nullptr;
     std::string msg =
         std::string("graph input '") + input + "', sample " +
-        std::to_string(ctx->first_sample + rowOffset + k / perSample) +
+        std::to_string(rt ? fileRow(*rt, position) : position) +
         (perSample > 1 ? ", element " + std::to_string(k % perSample) : "") +
         " (step " + std::to_string(ctx->step) + "): " + what + " " +
         std::to_string(v) + " is outside [" + std::to_string(lo) + ", " +
@@ -141,7 +231,7 @@ void checkInputRange(const gp_step_ctx *ctx, int32_t input, int64_t microbatch,
   int64_t n = rt.microRows * perSample;
   // Rows of a mapped .npy may be unaligned: copy before reading int64s.
   std::vector<int64_t> values(static_cast<size_t>(n));
-  std::memcpy(values.data(), in.file.data() + first * in.rowBytes,
+  std::memcpy(values.data(), in.cur + microbatch * rt.microRows * in.rowBytes,
               static_cast<size_t>(n * 8));
   checkRange(ctx, values.data(), n, lo, hi, hasIgnore, ignoreIndex, d.name,
              first - ctx->first_sample, std::max<int64_t>(perSample, 1), what);
@@ -160,9 +250,8 @@ extern "C" void gp_load_input(gp_step_ctx *ctx, int32_t input,
           "invalid program: gp_load_input of micro-batch " +
               std::to_string(microbatch) + "; the pipeline has " +
               std::to_string(rt.program->microbatches));
-  int64_t first = rt.miniFirst + microbatch * rt.microRows;
   gpipe::deviceLoadInput(ctx, input, microbatch, dst,
-                         in.file.data() + first * in.rowBytes,
+                         in.cur + microbatch * rt.microRows * in.rowBytes,
                          rt.microRows * in.rowBytes);
 }
 
@@ -191,7 +280,7 @@ extern "C" int64_t gp_count_labels(gp_step_ctx *ctx, int32_t input,
               rt.program->inputs[input].name + "', which is not int64");
   int64_t n =
       rt.batchSize * in.rowBytes / static_cast<int64_t>(sizeof(int64_t));
-  const unsigned char *base = in.file.data() + rt.miniFirst * in.rowBytes;
+  const unsigned char *base = in.cur;
   if (!has_ignore)
     return n;
   int64_t count = 0;

@@ -21,18 +21,48 @@ struct InputData {
   std::string path;
   NpyFile file;
   int64_t rowBytes = 0; // bytes per sample (row of the first axis)
+  // The current mini-batch's B rows, contiguous: in the mapped file, or
+  // (shuffled) gathered into `gathered`.
+  const unsigned char *cur = nullptr;
+  std::vector<unsigned char> gathered;
+};
+
+/// The order of the data rows in an epoch (data.cpp): file order, or with
+/// --shuffle a Fisher-Yates permutation drawn from (seed, epoch)
+/// (docs/semantics.md#data-order).
+struct EpochOrder {
+  int64_t epoch = -1;
+  std::vector<int64_t> rows; // empty: file order
 };
 
 /// What gp_main owns for the duration of a run; ctx->runtime points here.
 struct Runtime {
   const gp_program *program = nullptr;
   int32_t stage = 0;
-  int64_t batchSize = 0;         // B
-  int64_t microRows = 0;         // B / M
-  int64_t miniFirst = 0;         // first data row of the current mini-batch
-  int64_t nextMiniFirst = -1;    // ... of the next step's (-1: no next step)
+  int64_t batchSize = 0; // B
+  int64_t microRows = 0; // B / M
+  // Step s reads positions [miniFirst, miniFirst + B) of its epoch's order:
+  // miniFirst = ((s - 1) mod numBatches) * B.
+  int64_t miniFirst = 0;
+  int64_t miniStep = 0;          // the step whose mini-batch is current
+  int64_t nextMiniStep = -1;     // the next step to run (-1: none)
+  int64_t numBatches = 0;        // samples / B (0: the stage reads no data)
+  bool shuffle = false;          // --shuffle
+  uint64_t seed = 0;             // --seed
+  EpochOrder order;              // the current step's epoch
   std::vector<InputData> inputs; // parallel to program->inputs
 };
+
+/// Makes step `step`'s mini-batch current (data.cpp): miniFirst, miniStep,
+/// the epoch's order, each input's `cur` rows.
+void selectMiniBatch(Runtime &rt, int64_t step);
+
+/// Copies the B rows of input `input` of step `step`'s mini-batch to `dst`
+/// (B * rowBytes bytes), in the step's order: for prefetching the next step.
+void copyMiniBatch(const Runtime &rt, int64_t step, int32_t input, void *dst);
+
+/// The data file row at position `position` of the current epoch's order.
+int64_t fileRow(const Runtime &rt, int64_t position);
 
 /// CPU loops over fewer elements than this run on one thread: below it,
 /// waking the OpenMP team costs more than the loop (kernels.cpp, pool.cpp,
@@ -208,8 +238,8 @@ void deviceLoadInput(gp_step_ctx *ctx, int32_t input, int64_t microbatch,
                      void *dst, const void *src, int64_t bytes);
 /// Ends a step (or, before step 1, the set-up): waits for its work, then
 /// sets ctx->loss from what gp_report_loss saw. May first start copying the
-/// next step's mini-batch (rows from rt.nextMiniFirst) to the device, so that
-/// it overlaps this step's work. On a device error sets `err`.
+/// next step's mini-batch (step rt.nextMiniStep, copyMiniBatch) to the device,
+/// so that it overlaps this step's work. On a device error sets `err`.
 bool deviceStepEnd(gp_step_ctx &ctx, std::string &err);
 /// Frees the arena and everything deviceInit created (before MPI_Finalize).
 /// Only after a run that succeeded: after an error with other stages running,

@@ -2,15 +2,21 @@
 // schedule loop, logging and weight output of a generated stage program.
 #include "internal.h"
 
+#include "gpipe/checkpoint.h"
+#include "gpipe/manifest.h"
+
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
 #include <memory>
+#include <set>
 #include <string>
 #include <sys/stat.h>
 #include <vector>
@@ -66,6 +72,18 @@ const char kUsage[] =
     "  --pipeline FILE     check that FILE (the pipeline.json compiled with "
     "this\n"
     "                      executable) describes it\n"
+    "  --checkpoint-dir DIR  write a checkpoint under DIR after the last "
+    "step\n"
+    "  --checkpoint-every N  ... and after every N-th step\n"
+    "  --keep K            keep the newest K checkpoints (default 0: all)\n"
+    "  --resume-from CKPT  start from the checkpoint directory CKPT "
+    "(DIR/step-<S>):\n"
+    "                      its parameters, optimizer state and step; runs "
+    "steps S+1..N\n"
+    "  --shuffle           each epoch reads the samples in a permutation "
+    "drawn from\n"
+    "                      (--seed, epoch) instead of file order\n"
+    "  --seed N            the shuffle's seed (default 0)\n"
     "  --quiet             no per-step lines on stdout\n"
     "  --help              this message\n"
     "Stage %d of %d: a multi-stage pipeline runs under MPI, one rank per "
@@ -83,6 +101,12 @@ struct Options {
   int64_t threads = 1;
   int64_t device = -1;
   double commTimeout = 300.0;
+  std::string checkpointDir;
+  int64_t checkpointEvery = 0;
+  int64_t keep = 0;
+  std::string resumeFrom;
+  bool shuffle = false;
+  uint64_t seed = 0;
   bool quiet = false;
   bool help = false;
 };
@@ -112,6 +136,10 @@ bool parseArgs(int argc, char **argv, Options &opt, std::string &err) {
       opt.quiet = true;
       continue;
     }
+    if (arg == "--shuffle") {
+      opt.shuffle = true;
+      continue;
+    }
     // Accept both "--flag value" and "--flag=value".
     std::string flag = arg, value;
     bool inlineValue = false;
@@ -125,7 +153,9 @@ bool parseArgs(int argc, char **argv, Options &opt, std::string &err) {
         flag != "--weights-out" && flag != "--log-json" &&
         flag != "--threads" && flag != "--status-file" &&
         flag != "--pipeline" && flag != "--device" &&
-        flag != "--comm-timeout") {
+        flag != "--comm-timeout" && flag != "--checkpoint-dir" &&
+        flag != "--checkpoint-every" && flag != "--keep" &&
+        flag != "--resume-from" && flag != "--seed") {
       if (arg.rfind("-", 0) == 0)
         err = "unknown flag '" + flag + "' (see --help)";
       else
@@ -174,6 +204,26 @@ bool parseArgs(int argc, char **argv, Options &opt, std::string &err) {
         return false;
       }
       opt.commTimeout = v;
+    } else if (flag == "--checkpoint-every" || flag == "--keep") {
+      int64_t &out = flag == "--keep" ? opt.keep : opt.checkpointEvery;
+      if (!parseInt(value, flag == "--keep" ? 0 : 1, out)) {
+        err = "invalid value '" + value + "' for " + flag +
+              (flag == "--keep" ? " (expected an integer >= 0)"
+                                : " (expected an integer >= 1)");
+        return false;
+      }
+    } else if (flag == "--seed") {
+      int64_t v = 0;
+      if (!parseInt(value, 0, v)) {
+        err = "invalid value '" + value +
+              "' for --seed (expected an integer >= 0)";
+        return false;
+      }
+      opt.seed = static_cast<uint64_t>(v);
+    } else if (flag == "--checkpoint-dir") {
+      opt.checkpointDir = value;
+    } else if (flag == "--resume-from") {
+      opt.resumeFrom = value;
     } else if (flag == "--weights-in") {
       opt.weightsIn = value;
     } else if (flag == "--weights-out") {
@@ -238,7 +288,11 @@ private:
   int agreeWithOtherStages();
   int sameSamplesAsOtherStages();
   int loadParams();
+  int loadCheckpoint();
+  int saveCheckpoint(int64_t step);
   int writeParams();
+  /// Multi-stage: waits until every stage reached this point.
+  int barrier();
 
   const gp_program *program_;
   const Options &opt_;
@@ -247,6 +301,9 @@ private:
   bool logger_ = false;    // prints the steps: the loss stage, else stage 0
   unsigned char *arena_ = nullptr; // owned by the device
   Runtime rt_;
+  int64_t samples_ = -1;  // rows of the data files (any stage's)
+  int64_t firstStep_ = 1; // after --resume-from: the checkpoint's step + 1
+  std::string optimizerKind_ = "unknown"; // from --pipeline, for checkpoints
 };
 
 /// Catches code generator bugs (descriptors outside the arena) as errors.
@@ -387,6 +444,7 @@ int StageRun::sameSamplesAsOtherStages() {
       continue;
     if (ref < 0) {
       ref = s;
+      samples_ = all[s];
       continue;
     }
     if (all[s] == all[ref])
@@ -452,6 +510,209 @@ int StageRun::writeParams() {
   return 0;
 }
 
+int StageRun::barrier() {
+  if (program_->num_stages == 1)
+    return 0;
+  int64_t one = 1;
+  std::vector<int64_t> all;
+  std::string err;
+  if (!transportAllGather(&one, 1, all, err))
+    return error(err);
+  return 0;
+}
+
+namespace {
+
+/// The .npy name of a parameter's optimizer state: "<file stem>.<slot>.npy".
+std::string stateFileName(const std::string &paramFile,
+                          const std::string &slot) {
+  std::string stem = paramFile;
+  if (stem.size() > 4 && stem.compare(stem.size() - 4, 4, ".npy") == 0)
+    stem.resize(stem.size() - 4);
+  return stem + "." + slot + ".npy";
+}
+
+/// The parameter description of `name`, or null.
+const gp_tensor_desc *findParam(const gp_program &p, const char *name) {
+  for (int32_t i = 0; i < p.num_params; ++i)
+    if (std::strcmp(p.params[i].name, name) == 0)
+      return &p.params[i];
+  return nullptr;
+}
+
+/// Test hook (docs/contributing.md): GPIPE_TEST_KILL_IN_CHECKPOINT=S:K makes
+/// stage K kill itself (SIGKILL) half-way through writing the checkpoint of
+/// step S, after some of its tensors are on disk.
+bool killInCheckpoint(int64_t step, int32_t stage) {
+  const char *v = std::getenv("GPIPE_TEST_KILL_IN_CHECKPOINT");
+  long long s = 0, k = 0;
+  return v && std::sscanf(v, "%lld:%lld", &s, &k) == 2 && s == step &&
+         k == stage;
+}
+
+} // namespace
+
+int StageRun::saveCheckpoint(int64_t step) {
+  namespace ck = checkpoint;
+  const std::string &dir = opt_.checkpointDir;
+  const std::string tmp = ck::directoryFor(dir, step) + ".tmp";
+  std::string err;
+  // Stage 0 prepares the directory (removing what a save that died left),
+  // the others wait for it.
+  if (stage_ == 0) {
+    if (!ck::makeDirectories(dir, err))
+      return error("checkpoint: " + err);
+    ck::removeIncomplete(dir);
+    if (!ck::makeDirectories(tmp, err))
+      return error("checkpoint: " + err);
+  }
+  if (int rc = barrier())
+    return rc;
+
+  // This stage's tensors, under stage<K>/ (file names are unique per stage).
+  const std::string sub = "stage" + std::to_string(stage_);
+  if (!ck::makeDirectories(tmp + "/" + sub, err))
+    return error("checkpoint: " + err);
+  std::vector<ck::Tensor> tensors;
+  std::vector<float> host;
+  auto save = [&](const gp_tensor_desc &d, const std::string &slot,
+                  int64_t offset) {
+    ck::Tensor t;
+    t.name = d.name;
+    t.slot = slot;
+    t.file = sub + "/" +
+             (slot.empty() ? std::string(d.file) : stateFileName(d.file, slot));
+    t.shape.assign(d.shape, d.shape + d.rank);
+    host.resize(static_cast<size_t>(numElements(d)));
+    if (!deviceDownload(host.data(), arena_ + offset,
+                        numElements(d) * static_cast<int64_t>(sizeof(float)),
+                        err) ||
+        !npyWriteF32(tmp + "/" + t.file, host.data(), d.shape,
+                     static_cast<size_t>(d.rank), err))
+      return false;
+    tensors.push_back(std::move(t));
+    return true;
+  };
+  for (int32_t i = 0; i < program_->num_params; ++i) {
+    if (!save(program_->params[i], "", program_->params[i].offset))
+      return error("checkpoint of step " + std::to_string(step) + ": " + err);
+    if (i == program_->num_params / 2 && killInCheckpoint(step, stage_))
+      std::raise(SIGKILL);
+  }
+  for (int32_t i = 0; i < program_->num_states; ++i) {
+    const gp_state_desc &sd = program_->states[i];
+    const gp_tensor_desc *d = findParam(*program_, sd.param);
+    if (!d)
+      return error(std::string("invalid program: optimizer state of unknown "
+                               "parameter '") +
+                   sd.param + "'");
+    if (!save(*d, sd.slot, sd.offset))
+      return error("checkpoint of step " + std::to_string(step) + ": " + err);
+  }
+  if (!ck::writeStageIndex(tmp, stage_, tensors, err))
+    return error("checkpoint: " + err);
+  // Stage 0 publishes once every stage's part is on disk.
+  if (int rc = barrier())
+    return rc;
+  if (stage_ != 0)
+    return 0;
+  ck::Manifest m;
+  m.step = step;
+  m.stages = program_->num_stages;
+  m.microbatches = program_->microbatches;
+  m.optimizer = optimizerKind_;
+  m.data.samples = samples_;
+  m.data.batchSize = program_->batch_size;
+  m.data.shuffle = opt_.shuffle;
+  m.data.seed = opt_.seed;
+  if (!ck::commit(dir, tmp, m, opt_.keep, err))
+    return error("checkpoint: " + err);
+  return 0;
+}
+
+int StageRun::loadCheckpoint() {
+  namespace ck = checkpoint;
+  ck::Manifest m;
+  std::string err;
+  const std::string &path = opt_.resumeFrom;
+  if (!ck::read(path, m, err))
+    return error("--resume-from: " + err);
+  auto mismatch = [&](const std::string &what) {
+    return error("--resume-from " + path + ": " + what);
+  };
+  if (m.data.batchSize != program_->batch_size)
+    return mismatch("the checkpoint was trained with mini-batches of " +
+                    std::to_string(m.data.batchSize) +
+                    " samples, this pipeline takes " +
+                    std::to_string(program_->batch_size));
+  if (m.data.shuffle != opt_.shuffle ||
+      (opt_.shuffle && m.data.seed != opt_.seed))
+    return mismatch(std::string("the checkpoint's data order was ") +
+                    (m.data.shuffle
+                         ? "--shuffle --seed " + std::to_string(m.data.seed)
+                         : "file order (no --shuffle)") +
+                    "; resume with the same");
+  auto find = [&](const char *name, const char *slot) -> const ck::Tensor * {
+    for (const ck::Tensor &t : m.tensors)
+      if (t.name == name && t.slot == slot)
+        return &t;
+    return nullptr;
+  };
+  auto load = [&](const gp_tensor_desc &d, const char *slot, int64_t offset) {
+    const ck::Tensor *t = find(d.name, slot);
+    std::string what = std::string("parameter '") + d.name + "'" +
+                       (*slot ? std::string(" (optimizer state ") + slot + ")"
+                              : std::string());
+    if (!t)
+      return mismatch("no " + what +
+                      (*slot ? " (the checkpoint was trained with " +
+                                   m.optimizer + ")"
+                             : std::string(" (another model?)"))),
+             1;
+    std::vector<int64_t> shape(d.shape, d.shape + d.rank);
+    std::string file = path + "/" + t->file;
+    NpyFile f;
+    if (t->shape != shape)
+      return mismatch(what + " has shape " + shapeToString(t->shape) +
+                      " in the checkpoint, " + shapeToString(shape) + " here"),
+             1;
+    if (!f.open(file, GP_F32, err))
+      return error("--resume-from: " + err), 1;
+    if (f.shape() != shape)
+      return mismatch(file + " has shape " + shapeToString(f.shape()) +
+                      ", its manifest says " + shapeToString(shape)),
+             1;
+    if (!deviceUpload(arena_ + offset, f.data(), f.dataBytes(), err))
+      return error("loading " + file + ": " + err), 1;
+    return 0;
+  };
+  for (int32_t i = 0; i < program_->num_params; ++i)
+    if (load(program_->params[i], "", program_->params[i].offset))
+      return 1;
+  std::set<std::pair<std::string, std::string>> used;
+  for (int32_t i = 0; i < program_->num_states; ++i) {
+    const gp_state_desc &sd = program_->states[i];
+    const gp_tensor_desc *d = findParam(*program_, sd.param);
+    if (!d)
+      return error(std::string("invalid program: optimizer state of unknown "
+                               "parameter '") +
+                   sd.param + "'");
+    if (load(*d, sd.slot, sd.offset))
+      return 1;
+    used.insert({sd.param, sd.slot});
+  }
+  // State this pipeline's optimizer would drop silently is an error.
+  for (int32_t i = 0; i < program_->num_params; ++i)
+    for (const ck::Tensor &t : m.tensors)
+      if (t.name == program_->params[i].name && !t.slot.empty() &&
+          !used.count({t.name, t.slot}))
+        return mismatch("it has optimizer state " + t.slot +
+                        " for parameter '" + t.name + "' (" + m.optimizer +
+                        "), which this pipeline's optimizer does not keep");
+  firstStep_ = m.step + 1;
+  return 0;
+}
+
 int StageRun::runSteps() {
   if (int rc = checkProgram())
     return rc;
@@ -459,6 +720,9 @@ int StageRun::runSteps() {
     std::string err;
     if (!checkPipelineFile(*program_, opt_.pipeline, err))
       return error(err);
+    manifest::Manifest m;
+    if (manifest::readManifest(opt_.pipeline, m, err))
+      optimizerKind_ = m.optimizer.kind;
   }
   if (program_->num_stages > 1) {
     if (int rc = agreeWithOtherStages())
@@ -492,7 +756,7 @@ int StageRun::runSteps() {
   if (!arena_)
     return error(err);
 
-  if (int rc = loadParams())
+  if (int rc = opt_.resumeFrom.empty() ? loadParams() : loadCheckpoint())
     return rc;
 
   rt_.program = program_;
@@ -502,6 +766,11 @@ int StageRun::runSteps() {
   int64_t numBatches = 0;
   if (!openInputs(rt_, opt_.data, numBatches, err))
     return error(err);
+  rt_.numBatches = numBatches;
+  rt_.shuffle = opt_.shuffle;
+  rt_.seed = opt_.seed;
+  if (!rt_.inputs.empty())
+    samples_ = rt_.inputs[0].file.shape()[0];
   if (program_->num_stages > 1)
     if (int rc = sameSamplesAsOtherStages())
       return rc;
@@ -509,7 +778,8 @@ int StageRun::runSteps() {
   // Only the logging stage writes the log (all stages get the same flag).
   FILE *log = nullptr;
   if (logger_ && !opt_.logJson.empty()) {
-    log = std::fopen(opt_.logJson.c_str(), "w");
+    // A resumed run continues the log.
+    log = std::fopen(opt_.logJson.c_str(), opt_.resumeFrom.empty() ? "w" : "a");
     if (!log)
       return error("cannot open log file " + opt_.logJson + ": " +
                    std::strerror(errno));
@@ -520,24 +790,22 @@ int StageRun::runSteps() {
   gp_step_ctx ctx{};
   ctx.arena = arena_;
   ctx.runtime = &rt_;
-  // The mini-batch after step s (data files wrap around); -1: none.
-  auto nextMiniFirst = [&](int64_t s) -> int64_t {
-    if (s >= opt_.steps || numBatches == 0)
-      return -1;
-    return s % numBatches * rt_.batchSize;
+  // The step after s, -1: none.
+  auto nextStep = [&](int64_t s) -> int64_t {
+    return s < opt_.steps ? s + 1 : -1;
   };
   if (program_->init)
     program_->init(&ctx);
-  // Asynchronous targets may start loading step 1's mini-batch here.
-  rt_.nextMiniFirst = nextMiniFirst(0);
+  // Asynchronous targets may start loading the first step's mini-batch here.
+  rt_.nextMiniStep = nextStep(firstStep_ - 1);
   if (!deviceStepEnd(ctx, err))
     return error(err);
   double totalMs = 0.0;
-  for (int64_t s = 1; s <= opt_.steps; ++s) {
+  const int64_t stepsRun = std::max<int64_t>(0, opt_.steps - firstStep_ + 1);
+  for (int64_t s = firstStep_; s <= opt_.steps; ++s) {
     // Stages without data files (middle stages) still count steps; their
     // first_sample is relative to an unknown mini-batch and unused.
-    int64_t batch = numBatches ? (s - 1) % numBatches : 0;
-    rt_.miniFirst = batch * rt_.batchSize;
+    selectMiniBatch(rt_, s);
     ctx.step = s;
     ctx.loss = 0.0;
     ctx.microbatch = 0;
@@ -559,12 +827,17 @@ int StageRun::runSteps() {
     }
     // Asynchronous targets finish the step's work here, and report its loss
     // (and may load the next mini-batch while it runs).
-    rt_.nextMiniFirst = nextMiniFirst(s);
+    rt_.nextMiniStep = nextStep(s);
     if (!deviceStepEnd(ctx, err))
       return error("step " + std::to_string(s) + ": " + err);
     auto t1 = std::chrono::steady_clock::now();
     double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
     totalMs += ms;
+    if (!opt_.checkpointDir.empty() &&
+        ((opt_.checkpointEvery > 0 && s % opt_.checkpointEvery == 0) ||
+         s == opt_.steps))
+      if (int rc = saveCheckpoint(s))
+        return rc;
     if (!logger_)
       continue;
     double loss = program_->has_loss ? ctx.loss
@@ -598,8 +871,8 @@ int StageRun::runSteps() {
   }
   if (logger_)
     std::fprintf(stderr, "gpipe: %lld steps, mean %.3f ms/step (%s)\n",
-                 static_cast<long long>(opt_.steps),
-                 opt_.steps ? totalMs / static_cast<double>(opt_.steps) : 0.0,
+                 static_cast<long long>(stepsRun),
+                 stepsRun ? totalMs / static_cast<double>(stepsRun) : 0.0,
                  deviceDescription().c_str());
 
   if (opt_.weightsOut.empty())

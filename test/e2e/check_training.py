@@ -109,6 +109,9 @@ def parse_args(argv):
     ap.add_argument("--seed", type=int, default=models.DEFAULT_SEED,
                     help="torch.manual_seed for the initial weights")
     ap.add_argument("--data-seed", type=int, default=0, help="numpy seed for the data")
+    ap.add_argument("--shuffle", type=int, default=None, metavar="SEED",
+                    help="gpipe-run --shuffle --seed SEED; the reference reads the same "
+                         "permutations (models.epoch_order)")
     ap.add_argument("--bin", default=os.environ.get("GPIPE_BIN"),
                     help="directory holding gpipe-compile and gpipe-run (default $GPIPE_BIN, "
                          "else looked up on PATH)")
@@ -361,14 +364,14 @@ def torch_reference(a, init, x, y):
     losses = []
     before_last = None
     for s in range(1, a.steps + 1):
-        lo, hi = models.batch_indices(s, a.batch_size, a.samples)
+        rows = torch.from_numpy(models.batch_rows(s, a.batch_size, a.samples, a.shuffle))
         if s == a.steps:
             before_last = {n: p.detach().clone() for n, p in module.named_parameters()}
         opt.zero_grad(set_to_none=True)
         if a.batchnorm_model:
-            lv = bn_step(a, module, xt[lo:hi], yt[lo:hi])
+            lv = bn_step(a, module, xt[rows], yt[rows])
         else:
-            loss = module(xt[lo:hi], yt[lo:hi])
+            loss = module(xt[rows], yt[rows])
             loss.backward()
             lv = float(loss.item())
         opt.step()
@@ -626,6 +629,8 @@ def compile_and_run(a, compile_bin, run_bin, model_path, data_dir, wd, suffix, e
                "--log-json", log_path, "--save-onnx", trained_path]
     if a.threads is not None:
         run_cmd += ["--threads", str(a.threads)]
+    if a.shuffle is not None:
+        run_cmd += ["--shuffle", "--seed", str(a.shuffle)]
     run_out = run_tool(run_cmd, os.path.join(wd, "run%s.log" % suffix), a.timeout)
     losses, ms = parse_log_json(log_path, a.steps)
     if not os.path.isfile(trained_path):
@@ -643,8 +648,8 @@ def ignore_split_check(a, y):
         return True
     mb = a.batch_size // m
     for s in range(1, a.steps + 1):
-        lo, hi = models.batch_indices(s, a.batch_size, a.samples)
-        counts = [int(np.sum(y[lo + i * mb:lo + (i + 1) * mb] != ii)) for i in range(m)]
+        yb = y[models.batch_rows(s, a.batch_size, a.samples, a.shuffle)]
+        counts = [int(np.sum(yb[i * mb:(i + 1) * mb] != ii)) for i in range(m)]
         if len(set(counts)) > 1:
             return True
     return False

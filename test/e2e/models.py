@@ -1060,6 +1060,37 @@ def batch_indices(step, batch_size, samples):
     return start, start + batch_size
 
 
+_M64 = (1 << 64) - 1
+
+
+def _mix64(z):
+    """splitmix64's finalizer (runtime/src/random.h mix64)."""
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+def epoch_order(samples, seed, epoch):
+    """gpipe-run --shuffle --seed SEED: the order of the data rows in `epoch` (0-based),
+    written from docs/semantics.md ("Data order"), independently of the runtime."""
+    rows = list(range(samples))
+    key = _mix64(_mix64(seed) ^ epoch)
+    for i in range(samples - 1, 0, -1):
+        j = _mix64(key ^ i) % (i + 1)
+        rows[i], rows[j] = rows[j], rows[i]
+    return rows
+
+
+def batch_rows(step, batch_size, samples, shuffle_seed=None):
+    """Data rows of 1-based `step`'s mini-batch: batch_indices' range of the epoch's order
+    (file order, or with a shuffle seed epoch_order)."""
+    lo, hi = batch_indices(step, batch_size, samples)
+    if shuffle_seed is None:
+        return np.arange(lo, hi)
+    epoch = (step - 1) // (samples // batch_size)
+    return np.array(epoch_order(samples, shuffle_seed, epoch)[lo:hi], dtype=np.int64)
+
+
 # ---------------------------------------------------------------------------
 # Export / checking
 # ---------------------------------------------------------------------------

@@ -408,6 +408,17 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
       a.insert(a.end(), {"--pipeline", o.out + "/pipeline.json"});
     if (!o.logJson.empty())
       a.insert(a.end(), {"--log-json", o.logJson});
+    if (!o.checkpointDir.empty()) {
+      a.insert(a.end(), {"--checkpoint-dir", o.checkpointDir, "--keep",
+                         std::to_string(o.keep)});
+      if (o.checkpointEvery > 0)
+        a.insert(a.end(),
+                 {"--checkpoint-every", std::to_string(o.checkpointEvery)});
+    }
+    if (!o.resumeFrom.empty())
+      a.insert(a.end(), {"--resume-from", o.resumeFrom});
+    if (o.shuffle)
+      a.insert(a.end(), {"--shuffle", "--seed", std::to_string(o.seed)});
     if (o.quiet)
       a.push_back("--quiet");
     return a;

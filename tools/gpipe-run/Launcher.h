@@ -22,6 +22,11 @@ struct LaunchOptions {
   std::string weightsOut; // where the trained weights go
   std::string hostfile;   // --hostfile: run under mpirun on those hosts
   std::vector<std::string> mpirunArgs;
+  std::string checkpointDir; // --checkpoint-dir
+  std::string resumeFrom;    // the checkpoint --resume starts from
+  int64_t checkpointEvery = 0, keep = 0;
+  bool shuffle = false;
+  int64_t seed = 0;
   int64_t steps = 1, threads = 1;
   double commTimeout = 300.0; // CUDA stage programs' transfer watchdog
   bool quiet = false;

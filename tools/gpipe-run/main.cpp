@@ -5,7 +5,9 @@
 #include "tools/gpipe-run/Launcher.h"
 #include "tools/gpipe-run/OnnxWriter.h"
 
+#include "gpipe/checkpoint.h"
 #include "gpipe/manifest.h"
+#include "npy.h"
 
 #include "llvm/Support/FileSystem.h"
 
@@ -16,9 +18,79 @@
 namespace po = boost::program_options;
 using namespace gpipe;
 
+namespace {
+
+/// The samples of the data files: rows of the first graph input's file.
+bool dataSamples(const manifest::Manifest &m, const std::string &data,
+                 int64_t &samples, std::string &err) {
+  if (m.inputs.empty()) {
+    err = "--epochs needs graph inputs, and this pipeline has none";
+    return false;
+  }
+  const manifest::Input &in = m.inputs[0];
+  NpyFile f;
+  if (!f.open(data + "/" + in.name + ".npy",
+              in.dtype == "int64" ? GP_I64 : GP_F32, err))
+    return false;
+  samples = f.shape().empty() ? 0 : f.shape()[0];
+  return true;
+}
+
+/// --resume: the newest checkpoint, checked against this pipeline.
+bool findResumePoint(const manifest::Manifest &m, run::LaunchOptions &o,
+                     bool quiet, std::string &err) {
+  std::string path;
+  if (!checkpoint::findLatest(o.checkpointDir, path, err)) {
+    err = "--resume: " + err;
+    return false;
+  }
+  if (path.empty()) {
+    err = "--resume: no complete checkpoint in " + o.checkpointDir +
+          " (a checkpoint is a step-<S> directory with a manifest.json)";
+    return false;
+  }
+  checkpoint::Manifest c;
+  if (!checkpoint::read(path, c, err))
+    return false;
+  if (c.optimizer != m.optimizer.kind && c.optimizer != "unknown") {
+    err = "--resume: " + path + " was trained with optimizer " + c.optimizer +
+          ", this pipeline was compiled with " + m.optimizer.kind;
+    return false;
+  }
+  if (c.data.batchSize != m.batchSize) {
+    err = "--resume: " + path + " was trained with mini-batches of " +
+          std::to_string(c.data.batchSize) + " samples, this pipeline takes " +
+          std::to_string(m.batchSize);
+    return false;
+  }
+  if (c.data.shuffle != o.shuffle ||
+      (o.shuffle && c.data.seed != static_cast<uint64_t>(o.seed))) {
+    err =
+        "--resume: " + path + " was trained reading the data " +
+        (c.data.shuffle ? "with --shuffle --seed " + std::to_string(c.data.seed)
+                        : std::string("in file order (no --shuffle)")) +
+        "; resume with the same, or the run would not continue the "
+        "interrupted one";
+    return false;
+  }
+  o.resumeFrom = path;
+  if (!quiet) {
+    std::cerr << "gpipe-run: resuming from " << path << " (step " << c.step
+              << ", saved by " << c.stages << " stage(s))";
+    if (c.step >= o.steps)
+      std::cerr << "; --steps " << o.steps << " is reached: nothing to train";
+    std::cerr << "\n";
+  }
+  return true;
+}
+
+} // namespace
+
 int main(int argc, char **argv) {
   run::LaunchOptions o;
   std::string saveOnnxPath;
+  int64_t epochs = 0;
+  bool resume = false;
   po::options_description opts("Options");
   opts.add_options()("help,h", "print this help and exit")(
       "data", po::value(&o.data)->value_name("DIR"),
@@ -47,6 +119,23 @@ int main(int argc, char **argv) {
       "mpirun-arg", po::value(&o.mpirunArgs)->composing()->value_name("ARG"),
       "pass ARG to mpirun (repeatable), e.g. --mpirun-arg=--mca "
       "--mpirun-arg=btl_tcp_if_include --mpirun-arg=eth0")(
+      "epochs", po::value(&epochs)->value_name("E"),
+      "train E epochs: --steps E * (samples / B) (not with --steps)")(
+      "shuffle", po::bool_switch(&o.shuffle),
+      "read each epoch's samples in a permutation drawn from (--seed, "
+      "epoch) instead of file order")(
+      "seed", po::value(&o.seed)->default_value(0)->value_name("N"),
+      "the --shuffle seed")(
+      "checkpoint-dir", po::value(&o.checkpointDir)->value_name("DIR"),
+      "save checkpoints (parameters, optimizer state, step) under DIR: "
+      "after the last step, and every --checkpoint-every steps")(
+      "checkpoint-every", po::value(&o.checkpointEvery)->value_name("N"),
+      "also save after every N-th step")(
+      "keep", po::value(&o.keep)->default_value(0)->value_name("K"),
+      "keep only the newest K checkpoints (0: all)")(
+      "resume", po::bool_switch(&resume),
+      "continue from the newest complete checkpoint in --checkpoint-dir; "
+      "--steps still counts from the start of training")(
       "quiet,q", po::bool_switch(&o.quiet), "no per-step loss lines");
   po::variables_map vm;
   if (!gpipe::parseCommandLine(argc, argv, "gpipe-run", opts, "out", o.out, vm))
@@ -64,6 +153,29 @@ int main(int argc, char **argv) {
     return std::cerr << "gpipe-run: error: no pipeline directory given\n", 2;
   if (o.steps < 0)
     return std::cerr << "gpipe-run: error: --steps must be >= 0\n", 2;
+  auto usage = [](const std::string &msg) {
+    std::cerr << "gpipe-run: error: " << msg << "\n";
+    return 2;
+  };
+  if (vm.count("epochs") && !vm["steps"].defaulted())
+    return usage("--epochs and --steps both say how long to train: give one");
+  if (vm.count("epochs") && epochs < 1)
+    return usage("--epochs must be >= 1");
+  if (vm.count("epochs") && o.data.empty())
+    return usage("--epochs needs --data");
+  if (o.seed < 0)
+    return usage("--seed must be >= 0");
+  if (vm.count("checkpoint-every") && o.checkpointEvery < 1)
+    return usage("--checkpoint-every must be >= 1");
+  if (o.keep < 0)
+    return usage("--keep must be >= 0");
+  if ((vm.count("checkpoint-every") || !vm["keep"].defaulted() || resume) &&
+      o.checkpointDir.empty())
+    return usage(std::string(resume ? "--resume"
+                             : vm.count("checkpoint-every")
+                                 ? "--checkpoint-every"
+                                 : "--keep") +
+                 " needs --checkpoint-dir");
   if (o.threads < 1 || o.threads > 4096)
     return std::cerr << "gpipe-run: error: --threads must be in [1, 4096]\n", 2;
   if (!(o.commTimeout > 0.0) || o.commTimeout > 1e6)
@@ -84,6 +196,14 @@ int main(int argc, char **argv) {
   }
   if (o.weightsOut.empty())
     o.weightsOut = o.out + "/trained";
+  if (vm.count("epochs")) {
+    int64_t samples = 0;
+    if (!dataSamples(m, o.data, samples, err))
+      return run::fail(err);
+    o.steps = epochs * (samples / std::max<int64_t>(m.batchSize, 1));
+  }
+  if (resume && !findResumePoint(m, o, o.quiet, err))
+    return run::fail(err);
   if (int rc = run::launchStages(m, o))
     return rc;
   if (!saveOnnxPath.empty() &&

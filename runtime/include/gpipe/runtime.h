@@ -82,6 +82,16 @@ struct gp_transfer {
   int64_t bytes;
 };
 
+/// One optimizer state tensor of a parameter (same shape as the parameter),
+/// saved and restored by checkpoints under (param, slot): slot is torch's
+/// state key, "momentum_buffer" (SGD with momentum), "exp_avg" or
+/// "exp_avg_sq" (Adam, AdamW).
+struct gp_state_desc {
+  const char *param; // the parameter's ONNX name, as in gp_program::params
+  const char *slot;
+  int64_t offset; // byte offset in the arena (float32, the param's shape)
+};
+
 /// The stage program. gp_main runs `actions` in order once per optimizer
 /// step: forward(ctx, m) / backward(ctx, m) for micro-batch m, update(ctx).
 /// The generated functions move tensors with gp_send / gp_recv and read graph
@@ -117,6 +127,8 @@ struct gp_program {
   int32_t buffered_sends; // 1: the schedule needs sends that return at once
                           // (CPU: MPI_Bsend into a buffer sized for two
                           // steps of sends); 0: blocking sends
+  int32_t num_states;     // optimizer state tensors (checkpoints)
+  const gp_state_desc *states;
 };
 
 /// Entry point of every stage executable: parses the command line, joins the

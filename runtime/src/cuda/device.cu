@@ -124,7 +124,8 @@ std::vector<std::vector<void *>> gInputStaging;
 
 /// The next step's mini-batch of every graph input, copied to the device
 /// while the current step runs: two mini-batch buffers per input (device and
-/// pinned), used in turn; `first` is the data row each one holds (-1: none).
+/// pinned), used in turn; `first` is the step whose mini-batch each one
+/// holds (-1: none).
 struct Prefetch {
   std::vector<void *> device[2], pinned[2]; // per input
   std::vector<int64_t> bytes;               // per input: one mini-batch
@@ -648,7 +649,7 @@ void deviceLoadInput(gp_step_ctx *ctx, int32_t input, int64_t microbatch,
   const Runtime &rt = *static_cast<const Runtime *>(ctx->runtime);
   cuda::Prefetch &f = cuda::gPrefetch;
   for (int k = 0; k < 2; ++k)
-    if (f.first[k] >= 0 && f.first[k] == rt.miniFirst) {
+    if (f.first[k] >= 0 && f.first[k] == rt.miniStep) {
       // Already on the device: a device-to-device copy once it arrived.
       auto *from =
           static_cast<unsigned char *>(f.device[k][static_cast<size_t>(input)]);
@@ -672,23 +673,21 @@ bool deviceStepEnd(gp_step_ctx &ctx, std::string &err) {
   // current one is not in (its last reader, the step before, is done).
   const Runtime *rt = static_cast<const Runtime *>(ctx.runtime);
   cuda::Prefetch &f = cuda::gPrefetch;
-  if (rt && rt->nextMiniFirst >= 0 && !f.bytes.empty()) {
-    int k = f.first[0] >= 0 && f.first[0] == rt->miniFirst ? 1 : 0;
+  if (rt && rt->nextMiniStep >= 0 && rt->numBatches > 0 && !f.bytes.empty()) {
+    int k = f.first[0] >= 0 && f.first[0] == rt->miniStep ? 1 : 0;
     f.first[k] = -1;
     // Its previous copy was waited for by the step that read it; this only
     // guards a prefetch that no step read.
     GP_CUDA_CHECK(cudaEventSynchronize(f.ready[k]));
     for (size_t i = 0; i < f.bytes.size(); ++i) {
-      const InputData &in = rt->inputs[i];
-      std::memcpy(f.pinned[k][i],
-                  in.file.data() + rt->nextMiniFirst * in.rowBytes,
-                  static_cast<size_t>(f.bytes[i]));
+      copyMiniBatch(*rt, rt->nextMiniStep, static_cast<int32_t>(i),
+                    f.pinned[k][i]);
       GP_CUDA_CHECK(cudaMemcpyAsync(f.device[k][i], f.pinned[k][i],
                                     static_cast<size_t>(f.bytes[i]),
                                     cudaMemcpyHostToDevice, f.stream));
     }
     GP_CUDA_CHECK(cudaEventRecord(f.ready[k], f.stream));
-    f.first[k] = rt->nextMiniFirst;
+    f.first[k] = rt->nextMiniStep;
   }
   // A bad launch is not sticky: it is only reported by the next check.
   cudaError_t e = cudaGetLastError();
