@@ -1067,6 +1067,19 @@ static std::string batchNormDims(Value x) {
 }
 
 LogicalResult FuncEmitter::emit(nn::BatchNormOp o) {
+  // An evaluation forward (ctx->eval) normalizes with the running statistics
+  // its nn.update_running_stats updates in training.
+  nn::UpdateRunningStatsOp update;
+  for (Operation *user : o.getMean().getUsers())
+    if (auto u = dyn_cast<nn::UpdateRunningStatsOp>(user))
+      update = u;
+  if (update)
+    os << "  if (ctx->eval)\n    gp_batch_norm_eval(" << ptr(o.getInput())
+       << ", " << ptr(update.getRunningMean()) << ", "
+       << ptr(update.getRunningVar()) << ", " << ptr(o.getScale()) << ", "
+       << ptr(o.getBias()) << ", " << ptr(o.getOutput(), false) << ", "
+       << batchNormDims(o.getInput()) << ", "
+       << floatLit(o.getEpsilon().convertToDouble()) << ");\n  else\n  ";
   os << "  gp_batch_norm(" << ptr(o.getInput()) << ", " << ptr(o.getScale())
      << ", " << ptr(o.getBias()) << ", " << ptr(o.getOutput(), false) << ", "
      << ptr(o.getMean(), false) << ", " << ptr(o.getVar(), false) << ", "
@@ -1092,9 +1105,10 @@ LogicalResult FuncEmitter::emit(nn::BatchNormGradOp o) {
 
 LogicalResult FuncEmitter::emit(nn::UpdateRunningStatsOp o) {
   int64_t m = o.getMicrobatches();
-  os << "  gp_batch_norm_update(" << ptr(o.getRunningMean(), false) << ", "
-     << ptr(o.getRunningVar(), false) << ", " << ptr(o.getMean()) << ", "
-     << ptr(o.getVar()) << ", " << (m > 1 ? statePtr(o, 0) : "nullptr") << ", "
+  os << "  if (!ctx->eval)\n    gp_batch_norm_update("
+     << ptr(o.getRunningMean(), false) << ", " << ptr(o.getRunningVar(), false)
+     << ", " << ptr(o.getMean()) << ", " << ptr(o.getVar()) << ", "
+     << (m > 1 ? statePtr(o, 0) : "nullptr") << ", "
      << tensorType(o.getMean()).getDimSize(0) << ", " << o.getCount() << ", "
      << floatLit(o.getMomentum().convertToDouble()) << ", " << m << ", mb);\n";
   return success();

@@ -426,6 +426,25 @@ inline double channelOf(const double *acc, int64_t k, int64_t s) {
 
 } // namespace
 
+void gp_batch_norm_eval(const float *x, const float *running_mean,
+                        const float *running_var, const float *scale,
+                        const float *bias, float *y, int64_t n, int64_t c,
+                        int64_t s, float eps) {
+  if (n <= 0 || c <= 0 || s <= 0)
+    return;
+#pragma omp parallel for collapse(2)                                           \
+    schedule(static) if (n * c * s >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = 0; k < c; ++k) {
+      const float m = running_mean[k], b = bias[k];
+      const float a = invStd(running_var[k], eps) * scale[k];
+      const float *xk = x + (i * c + k) * s;
+      float *yk = y + (i * c + k) * s;
+      for (int64_t j = 0; j < s; ++j)
+        yk[j] = (xk[j] - m) * a + b;
+    }
+}
+
 void gp_batch_norm(const float *x, const float *scale, const float *bias,
                    float *y, float *mean, float *var, int64_t n, int64_t c,
                    int64_t s, float eps) {

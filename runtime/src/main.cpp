@@ -84,6 +84,11 @@ const char kUsage[] =
     "drawn from\n"
     "                      (--seed, epoch) instead of file order\n"
     "  --seed N            the shuffle's seed (default 0)\n"
+    "  --eval-data DIR     after the last step (and every --eval-every "
+    "steps), the\n"
+    "                      forward-only loss over DIR's mini-batches (torch's "
+    "eval mode)\n"
+    "  --eval-every N      ... also after every N-th step\n"
     "  --quiet             no per-step lines on stdout\n"
     "  --help              this message\n"
     "Stage %d of %d: a multi-stage pipeline runs under MPI, one rank per "
@@ -105,6 +110,8 @@ struct Options {
   int64_t checkpointEvery = 0;
   int64_t keep = 0;
   std::string resumeFrom;
+  std::string evalData;
+  int64_t evalEvery = 0;
   bool shuffle = false;
   uint64_t seed = 0;
   bool quiet = false;
@@ -155,7 +162,8 @@ bool parseArgs(int argc, char **argv, Options &opt, std::string &err) {
         flag != "--pipeline" && flag != "--device" &&
         flag != "--comm-timeout" && flag != "--checkpoint-dir" &&
         flag != "--checkpoint-every" && flag != "--keep" &&
-        flag != "--resume-from" && flag != "--seed") {
+        flag != "--resume-from" && flag != "--seed" && flag != "--eval-data" &&
+        flag != "--eval-every") {
       if (arg.rfind("-", 0) == 0)
         err = "unknown flag '" + flag + "' (see --help)";
       else
@@ -204,8 +212,11 @@ bool parseArgs(int argc, char **argv, Options &opt, std::string &err) {
         return false;
       }
       opt.commTimeout = v;
-    } else if (flag == "--checkpoint-every" || flag == "--keep") {
-      int64_t &out = flag == "--keep" ? opt.keep : opt.checkpointEvery;
+    } else if (flag == "--checkpoint-every" || flag == "--keep" ||
+               flag == "--eval-every") {
+      int64_t &out = flag == "--keep"         ? opt.keep
+                     : flag == "--eval-every" ? opt.evalEvery
+                                              : opt.checkpointEvery;
       if (!parseInt(value, flag == "--keep" ? 0 : 1, out)) {
         err = "invalid value '" + value + "' for " + flag +
               (flag == "--keep" ? " (expected an integer >= 0)"
@@ -224,6 +235,8 @@ bool parseArgs(int argc, char **argv, Options &opt, std::string &err) {
       opt.checkpointDir = value;
     } else if (flag == "--resume-from") {
       opt.resumeFrom = value;
+    } else if (flag == "--eval-data") {
+      opt.evalData = value;
     } else if (flag == "--weights-in") {
       opt.weightsIn = value;
     } else if (flag == "--weights-out") {
@@ -286,7 +299,18 @@ private:
   bool checkDesc(const gp_tensor_desc &d, bool inArena, const char *what);
   int checkProgram();
   int agreeWithOtherStages();
-  int sameSamplesAsOtherStages();
+  /// ... of `inputs` (the training or the --eval-data files); the number
+  /// agreed on is returned in `samples`.
+  int sameSamplesAsOtherStages(const std::vector<InputData> &inputs,
+                               int64_t &samples);
+  int openEvalData();
+  /// The forward-only loss over every mini-batch of --eval-data after step
+  /// `step` (the logger prints and logs it).
+  int evaluate(int64_t step, gp_step_ctx &ctx, FILE *log);
+  /// The logger's line "<prefix>step S loss L" on stdout (unless --quiet)
+  /// and {"step":S,"<key>":L,"ms":T} in the --log-json log.
+  int logLoss(int64_t step, const char *key, const char *prefix, double loss,
+              double ms, FILE *log);
   int loadParams();
   int loadCheckpoint();
   int saveCheckpoint(int64_t step);
@@ -303,6 +327,8 @@ private:
   Runtime rt_;
   int64_t samples_ = -1;  // rows of the data files (any stage's)
   int64_t firstStep_ = 1; // after --resume-from: the checkpoint's step + 1
+  std::vector<InputData> evalInputs_;     // --eval-data
+  int64_t evalBatches_ = 0;               // its mini-batches
   std::string optimizerKind_ = "unknown"; // from --pipeline, for checkpoints
 };
 
@@ -432,8 +458,9 @@ int StageRun::agreeWithOtherStages() {
 /// Multi-stage: the stages read different files (x.npy on the first, y.npy
 /// on the last); they must have the same number of samples, or the stages
 /// would wrap around at different steps and train on mismatched rows.
-int StageRun::sameSamplesAsOtherStages() {
-  int64_t mine = rt_.inputs.empty() ? -1 : rt_.inputs[0].file.shape()[0];
+int StageRun::sameSamplesAsOtherStages(const std::vector<InputData> &inputs,
+                                       int64_t &samples) {
+  int64_t mine = inputs.empty() ? -1 : inputs[0].file.shape()[0];
   std::vector<int64_t> all;
   std::string err;
   if (!transportAllGather(&mine, 1, all, err))
@@ -444,7 +471,7 @@ int StageRun::sameSamplesAsOtherStages() {
       continue;
     if (ref < 0) {
       ref = s;
-      samples_ = all[s];
+      samples = all[s];
       continue;
     }
     if (all[s] == all[ref])
@@ -452,7 +479,7 @@ int StageRun::sameSamplesAsOtherStages() {
     // The first stage that disagrees reports; the others wait for the abort.
     if (s != stage_)
       transportWaitForAbort();
-    return error(rt_.inputs[0].path + " has " + std::to_string(all[s]) +
+    return error(inputs[0].path + " has " + std::to_string(all[s]) +
                  " samples but stage " + std::to_string(ref) +
                  "'s data files have " + std::to_string(all[ref]) +
                  " (every graph input needs the same number of samples)");
@@ -508,6 +535,95 @@ int StageRun::writeParams() {
       return error(err);
   }
   return 0;
+}
+
+int StageRun::logLoss(int64_t step, const char *key, const char *prefix,
+                      double loss, double ms, FILE *log) {
+  if (!opt_.quiet) {
+    if (std::isnan(loss))
+      std::printf("%sstep %lld loss nan\n", prefix,
+                  static_cast<long long>(step));
+    else
+      std::printf("%sstep %lld loss %.6f\n", prefix,
+                  static_cast<long long>(step), loss);
+    // Progress must be visible through pipes, and survive a later crash.
+    std::fflush(stdout);
+  }
+  if (!log)
+    return 0;
+  // JSON has no NaN/Infinity literals.
+  char lossStr[32] = "null";
+  if (std::isfinite(loss))
+    std::snprintf(lossStr, sizeof(lossStr), "%.9g", loss);
+  if (std::fprintf(log, "{\"step\":%lld,\"%s\":%s,\"ms\":%.6f}\n",
+                   static_cast<long long>(step), key, lossStr, ms) < 0 ||
+      std::fflush(log) != 0)
+    return error("cannot write log file " + opt_.logJson + ": " +
+                 std::strerror(errno));
+  return 0;
+}
+
+int StageRun::openEvalData() {
+  // Opened like the training data, then set aside until an evaluation.
+  std::vector<InputData> training;
+  std::swap(training, rt_.inputs);
+  std::string err;
+  bool ok = openInputs(rt_, opt_.evalData, evalBatches_, err);
+  std::swap(training, rt_.inputs);
+  evalInputs_ = std::move(training);
+  if (!ok)
+    return error("--eval-data: " + err);
+  if (program_->num_stages > 1) {
+    int64_t samples = -1;
+    if (int rc = sameSamplesAsOtherStages(evalInputs_, samples))
+      return rc;
+    evalBatches_ = samples / program_->batch_size;
+  }
+  return 0;
+}
+
+int StageRun::evaluate(int64_t step, gp_step_ctx &ctx, FILE *log) {
+  // The evaluation data in place of the training data, in file order;
+  // nothing prefetched, the training mini-batch already loaded stays.
+  std::swap(rt_.inputs, evalInputs_);
+  const int64_t trainingStep = rt_.miniStep, nextStep = rt_.nextMiniStep;
+  double sum = 0.0;
+  std::string err;
+  auto t0 = std::chrono::steady_clock::now();
+  ctx.eval = 1;
+  for (int64_t b = 0; b < evalBatches_ && err.empty(); ++b) {
+    rt_.miniFirst = b * rt_.batchSize;
+    rt_.miniStep = -2 - b; // never a prefetched step
+    rt_.nextMiniStep = -1;
+    rt_.order.epoch = -1;
+    rt_.order.rows.clear();
+    for (InputData &in : rt_.inputs)
+      in.cur = in.file.data() + rt_.miniFirst * in.rowBytes;
+    ctx.loss = 0.0;
+    for (int64_t mb = 0; mb < program_->microbatches; ++mb) {
+      ctx.microbatch = mb;
+      ctx.first_sample = rt_.miniFirst + mb * rt_.microRows;
+      program_->forward(&ctx, mb);
+    }
+    if (!deviceStepEnd(ctx, err))
+      err = "evaluation after step " + std::to_string(step) + ": " + err;
+    sum += ctx.loss;
+  }
+  ctx.eval = 0;
+  std::swap(rt_.inputs, evalInputs_);
+  rt_.miniStep = trainingStep;
+  rt_.nextMiniStep = nextStep;
+  // The training order of the current epoch is rebuilt by the next step.
+  rt_.order.epoch = -1;
+  if (!err.empty())
+    return error(err);
+  if (!logger_ || !program_->has_loss)
+    return 0;
+  double ms = std::chrono::duration<double, std::milli>(
+                  std::chrono::steady_clock::now() - t0)
+                  .count();
+  return logLoss(step, "eval_loss", "eval ",
+                 sum / static_cast<double>(evalBatches_), ms, log);
 }
 
 int StageRun::barrier() {
@@ -772,7 +888,10 @@ int StageRun::runSteps() {
   if (!rt_.inputs.empty())
     samples_ = rt_.inputs[0].file.shape()[0];
   if (program_->num_stages > 1)
-    if (int rc = sameSamplesAsOtherStages())
+    if (int rc = sameSamplesAsOtherStages(rt_.inputs, samples_))
+      return rc;
+  if (!opt_.evalData.empty())
+    if (int rc = openEvalData())
       return rc;
 
   // Only the logging stage writes the log (all stages get the same flag).
@@ -833,34 +952,19 @@ int StageRun::runSteps() {
     auto t1 = std::chrono::steady_clock::now();
     double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
     totalMs += ms;
-    if (!opt_.checkpointDir.empty() &&
-        ((opt_.checkpointEvery > 0 && s % opt_.checkpointEvery == 0) ||
-         s == opt_.steps))
+    if (logger_)
+      if (int rc = logLoss(s, "loss", "", program_->has_loss ? ctx.loss : NAN,
+                           ms, log))
+        return rc;
+    auto due = [&](int64_t every) {
+      return (every > 0 && s % every == 0) || s == opt_.steps;
+    };
+    if (evalBatches_ > 0 && due(opt_.evalEvery))
+      if (int rc = evaluate(s, ctx, log))
+        return rc;
+    if (!opt_.checkpointDir.empty() && due(opt_.checkpointEvery))
       if (int rc = saveCheckpoint(s))
         return rc;
-    if (!logger_)
-      continue;
-    double loss = program_->has_loss ? ctx.loss
-                                     : std::numeric_limits<double>::quiet_NaN();
-    if (!opt_.quiet) {
-      if (std::isnan(loss))
-        std::printf("step %lld loss nan\n", static_cast<long long>(s));
-      else
-        std::printf("step %lld loss %.6f\n", static_cast<long long>(s), loss);
-      // Progress must be visible through pipes, and survive a later crash.
-      std::fflush(stdout);
-    }
-    if (log) {
-      // JSON has no NaN/Infinity literals.
-      char lossStr[32] = "null";
-      if (std::isfinite(loss))
-        std::snprintf(lossStr, sizeof(lossStr), "%.9g", loss);
-      if (std::fprintf(log, "{\"step\":%lld,\"loss\":%s,\"ms\":%.6f}\n",
-                       static_cast<long long>(s), lossStr, ms) < 0 ||
-          std::fflush(log) != 0)
-        return error("cannot write log file " + opt_.logJson + ": " +
-                     std::strerror(errno));
-    }
   }
   std::fflush(stdout);
   if (log) {

@@ -419,6 +419,11 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
       a.insert(a.end(), {"--resume-from", o.resumeFrom});
     if (o.shuffle)
       a.insert(a.end(), {"--shuffle", "--seed", std::to_string(o.seed)});
+    if (!o.evalData.empty()) {
+      a.insert(a.end(), {"--eval-data", o.evalData});
+      if (o.evalEvery > 0)
+        a.insert(a.end(), {"--eval-every", std::to_string(o.evalEvery)});
+    }
     if (o.quiet)
       a.push_back("--quiet");
     return a;

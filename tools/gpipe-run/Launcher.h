@@ -24,6 +24,8 @@ struct LaunchOptions {
   std::vector<std::string> mpirunArgs;
   std::string checkpointDir; // --checkpoint-dir
   std::string resumeFrom;    // the checkpoint --resume starts from
+  std::string evalData;      // --eval-data
+  int64_t evalEvery = 0;
   int64_t checkpointEvery = 0, keep = 0;
   bool shuffle = false;
   int64_t seed = 0;

@@ -136,6 +136,13 @@ int main(int argc, char **argv) {
       "resume", po::bool_switch(&resume),
       "continue from the newest complete checkpoint in --checkpoint-dir; "
       "--steps still counts from the start of training")(
+      "eval-data", po::value(&o.evalData)->value_name("DIR"),
+      "after the last step (and every --eval-every steps) print and log the "
+      "forward-only loss over DIR's mini-batches (<input>.npy files like "
+      "--data's; dropout off, BatchNorm's running statistics: torch's eval "
+      "mode); the weights are not touched")(
+      "eval-every", po::value(&o.evalEvery)->value_name("N"),
+      "also evaluate after every N-th step")(
       "quiet,q", po::bool_switch(&o.quiet), "no per-step loss lines");
   po::variables_map vm;
   if (!gpipe::parseCommandLine(argc, argv, "gpipe-run", opts, "out", o.out, vm))
@@ -169,6 +176,12 @@ int main(int argc, char **argv) {
     return usage("--checkpoint-every must be >= 1");
   if (o.keep < 0)
     return usage("--keep must be >= 0");
+  if (vm.count("eval-every") && o.evalEvery < 1)
+    return usage("--eval-every must be >= 1");
+  if (vm.count("eval-every") && o.evalData.empty())
+    return usage("--eval-every needs --eval-data");
+  if (!o.evalData.empty() && !llvm::sys::fs::is_directory(o.evalData))
+    return usage("--eval-data " + o.evalData + ": no such directory");
   if ((vm.count("checkpoint-every") || !vm["keep"].defaulted() || resume) &&
       o.checkpointDir.empty())
     return usage(std::string(resume ? "--resume"

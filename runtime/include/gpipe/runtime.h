@@ -59,6 +59,10 @@ struct gp_step_ctx {
   double loss;          // the loss stage's forward adds each micro-batch's
                         // share; the mini-batch loss after all forwards
   void *runtime;        // owned by gp_main (data files, transport)
+  int32_t eval;         // 1: an evaluation forward (--eval-data), as torch's
+                        // module.eval(): Dropout passes its input through,
+                        // BatchNorm normalizes with the running statistics
+                        // and leaves them alone; no backward or update runs
 };
 
 /// One entry of a stage's schedule.
@@ -261,9 +265,9 @@ void gp_reduce_max(const float *in, const int64_t *in_shape, float *out,
 /// row's maximum (the sum in double). y may alias x.
 /// Inverted dropout of n elements whose indices in the mini-batch's tensor
 /// start at `base`: y[i] = x[i] / (1 - ratio) where the counter-based draw
-/// for (key, ctx->step, base + i) is >= ratio, else 0. The same call with
-/// x = dy is the gradient (the mask is redrawn, never stored). In place is
-/// allowed.
+/// for (key, ctx->step, base + i) is >= ratio, else 0; y = x when ctx->eval.
+/// The same call with x = dy is the gradient (the mask is redrawn, never
+/// stored). In place is allowed.
 void gp_dropout(const gp_step_ctx *ctx, uint64_t key, float ratio,
                 const float *x, float *y, int64_t n, int64_t base);
 
@@ -318,6 +322,14 @@ void gp_layer_norm_scale_bwd(const float *x, const float *mean,
 void gp_batch_norm(const float *x, const float *scale, const float *bias,
                    float *y, float *mean, float *var, int64_t n, int64_t c,
                    int64_t s, float eps);
+
+/// BatchNorm in evaluation (ctx->eval): y = (x - running_mean[k]) /
+/// sqrt(running_var[k] + eps) * scale[k] + bias[k], same view as
+/// gp_batch_norm. y may alias x.
+void gp_batch_norm_eval(const float *x, const float *running_mean,
+                        const float *running_var, const float *scale,
+                        const float *bias, float *y, int64_t n, int64_t c,
+                        int64_t s, float eps);
 
 /// Its gradients, from the forward input, the saved mean and var, the scale
 /// and dy (same view): with inv_std = 1 / sqrt(var + eps), xhat = (x - mean) *

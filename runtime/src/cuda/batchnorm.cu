@@ -108,6 +108,23 @@ __global__ void batchNormKernel(const float *x, const float *__restrict__ scale,
   }
 }
 
+// y may alias x.
+__global__ void batchNormEvalKernel(const float *x,
+                                    const float *__restrict__ runningMean,
+                                    const float *__restrict__ runningVar,
+                                    const float *__restrict__ scale,
+                                    const float *__restrict__ bias, float *y,
+                                    int64_t n, int64_t c, int64_t s,
+                                    float eps) {
+  const int64_t total = n * c * s;
+  for (int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       o < total; o += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t k = o / s % c;
+    const float a = __fmul_rn(bnInvStd(runningVar[k], eps), scale[k]);
+    y[o] = __fadd_rn(__fmul_rn(x[o] - runningMean[k], a), bias[k]);
+  }
+}
+
 // dx may alias dy.
 __global__ void batchNormBwdKernel(const float *__restrict__ x,
                                    const float *__restrict__ mean,
@@ -220,6 +237,19 @@ void gp_batch_norm(const float *x, const float *scale, const float *bias,
     return;
   batchNormKernel<<<bnBlocks(c), bnThreads(n * s), 0, stream()>>>(
       x, scale, bias, y, mean, var, n, c, s, eps);
+  GP_CUDA_LAUNCHED();
+}
+
+void gp_batch_norm_eval(const float *x, const float *running_mean,
+                        const float *running_var, const float *scale,
+                        const float *bias, float *y, int64_t n, int64_t c,
+                        int64_t s, float eps) {
+  const int64_t total = n * c * s;
+  if (n <= 0 || c <= 0 || s <= 0)
+    return;
+  const int64_t blocks = std::min<int64_t>((total + 255) / 256, 65535);
+  batchNormEvalKernel<<<static_cast<unsigned>(blocks), 256, 0, stream()>>>(
+      x, running_mean, running_var, scale, bias, y, n, c, s, eps);
   GP_CUDA_LAUNCHED();
 }
 

@@ -1557,6 +1557,8 @@ void gp_dropout(const gp_step_ctx *ctx, uint64_t key, float ratio,
                 const float *x, float *y, int64_t n, int64_t base) {
   if (n <= 0)
     return;
+  if (ctx->eval)
+    ratio = 0.0f; // keeps every element, scaled by exactly 1
   dropoutKernel<<<blocksFor(n), kThreads, 0, stream()>>>(key, ctx->step, ratio,
                                                          x, y, n, base);
   GP_CUDA_LAUNCHED();
