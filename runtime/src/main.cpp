@@ -66,6 +66,12 @@ const char kUsage[] =
     "  --pipeline FILE     check that FILE (the pipeline.json compiled with "
     "this\n"
     "                      executable) describes it\n"
+    "  --report FILE       at the end, write this stage's step times "
+    "(compute,\n"
+    "                      transfer wait) and peak memory to FILE (JSON)\n"
+    "  --trace FILE        record every action and transfer wait; write them "
+    "to FILE\n"
+    "                      at the end (Chrome trace events, one per line)\n"
     "  --quiet             no per-step lines on stdout\n"
     "  --help              this message\n"
     "Stage %d of %d: a multi-stage pipeline runs under MPI, one rank per "
@@ -80,6 +86,8 @@ struct Options {
   std::string logJson;
   std::string statusFile;
   std::string pipeline;
+  std::string report; // --report: the end-of-run numbers
+  std::string trace;  // --trace: this stage's events
   int64_t threads = 1;
   int64_t device = -1;
   double commTimeout = 300.0;
@@ -125,7 +133,7 @@ bool parseArgs(int argc, char **argv, Options &opt, std::string &err) {
         flag != "--weights-out" && flag != "--log-json" &&
         flag != "--threads" && flag != "--status-file" &&
         flag != "--pipeline" && flag != "--device" &&
-        flag != "--comm-timeout") {
+        flag != "--comm-timeout" && flag != "--report" && flag != "--trace") {
       if (arg.rfind("-", 0) == 0)
         err = "unknown flag '" + flag + "' (see --help)";
       else
@@ -182,6 +190,10 @@ bool parseArgs(int argc, char **argv, Options &opt, std::string &err) {
       opt.statusFile = value;
     } else if (flag == "--pipeline") {
       opt.pipeline = value;
+    } else if (flag == "--report") {
+      opt.report = value;
+    } else if (flag == "--trace") {
+      opt.trace = value;
     } else {
       opt.logJson = value;
     }
@@ -532,6 +544,10 @@ int StageRun::runSteps() {
   rt_.nextMiniFirst = nextMiniFirst(0);
   if (!deviceStepEnd(ctx, err))
     return error(err);
+  // Per step: the actions, their transfer waits, the step's end.
+  timingInit(stage_, !opt_.trace.empty(), opt_.steps,
+             program_->num_actions +
+                 2 * program_->num_transfers * program_->microbatches + 1);
   double totalMs = 0.0;
   for (int64_t s = 1; s <= opt_.steps; ++s) {
     // Stages without data files (middle stages) still count steps; their
@@ -543,11 +559,14 @@ int StageRun::runSteps() {
     ctx.microbatch = 0;
     ctx.first_sample = rt_.miniFirst;
     auto t0 = std::chrono::steady_clock::now();
+    int64_t stepStartNs = timingNowNs();
     for (int32_t i = 0; i < program_->num_actions; ++i) {
       const gp_action &a = program_->actions[i];
+      int64_t actionStartNs = timingNowNs();
       if (a.kind == GP_UPDATE) {
         ctx.first_sample = rt_.miniFirst;
         program_->update(&ctx);
+        timingAction(TimedKind::Update, s, -1, actionStartNs, timingNowNs());
         continue;
       }
       ctx.microbatch = a.microbatch;
@@ -556,12 +575,19 @@ int StageRun::runSteps() {
         program_->forward(&ctx, a.microbatch);
       else
         program_->backward(&ctx, a.microbatch);
+      timingAction(a.kind == GP_FORWARD ? TimedKind::Forward
+                                        : TimedKind::Backward,
+                   s, a.microbatch, actionStartNs, timingNowNs());
     }
     // Asynchronous targets finish the step's work here, and report its loss
     // (and may load the next mini-batch while it runs).
     rt_.nextMiniFirst = nextMiniFirst(s);
+    int64_t stepEndNs = timingNowNs();
     if (!deviceStepEnd(ctx, err))
       return error("step " + std::to_string(s) + ": " + err);
+    int64_t stepDoneNs = timingNowNs();
+    timingAction(TimedKind::StepEnd, s, -1, stepEndNs, stepDoneNs);
+    timingStep(s, stepStartNs, stepDoneNs);
     auto t1 = std::chrono::steady_clock::now();
     double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
     totalMs += ms;
@@ -601,6 +627,11 @@ int StageRun::runSteps() {
                  static_cast<long long>(opt_.steps),
                  opt_.steps ? totalMs / static_cast<double>(opt_.steps) : 0.0,
                  deviceDescription().c_str());
+  if (!opt_.trace.empty() && !timingWriteTrace(opt_.trace, err))
+    return error(err);
+  if (!opt_.report.empty() &&
+      !timingWriteReport(opt_.report, deviceMemoryInUse(), err))
+    return error(err);
 
   if (opt_.weightsOut.empty())
     return 0;
