@@ -2,6 +2,7 @@
 // schedule loop, logging and weight output of a generated stage program.
 #include "internal.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -544,10 +545,14 @@ int StageRun::runSteps() {
   rt_.nextMiniFirst = nextMiniFirst(0);
   if (!deviceStepEnd(ctx, err))
     return error(err);
-  // Per step: the actions, their transfer waits, the step's end.
+  // Per step: the actions, the step's end and the transfer waits (the
+  // boundaries' per micro-batch, or a few per action for hand-written
+  // programs that list none).
   timingInit(stage_, !opt_.trace.empty(), opt_.steps,
-             program_->num_actions +
-                 2 * program_->num_transfers * program_->microbatches + 1);
+             program_->num_actions + 1 +
+                 std::max<int64_t>(
+                     int64_t(program_->num_transfers) * program_->microbatches,
+                     program_->num_stages > 1 ? 2 * program_->num_actions : 0));
   double totalMs = 0.0;
   for (int64_t s = 1; s <= opt_.steps; ++s) {
     // Stages without data files (middle stages) still count steps; their

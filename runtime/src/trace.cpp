@@ -21,7 +21,7 @@ struct TimingEvent {
 struct Timing {
   int32_t stage = 0;
   bool trace = false;
-  size_t capacity = 0;
+  size_t capacity = 0;             // kMaxEvents
   std::vector<TimingEvent> events; // reserved once: no allocation in steps
   int64_t dropped = 0;             // events past the capacity
   int64_t firstStep = 0, lastStep = 0, steps = 0;
@@ -49,6 +49,7 @@ const char *kindName(TimedKind k) {
 void record(const TimingEvent &e) {
   if (!gTiming.trace)
     return;
+  // Past the reserved estimate the buffer grows (rarely), up to the cap.
   if (gTiming.events.size() < gTiming.capacity)
     gTiming.events.push_back(e);
   else
@@ -74,8 +75,8 @@ void timingInit(int32_t stage, bool trace, int64_t steps,
   const int64_t kMaxEvents = int64_t(1) << 22;
   int64_t want =
       std::max<int64_t>(steps, 1) * std::max<int64_t>(eventsPerStep, 1);
-  gTiming.capacity = static_cast<size_t>(std::min(want, kMaxEvents));
-  gTiming.events.reserve(gTiming.capacity);
+  gTiming.capacity = static_cast<size_t>(kMaxEvents);
+  gTiming.events.reserve(static_cast<size_t>(std::min(want, kMaxEvents)));
 }
 
 void timingAction(TimedKind kind, int64_t step, int64_t microbatch, int64_t t0,

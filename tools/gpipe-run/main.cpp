@@ -47,7 +47,15 @@ int main(int argc, char **argv) {
       "mpirun-arg", po::value(&o.mpirunArgs)->composing()->value_name("ARG"),
       "pass ARG to mpirun (repeatable), e.g. --mpirun-arg=--mca "
       "--mpirun-arg=btl_tcp_if_include --mpirun-arg=eth0")(
-      "quiet,q", po::bool_switch(&o.quiet), "no per-step loss lines");
+      "log-every", po::value(&o.logEvery)->default_value(1)->value_name("N"),
+      "when stdout is not a terminal, print the loss line of every N-th "
+      "step (and of the last); on a terminal one progress line is updated "
+      "in place")(
+      "trace", po::value(&o.trace)->value_name("FILE"),
+      "write a Chrome trace (open it in ui.perfetto.dev) of every stage's "
+      "actions and transfer waits")(
+      "quiet,q", po::bool_switch(&o.quiet),
+      "no per-step loss lines, no progress line, no stage report");
   po::variables_map vm;
   if (!gpipe::parseCommandLine(argc, argv, "gpipe-run", opts, "out", o.out, vm))
     return 2;
@@ -64,6 +72,8 @@ int main(int argc, char **argv) {
     return std::cerr << "gpipe-run: error: no pipeline directory given\n", 2;
   if (o.steps < 0)
     return std::cerr << "gpipe-run: error: --steps must be >= 0\n", 2;
+  if (o.logEvery < 1)
+    return std::cerr << "gpipe-run: error: --log-every must be >= 1\n", 2;
   if (o.threads < 1 || o.threads > 4096)
     return std::cerr << "gpipe-run: error: --threads must be in [1, 4096]\n", 2;
   if (!(o.commTimeout > 0.0) || o.commTimeout > 1e6)
