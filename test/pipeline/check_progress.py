@@ -102,11 +102,12 @@ def check_trace(path, k, what):
                  what + ": stage %d waits outside their action" % s)
 
 
-def run_pty(args):
-    """Runs args with stdout on a pseudo-terminal: (rc, stdout bytes,
-    stderr text)."""
+def run_pty(args, merge=False):
+    """Runs args with stdout (and with merge, stderr) on a pseudo-terminal:
+    (rc, terminal bytes, stderr text)."""
     master, slave = pty.openpty()
-    p = subprocess.Popen(args, stdout=slave, stderr=subprocess.PIPE)
+    p = subprocess.Popen(args, stdout=slave,
+                         stderr=slave if merge else subprocess.PIPE)
     os.close(slave)
     out = b""
     deadline = time.time() + cp.TIMEOUT
@@ -129,7 +130,7 @@ def run_pty(args):
         p.kill()
         err = p.communicate()[1]
         cp.check(False, "pty: gpipe-run hung")
-    return p.returncode, out, err.decode()
+    return p.returncode, out, (err or b"").decode()
 
 
 def main():
@@ -227,6 +228,28 @@ def main():
              (text == "" or text.endswith("\n")),
              "pty crash: progress line ended before the error",
              "tty: %r\nstderr:\n%s" % (text, err))
+
+    # 6. On a terminal, a stage's error (a bad label in step 2) comes after
+    #    the progress line of step 1, on a line of its own.
+    import numpy as np
+    badlab = os.path.join(a.work, "data_badlabel")
+    os.makedirs(badlab)
+    shutil.copy(os.path.join(data, "x.npy"), badlab)
+    y = np.load(os.path.join(data, "y.npy"))
+    y[13] = 7
+    np.save(os.path.join(badlab, "y.npy"), y)
+    for k in (1, 3):
+        out = cp.make_pipeline(a.pipes, a.work, k)
+        rc, tty, _ = run_pty([gr, out, "--data", badlab, "--steps", "3"],
+                             merge=True)
+        text = tty.decode(errors="replace")
+        error = "gpipe: error: stage %d: graph input 'y', sample 13" % (k - 1)
+        # Without mpirun the order is exact; through it, the error line
+        # still starts a line.
+        want = (r"^\r\x1b\[Kstep 1/3 [^\r\n]*\r\n" + re.escape(error)
+                if k == 1 else r"(^|\n)" + re.escape(error))
+        cp.check(rc == 1 and re.search(want, text) is not None,
+                 "pty bad label %d: the error starts a line" % k, repr(text))
 
     if cp.failures:
         print("\n%d check(s) failed:\n  %s" % (len(cp.failures),

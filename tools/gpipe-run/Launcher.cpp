@@ -489,18 +489,19 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
     std::cerr << "\n";
   }
 
-  // The loss stage's step lines go through gpipe-run (progress line on a
-  // terminal, --log-every otherwise); on a terminal its stderr too, so that
-  // an error starts a line of its own.
+  // The loss stage's step lines go through gpipe-run when it shows them
+  // (a progress line on a terminal, every --log-every-th otherwise), and
+  // then its stderr too: a stderr line first shows the step lines already
+  // written, and starts a line of its own. By default, off a terminal,
+  // stdout passes straight through as it always did.
   ProgressPump progress(o.steps, m.batchSize, o.logEvery,
                         ::isatty(STDOUT_FILENO) == 1);
-  bool pumped = !o.quiet;
+  bool pumped = !o.quiet && (progress.terminal() || o.logEvery > 1);
   if (pumped && !progress.open(err))
     return fail(err);
   StderrFilter filter;
-  ChildResult r = runChild(
-      cmd, env, useMpi || (pumped && progress.terminal()) ? &filter : nullptr,
-      pumped ? &progress : nullptr);
+  ChildResult r = runChild(cmd, env, useMpi || pumped ? &filter : nullptr,
+                           pumped ? &progress : nullptr);
   if (!r.started)
     return useMpi ? fail("cannot start " + mpirun + ": " + r.startError)
                   : fail("cannot start stage 0 (" + exes[0] +
