@@ -216,9 +216,11 @@ void printStageReport(const manifest::Manifest &m,
                       const std::vector<std::string> &reportFiles,
                       std::ostream &os) {
   const bool cuda = m.target == "cuda";
+  // Small arenas (KiB) keep 3 significant digits.
   auto mib = [](double bytes) {
     char buf[32];
-    std::snprintf(buf, sizeof buf, "%.1f", bytes / (1024.0 * 1024.0));
+    double v = bytes / (1024.0 * 1024.0);
+    std::snprintf(buf, sizeof buf, v >= 10 ? "%.1f" : "%.3g", v);
     return std::string(buf);
   };
   std::vector<std::string> rows;

@@ -11,6 +11,9 @@
 
 #include <boost/program_options.hpp>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <iostream>
 
 namespace po = boost::program_options;
@@ -84,6 +87,16 @@ int main(int argc, char **argv) {
     return std::cerr << "gpipe-run: error: --hostfile " << o.hostfile
                      << ": no such file\n",
            2;
+
+  // Checked before training: a trace file that cannot be written would
+  // otherwise only fail at the end.
+  if (!o.trace.empty()) {
+    std::FILE *f = std::fopen(o.trace.c_str(), "w");
+    if (!f)
+      return run::fail("cannot write trace file " + o.trace + ": " +
+                       std::strerror(errno));
+    std::fclose(f);
+  }
 
   std::string path = o.out + "/pipeline.json", err;
   manifest::Manifest m;
