@@ -30,6 +30,8 @@ bool deviceInit(const gp_program &, const DeviceOptions &options,
   return cpuGemmConfigure(err) && cpuConvConfigure(err);
 }
 
+int64_t deviceMemoryInUse() { return -1; }
+
 std::string deviceDescription() {
   return "cpu, " + std::to_string(gThreads) +
          (gThreads == 1 ? " thread" : " threads");
@@ -81,10 +83,18 @@ extern "C" void gp_report_loss(gp_step_ctx *ctx, const float *loss) {
 
 extern "C" void gp_send(gp_step_ctx *ctx, int32_t peer, int32_t tag,
                         const void *buf, int64_t bytes) {
+  // The time blocked here is the stage's wait on its peer (the report's
+  // transfer wait, the trace's "send wait").
+  int64_t t0 = gpipe::timingNowNs();
   gpipe::mpiSend(ctx, peer, tag, buf, bytes);
+  gpipe::timingTransfer(gpipe::TimedKind::Send, ctx, peer, bytes, t0,
+                        gpipe::timingNowNs());
 }
 
 extern "C" void gp_recv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
                         int64_t bytes) {
+  int64_t t0 = gpipe::timingNowNs();
   gpipe::mpiRecv(ctx, peer, tag, buf, bytes);
+  gpipe::timingTransfer(gpipe::TimedKind::Recv, ctx, peer, bytes, t0,
+                        gpipe::timingNowNs());
 }

@@ -149,6 +149,39 @@ void statusWriteExit(int code);
 void statusReset();
 
 //===----------------------------------------------------------------------===//
+// Step timing (trace.cpp): the end-of-run report (--report) and the trace
+// (--trace). Timestamps are CLOCK_MONOTONIC nanoseconds, comparable between
+// the stages of one host. Called from the step loop's thread only.
+//===----------------------------------------------------------------------===//
+
+enum class TimedKind { Forward, Backward, Update, Send, Recv, StepEnd, Eval };
+
+/// CLOCK_MONOTONIC in nanoseconds.
+int64_t timingNowNs();
+/// Starts the sums; with `trace`, reserves room for `steps` *
+/// `eventsPerStep` events (capped; later ones are counted as dropped).
+void timingInit(int32_t stage, bool trace, int64_t steps,
+                int64_t eventsPerStep);
+/// A schedule action (or the step's end: deviceStepEnd) of micro-batch
+/// `microbatch` (-1: none) in step `step`, from t0 to t1.
+void timingAction(TimedKind kind, int64_t step, int64_t microbatch, int64_t t0,
+                  int64_t t1);
+/// Time blocked in a send or receive (Send / Recv) with stage `peer`,
+/// inside the action ctx describes.
+void timingTransfer(TimedKind kind, const gp_step_ctx *ctx, int32_t peer,
+                    int64_t bytes, int64_t t0, int64_t t1);
+/// One whole step, from its first action to the end of deviceStepEnd.
+void timingStep(int64_t step, int64_t t0, int64_t t1);
+/// The recorded events, one Chrome trace event (JSON object) per line, pid =
+/// stage. On failure sets `err`.
+bool timingWriteTrace(const std::string &path, std::string &err);
+/// One JSON object: steps, summed step / compute / transfer-wait / step-end
+/// milliseconds, peak resident memory (getrusage), `deviceMemoryBytes` (-1:
+/// unknown). On failure sets `err`.
+bool timingWriteReport(const std::string &path, int64_t deviceMemoryBytes,
+                       std::string &err);
+
+//===----------------------------------------------------------------------===//
 // Transport (transport.cpp): MPI between the stages.
 //===----------------------------------------------------------------------===//
 
@@ -241,6 +274,9 @@ void deviceLoadInput(gp_step_ctx *ctx, int32_t input, int64_t microbatch,
 /// next step's mini-batch (step rt.nextMiniStep, copyMiniBatch) to the device,
 /// so that it overlaps this step's work. On a device error sets `err`.
 bool deviceStepEnd(gp_step_ctx &ctx, std::string &err);
+/// Device memory in use (CUDA: the device's total minus free, all
+/// processes on it), or -1 where there is none (CPU).
+int64_t deviceMemoryInUse();
 /// Frees the arena and everything deviceInit created (before MPI_Finalize).
 /// Only after a run that succeeded: after an error with other stages running,
 /// gp_main aborts the job instead (pending transfers may never complete).

@@ -89,6 +89,12 @@ const char kUsage[] =
     "                      forward-only loss over DIR's mini-batches (torch's "
     "eval mode)\n"
     "  --eval-every N      ... also after every N-th step\n"
+    "  --report FILE       at the end, write this stage's step times "
+    "(compute,\n"
+    "                      transfer wait) and peak memory to FILE (JSON)\n"
+    "  --trace FILE        record every action and transfer wait; write them "
+    "to FILE\n"
+    "                      at the end (Chrome trace events, one per line)\n"
     "  --quiet             no per-step lines on stdout\n"
     "  --help              this message\n"
     "Stage %d of %d: a multi-stage pipeline runs under MPI, one rank per "
@@ -103,6 +109,8 @@ struct Options {
   std::string logJson;
   std::string statusFile;
   std::string pipeline;
+  std::string report; // --report: the end-of-run numbers
+  std::string trace;  // --trace: this stage's events
   int64_t threads = 1;
   int64_t device = -1;
   double commTimeout = 300.0;
@@ -163,7 +171,7 @@ bool parseArgs(int argc, char **argv, Options &opt, std::string &err) {
         flag != "--comm-timeout" && flag != "--checkpoint-dir" &&
         flag != "--checkpoint-every" && flag != "--keep" &&
         flag != "--resume-from" && flag != "--seed" && flag != "--eval-data" &&
-        flag != "--eval-every") {
+        flag != "--eval-every" && flag != "--report" && flag != "--trace") {
       if (arg.rfind("-", 0) == 0)
         err = "unknown flag '" + flag + "' (see --help)";
       else
@@ -245,6 +253,10 @@ bool parseArgs(int argc, char **argv, Options &opt, std::string &err) {
       opt.statusFile = value;
     } else if (flag == "--pipeline") {
       opt.pipeline = value;
+    } else if (flag == "--report") {
+      opt.report = value;
+    } else if (flag == "--trace") {
+      opt.trace = value;
     } else {
       opt.logJson = value;
     }
@@ -603,7 +615,9 @@ int StageRun::evaluate(int64_t step, gp_step_ctx &ctx, FILE *log) {
     for (int64_t mb = 0; mb < program_->microbatches; ++mb) {
       ctx.microbatch = mb;
       ctx.first_sample = rt_.miniFirst + mb * rt_.microRows;
+      int64_t t = timingNowNs();
       program_->forward(&ctx, mb);
+      timingAction(TimedKind::Eval, step, mb, t, timingNowNs());
     }
     if (!deviceStepEnd(ctx, err))
       err = "evaluation after step " + std::to_string(step) + ": " + err;
@@ -919,6 +933,14 @@ int StageRun::runSteps() {
   rt_.nextMiniStep = nextStep(firstStep_ - 1);
   if (!deviceStepEnd(ctx, err))
     return error(err);
+  // Per step: the actions, the step's end and the transfer waits (the
+  // boundaries' per micro-batch, or a few per action for hand-written
+  // programs that list none).
+  timingInit(stage_, !opt_.trace.empty(), opt_.steps,
+             program_->num_actions + 1 +
+                 std::max<int64_t>(
+                     int64_t(program_->num_transfers) * program_->microbatches,
+                     program_->num_stages > 1 ? 2 * program_->num_actions : 0));
   double totalMs = 0.0;
   const int64_t stepsRun = std::max<int64_t>(0, opt_.steps - firstStep_ + 1);
   for (int64_t s = firstStep_; s <= opt_.steps; ++s) {
@@ -930,11 +952,14 @@ int StageRun::runSteps() {
     ctx.microbatch = 0;
     ctx.first_sample = rt_.miniFirst;
     auto t0 = std::chrono::steady_clock::now();
+    int64_t stepStartNs = timingNowNs();
     for (int32_t i = 0; i < program_->num_actions; ++i) {
       const gp_action &a = program_->actions[i];
+      int64_t actionStartNs = timingNowNs();
       if (a.kind == GP_UPDATE) {
         ctx.first_sample = rt_.miniFirst;
         program_->update(&ctx);
+        timingAction(TimedKind::Update, s, -1, actionStartNs, timingNowNs());
         continue;
       }
       ctx.microbatch = a.microbatch;
@@ -943,12 +968,19 @@ int StageRun::runSteps() {
         program_->forward(&ctx, a.microbatch);
       else
         program_->backward(&ctx, a.microbatch);
+      timingAction(a.kind == GP_FORWARD ? TimedKind::Forward
+                                        : TimedKind::Backward,
+                   s, a.microbatch, actionStartNs, timingNowNs());
     }
     // Asynchronous targets finish the step's work here, and report its loss
     // (and may load the next mini-batch while it runs).
     rt_.nextMiniStep = nextStep(s);
+    int64_t stepEndNs = timingNowNs();
     if (!deviceStepEnd(ctx, err))
       return error("step " + std::to_string(s) + ": " + err);
+    int64_t stepDoneNs = timingNowNs();
+    timingAction(TimedKind::StepEnd, s, -1, stepEndNs, stepDoneNs);
+    timingStep(s, stepStartNs, stepDoneNs);
     auto t1 = std::chrono::steady_clock::now();
     double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
     totalMs += ms;
@@ -978,6 +1010,11 @@ int StageRun::runSteps() {
                  static_cast<long long>(stepsRun),
                  stepsRun ? totalMs / static_cast<double>(stepsRun) : 0.0,
                  deviceDescription().c_str());
+  if (!opt_.trace.empty() && !timingWriteTrace(opt_.trace, err))
+    return error(err);
+  if (!opt_.report.empty() &&
+      !timingWriteReport(opt_.report, deviceMemoryInUse(), err))
+    return error(err);
 
   if (opt_.weightsOut.empty())
     return 0;

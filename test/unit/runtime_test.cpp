@@ -1639,11 +1639,87 @@ TEST(GpMain, QuietDefaultsAndNanLoss) {
   EXPECT_TRUE(fs::is_directory(dir / "empty"));
 }
 
+// --report writes the stage's numbers, --trace its events: every action of
+// every step, in start order, with the step and micro-batch.
+TEST(GpMain, ReportAndTrace) {
+  TempDir dir;
+  writeToyFiles(dir);
+  RunResult r =
+      runMain(kToy, {"--data", dir / "data", "--steps", "3", "--weights-in",
+                     dir / "weights", "--report=" + (dir / "report"), "--trace",
+                     dir / "trace", "--quiet"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::string report = readText(dir / "report");
+  long long stage = -1, steps = -1, first = -1, last = -1, rss = -1, device = 0,
+            events = -1, dropped = -1;
+  double stepMs = -1, computeMs = -1, waitMs = -1, endMs = -1;
+  ASSERT_EQ(std::sscanf(report.c_str(),
+                        "{\"stage\":%lld,\"steps\":%lld,\"first_step\":%lld,"
+                        "\"last_step\":%lld,\"step_ms\":%lf,\"compute_ms\":%lf,"
+                        "\"transfer_wait_ms\":%lf,\"step_end_ms\":%lf,"
+                        "\"max_rss_bytes\":%lld,\"device_memory_bytes\":%lld,"
+                        "\"trace_events\":%lld,\"trace_dropped\":%lld}",
+                        &stage, &steps, &first, &last, &stepMs, &computeMs,
+                        &waitMs, &endMs, &rss, &device, &events, &dropped),
+            12)
+      << report;
+  EXPECT_EQ(stage, 0);
+  EXPECT_EQ(steps, 3);
+  EXPECT_EQ(first, 1);
+  EXPECT_EQ(last, 3);
+  EXPECT_GE(computeMs, 0.0);
+  EXPECT_EQ(waitMs, 0.0); // one stage: no transfers
+  EXPECT_LE(computeMs + endMs, stepMs + 1e-3);
+  EXPECT_GT(rss, 1 << 20);
+  EXPECT_EQ(device, -1); // CPU
+  EXPECT_EQ(events, 3 * 6);
+  EXPECT_EQ(dropped, 0);
+
+  std::istringstream trace(readText(dir / "trace"));
+  std::string line;
+  std::vector<std::string> got;
+  double lastTs = -1;
+  while (std::getline(trace, line)) {
+    if (line.find("\"ph\":\"M\"") != std::string::npos) {
+      EXPECT_NE(line.find("\"pid\":0"), std::string::npos) << line;
+      continue;
+    }
+    char name[32] = {};
+    long long step = 0;
+    int pid = -1;
+    double ts = 0, dur = -1;
+    ASSERT_EQ(std::sscanf(line.c_str(),
+                          "{\"name\":\"%31[^\"]\",\"cat\":\"action\",\"ph\":"
+                          "\"X\",\"pid\":%d,\"tid\":0,\"ts\":%lf,\"dur\":%lf,"
+                          "\"args\":{\"step\":%lld",
+                          name, &pid, &ts, &dur, &step),
+              5)
+        << line;
+    EXPECT_EQ(pid, 0);
+    EXPECT_GE(dur, 0.0);
+    EXPECT_GE(ts, lastTs) << line;
+    lastTs = ts;
+    std::string event = "s" + std::to_string(step) + " " + name;
+    size_t mb = line.find("\"microbatch\":");
+    if (mb != std::string::npos)
+      event += " " + line.substr(mb + 13, 1);
+    got.push_back(event);
+  }
+  std::vector<std::string> want;
+  for (int s = 1; s <= 3; ++s)
+    for (const char *a : {" forward 0", " forward 1", " backward 1",
+                          " backward 0", " update", " step end"})
+      want.push_back("s" + std::to_string(s) + a);
+  EXPECT_EQ(got, want);
+}
+
 TEST(GpMain, Help) {
   RunResult r = runMain(kToy, {"--help"});
   EXPECT_EQ(r.rc, 0);
   EXPECT_NE(r.out.find("--weights-out DIR"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("--status-file FILE"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--report FILE"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--trace FILE"), std::string::npos) << r.out;
 }
 
 /// Runs and expects exit code `rc` (1: bad input, 2: usage error) with
@@ -1677,6 +1753,11 @@ TEST(GpMain, FlagErrors) {
             std::string::npos);
   EXPECT_NE(expectError(kToy, {"--status-file"}, 2).find("--status-file"),
             std::string::npos);
+  EXPECT_EQ(expectError(kToy, {"--report"}, 2),
+            "gpipe: error: stage 0: flag '--report' requires a value\n");
+  EXPECT_EQ(expectError(kToy, {"--trace="}, 2),
+            "gpipe: error: stage 0: flag '--trace' requires a non-empty "
+            "value\n");
 }
 
 TEST(GpMain, DataAndWeightErrors) {

@@ -2,6 +2,7 @@
 // under mpirun (one rank per stage); the stages' status files say which
 // stage failed.
 #include "tools/gpipe-run/Launcher.h"
+#include "tools/gpipe-run/Progress.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringRef.h"
@@ -28,6 +29,7 @@ extern char **environ;
 namespace gpipe::run {
 
 int fail(const std::string &msg) {
+  progressBreakLine();
   std::cerr << "gpipe-run: error: " << msg << "\n";
   return 1;
 }
@@ -110,6 +112,7 @@ private:
             l.find("show_help") != std::string::npos);
   }
   void emit(const std::string &l) {
+    progressBreakLine();
     std::fwrite(l.data(), 1, l.size(), stderr);
     std::fflush(stderr);
   }
@@ -153,10 +156,10 @@ private:
 
 /// Runs `args` (args[0] is the program path) with `env`; forwards SIGINT,
 /// SIGTERM and SIGHUP sent to gpipe-run while it waits. With `filter`, the
-/// child's stderr goes through it.
+/// child's stderr goes through it; with `progress`, its stdout.
 ChildResult runChild(const std::vector<std::string> &args,
-                     const std::vector<std::string> &env,
-                     StderrFilter *filter) {
+                     const std::vector<std::string> &env, StderrFilter *filter,
+                     ProgressPump *progress) {
   ChildResult r;
   std::vector<char *> argv, envp;
   for (const std::string &a : args)
@@ -197,12 +200,16 @@ ChildResult runChild(const std::vector<std::string> &args,
   posix_spawn_file_actions_init(&fa);
   if (filter)
     posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
+  if (progress)
+    posix_spawn_file_actions_adddup2(&fa, progress->writeFd(), 1);
   pid_t pid = 0;
   int err = ::posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   if (filter)
     ::close(fds[1]);
+  if (progress)
+    progress->start();
   if (err != 0) {
     r.startError = std::strerror(err);
   } else {
@@ -243,6 +250,8 @@ ChildResult runChild(const std::vector<std::string> &args,
     if (!exited)
       while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
       }
+    if (progress)
+      progress->finish();
     gChild = 0;
     if (WIFSIGNALED(status)) {
       r.signaled = true;
@@ -378,6 +387,12 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
   auto statusPath = [&](size_t s) {
     return statusDir + "/stage" + std::to_string(s) + ".status";
   };
+  // Each stage's end-of-run numbers, and its events with --trace.
+  std::vector<std::string> reportFiles, traceFiles;
+  for (size_t s = 0; s < numStages; ++s) {
+    reportFiles.push_back(statusDir + "/stage" + std::to_string(s) + ".report");
+    traceFiles.push_back(statusDir + "/stage" + std::to_string(s) + ".trace");
+  }
   struct RemoveDir {
     std::string dir;
     ~RemoveDir() { llvm::sys::fs::remove_directories(dir); }
@@ -396,7 +411,9 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
                                   "--threads",
                                   std::to_string(o.threads),
                                   "--status-file",
-                                  statusPath(s)};
+                                  statusPath(s),
+                                  "--report",
+                                  reportFiles[s]};
     if (!o.data.empty())
       a.insert(a.end(), {"--data", o.data});
     // Only CUDA stage programs know the flag (older CPU ones reject it).
@@ -424,6 +441,8 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
       if (o.evalEvery > 0)
         a.insert(a.end(), {"--eval-every", std::to_string(o.evalEvery)});
     }
+    if (!o.trace.empty())
+      a.insert(a.end(), {"--trace", traceFiles[s]});
     if (o.quiet)
       a.push_back("--quiet");
     return a;
@@ -486,8 +505,19 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
     std::cerr << "\n";
   }
 
+  // The loss stage's step lines go through gpipe-run when it shows them
+  // (a progress line on a terminal, every --log-every-th otherwise), and
+  // then its stderr too: a stderr line first shows the step lines already
+  // written, and starts a line of its own. By default, off a terminal,
+  // stdout passes straight through as it always did.
+  ProgressPump progress(o.steps, m.batchSize, o.logEvery,
+                        ::isatty(STDOUT_FILENO) == 1);
+  bool pumped = !o.quiet && (progress.terminal() || o.logEvery > 1);
+  if (pumped && !progress.open(err))
+    return fail(err);
   StderrFilter filter;
-  ChildResult r = runChild(cmd, env, useMpi ? &filter : nullptr);
+  ChildResult r = runChild(cmd, env, useMpi || pumped ? &filter : nullptr,
+                           pumped ? &progress : nullptr);
   if (!r.started)
     return useMpi ? fail("cannot start " + mpirun + ": " + r.startError)
                   : fail("cannot start stage 0 (" + exes[0] +
@@ -541,6 +571,10 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
     return fail(mpirun + " " + how + "; no status from " + silent +
                 " (see mpirun's messages above)");
   }
+  if (!o.quiet)
+    printStageReport(m, reportFiles, std::cerr);
+  if (!o.trace.empty() && !mergeTraces(traceFiles, o.trace, err))
+    return fail(err);
   return 0;
 }
 

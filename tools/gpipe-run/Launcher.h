@@ -21,6 +21,7 @@ struct LaunchOptions {
   std::string logJson;    // --log-json, may be empty
   std::string weightsOut; // where the trained weights go
   std::string hostfile;   // --hostfile: run under mpirun on those hosts
+  std::string trace;      // --trace: the merged Chrome trace, may be empty
   std::vector<std::string> mpirunArgs;
   std::string checkpointDir; // --checkpoint-dir
   std::string resumeFrom;    // the checkpoint --resume starts from
@@ -30,6 +31,7 @@ struct LaunchOptions {
   bool shuffle = false;
   int64_t seed = 0;
   int64_t steps = 1, threads = 1;
+  int64_t logEvery = 1; // --log-every: step lines when stdout is no terminal
   double commTimeout = 300.0; // CUDA stage programs' transfer watchdog
   bool quiet = false;
 };

@@ -13,6 +13,9 @@
 
 #include <boost/program_options.hpp>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <iostream>
 
 namespace po = boost::program_options;
@@ -143,7 +146,15 @@ int main(int argc, char **argv) {
       "mode); the weights are not touched")(
       "eval-every", po::value(&o.evalEvery)->value_name("N"),
       "also evaluate after every N-th step")(
-      "quiet,q", po::bool_switch(&o.quiet), "no per-step loss lines");
+      "log-every", po::value(&o.logEvery)->default_value(1)->value_name("N"),
+      "when stdout is not a terminal, print the loss line of every N-th "
+      "step (and of the last); on a terminal one progress line is updated "
+      "in place")(
+      "trace", po::value(&o.trace)->value_name("FILE"),
+      "write a Chrome trace (open it in ui.perfetto.dev) of every stage's "
+      "actions and transfer waits")(
+      "quiet,q", po::bool_switch(&o.quiet),
+      "no per-step loss lines, no progress line, no stage report");
   po::variables_map vm;
   if (!gpipe::parseCommandLine(argc, argv, "gpipe-run", opts, "out", o.out, vm))
     return 2;
@@ -189,6 +200,8 @@ int main(int argc, char **argv) {
                                  ? "--checkpoint-every"
                                  : "--keep") +
                  " needs --checkpoint-dir");
+  if (o.logEvery < 1)
+    return std::cerr << "gpipe-run: error: --log-every must be >= 1\n", 2;
   if (o.threads < 1 || o.threads > 4096)
     return std::cerr << "gpipe-run: error: --threads must be in [1, 4096]\n", 2;
   if (!(o.commTimeout > 0.0) || o.commTimeout > 1e6)
@@ -199,6 +212,16 @@ int main(int argc, char **argv) {
     return std::cerr << "gpipe-run: error: --hostfile " << o.hostfile
                      << ": no such file\n",
            2;
+
+  // Checked before training: a trace file that cannot be written would
+  // otherwise only fail at the end.
+  if (!o.trace.empty()) {
+    std::FILE *f = std::fopen(o.trace.c_str(), "w");
+    if (!f)
+      return run::fail("cannot write trace file " + o.trace + ": " +
+                       std::strerror(errno));
+    std::fclose(f);
+  }
 
   std::string path = o.out + "/pipeline.json", err;
   manifest::Manifest m;

@@ -599,6 +599,13 @@ bool deviceInit(const gp_program &p, const DeviceOptions &options,
 
 std::string deviceDescription() { return cuda::gDeviceName; }
 
+int64_t deviceMemoryInUse() {
+  size_t freeBytes = 0, total = 0;
+  if (cudaMemGetInfo(&freeBytes, &total) != cudaSuccess)
+    return -1;
+  return static_cast<int64_t>(total - freeBytes);
+}
+
 unsigned char *deviceAllocArena(int64_t bytes, std::string &err) {
   size_t size = static_cast<size_t>(std::max<int64_t>(bytes, 256));
   cudaError_t e = cudaMalloc(&cuda::gArena, size);
