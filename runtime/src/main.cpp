@@ -66,6 +66,15 @@ const char kUsage[] =
     "  --pipeline FILE     check that FILE (the pipeline.json compiled with "
     "this\n"
     "                      executable) describes it\n"
+    "  --heartbeat FILE    rewrite FILE every 0.5 s with the pid, host and "
+    "progress\n"
+    "                      (gpipe-run's watchdog); the stage also dies with "
+    "its parent\n"
+    "  --on-nan stop|continue  a NaN or infinite loss ends the run at its "
+    "step,\n"
+    "                      without writing weights (stop, the default), or "
+    "is only\n"
+    "                      printed (continue)\n"
     "  --quiet             no per-step lines on stdout\n"
     "  --help              this message\n"
     "Stage %d of %d: a multi-stage pipeline runs under MPI, one rank per "
@@ -80,6 +89,8 @@ struct Options {
   std::string logJson;
   std::string statusFile;
   std::string pipeline;
+  std::string heartbeat;
+  bool stopOnNan = true; // --on-nan stop (else continue)
   int64_t threads = 1;
   int64_t device = -1;
   double commTimeout = 300.0;
@@ -125,7 +136,8 @@ bool parseArgs(int argc, char **argv, Options &opt, std::string &err) {
         flag != "--weights-out" && flag != "--log-json" &&
         flag != "--threads" && flag != "--status-file" &&
         flag != "--pipeline" && flag != "--device" &&
-        flag != "--comm-timeout") {
+        flag != "--comm-timeout" && flag != "--heartbeat" &&
+        flag != "--on-nan") {
       if (arg.rfind("-", 0) == 0)
         err = "unknown flag '" + flag + "' (see --help)";
       else
@@ -182,6 +194,15 @@ bool parseArgs(int argc, char **argv, Options &opt, std::string &err) {
       opt.statusFile = value;
     } else if (flag == "--pipeline") {
       opt.pipeline = value;
+    } else if (flag == "--heartbeat") {
+      opt.heartbeat = value;
+    } else if (flag == "--on-nan") {
+      if (value != "stop" && value != "continue") {
+        err = "invalid value '" + value +
+              "' for --on-nan (expected 'stop' or 'continue')";
+        return false;
+      }
+      opt.stopOnNan = value == "stop";
     } else {
       opt.logJson = value;
     }
@@ -205,6 +226,16 @@ int64_t numElements(const gp_tensor_desc &d) {
   for (int32_t i = 0; i < d.rank; ++i)
     n *= d.shape[i];
   return n;
+}
+
+/// The message of --on-nan stop.
+std::string lossNotFinite(int64_t step, double loss) {
+  return "step " + std::to_string(step) + ": the loss is " +
+         (std::isnan(loss) ? "nan"
+          : loss > 0       ? "inf"
+                           : "-inf") +
+         "; the run stops here without writing the trained weights (--on-nan "
+         "stop)";
 }
 
 /// One run of a stage program; every error prints its line and returns the
@@ -545,6 +576,7 @@ int StageRun::runSteps() {
     auto t0 = std::chrono::steady_clock::now();
     for (int32_t i = 0; i < program_->num_actions; ++i) {
       const gp_action &a = program_->actions[i];
+      heartbeatAction(s, a);
       if (a.kind == GP_UPDATE) {
         ctx.first_sample = rt_.miniFirst;
         program_->update(&ctx);
@@ -588,7 +620,10 @@ int StageRun::runSteps() {
         return error("cannot write log file " + opt_.logJson + ": " +
                      std::strerror(errno));
     }
+    if (program_->has_loss && opt_.stopOnNan && !std::isfinite(loss))
+      return error(lossNotFinite(s, loss));
   }
+  heartbeatPhase("after the last step");
   std::fflush(stdout);
   if (log) {
     logCloser.release();
@@ -604,12 +639,22 @@ int StageRun::runSteps() {
 
   if (opt_.weightsOut.empty())
     return 0;
+  // Every stage finished its steps (none stopped at a bad loss) before any
+  // writes its weights: no partial set of trained weights.
+  if (program_->num_stages > 1) {
+    int64_t done = 1;
+    std::vector<int64_t> all;
+    if (!transportAllGather(&done, 1, all, err))
+      return error(err);
+  }
+  heartbeatPhase("writing the trained weights");
   return writeParams();
 }
 
 /// Ends gp_main: a failure with other stages running aborts them all (after
 /// the status file); otherwise leaves MPI, writes the status, returns.
 int finish(int code) {
+  heartbeatPhase("finishing");
   std::fflush(stdout);
   if (code != 0 && transportActive()) {
     statusWriteExit(code);
@@ -618,6 +663,7 @@ int finish(int code) {
   transportFinalize();
   statusWriteExit(code);
   statusReset();
+  heartbeatStop();
   return code;
 }
 
@@ -643,6 +689,10 @@ extern "C" int gp_main(int argc, char **argv, const gp_program *program) {
     usageOk = false;
     usageErr = "--status-file path is too long";
   }
+  // Before joining the other stages: a stage stuck there is seen too.
+  if (usageOk && !opt.heartbeat.empty() &&
+      !heartbeatStart(opt.heartbeat, stage, usageErr))
+    usageOk = false;
   if (program->num_stages < 1 || stage < 0 || stage >= program->num_stages) {
     printError(stage, "invalid program: stage " + std::to_string(stage) +
                           " of " + std::to_string(program->num_stages));

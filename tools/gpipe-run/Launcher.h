@@ -24,6 +24,8 @@ struct LaunchOptions {
   std::vector<std::string> mpirunArgs;
   int64_t steps = 1, threads = 1;
   double commTimeout = 300.0; // CUDA stage programs' transfer watchdog
+  double timeout = 300.0;     // heartbeat watchdog (0: off)
+  std::string onNan = "stop"; // --on-nan: stop or continue
   bool quiet = false;
 };
 
