@@ -127,8 +127,8 @@ std::string Watchdog::judge(Clock::time_point now) {
   auto stopped = [&] {
     const Stage &st = stages_[stalest];
     return "stage " + std::to_string(stalest) + " (host " + st.host + ", pid " +
-           st.pid + ") stopped responding: no heartbeat for " +
-           fmt(std::max(stalestAge, timeout_)) +
+           st.pid + ") stopped responding: no heartbeat for more than " +
+           fmt(timeout_) +
            " s (a stopped or frozen process; last seen: " + st.doing + ")";
   };
   if (stalest < stages_.size() && stalestAge > timeout_)
