@@ -110,8 +110,13 @@ def finish(p, what, t0, limit):
     try:
         so, se = p.communicate(timeout=limit + 20)
     except subprocess.TimeoutExpired:
-        p.kill()
-        so, se = p.communicate()
+        # Kill the whole tree (mpirun holds the pipes), then report.
+        tree = [p.pid]
+        for pid in tree:
+            tree += children(pid)
+        for pid in tree:
+            os.kill(pid, signal.SIGKILL)
+        so, se = p.communicate(timeout=20)
         check(False, "%s: gpipe-run did not end" % what, se)
         return None, se
     took = time.time() - t0
