@@ -210,6 +210,47 @@ def main():
         "): step 3, forward of micro-batch 0, waiting to receive from stage 2"])
     no_stage_left(out, what)
 
+    # 4b. One stage (run directly, no mpirun): killed, or stopped.
+    out1 = os.path.join(work, "out1")
+    os.makedirs(os.path.join(out1, "weights"))
+    os.symlink(os.path.join(os.path.dirname(os.path.abspath(a.pipe)), "pipe1",
+                            "stage0"), os.path.join(out1, "stage0"))
+    for l in range(3):
+        shutil.copy(os.path.join(out, "weights", "layer%d.w.npy" % l),
+                    os.path.join(out1, "weights"))
+    with open(os.path.join(out, "pipeline.json")) as f:
+        desc = json.load(f)
+    desc["stages"] = [dict(desc["stages"][0], params=[
+        {"name": "layer%d.w" % l, "file": "layer%d.w.npy" % l, "shape": [D]}
+        for l in range(3)])]
+    desc["loss_stage"] = 0
+    with open(os.path.join(out1, "pipeline.json"), "w") as f:
+        json.dump(desc, f)
+    host = os.uname().nodename
+    for sig, limit, needle in (
+            (signal.SIGKILL, 10, "gpipe-run: error: stage 0 (%s/stage0) was "
+             "killed by signal 9 (Killed); host %s, pid %%d" % (out1, host)),
+            (signal.SIGSTOP, 3 + 5, "gpipe-run: error: stage 0 (host %s, pid "
+             "%%d) stopped responding: no heartbeat for more than 3 s" % host)):
+        what = "one stage, %s" % signal.Signals(sig).name
+        p = subprocess.Popen([gr, out1, "--data", data, "--quiet", "--steps",
+                              LONG, "--timeout", "3"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        pid = None
+        for _ in range(100):
+            time.sleep(0.1)
+            kids = children(p.pid)
+            if kids and argv0(kids[0]) == os.path.join(out1, "stage0"):
+                pid = kids[0]
+                break
+        time.sleep(1.0)
+        t0 = time.time()
+        if pid:
+            os.kill(pid, sig)
+        rc, se = finish(p, what, t0, limit)
+        expect(rc, se, what, [needle % (pid or -1)])
+        no_stage_left(out1, what)
+
     # 5. A NaN in sample 13 (mini-batch 1): the loss stage stops the run at
     #    step 2; no trained weights are written. --on-nan continue trains on.
     what = "NaN loss"

@@ -286,6 +286,13 @@ std::string signalName(int sig) {
          (name ? " (" + std::string(name) + ")" : "");
 }
 
+/// The signals a stage's crash handlers report (runtime/src/status.cpp);
+/// others (SIGKILL, SIGTERM) come from outside.
+bool isCrashSignal(int sig) {
+  return sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL ||
+         sig == SIGABRT;
+}
+
 /// What a stage wrote to its --status-file: "exit <code>" / "signal <n>".
 struct StageStatus {
   bool present = false;
@@ -569,7 +576,9 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
   if (r.signaled || r.code != 0) {
     if (!useMpi)
       return r.signaled ? fail(stageName(0) +
-                               " crashed: " + signalName(r.code) + where(0))
+                               (isCrashSignal(r.code) ? " crashed: "
+                                                      : " was killed by ") +
+                               signalName(r.code) + where(0))
                         : fail(stageName(0) + " exited with code " +
                                std::to_string(r.code));
     std::string silent;
