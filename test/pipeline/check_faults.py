@@ -279,11 +279,11 @@ def main():
     #    named.
     t0 = time.time()
     r = subprocess.run([gr, out, "--data", data, "--steps", "1500", "--quiet",
-                        "--timeout", "2"], capture_output=True, text=True,
+                        "--timeout", "3"], capture_output=True, text=True,
                        timeout=120)
     print("-- long run: rc %d in %.1f s" % (r.returncode, time.time() - t0))
     check(r.returncode == 0 and "error" not in r.stderr,
-          "long run under --timeout 2", r.stderr)
+          "long run under --timeout 3", r.stderr)
     for flags, msg in (
             (["--on-nan", "skip"], "gpipe-run: error: --on-nan skip (skipping "
              "the update of a step with a NaN loss) is not supported yet"),
