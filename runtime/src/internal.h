@@ -182,6 +182,27 @@ bool timingWriteReport(const std::string &path, int64_t deviceMemoryBytes,
                        std::string &err);
 
 //===----------------------------------------------------------------------===//
+// Heartbeat file (heartbeat.cpp), for gpipe-run's watchdog: pid, host, a
+// liveness counter, a progress counter and what the stage is doing.
+//===----------------------------------------------------------------------===//
+
+/// Writes PATH once, then starts a thread that rewrites it every 0.5 s; also
+/// makes the stage die (SIGKILL) with its parent process. On failure sets
+/// `err`.
+bool heartbeatStart(const std::string &path, int32_t stage, std::string &err);
+/// The stage is outside the steps, doing PHASE (a static string).
+void heartbeatPhase(const char *phase);
+/// The step loop starts action `a` of step `step`.
+void heartbeatAction(int64_t step, const gp_action &a);
+/// While alive, the stage waits on a transfer with stage `peer`.
+struct HeartbeatWait {
+  HeartbeatWait(int32_t peer, bool recv);
+  ~HeartbeatWait();
+};
+/// Stops the thread (the file stays).
+void heartbeatStop();
+
+//===----------------------------------------------------------------------===//
 // Transport (transport.cpp): MPI between the stages.
 //===----------------------------------------------------------------------===//
 

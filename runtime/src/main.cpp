@@ -95,6 +95,15 @@ const char kUsage[] =
     "  --trace FILE        record every action and transfer wait; write them "
     "to FILE\n"
     "                      at the end (Chrome trace events, one per line)\n"
+    "  --heartbeat FILE    rewrite FILE every 0.5 s with the pid, host and "
+    "progress\n"
+    "                      (gpipe-run's watchdog); the stage also dies with "
+    "its parent\n"
+    "  --on-nan stop|continue  a NaN or infinite loss ends the run at its "
+    "step,\n"
+    "                      without writing weights (stop, the default), or "
+    "is only\n"
+    "                      printed (continue)\n"
     "  --quiet             no per-step lines on stdout\n"
     "  --help              this message\n"
     "Stage %d of %d: a multi-stage pipeline runs under MPI, one rank per "
@@ -111,6 +120,8 @@ struct Options {
   std::string pipeline;
   std::string report; // --report: the end-of-run numbers
   std::string trace;  // --trace: this stage's events
+  std::string heartbeat;
+  bool stopOnNan = true; // --on-nan stop (else continue)
   int64_t threads = 1;
   int64_t device = -1;
   double commTimeout = 300.0;
@@ -171,7 +182,8 @@ bool parseArgs(int argc, char **argv, Options &opt, std::string &err) {
         flag != "--comm-timeout" && flag != "--checkpoint-dir" &&
         flag != "--checkpoint-every" && flag != "--keep" &&
         flag != "--resume-from" && flag != "--seed" && flag != "--eval-data" &&
-        flag != "--eval-every" && flag != "--report" && flag != "--trace") {
+        flag != "--eval-every" && flag != "--report" && flag != "--trace" &&
+        flag != "--heartbeat" && flag != "--on-nan") {
       if (arg.rfind("-", 0) == 0)
         err = "unknown flag '" + flag + "' (see --help)";
       else
@@ -257,6 +269,15 @@ bool parseArgs(int argc, char **argv, Options &opt, std::string &err) {
       opt.report = value;
     } else if (flag == "--trace") {
       opt.trace = value;
+    } else if (flag == "--heartbeat") {
+      opt.heartbeat = value;
+    } else if (flag == "--on-nan") {
+      if (value != "stop" && value != "continue") {
+        err = "invalid value '" + value +
+              "' for --on-nan (expected 'stop' or 'continue')";
+        return false;
+      }
+      opt.stopOnNan = value == "stop";
     } else {
       opt.logJson = value;
     }
@@ -280,6 +301,16 @@ int64_t numElements(const gp_tensor_desc &d) {
   for (int32_t i = 0; i < d.rank; ++i)
     n *= d.shape[i];
   return n;
+}
+
+/// The message of --on-nan stop.
+std::string lossNotFinite(int64_t step, double loss) {
+  return "step " + std::to_string(step) + ": the loss is " +
+         (std::isnan(loss) ? "nan"
+          : loss > 0       ? "inf"
+                           : "-inf") +
+         "; the run stops here without writing the trained weights (--on-nan "
+         "stop)";
 }
 
 /// One run of a stage program; every error prints its line and returns the
@@ -597,6 +628,7 @@ int StageRun::openEvalData() {
 int StageRun::evaluate(int64_t step, gp_step_ctx &ctx, FILE *log) {
   // The evaluation data in place of the training data, in file order;
   // nothing prefetched, the training mini-batch already loaded stays.
+  heartbeatPhase("evaluating (--eval-data)");
   std::swap(rt_.inputs, evalInputs_);
   const int64_t trainingStep = rt_.miniStep, nextStep = rt_.nextMiniStep;
   double sum = 0.0;
@@ -684,6 +716,7 @@ bool killInCheckpoint(int64_t step, int32_t stage) {
 
 int StageRun::saveCheckpoint(int64_t step) {
   namespace ck = checkpoint;
+  heartbeatPhase("writing a checkpoint");
   const std::string &dir = opt_.checkpointDir;
   const std::string tmp = ck::directoryFor(dir, step) + ".tmp";
   std::string err;
@@ -956,6 +989,7 @@ int StageRun::runSteps() {
     for (int32_t i = 0; i < program_->num_actions; ++i) {
       const gp_action &a = program_->actions[i];
       int64_t actionStartNs = timingNowNs();
+      heartbeatAction(s, a);
       if (a.kind == GP_UPDATE) {
         ctx.first_sample = rt_.miniFirst;
         program_->update(&ctx);
@@ -984,10 +1018,14 @@ int StageRun::runSteps() {
     auto t1 = std::chrono::steady_clock::now();
     double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
     totalMs += ms;
+    const double loss = program_->has_loss ? ctx.loss : NAN;
     if (logger_)
-      if (int rc = logLoss(s, "loss", "", program_->has_loss ? ctx.loss : NAN,
-                           ms, log))
+      if (int rc = logLoss(s, "loss", "", loss, ms, log))
         return rc;
+    // A bad loss stops the run before it is evaluated or saved: the last
+    // checkpoint stays the last good one.
+    if (program_->has_loss && opt_.stopOnNan && !std::isfinite(loss))
+      return error(lossNotFinite(s, loss));
     auto due = [&](int64_t every) {
       return (every > 0 && s % every == 0) || s == opt_.steps;
     };
@@ -998,6 +1036,7 @@ int StageRun::runSteps() {
       if (int rc = saveCheckpoint(s))
         return rc;
   }
+  heartbeatPhase("after the last step");
   std::fflush(stdout);
   if (log) {
     logCloser.release();
@@ -1018,12 +1057,22 @@ int StageRun::runSteps() {
 
   if (opt_.weightsOut.empty())
     return 0;
+  // Every stage finished its steps (none stopped at a bad loss) before any
+  // writes its weights: no partial set of trained weights.
+  if (program_->num_stages > 1) {
+    int64_t done = 1;
+    std::vector<int64_t> all;
+    if (!transportAllGather(&done, 1, all, err))
+      return error(err);
+  }
+  heartbeatPhase("writing the trained weights");
   return writeParams();
 }
 
 /// Ends gp_main: a failure with other stages running aborts them all (after
 /// the status file); otherwise leaves MPI, writes the status, returns.
 int finish(int code) {
+  heartbeatPhase("finishing");
   std::fflush(stdout);
   if (code != 0 && transportActive()) {
     statusWriteExit(code);
@@ -1032,6 +1081,7 @@ int finish(int code) {
   transportFinalize();
   statusWriteExit(code);
   statusReset();
+  heartbeatStop();
   return code;
 }
 
@@ -1057,6 +1107,10 @@ extern "C" int gp_main(int argc, char **argv, const gp_program *program) {
     usageOk = false;
     usageErr = "--status-file path is too long";
   }
+  // Before joining the other stages: a stage stuck there is seen too.
+  if (usageOk && !opt.heartbeat.empty() &&
+      !heartbeatStart(opt.heartbeat, stage, usageErr))
+    usageOk = false;
   if (program->num_stages < 1 || stage < 0 || stage >= program->num_stages) {
     printError(stage, "invalid program: stage " + std::to_string(stage) +
                           " of " + std::to_string(program->num_stages));

@@ -336,6 +336,7 @@ void transportAbort(int code) {
 void mpiSend(gp_step_ctx *ctx, int32_t peer, int32_t tag, const void *buf,
              int64_t bytes) {
   checkTransfer(ctx, "gp_send", peer, tag, buf, bytes);
+  HeartbeatWait waiting(peer, /*recv=*/false);
   const char *p = static_cast<const char *>(buf);
   int64_t off = 0;
   // One message per chunk (at least one, also for 0 bytes); messages between
@@ -365,6 +366,7 @@ void mpiSend(gp_step_ctx *ctx, int32_t peer, int32_t tag, const void *buf,
 void mpiRecv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
              int64_t bytes) {
   checkTransfer(ctx, "gp_recv", peer, tag, buf, bytes);
+  HeartbeatWait waiting(peer, /*recv=*/true);
   char *p = static_cast<char *>(buf);
   int64_t off = 0;
   auto mismatch = [&](int64_t got) {

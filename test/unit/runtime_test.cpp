@@ -23,6 +23,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 namespace fs = std::filesystem;
@@ -1758,6 +1759,28 @@ TEST(GpMain, FlagErrors) {
   EXPECT_EQ(expectError(kToy, {"--trace="}, 2),
             "gpipe: error: stage 0: flag '--trace' requires a non-empty "
             "value\n");
+  EXPECT_EQ(expectError(kToy, {"--data", "d", "--on-nan", "skip"}, 2),
+            "gpipe: error: stage 0: invalid value 'skip' for --on-nan "
+            "(expected 'stop' or 'continue')\n");
+  EXPECT_NE(expectError(kToy, {"--heartbeat", "/nonexistent/dir/hb"}, 2)
+                .find("cannot write the heartbeat file /nonexistent/dir/hb"),
+            std::string::npos);
+}
+
+// --heartbeat: the file names the process and its host, and carries the
+// counters gpipe-run's watchdog compares.
+TEST(GpMain, HeartbeatFile) {
+  TempDir dir;
+  writeToyFiles(dir);
+  RunResult r = runMain(kToy, {"--data", dir / "data", "--weights-in",
+                               dir / "weights", "--heartbeat", dir / "hb"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::string hb = readText(dir / "hb");
+  EXPECT_EQ(hb.rfind("pid " + std::to_string(::getpid()) + "\nhost ", 0), 0u)
+      << hb;
+  for (const char *key :
+       {"\nstage 0\n", "\nbeat ", "\nprogress ", "\nwait none\n", "\ndoing "})
+    EXPECT_NE(hb.find(key), std::string::npos) << key << " in " << hb;
 }
 
 TEST(GpMain, DataAndWeightErrors) {

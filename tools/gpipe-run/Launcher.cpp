@@ -3,6 +3,7 @@
 // stage failed.
 #include "tools/gpipe-run/Launcher.h"
 #include "tools/gpipe-run/Progress.h"
+#include "tools/gpipe-run/Watchdog.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringRef.h"
@@ -83,6 +84,24 @@ public:
     block_.clear();
     inBlock_ = false;
   }
+  /// From a held-back "mpirun noticed that process rank N with PID P on node
+  /// H exited on signal S" banner: the first rank killed by a signal.
+  bool noticedSignal(int &rank, std::string &host, int &sig) const {
+    for (const std::string &l : heldBack_) {
+      size_t at = l.find("mpirun noticed that process rank ");
+      char node[256] = {};
+      long long pid = 0;
+      if (at != std::string::npos &&
+          std::sscanf(l.c_str() + at,
+                      "mpirun noticed that process rank %d with PID %lld on "
+                      "node %255s exited on signal %d",
+                      &rank, &pid, node, &sig) == 4) {
+        host = node;
+        return true;
+      }
+    }
+    return false;
+  }
   /// Prints the held-back banners (no stage explained the failure).
   void release() {
     for (const std::string &l : heldBack_)
@@ -156,10 +175,11 @@ private:
 
 /// Runs `args` (args[0] is the program path) with `env`; forwards SIGINT,
 /// SIGTERM and SIGHUP sent to gpipe-run while it waits. With `filter`, the
-/// child's stderr goes through it; with `progress`, its stdout.
+/// child's stderr goes through it; with `progress`, its stdout; `watchdog`
+/// watches the stages meanwhile.
 ChildResult runChild(const std::vector<std::string> &args,
                      const std::vector<std::string> &env, StderrFilter *filter,
-                     ProgressPump *progress) {
+                     ProgressPump *progress, Watchdog &watchdog) {
   ChildResult r;
   std::vector<char *> argv, envp;
   for (const std::string &a : args)
@@ -219,17 +239,20 @@ ChildResult runChild(const std::vector<std::string> &args,
       ::kill(pid, sig);
     int status = 0;
     bool exited = false;
-    if (filter) {
+    {
       // Read until the child has exited and the pipe is drained; a
       // descendant that keeps the pipe open cannot make gpipe-run wait.
       char buf[4096];
-      bool open = true;
-      while (open) {
+      bool open = filter != nullptr;
+      while (open || !exited) {
         if (!exited) {
           pid_t w = ::waitpid(pid, &status, WNOHANG);
           exited = w == pid;
         }
-        struct pollfd pfd = {fds[0], POLLIN, 0};
+        if (!exited)
+          watchdog.tick(pid);
+        // Without a filter, poll only waits (a negative fd is ignored).
+        struct pollfd pfd = {open ? fds[0] : -1, POLLIN, 0};
         int ready = ::poll(&pfd, 1, exited ? 0 : 100);
         if (ready < 0 && errno == EINTR)
           continue;
@@ -244,8 +267,10 @@ ChildResult runChild(const std::vector<std::string> &args,
         else if (n == 0 || errno != EINTR)
           open = false;
       }
-      ::close(fds[0]);
-      filter->finish();
+      if (filter) {
+        ::close(fds[0]);
+        filter->finish();
+      }
     }
     if (!exited)
       while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -269,6 +294,13 @@ std::string signalName(int sig) {
   const char *name = ::strsignal(sig);
   return "signal " + std::to_string(sig) +
          (name ? " (" + std::string(name) + ")" : "");
+}
+
+/// The signals a stage's crash handlers report (runtime/src/status.cpp);
+/// others (SIGKILL, SIGTERM) come from outside.
+bool isCrashSignal(int sig) {
+  return sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL ||
+         sig == SIGABRT;
 }
 
 /// What a stage wrote to its --status-file: "exit <code>" / "signal <n>".
@@ -393,6 +425,9 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
     reportFiles.push_back(statusDir + "/stage" + std::to_string(s) + ".report");
     traceFiles.push_back(statusDir + "/stage" + std::to_string(s) + ".trace");
   }
+  auto heartbeatPath = [&](size_t s) {
+    return statusDir + "/stage" + std::to_string(s) + ".hb";
+  };
   struct RemoveDir {
     std::string dir;
     ~RemoveDir() { llvm::sys::fs::remove_directories(dir); }
@@ -413,7 +448,11 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
                                   "--status-file",
                                   statusPath(s),
                                   "--report",
-                                  reportFiles[s]};
+                                  reportFiles[s],
+                                  "--heartbeat",
+                                  heartbeatPath(s),
+                                  "--on-nan",
+                                  o.onNan};
     if (!o.data.empty())
       a.insert(a.end(), {"--data", o.data});
     // Only CUDA stage programs know the flag (older CPU ones reject it).
@@ -505,6 +544,12 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
     std::cerr << "\n";
   }
 
+  std::vector<std::string> heartbeats, statuses;
+  for (size_t s = 0; s < numStages; ++s) {
+    heartbeats.push_back(heartbeatPath(s));
+    statuses.push_back(statusPath(s));
+  }
+  Watchdog watchdog(heartbeats, statuses, o.timeout);
   // The loss stage's step lines go through gpipe-run when it shows them
   // (a progress line on a terminal, every --log-every-th otherwise), and
   // then its stderr too: a stderr line first shows the step lines already
@@ -517,7 +562,9 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
     return fail(err);
   StderrFilter filter;
   ChildResult r = runChild(cmd, env, useMpi || pumped ? &filter : nullptr,
-                           pumped ? &progress : nullptr);
+                           pumped ? &progress : nullptr, watchdog);
+  // Stages mpirun left behind (it was killed): none may run on.
+  std::vector<std::string> leftovers = watchdog.killLeftovers();
   if (!r.started)
     return useMpi ? fail("cannot start " + mpirun + ": " + r.startError)
                   : fail("cannot start stage 0 (" + exes[0] +
@@ -529,6 +576,8 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
     ::raise(sig);
     return 128 + sig;
   }
+  if (!watchdog.verdict().empty())
+    return fail(watchdog.verdict() + "\ngpipe-run: the stages were stopped");
 
   // Blame: a crashed stage, else a stage that failed (its own error line is
   // printed above), else whatever mpirun / the stage process reported.
@@ -538,10 +587,16 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
   auto stageName = [&](size_t s) {
     return "stage " + std::to_string(s) + " (" + exes[s] + ")";
   };
+  // "; host H, pid P" when the stage's heartbeat said.
+  auto where = [&](size_t s) {
+    std::string w = watchdog.where(s);
+    return w.empty() ? w : "; " + w;
+  };
   bool blamed = false;
   for (size_t s = 0; s < numStages; ++s)
     if (status[s].present && status[s].signaled) {
-      fail(stageName(s) + " crashed: " + signalName(status[s].value));
+      fail(stageName(s) + " crashed: " + signalName(status[s].value) +
+           where(s));
       blamed = true;
     }
   if (blamed)
@@ -554,10 +609,23 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
     }
   if (blamed)
     return 1;
+  // A stage killed by a signal it cannot catch (SIGKILL) writes no status;
+  // mpirun's banner names it.
+  int rank = -1, sig = 0;
+  std::string host;
+  if (useMpi && filter.noticedSignal(rank, host, sig) && rank >= 0 &&
+      static_cast<size_t>(rank) < numStages && !status[rank].present) {
+    std::string w = watchdog.where(rank);
+    return fail(stageName(rank) + " was killed by " + signalName(sig) +
+                (w.empty() ? "; host " + host : "; " + w));
+  }
   filter.release();
   if (r.signaled || r.code != 0) {
     if (!useMpi)
-      return r.signaled ? fail(stageName(0) + " crashed: " + signalName(r.code))
+      return r.signaled ? fail(stageName(0) +
+                               (isCrashSignal(r.code) ? " crashed: "
+                                                      : " was killed by ") +
+                               signalName(r.code) + where(0))
                         : fail(stageName(0) + " exited with code " +
                                std::to_string(r.code));
     std::string silent;
@@ -566,6 +634,16 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
         silent += (silent.empty() ? "" : ", ") + stageName(s);
     std::string how = r.signaled ? "was killed by " + signalName(r.code)
                                  : "exited with code " + std::to_string(r.code);
+    if (r.signaled && !silent.empty()) {
+      // The stages die with mpirun (PR_SET_PDEATHSIG); those still seen
+      // running here were killed above.
+      std::string list;
+      for (const std::string &l : leftovers)
+        list += (list.empty() ? "" : ", ") + l;
+      return fail(mpirun + " " + how + " before the stages finished; " +
+                  (list.empty() ? "they were stopped with it"
+                                : "gpipe-run stopped " + list));
+    }
     if (silent.empty())
       return fail(mpirun + " " + how + " after every stage finished");
     return fail(mpirun + " " + how + "; no status from " + silent +

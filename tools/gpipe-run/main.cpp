@@ -116,6 +116,15 @@ int main(int argc, char **argv) {
       "CUDA target: end the run, naming the stage and the transfer, when a "
       "step's transfers make no progress for S seconds (a dead or stuck "
       "peer)")(
+      "timeout",
+      po::value(&o.timeout)->default_value(300.0, "300")->value_name("S"),
+      "end the run, naming the stage, when a stage sends no heartbeat for S "
+      "seconds (stopped, frozen) or no stage makes progress for S seconds "
+      "(a deadlock, a hung stage, a lost peer); 0: no watchdog")(
+      "on-nan", po::value(&o.onNan)->default_value("stop")->value_name("WHAT"),
+      "a NaN or infinite loss: 'stop' ends the run at that step, naming it, "
+      "without writing the trained weights; 'continue' only prints it "
+      "('skip' is not supported yet)")(
       "hostfile", po::value(&o.hostfile)->value_name("FILE"),
       "run the stages under mpirun on the hosts of this Open MPI hostfile "
       "(OUT and the data at the same paths on every host)")(
@@ -207,6 +216,20 @@ int main(int argc, char **argv) {
   if (!(o.commTimeout > 0.0) || o.commTimeout > 1e6)
     return std::cerr << "gpipe-run: error: --comm-timeout must be in (0, 1e6] "
                         "seconds\n",
+           2;
+  if (!(o.timeout == 0.0 || (o.timeout >= 2.0 && o.timeout <= 1e6)))
+    return std::cerr << "gpipe-run: error: --timeout must be 0 (off) or in "
+                        "[2, 1e6] seconds\n",
+           2;
+  if (o.onNan == "skip")
+    return std::cerr << "gpipe-run: error: --on-nan skip (skipping the "
+                        "update of a step with a NaN loss) is not supported "
+                        "yet; use 'stop' or 'continue'\n",
+           2;
+  if (o.onNan != "stop" && o.onNan != "continue")
+    return std::cerr << "gpipe-run: error: --on-nan must be 'stop' or "
+                        "'continue', got '"
+                     << o.onNan << "'\n",
            2;
   if (!o.hostfile.empty() && !llvm::sys::fs::is_regular_file(o.hostfile))
     return std::cerr << "gpipe-run: error: --hostfile " << o.hostfile
