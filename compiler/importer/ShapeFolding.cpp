@@ -160,17 +160,17 @@ LogicalResult Importer::foldShapeComputations() {
 static int64_t reshapeCount(llvm::ArrayRef<int64_t> target,
                             llvm::ArrayRef<int64_t> in) {
   int64_t count = 1, known = 1;
+  // A product that overflows (a hostile model) does not resolve.
   for (int64_t d : in)
-    count *= d;
+    if (d < 0 || llvm::MulOverflow(count, d, count))
+      return -1;
   bool infer = false;
   for (size_t k = 0; k < target.size(); ++k) {
     int64_t t = target[k] == 0 && k < in.size() ? in[k] : target[k];
     if (t == -1)
       infer = true;
-    else if (t < 0)
+    else if (t < 0 || llvm::MulOverflow(known, t, known))
       return -1;
-    else
-      known *= t;
   }
   if (infer)
     return known != 0 && count % known == 0 ? count : -1;
@@ -215,9 +215,10 @@ LogicalResult Importer::rewriteBatchReshapes() {
       std::vector<int64_t> rewritten = t->i;
       rewritten[0] = batch;
       int64_t count = 1;
+      bool overflow = false;
       for (int64_t d : in->second)
-        count *= d;
-      if (reshapeCount(rewritten, in->second) != count)
+        overflow |= llvm::MulOverflow(count, d, count);
+      if (overflow || reshapeCount(rewritten, in->second) != count)
         continue;
       candidate = &node;
       target = t->i;
