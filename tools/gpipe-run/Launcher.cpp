@@ -125,7 +125,13 @@ private:
   /// One-line notes about the banners: aggregated repeats, and a teardown
   /// race inside Open MPI's own banner printing.
   static bool isBannerNote(const std::string &l) {
-    return l.find("has sent help message") != std::string::npos ||
+    // "[host:pid] Read -1, expected 65536, errno = 3": a shared-memory read
+    // from a peer that died (its death is reported by name).
+    bool deadPeerRead = l.rfind("[", 0) == 0 &&
+                        l.find("] Read -1, expected ") != std::string::npos &&
+                        l.find(", errno = ") != std::string::npos;
+    return deadPeerRead ||
+           l.find("has sent help message") != std::string::npos ||
            l.find("orte_base_help_aggregate") != std::string::npos ||
            (l.find("ORTE_ERROR_LOG") != std::string::npos &&
             l.find("show_help") != std::string::npos);
