@@ -1852,6 +1852,18 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
      << "// accumulators start again from zero.\n"
      << "static void update(gp_step_ctx *ctx) {\n"
      << "  unsigned char *A = ctx->arena;\n  (void)A;\n";
+  // Zeroes the accumulators the next step adds into.
+  std::string clearAccumulators;
+  if (st.clearedEnd > st.clearedBegin)
+    clearAccumulators = (options.cuda ? "  gp_cuda_check(cudaMemsetAsync(A + "
+                                      : "  std::memset(A + ") +
+                        std::to_string(st.clearedBegin) + ", 0, " +
+                        std::to_string(st.clearedEnd - st.clearedBegin) +
+                        (options.cuda ? ", gp_cuda_stream()));\n" : ");\n");
+  // --on-nan skip: every stage skips the step's update together (no
+  // transfers either), keeping only the clearing.
+  ss << "  if (ctx->skip_update) {\n"
+     << clearAccumulators << "  return;\n  }\n";
   const bool ex = options.cuda || options.bf16; // gp_gemm_ex, not gp_gemm
   for (auto &entry : st.deferred) {
     const StageState::DeferredGemm &d = entry.second;
@@ -1869,12 +1881,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
        << ");\n";
   }
   ss << bodies[2];
-  if (st.clearedEnd > st.clearedBegin)
-    ss << (options.cuda ? "  gp_cuda_check(cudaMemsetAsync(A + "
-                        : "  std::memset(A + ")
-       << st.clearedBegin << ", 0, " << st.clearedEnd - st.clearedBegin
-       << (options.cuda ? ", gp_cuda_stream()));\n" : ");\n");
-  ss << "}\n\n";
+  ss << clearAccumulators << "}\n\n";
   // bf16: the parameters' bf16 copies start from the loaded weights.
   for (auto &[name, t] : st.paramOrder)
     if (auto it = st.shadowOffset.find(name); it != st.shadowOffset.end())

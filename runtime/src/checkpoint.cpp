@@ -222,6 +222,7 @@ bool commit(const std::string &dir, const std::string &tmpDir, Manifest m,
   j["stages"] = m.stages;
   j["microbatches"] = m.microbatches;
   j["optimizer"] = m.optimizer;
+  j["skipped_updates"] = m.skippedUpdates;
   Json data;
   data["samples"] = m.data.samples;
   data["batch_size"] = m.data.batchSize;
@@ -297,6 +298,10 @@ bool read(const std::string &path, Manifest &m, std::string &err) {
     return false;
   }
   m.optimizer = j["optimizer"].get<std::string>();
+  m.skippedUpdates = 0;
+  if (j.contains("skipped_updates") &&
+      !getInt(j, "skipped_updates", m.skippedUpdates))
+    return false;
   const Json &d = j["data"];
   if (!getInt(d, "samples", m.data.samples) ||
       !getInt(d, "batch_size", m.data.batchSize))

@@ -99,11 +99,13 @@ const char kUsage[] =
     "progress\n"
     "                      (gpipe-run's watchdog); the stage also dies with "
     "its parent\n"
-    "  --on-nan stop|continue  a NaN or infinite loss ends the run at its "
-    "step,\n"
-    "                      without writing weights (stop, the default), or "
-    "is only\n"
-    "                      printed (continue)\n"
+    "  --on-nan stop|skip|continue  a NaN or infinite loss ends the run at "
+    "its step,\n"
+    "                      without writing weights (stop, the default), "
+    "skips that\n"
+    "                      step's optimizer update on every stage (skip; CPU "
+    "target),\n"
+    "                      or is only printed (continue)\n"
     "  --quiet             no per-step lines on stdout\n"
     "  --help              this message\n"
     "Stage %d of %d: a multi-stage pipeline runs under MPI, one rank per "
@@ -121,7 +123,7 @@ struct Options {
   std::string report; // --report: the end-of-run numbers
   std::string trace;  // --trace: this stage's events
   std::string heartbeat;
-  bool stopOnNan = true; // --on-nan stop (else continue)
+  std::string onNan = "stop"; // --on-nan stop | skip | continue
   int64_t threads = 1;
   int64_t device = -1;
   double commTimeout = 300.0;
@@ -272,12 +274,12 @@ bool parseArgs(int argc, char **argv, Options &opt, std::string &err) {
     } else if (flag == "--heartbeat") {
       opt.heartbeat = value;
     } else if (flag == "--on-nan") {
-      if (value != "stop" && value != "continue") {
+      if (value != "stop" && value != "skip" && value != "continue") {
         err = "invalid value '" + value +
-              "' for --on-nan (expected 'stop' or 'continue')";
+              "' for --on-nan (expected 'stop', 'skip' or 'continue')";
         return false;
       }
-      opt.stopOnNan = value == "stop";
+      opt.onNan = value;
     } else {
       opt.logJson = value;
     }
@@ -354,6 +356,11 @@ private:
   /// and {"step":S,"<key>":L,"ms":T} in the --log-json log.
   int logLoss(int64_t step, const char *key, const char *prefix, double loss,
               double ms, FILE *log);
+  /// The step's update: with --on-nan skip, first agrees with every stage
+  /// whether the loss is finite, and skips it (only clearing the gradient
+  /// accumulators) when not. The optimizers count the updates done
+  /// (ctx->step during the update), as torch.optim does.
+  int runUpdate(gp_step_ctx &ctx);
   int loadParams();
   int loadCheckpoint();
   int saveCheckpoint(int64_t step);
@@ -368,8 +375,9 @@ private:
   bool logger_ = false;    // prints the steps: the loss stage, else stage 0
   unsigned char *arena_ = nullptr; // owned by the device
   Runtime rt_;
-  int64_t samples_ = -1;  // rows of the data files (any stage's)
-  int64_t firstStep_ = 1; // after --resume-from: the checkpoint's step + 1
+  int64_t samples_ = -1;       // rows of the data files (any stage's)
+  int64_t firstStep_ = 1;      // after --resume-from: the checkpoint's step + 1
+  int64_t skippedUpdates_ = 0; // --on-nan skip: the steps without update
   std::vector<InputData> evalInputs_;     // --eval-data
   int64_t evalBatches_ = 0;               // its mini-batches
   std::string optimizerKind_ = "unknown"; // from --pipeline, for checkpoints
@@ -580,6 +588,38 @@ int StageRun::writeParams() {
   return 0;
 }
 
+int StageRun::runUpdate(gp_step_ctx &ctx) {
+  bool skip = false;
+  if (opt_.onNan == "skip") {
+    int64_t bad = program_->has_loss && !std::isfinite(ctx.loss) ? 1 : 0;
+    if (program_->num_stages > 1) {
+      std::vector<int64_t> all;
+      std::string err;
+      if (!transportAllGather(&bad, 1, all, err))
+        return error(err);
+      for (int64_t b : all)
+        bad |= b;
+    }
+    skip = bad != 0;
+  }
+  const int64_t step = ctx.step;
+  if (skip) {
+    ++skippedUpdates_;
+    if (logger_)
+      std::fprintf(stderr,
+                   "gpipe: warning: stage %d: step %lld: the loss is not "
+                   "finite; this step's update is skipped on every stage "
+                   "(--on-nan skip)\n",
+                   stage_, static_cast<long long>(step));
+  }
+  ctx.skip_update = skip ? 1 : 0;
+  ctx.step = step - skippedUpdates_ + (skip ? 1 : 0);
+  program_->update(&ctx);
+  ctx.step = step;
+  ctx.skip_update = 0;
+  return 0;
+}
+
 int StageRun::logLoss(int64_t step, const char *key, const char *prefix,
                       double loss, double ms, FILE *log) {
   if (!opt_.quiet) {
@@ -781,6 +821,7 @@ int StageRun::saveCheckpoint(int64_t step) {
     return 0;
   ck::Manifest m;
   m.step = step;
+  m.skippedUpdates = skippedUpdates_;
   m.stages = program_->num_stages;
   m.microbatches = program_->microbatches;
   m.optimizer = optimizerKind_;
@@ -873,6 +914,7 @@ int StageRun::loadCheckpoint() {
                         " for parameter '" + t.name + "' (" + m.optimizer +
                         "), which this pipeline's optimizer does not keep");
   firstStep_ = m.step + 1;
+  skippedUpdates_ = m.skippedUpdates;
   return 0;
 }
 
@@ -894,6 +936,9 @@ int StageRun::runSteps() {
     lossStage_ = program_->has_loss ? 0 : -1;
   }
   logger_ = stage_ == (lossStage_ >= 0 ? lossStage_ : 0);
+  if (opt_.onNan == "skip" && program_->target != GP_TARGET_CPU)
+    return error("--on-nan skip needs the CPU target: a CUDA stage knows the "
+                 "step's loss only after its update is queued");
   if (program_->num_inputs > 0 && !opt_.haveData) {
     error("--data DIR is required: the program has " +
           std::to_string(program_->num_inputs) + " graph input(s)");
@@ -992,7 +1037,8 @@ int StageRun::runSteps() {
       heartbeatAction(s, a);
       if (a.kind == GP_UPDATE) {
         ctx.first_sample = rt_.miniFirst;
-        program_->update(&ctx);
+        if (int rc = runUpdate(ctx))
+          return rc;
         timingAction(TimedKind::Update, s, -1, actionStartNs, timingNowNs());
         continue;
       }
@@ -1024,7 +1070,7 @@ int StageRun::runSteps() {
         return rc;
     // A bad loss stops the run before it is evaluated or saved: the last
     // checkpoint stays the last good one.
-    if (program_->has_loss && opt_.stopOnNan && !std::isfinite(loss))
+    if (program_->has_loss && opt_.onNan == "stop" && !std::isfinite(loss))
       return error(lossNotFinite(s, loss));
     auto due = [&](int64_t every) {
       return (every > 0 && s % every == 0) || s == opt_.steps;

@@ -285,10 +285,8 @@ def main():
     check(r.returncode == 0 and "error" not in r.stderr,
           "long run under --timeout 3", r.stderr)
     for flags, msg in (
-            (["--on-nan", "skip"], "gpipe-run: error: --on-nan skip (skipping "
-             "the update of a step with a NaN loss) is not supported yet"),
             (["--on-nan", "maybe"], "gpipe-run: error: --on-nan must be "
-             "'stop' or 'continue', got 'maybe'"),
+             "'stop', 'skip' or 'continue', got 'maybe'"),
             (["--timeout", "1"], "gpipe-run: error: --timeout must be 0 "
              "(off) or in [2, 1e6] seconds"),
             (["--timeout", "nan"], "gpipe-run: error: --timeout must be 0 "

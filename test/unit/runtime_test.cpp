@@ -1759,9 +1759,9 @@ TEST(GpMain, FlagErrors) {
   EXPECT_EQ(expectError(kToy, {"--trace="}, 2),
             "gpipe: error: stage 0: flag '--trace' requires a non-empty "
             "value\n");
-  EXPECT_EQ(expectError(kToy, {"--data", "d", "--on-nan", "skip"}, 2),
-            "gpipe: error: stage 0: invalid value 'skip' for --on-nan "
-            "(expected 'stop' or 'continue')\n");
+  EXPECT_EQ(expectError(kToy, {"--data", "d", "--on-nan", "maybe"}, 2),
+            "gpipe: error: stage 0: invalid value 'maybe' for --on-nan "
+            "(expected 'stop', 'skip' or 'continue')\n");
   EXPECT_NE(expectError(kToy, {"--heartbeat", "/nonexistent/dir/hb"}, 2)
                 .find("cannot write the heartbeat file /nonexistent/dir/hb"),
             std::string::npos);

@@ -34,7 +34,7 @@ struct LaunchOptions {
   int64_t logEvery = 1; // --log-every: step lines when stdout is no terminal
   double commTimeout = 300.0; // CUDA stage programs' transfer watchdog
   double timeout = 300.0;     // heartbeat watchdog (0: off)
-  std::string onNan = "stop"; // --on-nan: stop or continue
+  std::string onNan = "stop"; // --on-nan: stop, skip or continue
   bool quiet = false;
 };
 

@@ -123,8 +123,9 @@ int main(int argc, char **argv) {
       "(a deadlock, a hung stage, a lost peer); 0: no watchdog")(
       "on-nan", po::value(&o.onNan)->default_value("stop")->value_name("WHAT"),
       "a NaN or infinite loss: 'stop' ends the run at that step, naming it, "
-      "without writing the trained weights; 'continue' only prints it "
-      "('skip' is not supported yet)")(
+      "without writing the trained weights; 'skip' skips that step's "
+      "optimizer update on every stage and goes on (CPU target); 'continue' "
+      "only prints it")(
       "hostfile", po::value(&o.hostfile)->value_name("FILE"),
       "run the stages under mpirun on the hosts of this Open MPI hostfile "
       "(OUT and the data at the same paths on every host)")(
@@ -221,14 +222,9 @@ int main(int argc, char **argv) {
     return std::cerr << "gpipe-run: error: --timeout must be 0 (off) or in "
                         "[2, 1e6] seconds\n",
            2;
-  if (o.onNan == "skip")
-    return std::cerr << "gpipe-run: error: --on-nan skip (skipping the "
-                        "update of a step with a NaN loss) is not supported "
-                        "yet; use 'stop' or 'continue'\n",
-           2;
-  if (o.onNan != "stop" && o.onNan != "continue")
-    return std::cerr << "gpipe-run: error: --on-nan must be 'stop' or "
-                        "'continue', got '"
+  if (o.onNan != "stop" && o.onNan != "skip" && o.onNan != "continue")
+    return std::cerr << "gpipe-run: error: --on-nan must be 'stop', 'skip' "
+                        "or 'continue', got '"
                      << o.onNan << "'\n",
            2;
   if (!o.hostfile.empty() && !llvm::sys::fs::is_regular_file(o.hostfile))
@@ -255,6 +251,11 @@ int main(int argc, char **argv) {
   }
   if (o.weightsOut.empty())
     o.weightsOut = o.out + "/trained";
+  if (o.onNan == "skip" && m.target == "cuda")
+    return std::cerr << "gpipe-run: error: --on-nan skip needs the CPU "
+                        "target: a CUDA stage knows the step's loss only "
+                        "after its update is queued\n",
+           2;
   if (vm.count("epochs")) {
     int64_t samples = 0;
     if (!dataSamples(m, o.data, samples, err))

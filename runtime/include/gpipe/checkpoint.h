@@ -41,6 +41,7 @@ struct Manifest {
   int64_t step = 0; // the optimizer steps done: a resumed run starts at step+1
   int64_t stages = 0, microbatches = 0; // of the pipeline that wrote it
   std::string optimizer;                // sgd | adam | adamw
+  int64_t skippedUpdates = 0; // --on-nan skip: steps whose update was skipped
   DataPosition data;
   std::vector<Tensor> tensors;
 };

@@ -63,6 +63,9 @@ struct gp_step_ctx {
                         // module.eval(): Dropout passes its input through,
                         // BatchNorm normalizes with the running statistics
                         // and leaves them alone; no backward or update runs
+  int32_t skip_update;  // 1: update() only clears the gradient accumulators
+                        // (--on-nan skip: every stage skips this step's
+                        // optimizer update together)
 };
 
 /// One entry of a stage's schedule.
