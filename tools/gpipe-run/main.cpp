@@ -100,10 +100,14 @@ int main(int argc, char **argv) {
       "one <input>.npy per graph input (first axis = sample; float32 or "
       "int64 as the model declares; every file the same number of samples)")(
       "steps", po::value(&o.steps)->default_value(1)->value_name("N"),
-      "optimizer steps; step s (1-based) takes samples [((s-1) mod nb)*B, +B), "
-      "nb = samples / B (a last partial batch is dropped)")(
+      "the step training ends at, counted from its start (also after "
+      "--resume); step s (1-based) takes positions [((s-1) mod nb)*B, +B) of "
+      "epoch (s-1) div nb's sample order (file order, or --shuffle's), nb = "
+      "samples / B")(
       "log-json", po::value(&o.logJson)->value_name("FILE"),
-      "write one JSON object per step: {\"step\":s,\"loss\":l,\"ms\":t}")(
+      "write one JSON object per step: {\"step\":s,\"loss\":l,\"ms\":t} "
+      "(and {\"step\":s,\"eval_loss\":l,\"ms\":t} per evaluation); "
+      "appended to after --resume")(
       "save-onnx", po::value(&saveOnnxPath)->value_name("FILE"),
       "write the input model with every trained parameter (float32 "
       "initializer) replaced by its trained value, same names")(
