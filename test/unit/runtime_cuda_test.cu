@@ -895,6 +895,15 @@ void testDropout() {
   }
   check("dropout: the host's counter-based mask", err, 0.0);
   check("dropout: two runs with base offsets", errHalves, 0.0);
+  // An evaluation forward (--eval-data) passes the input through.
+  ctx.eval = 1;
+  DeviceBuffer<float> dE(std::vector<float>(n, kNaN));
+  gp_dropout(&ctx, 1234, ratio, dX.get(), dE.get(), n, 0);
+  const std::vector<float> gotEval = dE.download();
+  double errEval = 0;
+  for (int64_t i = 0; i < n; ++i)
+    errEval = std::max(errEval, std::abs(double(gotEval[i]) - x[i]));
+  check("dropout: ctx->eval passes the input through", errEval, 0.0);
 }
 
 void testGather() {
@@ -1330,8 +1339,29 @@ void runBatchNorm(int64_t n, int64_t c, int64_t s) {
     diff = std::max({diff, std::fabs(double(gotG[i]) - gotDx[i]),
                      std::fabs(double(gotX2[i]) - gotY[i])});
   }
+  // Evaluation (gp_batch_norm_eval): the running statistics instead of the
+  // batch's, against the same double formula; in place too.
+  const std::vector<float> rm = randomVector(c, 2.0f, 4.0f),
+                           rv = randomVector(c, 0.5f, 2.0f);
+  DeviceBuffer<float> dRm(rm), dRv(rv), dX3(x);
+  DeviceBuffer<float> dYe(std::vector<float>(size, kNaN));
+  gp_batch_norm_eval(dX.get(), dRm.get(), dRv.get(), dS.get(), dB.get(),
+                     dYe.get(), n, c, s, static_cast<float>(eps));
+  gp_batch_norm_eval(dX3.get(), dRm.get(), dRv.get(), dS.get(), dB.get(),
+                     dX3.get(), n, c, s, static_cast<float>(eps));
+  const std::vector<float> gotYe = dYe.download(), gotX3 = dX3.download();
+  double errEval = 0, diffEval = 0;
+  for (int64_t i = 0; i < size; ++i) {
+    const int64_t k = i / s % c;
+    const double want =
+        (x[i] - rm[k]) / std::sqrt(double(rv[k]) + eps) * sc[k] + b[k];
+    errEval = std::max(errEval, relErr(gotYe[i], want, 1.0));
+    diffEval = std::max(diffEval, std::fabs(double(gotX3[i]) - gotYe[i]));
+  }
   const std::string name = "batch_norm [" + std::to_string(n) + "," +
                            std::to_string(c) + "," + std::to_string(s) + "]";
+  check(name + ": eval (running statistics)", errEval, 2e-5);
+  check(name + ": eval in place: bitwise", diffEval, 0.0);
   check(name + ": mean, var", errStats, 1e-6);
   check(name + ": y", errY, 2e-5);
   check(name + ": dscale, dbias", errDs, 1e-5);
