@@ -9,6 +9,7 @@ For each executable:
     container format: header magic 0xBA55ED50, then entries of
     (kind u16 [1 PTX, 2 ELF], _, header size u32, payload size u64, ..., arch u32 at
     byte 28);
+  - with --only, no SASS or PTX for any other architecture;
   - its dynamic section (readelf -d) has a NEEDED entry for every --needs library
     (e.g. nccl -> libnccl.so.N).
 Prints one line per executable and exits 1 on the first problem.
@@ -52,6 +53,8 @@ def main():
     ap.add_argument("exes", nargs="+")
     ap.add_argument("--arch", action="append", type=int, required=True)
     ap.add_argument("--needs", action="append", default=[])
+    ap.add_argument("--only", action="store_true",
+                    help="no SASS or PTX for any other architecture than --arch")
     a = ap.parse_args()
     for exe in a.exes:
         if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
@@ -70,6 +73,11 @@ def main():
         if missing:
             print("FAIL %s: no SASS for sm_%s in .nv_fatbin (%d bytes; SASS %s, PTX %s)"
                   % (exe, ",".join(map(str, missing)), len(blob), sass, ptx))
+            return 1
+        extra = [x for x in sass + ptx if x not in a.arch]
+        if a.only and extra:
+            print("FAIL %s: code for other architectures than sm_%s (SASS %s, PTX %s)"
+                  % (exe, ",".join(map(str, a.arch)), sass, ptx))
             return 1
         dyn = subprocess.run(["readelf", "-d", exe], capture_output=True, text=True).stdout
         needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dyn)

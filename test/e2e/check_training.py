@@ -81,6 +81,10 @@ def log(msg=""):
     print(msg, flush=True)
 
 
+# The tightest tolerance a --target cuda fp32 run is held to (see parse_args).
+CUDA_FP32_TOL_FLOOR = 1e-4
+
+
 def parse_args(argv):
     ap = argparse.ArgumentParser(
         description="gpipe-compile end-to-end training check against torch.optim",
@@ -227,6 +231,13 @@ def parse_args(argv):
         a.torch_tol = float("inf")
         a.compare_single = True
     a.ref_tol = 1e-3 if a.precision == "bf16" and a.target == "cuda" else a.tol
+    if a.target == "cuda" and a.precision != "bf16":
+        # cuBLASLt's summation order and nvcc's FMA contraction (the CPU stages
+        # build without contraction) differ from the CPU target's by more than
+        # a tight --tol after a few Adam steps: fp32 on CUDA is checked at
+        # CUDA_FP32_TOL_FLOOR at the tightest.
+        a.ref_tol = max(a.ref_tol, CUDA_FP32_TOL_FLOOR)
+        a.torch_tol = max(a.torch_tol, CUDA_FP32_TOL_FLOOR)
     # BatchNorm: statistics per micro-batch, so the torch reference calls the module once
     # per micro-batch and the 1-stage reference program keeps M micro-batches.
     a.batchnorm_model = models.has_batchnorm(models.MODELS[a.model].ctor())

@@ -5,10 +5,13 @@ The GPU machines this project borrows have CUDA, Python and numpy but no MLIR,
 ONNX or Open MPI, so gpipe-compile cannot run there. Everything that needs
 the toolchain happens here instead; the GPU machine only runs programs:
 
-  pack.py --bin build/bin --out DIR [--cases REGEX] [--runtime-tests EXE
-          --probe EXE] [--tar FILE.tar.gz]
+  pack.py --bin build/bin --out DIR [--tiers 0,1] [--cases REGEX]
+          [--runtime-tests EXE --probe EXE] [--bench] [--cuda-arch 90]
+          [--jobs N] [--tar FILE.tar.xz] [--max-mb 55]
 
-For each e2e case of test/e2e/cases.txt matching REGEX (default: all):
+The cases are those of test/e2e/cases.txt in the tiers of priority.txt
+(--tiers; tier 2 is every case priority.txt does not list; default 0,1),
+narrowed by --cases REGEX, packed --jobs at a time. For each:
   - exports the model and writes its data, as check_training.py does;
   - trains the PyTorch reference and the CPU target's program here (the same
     --stages/--microbatches/--remat), keeping their per-step losses and trained
@@ -20,19 +23,34 @@ applies to it: against the CPU target's program (ref_tol: 1e-3 for bf16, else
 tol) and against torch (torch_tol: --bf16-tol 5e-2 for bf16, else tol), for the
 weights and for the losses, and for bf16 the 1e-6 by which the weights must
 differ from torch's fp32 ones.
+Every CUDA program is compiled for --cuda-arch (default 90: the H100 and H200
+the GPU checks run on), with --runtime-dir linked to a runtime built for it
+alone (the build's runtime-sm90, target gpipe_runtime_cuda_sm90), and stripped
+(the device code in .nv_fatbin stays).
 Also copied: the example model compiled for CUDA as 1 stage and as 2 stages x
 2 micro-batches (for compute-sanitizer), the kernel unit test and the GPU
-probe, and the Open MPI runtime (binaries, plug-ins, help files and the shared
+probe, with --bench the GPU benchmark's programs (bench/gpu/device_bench.py
+pack: the 16 x 4096 MLP at batch 1024 in fp32, TF32 and bf16) under bench/,
+run.py, gpu-check.sh and priority.txt, and the Open MPI runtime (binaries, plug-ins, help files and the shared
 libraries they need, outside glibc) that multi-stage programs launch with.
 Every program and library in the bundle is a real file or a link that resolves
 inside the bundle (under mpi/, an absolute target is read below mpi/): a link
 that would leave it (such as /usr/bin/mpirun -> /etc/alternatives/mpirun ->
 mpirun.openmpi -> orterun) is replaced by a copy of the file it names.
 
-device/run.py, run on the GPU machine from DIR, runs it all and compares.
+--tar writes the bundle as an xz-compressed tar (a 64 MiB dictionary: the
+runtime that every stage executable repeats is stored about once), prints its
+size and refuses (exit 1, no archive left) one over --max-mb MiB: what a GPU
+machine is sent is at most 64 MiB with the repository.
+
+device/gpu-check.sh (or device/run.py), run on the GPU machine from DIR, runs it
+all and compares.
 """
 import argparse
+import concurrent.futures
 import json
+import lzma
+import multiprocessing
 import os
 import re
 import shutil
@@ -156,12 +174,20 @@ def pack_mpi(root):
     return sorted(libs)
 
 
+def all_cases(path):
+    """(name, args) of every case line of cases.txt."""
+    with open(path) as f:
+        return [(l.split("|", 1)[0].strip(), l.split("|", 1)[1].split()) for l in f
+                if l.strip() and not l.startswith("#") and "|" in l]
+
+
 def pack_case(a, name, args, out):
     """One e2e case: references here, the CUDA program compiled for there."""
     wd = os.path.join(out, "work", name)
     case_dir = os.path.join(out, "cases", name)
     os.makedirs(case_dir, exist_ok=True)
-    c = ct.parse_args(args + ["--bin", a.bin, "--workdir", wd, "--target", "cuda"])
+    c = ct.parse_args(args + ["--bin", a.bin, "--workdir", wd, "--target", "cuda",
+                              "--cuda-arch", a.cuda_arch])
     compile_bin = ct.find_tool(c.bin, "gpipe-compile")
     run_bin = ct.find_tool(c.bin, "gpipe-run")
     os.makedirs(wd, exist_ok=True)
@@ -192,6 +218,7 @@ def pack_case(a, name, args, out):
     for f in os.listdir(cuda_dir):
         if f.endswith(".cu"):
             os.remove(os.path.join(cuda_dir, f))
+    strip_programs(cuda_dir)
     arrays = {"torch_losses": np.array(ref_losses), "cpu_losses": np.array(cpu_losses)}
     for n, v in ref_params.items():
         arrays["torch/" + n] = v
@@ -203,6 +230,8 @@ def pack_case(a, name, args, out):
         # parse_args computes them): run.py uses these, not one number.
         json.dump({"name": name, "args": args, "steps": c.steps, "precision": c.precision,
                    "stages": c.stages or 1,
+                   # the data order of the references: run.py passes it on
+                   "shuffle": c.shuffle,
                    "tol": {"cpu": {"weights": c.ref_tol, "losses": c.ref_tol},
                            "torch": {"weights": c.torch_tol, "losses": c.torch_tol}},
                    "min_torch_diff": BF16_MIN_TORCH_DIFF if c.precision == "bf16" else None},
@@ -210,21 +239,117 @@ def pack_case(a, name, args, out):
     shutil.rmtree(wd, ignore_errors=True)
 
 
+def strip_programs(d):
+    """Strips the stage executables in D (symbols only: .nv_fatbin stays)."""
+    for f in sorted(os.listdir(d)):
+        p = os.path.join(d, f)
+        if re.fullmatch(r"stage\d+", f) and os.path.isfile(p):
+            run(["strip", "--strip-unneeded", p])
+
+
+def read_priority(path=os.path.join(HERE, "priority.txt")):
+    """{case: tier} of priority.txt, in its order."""
+    tiers = {}
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            m = re.fullmatch(r"([01])\s+(\S+)", line)
+            if not m:
+                raise SystemExit("pack: %s:%d: expected 'TIER CASE' (tier 0 or 1): %r"
+                                 % (path, n, line))
+            tiers[m.group(2)] = int(m.group(1))
+    return tiers
+
+
+def pack_one(a, name, args, out):
+    """pack_case in a worker process: the error's text instead of an exception
+    that would lose which case it was."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    try:
+        import torch
+        torch.set_num_threads(1)
+        pack_case(a, name, args, out)
+        return None
+    except BaseException as e:  # noqa: BLE001 - reported with the case's name
+        return "%s: %s" % (type(e).__name__, e)
+
+
+def write_tar(out, tar, max_mb):
+    """OUT as TAR (xz, 64 MiB dictionary), refused above MAX_MB MiB."""
+    filters = [{"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME,
+                "dict_size": 64 << 20}]
+    tmp = tar + ".tmp"
+    with lzma.LZMAFile(tmp, "w", format=lzma.FORMAT_XZ, filters=filters) as xz:
+        with tarfile.open(fileobj=xz, mode="w") as t:
+            t.add(out, arcname="gpu-bundle")
+    size = os.path.getsize(tmp)
+    raw = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(out) for f in fs
+              if not os.path.islink(os.path.join(d, f)))
+    print("pack: %s: %.1f MiB (%.1f MiB unpacked)" % (tar, size / 2 ** 20, raw / 2 ** 20))
+    if size > max_mb * 2 ** 20:
+        os.remove(tmp)
+        raise SystemExit("pack: the bundle is %.1f MiB, over --max-mb %g: it cannot be "
+                         "carried to a GPU machine with the repository (pack fewer cases)"
+                         % (size / 2 ** 20, max_mb))
+    os.replace(tmp, tar)
+
+
+def pack_bench(a, out):
+    """The GPU benchmark's programs (device_bench.py pack), stripped."""
+    d = os.path.join(out, "bench")
+    run([sys.executable, os.path.join(REPO, "bench", "gpu", "device_bench.py"), "pack",
+         "--bin", a.bin, "--out", d, "--cuda-arch", a.cuda_arch])
+    for sub in sorted(os.listdir(d)):
+        if os.path.isdir(os.path.join(d, sub)):
+            strip_programs(os.path.join(d, sub))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bin", required=True, help="directory of gpipe-compile, gpipe-run")
     ap.add_argument("--out", required=True, help="the bundle directory (recreated)")
     ap.add_argument("--cases", default="", help="regex over e2e case names")
+    ap.add_argument("--tiers", default="0,1",
+                    help="priority.txt tiers to pack (0, 1; 2 = every other case)")
+    ap.add_argument("--cuda-arch", default="90", help="gpipe-compile --cuda-arch")
+    ap.add_argument("--runtime-dir", default=None,
+                    help="GPIPE_RUNTIME_DIR for the CUDA programs (the build's runtime-sm90: "
+                         "cmake --build build --target gpipe_runtime_cuda_sm90)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                    help="cases packed at a time")
+    ap.add_argument("--bench", action="store_true",
+                    help="also the GPU benchmark's programs (bench/gpu/device_bench.py)")
+    ap.add_argument("--max-mb", type=float, default=55.0,
+                    help="refuse a --tar archive larger than this many MiB")
     ap.add_argument("--runtime-tests", help="gpipe_runtime_cuda_tests executable")
     ap.add_argument("--probe", help="gpipe_cuda_probe executable")
-    ap.add_argument("--tar", help="also write the bundle as this .tar.gz")
+    ap.add_argument("--tar", help="also write the bundle as this .tar.xz")
     a = ap.parse_args()
+    try:
+        tiers = {int(t) for t in a.tiers.split(",")}
+        if not tiers <= {0, 1, 2}:
+            raise ValueError
+        re.compile(a.cases)
+    except (ValueError, re.error):
+        ap.error("--tiers takes 0, 1, 2 (comma-separated); --cases a regex")
+    priority = read_priority()
+    if a.runtime_dir:
+        lib = os.path.join(a.runtime_dir, "lib", "gpipe", "libgpipe_runtime_cuda.a")
+        if not os.path.isfile(lib):
+            ap.error("--runtime-dir: no %s" % lib)
+        # every gpipe-compile below (and in the workers) links that runtime;
+        # the CPU references keep the build's (they find theirs the same way)
+        os.environ["GPIPE_RUNTIME_DIR"] = os.path.abspath(a.runtime_dir)
     a.bin = os.path.abspath(a.bin)
     out = os.path.abspath(a.out)
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
     cases = []
-    with open(os.path.join(REPO, "test", "e2e", "cases.txt")) as f:
+    cases_txt = os.path.join(REPO, "test", "e2e", "cases.txt")
+    with open(cases_txt) as f:
         for line in f:
             line = line.strip()
             if not line or line.startswith("#") or "|" not in line:
@@ -234,11 +359,25 @@ def main():
             # CUDA runtime does not have yet (gpipe-compile refuses it).
             if re.search(r"--schedule[ =]1f1b", args):
                 continue
-            if re.search(a.cases, name):
+            if priority.get(name, 2) in tiers and re.search(a.cases, name):
                 cases.append((name, args.split()))
-    for name, args in cases:
-        print("case %s" % name, flush=True)
-        pack_case(a, name, args, out)
+    unknown = set(priority) - {n for n, _ in all_cases(cases_txt)}
+    if unknown:
+        raise SystemExit("pack: priority.txt names cases cases.txt lacks: %s"
+                         % ", ".join(sorted(unknown)))
+    order = {n: i for i, n in enumerate(priority)}
+    cases.sort(key=lambda c: (priority.get(c[0], 2), order.get(c[0], len(order))))
+    errors = []
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max(1, a.jobs), mp_context=ctx) as pool:
+        futs = {pool.submit(pack_one, a, name, args, out): name for name, args in cases}
+        for f in concurrent.futures.as_completed(futs):
+            err = f.result()
+            print("case %s: %s" % (futs[f], err or "packed"), flush=True)
+            if err:
+                errors.append("%s: %s" % (futs[f], err))
+    if errors:
+        raise SystemExit("pack: %d case(s) failed:\n%s" % (len(errors), "\n".join(errors)))
     shutil.rmtree(os.path.join(out, "work"), ignore_errors=True)
     # compute-sanitizer's programs: the example as 1 stage and 2 x 2.
     example = os.path.join(REPO, "examples")
@@ -246,14 +385,21 @@ def main():
     for sub, flags in (("k1", []), ("k2", ["--stages", "2", "--microbatches", "2"])):
         d = os.path.join(out, "example", sub)
         run([os.path.join(a.bin, "gpipe-compile"), os.path.join(example, "mlp.onnx"),
-             "-o", d, "--target", "cuda"] + flags)
+             "-o", d, "--target", "cuda", "--cuda-arch", a.cuda_arch] + flags)
+        for f in os.listdir(d):
+            if f.endswith(".cu") or f in ("model.onnx", "pipeline.mlir"):
+                os.remove(os.path.join(d, f))
+        strip_programs(d)
+    if a.bench:
+        pack_bench(a, out)
     tools = os.path.join(out, "tools")
     os.makedirs(tools)
     for exe in (a.runtime_tests, a.probe):
         if exe:
             shutil.copy2(exe, tools)
     libs = pack_mpi(os.path.join(out, "mpi"))
-    shutil.copy2(os.path.join(HERE, "run.py"), out)
+    for f in ("run.py", "gpu-check.sh", "priority.txt"):
+        shutil.copy2(os.path.join(HERE, f), out)
     # Outside mpi/ nothing is a link today; one that leaves the bundle would
     # break there.
     for d, dirs, files in os.walk(out):
@@ -265,12 +411,12 @@ def main():
                 raise SystemExit("pack: %s -> %s does not resolve inside the bundle"
                                  % (p, os.readlink(p)))
     with open(os.path.join(out, "bundle.json"), "w") as f:
-        json.dump({"cases": [n for n, _ in cases], "mpi_libs": libs}, f, indent=1)
+        json.dump({"cases": [n for n, _ in cases], "mpi_libs": libs,
+                   "tiers": {n: priority.get(n, 2) for n, _ in cases},
+                   "cuda_arch": a.cuda_arch, "bench": bool(a.bench)}, f, indent=1)
     print("pack: %d case(s), Open MPI with %d libraries -> %s" % (len(cases), len(libs), out))
     if a.tar:
-        with tarfile.open(a.tar, "w:gz") as t:
-            t.add(out, arcname="gpu-bundle")
-        print("pack: %s (%.1f MB)" % (a.tar, os.path.getsize(a.tar) / 1e6))
+        write_tar(out, os.path.abspath(a.tar), a.max_mb)
     return 0
 
 
