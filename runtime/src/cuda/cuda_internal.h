@@ -34,8 +34,18 @@ DeviceState &state();
 struct GemmFallbacks {
   int64_t algorithm = 0; // moved on to the heuristic's next algorithm
   int64_t epilogue = 0;  // dropped a fused epilogue for the kernel
+  // GEMM plans (one per shape and alignments) whose bias was under 16-byte
+  // alignment, so the kernel applies the epilogue from the start.
+  int64_t unalignedBias = 0;
 };
 GemmFallbacks &gemmFallbacks();
+
+/// Whether gp_gemm_ex may hand `bias` (null: no bias) to cuBLASLt's fused
+/// bias epilogue: only at 16-byte alignment. cuBLASLt's heuristic does not
+/// check the bias's alignment, and on sm_90 it may pick a kernel that faults
+/// on a less aligned one; otherwise a kernel adds the bias after the GEMM.
+/// Host-only: testable without a GPU.
+bool gemmBiasEpilogueOk(const void *bias);
 
 /// Unit tests only: make gp_gemm_ex treat cublasLtMatmul calls as rejected
 /// (the next `rejectNext` attempts; every fused-epilogue attempt while
@@ -45,6 +55,9 @@ struct GemmTestHooks {
   bool rejectFused = false;
 };
 GemmTestHooks &gemmTestHooks();
+
+/// This process's stage (-1 before deviceInit): for messages.
+int32_t currentStage();
 
 /// Ends the process after a failed CUDA / cuBLASLt / NCCL call:
 /// "gpipe: error: stage S: CUDA error in WHAT (FILE:LINE): DETAIL".

@@ -17,9 +17,10 @@
 // Faults: NCCL communicators are non-blocking, so no NCCL call can hang the
 // host; the host waits for a step's work by polling (streams, each
 // communicator's asynchronous error, each transfer's completion event), and a
-// transfer that makes no progress for --comm-timeout seconds, or an NCCL
-// error, aborts the communicators and ends the run naming the stage, its
-// peer and the transfer.
+// transfer that makes no progress for --comm-timeout seconds once the work
+// before it is done (waitForStep), or an NCCL error, aborts the
+// communicators and ends the run naming the stage, its peer and the
+// transfer.
 //
 // Transports: NCCL (ncclSend/ncclRecv) between stages on different GPUs, one
 // two-rank communicator per pair that exchanges tensors. NCCL refuses two
@@ -94,8 +95,12 @@ struct Peer {
 };
 
 /// A transfer enqueued on the communication stream in the current step: its
-/// completion event and what to call it in an error.
+/// events and what to call it in an error. `ready` is recorded on the
+/// communication stream just before the transfer itself, after its wait for
+/// the compute stream: it completes when the work the transfer waits for
+/// (earlier compute, earlier transfers) is done and the transfer can start.
 struct PendingTransfer {
+  cudaEvent_t ready = nullptr;
   cudaEvent_t done = nullptr;
   int32_t peer = 0, tag = 0;
   int64_t bytes = 0, step = 0, microbatch = 0;
@@ -330,12 +335,17 @@ std::string describe(const PendingTransfer &t) {
          std::to_string(t.microbatch) + ")";
 }
 
-/// Remembers a transfer just enqueued on the communication stream.
+/// Remembers a transfer about to be enqueued on the communication stream:
+/// called after the stream's wait for the compute stream and before the
+/// transfer, it records the transfer's `ready` event. notePendingDone, after
+/// the transfer, records its `done` event.
 void notePending(const gp_step_ctx *ctx, bool send, int32_t peer, int32_t tag,
                  int64_t bytes) {
   std::vector<PendingTransfer> &v = gTransfers.pending;
   if (gTransfers.pendingUsed == v.size()) {
     v.emplace_back();
+    GP_CUDA_CHECK(
+        cudaEventCreateWithFlags(&v.back().ready, cudaEventDisableTiming));
     GP_CUDA_CHECK(
         cudaEventCreateWithFlags(&v.back().done, cudaEventDisableTiming));
   }
@@ -346,7 +356,13 @@ void notePending(const gp_step_ctx *ctx, bool send, int32_t peer, int32_t tag,
   t.bytes = bytes;
   t.step = ctx ? ctx->step : 0;
   t.microbatch = ctx ? ctx->microbatch : 0;
-  GP_CUDA_CHECK(cudaEventRecord(t.done, gState.comm));
+  GP_CUDA_CHECK(cudaEventRecord(t.ready, gState.comm));
+}
+
+/// The transfer noted last is enqueued: records its completion event.
+void notePendingDone() {
+  GP_CUDA_CHECK(cudaEventRecord(
+      gTransfers.pending[gTransfers.pendingUsed - 1].done, gState.comm));
 }
 
 /// Aborts every NCCL communicator: their pending operations end (with an
@@ -399,8 +415,9 @@ bool settleNccl(ncclComm_t comm, ncclResult_t r, int32_t peer,
 
 /// Waits for the compute and communication streams to finish the step's
 /// work. With peers: polls, so that a peer that fails (an NCCL asynchronous
-/// error) or stops (no transfer completes for --comm-timeout seconds) ends
-/// the run naming the transfer, instead of a hang.
+/// error) or stops (a transfer that could start, its earlier work done, does
+/// not complete for --comm-timeout seconds) ends the run naming the
+/// transfer, instead of a hang.
 bool waitForStep(std::string &err) {
   if (gTransfers.peers.empty()) {
     cudaError_t e = cudaStreamSynchronize(gState.compute);
@@ -410,7 +427,18 @@ bool waitForStep(std::string &err) {
       err = "CUDA error: " + cudaMessage(e);
     return e == cudaSuccess;
   }
+  // The no-progress clock times only the transfer itself. The first
+  // pending transfer cannot start before the work it waits for is done: the
+  // compute enqueued before it (for a send, up to the copy into its slot)
+  // and the transfers before it. That compute is this stage's own and may
+  // legitimately take long (a big model, compute-sanitizer), and it does not
+  // depend on any peer (the compute stream waits only for transfers issued
+  // before it, which are done). So the clock starts when the transfer's
+  // `ready` event is seen complete, not when the host starts waiting or the
+  // transfer before it completes; until then only a CUDA or NCCL error ends
+  // the wait.
   size_t firstPending = 0;
+  bool started = false; // the first pending transfer's `ready` completed
   Clock::time_point lastProgress = Clock::now();
   int sleepUs = 5;
   for (;;) {
@@ -426,8 +454,20 @@ bool waitForStep(std::string &err) {
         return false;
       }
       ++firstPending;
-      lastProgress = Clock::now();
+      started = false;
       sleepUs = 5;
+    }
+    if (firstPending < gTransfers.pendingUsed && !started) {
+      cudaError_t q = cudaEventQuery(gTransfers.pending[firstPending].ready);
+      if (q == cudaSuccess) {
+        started = true;
+        lastProgress = Clock::now();
+      } else if (q != cudaErrorNotReady) {
+        err = "CUDA error before " +
+              describe(gTransfers.pending[firstPending]) + ": " +
+              cudaMessage(q);
+        return false;
+      }
     }
     cudaError_t c = cudaStreamQuery(gState.compute);
     cudaError_t m = cudaStreamQuery(gState.comm);
@@ -454,7 +494,7 @@ bool waitForStep(std::string &err) {
         return false;
       }
     }
-    if (firstPending < gTransfers.pendingUsed &&
+    if (firstPending < gTransfers.pendingUsed && started &&
         std::chrono::duration<double>(Clock::now() - lastProgress).count() >
             gCommTimeout) {
       const PendingTransfer &t = gTransfers.pending[firstPending];
@@ -472,6 +512,8 @@ bool waitForStep(std::string &err) {
 } // namespace
 
 DeviceState &state() { return gState; }
+
+int32_t currentStage() { return gStage; }
 
 void fail(const char *what, const char *detail, const char *file, int line) {
   const char *base = std::strrchr(file, '/');
@@ -734,8 +776,10 @@ void deviceShutdown() {
       ncclCommDestroy(comm);
   }
   gTransfers.peers.clear();
-  for (cuda::PendingTransfer &t : gTransfers.pending)
+  for (cuda::PendingTransfer &t : gTransfers.pending) {
+    cudaEventDestroy(t.ready);
     cudaEventDestroy(t.done);
+  }
   gTransfers.pending.clear();
   gTransfers.pendingUsed = 0;
   for (auto &entry : gTransfers.sends)
@@ -831,6 +875,7 @@ extern "C" void gp_send(gp_step_ctx *ctx, int32_t peer, int32_t tag,
                                 cudaMemcpyDeviceToDevice, gState.compute));
   GP_CUDA_CHECK(cudaEventRecord(gTransfers.computeDone, gState.compute));
   GP_CUDA_CHECK(cudaStreamWaitEvent(gState.comm, gTransfers.computeDone, 0));
+  gpipe::cuda::notePending(ctx, true, peer, tag, bytes);
   const gpipe::cuda::Peer &p = gTransfers.peers[peer];
   if (p.nccl) {
     std::string err;
@@ -850,7 +895,7 @@ extern "C" void gp_send(gp_step_ctx *ctx, int32_t peer, int32_t tag,
     GP_CUDA_CHECK(cudaLaunchHostFunc(gState.comm, gpipe::cuda::hostSend, op));
   }
   GP_CUDA_CHECK(cudaEventRecord(s.free[k], gState.comm));
-  gpipe::cuda::notePending(ctx, true, peer, tag, bytes);
+  gpipe::cuda::notePendingDone();
 }
 
 extern "C" void gp_recv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
@@ -862,6 +907,7 @@ extern "C" void gp_recv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
   // Compute enqueued so far may still read the destination.
   GP_CUDA_CHECK(cudaEventRecord(gTransfers.computeDone, gState.compute));
   GP_CUDA_CHECK(cudaStreamWaitEvent(gState.comm, gTransfers.computeDone, 0));
+  gpipe::cuda::notePending(ctx, false, peer, tag, bytes);
   const gpipe::cuda::Peer &p = gTransfers.peers[peer];
   if (p.nccl) {
     std::string err;
@@ -880,7 +926,7 @@ extern "C" void gp_recv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
                                   static_cast<size_t>(bytes),
                                   cudaMemcpyHostToDevice, gState.comm));
   }
-  gpipe::cuda::notePending(ctx, false, peer, tag, bytes);
+  gpipe::cuda::notePendingDone();
   GP_CUDA_CHECK(cudaEventRecord(gTransfers.commDone, gState.comm));
   GP_CUDA_CHECK(cudaStreamWaitEvent(gState.compute, gTransfers.commDone, 0));
 }

@@ -37,6 +37,9 @@ GemmFallbacks &gemmFallbacks() {
   static GemmFallbacks counts;
   return counts;
 }
+bool gemmBiasEpilogueOk(const void *bias) {
+  return reinterpret_cast<uintptr_t>(bias) % 16 == 0;
+}
 } // namespace cuda
 } // namespace gpipe
 
@@ -1290,6 +1293,18 @@ std::unique_ptr<GemmPlan> makeGemmPlan(const GemmKey &k, const float *bias) {
   // bias type defaults to D's, fp32.
   if (k.hasBias)
     setDescAttr(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  // cuBLASLt's alignment preferences cover A, B, C and D, not the bias: on
+  // sm_90 the heuristic may pick a kernel that assumes a 16-byte-aligned
+  // bias, which launches without error and then faults
+  // (cudaErrorMisalignedAddress, sticky: the process's context is lost). So
+  // an under-aligned bias never reaches the fused epilogue: the GEMM runs
+  // without it and scaleMatrixKernel adds the bias (and applies the relu).
+  // The bias alignment is part of the key, so every call of this plan has a
+  // bias as aligned as this one.
+  if (k.hasBias && !gpipe::cuda::gemmBiasEpilogueOk(bias)) {
+    useEpilogueKernel(*plan);
+    ++gGemmFallbacks.unalignedBias;
+  }
 
   // Layouts describe the stored matrices, before op.
   const uint64_t M = k.M, N = k.N, K = k.K;
@@ -1369,7 +1384,8 @@ void runGemm(const GemmKey &key, float alpha, const void *a, const void *b,
   // same with the epilogue in a kernel.
   for (;;) {
     // The descriptor is read when the call is enqueued, so the bias pointer
-    // of this call can be set on the cached descriptor.
+    // of this call can be set on the cached descriptor. (An epilogue plan
+    // only exists for a 16-byte-aligned bias: makeGemmPlan.)
     if (bias && !plan.epilogueKernel)
       setDescAttr(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
     cublasStatus_t status = CUBLAS_STATUS_NOT_SUPPORTED;
