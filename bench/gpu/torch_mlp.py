@@ -9,8 +9,11 @@ gpipe-run's order (step s takes mini-batch (s-1) mod (samples // batch)).
 
 Precisions:
   fp32  torch.backends.cuda.matmul.allow_tf32 = False, torch.backends.cudnn.allow_tf32 = False
-        (float32 GEMMs on the CUDA cores; gpipe-compile --precision fp32)
-  tf32  both True (TF32 tensor-core GEMMs; gpipe-compile --precision fp32 --allow-tf32)
+        (torch 2.9+: torch.backends.cuda.matmul.fp32_precision = "ieee", and
+        torch.backends.cudnn.conv's) (float32 GEMMs on the CUDA cores; gpipe-compile
+        --precision fp32)
+  tf32  both True (torch 2.9+: "tf32") (TF32 tensor-core GEMMs; gpipe-compile --precision
+        fp32 --allow-tf32)
   bf16  float32 master weights, gradients and SGD; forward (and hence backward) GEMMs in
         bfloat16 with float32 accumulation under torch.autocast(device_type, torch.bfloat16)
         (gpipe-compile --precision bf16); TF32 off for whatever stays float32.
@@ -103,15 +106,55 @@ def load_problem(a):
     return cfg, x, y
 
 
+def has_attr(obj, name):
+    """hasattr that survives torch 1.13's torch.backends.cuda.matmul, whose __getattr__
+    raises AssertionError (not AttributeError) for a name it does not know."""
+    try:
+        getattr(obj, name)
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
 def set_precision(torch, precision, cuda):
-    """TF32 on for tf32 only (fp32 and the float32 parts of bf16 keep full float32 GEMMs)."""
+    """TF32 on for tf32 only (fp32 and the float32 parts of bf16 keep full float32 GEMMs).
+
+    torch 2.9+ has fp32_precision settings ("tf32" / "ieee") and deprecates allow_tf32 (it
+    warns; mixing the two kinds of setting is not supported): those are used where they
+    exist, else set_float32_matmul_precision and allow_tf32 (torch 1.13 ... 2.8).
+    """
     tf32 = precision == "tf32"
+    mode = "tf32" if tf32 else "ieee"
+    matmul = torch.backends.cuda.matmul
+    conv = getattr(torch.backends.cudnn, "conv", None)
+    if has_attr(matmul, "fp32_precision") and has_attr(conv, "fp32_precision"):
+        try:
+            matmul.fp32_precision = mode
+            conv.fp32_precision = mode
+            return
+        except Exception as e:  # noqa: BLE001 - fall back to the older settings
+            print("torch_mlp.py: note: fp32_precision = %r failed (%s); using allow_tf32"
+                  % (mode, e), file=sys.stderr)
     if hasattr(torch, "set_float32_matmul_precision"):
         # "highest" is allow_tf32 = False, "high" True; set first, the flags below win.
         torch.set_float32_matmul_precision("high" if tf32 else "highest")
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = tf32
         torch.backends.cudnn.allow_tf32 = tf32
+
+
+def tf32_settings(torch):
+    """What the GEMMs and convolutions were told ({"matmul": ..., "cudnn": ...}): "tf32" or
+    "ieee" from fp32_precision where it exists, else True/False from allow_tf32."""
+    try:
+        if has_attr(torch.backends.cuda.matmul, "fp32_precision") and \
+                has_attr(getattr(torch.backends.cudnn, "conv", None), "fp32_precision"):
+            return {"matmul": torch.backends.cuda.matmul.fp32_precision,
+                    "cudnn": torch.backends.cudnn.conv.fp32_precision}
+        return {"matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+                "cudnn": bool(torch.backends.cudnn.allow_tf32)}
+    except Exception as e:  # noqa: BLE001 - a report field must not end the run
+        return {"error": str(e)}
 
 
 def main(argv=None):
@@ -232,8 +275,7 @@ def main(argv=None):
         "loss": loss_vals[:a.warmup + a.steps],
         "final_loss": loss_vals[-1],
         "torch": torch.__version__, "cuda": torch.version.cuda if cuda else None,
-        "allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32) if cuda else None,
-        "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32) if cuda else None,
+        "tf32_settings": tf32_settings(torch) if cuda else None,
         "bf16_reduced_precision_reduction": (
             bool(getattr(torch.backends.cuda.matmul, "allow_bf16_reduced_precision_reduction",
                          False)) if cuda else None),

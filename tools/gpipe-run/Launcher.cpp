@@ -15,10 +15,12 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <poll.h>
 #include <spawn.h>
 #include <sys/uio.h>
@@ -346,6 +348,62 @@ bool crossMemoryAttachWorks() {
          std::strcmp(dst, "gpipe") == 0;
 }
 
+/// Open MPI's major version as `MPIRUN --version` prints it ("mpirun (Open
+/// MPI) 4.1.4"); 0 when it prints no such line (another launcher, a wrapper)
+/// or does not answer within 10 s.
+int openMpiMajor(const std::string &mpirun) {
+  llvm::SmallString<128> out;
+  if (llvm::sys::fs::createTemporaryFile("gpipe-run-mpirun-version", "txt",
+                                         out))
+    return 0;
+  std::optional<llvm::StringRef> redirects[] = {
+      llvm::StringRef(""), llvm::StringRef(out), llvm::StringRef("")};
+  llvm::StringRef args[] = {mpirun, "--version"};
+  int rc = llvm::sys::ExecuteAndWait(mpirun, args, std::nullopt, redirects,
+                                     /*SecondsToWait=*/10);
+  int major = 0;
+  std::ifstream in(out.c_str());
+  std::string line;
+  while (rc == 0 && std::getline(in, line)) {
+    size_t at = line.find("(Open MPI) ");
+    if (at != std::string::npos) {
+      major = std::atoi(line.c_str() + at + 11);
+      break;
+    }
+  }
+  llvm::sys::fs::remove(out);
+  return major;
+}
+
+/// Whether mpirun should get `--mca plm isolated`: Open MPI 4's default
+/// launcher (plm rsh) refuses to start even a job on this host alone when
+/// no ssh or rsh is on PATH ("plm_rsh_agent: ssh : rsh ... not found", exit
+/// 243); the isolated launcher starts local processes only and needs
+/// neither. Not with --hostfile, nor when the user chose a launcher or hosts
+/// (OMPI_MCA_plm, --mpirun-arg=--mca plm ..., --host, --hostfile,
+/// --machinefile), nor with an mpirun other than Open MPI 1 to 4 (Open MPI
+/// 5's PRRTE has no isolated launcher and starts local jobs without ssh).
+bool wantIsolatedLauncher(const LaunchOptions &o, const std::string &mpirun) {
+  if (!o.hostfile.empty() || llvm::sys::Process::GetEnv("OMPI_MCA_plm"))
+    return false;
+  const std::vector<std::string> &a = o.mpirunArgs;
+  for (size_t i = 0; i < a.size(); ++i) {
+    llvm::StringRef arg(a[i]);
+    llvm::StringRef opt = arg.ltrim('-');
+    if (arg.starts_with("-") && (opt == "mca" || opt == "gmca") &&
+        i + 1 < a.size() && a[i + 1] == "plm")
+      return false;
+    if (arg.starts_with("-") &&
+        (arg == "-H" || opt == "host" || opt.starts_with("host=") ||
+         opt == "hostfile" || opt.starts_with("hostfile=") ||
+         opt == "machinefile" || opt.starts_with("machinefile=") ||
+         opt == "default-hostfile" || opt.starts_with("default-hostfile=")))
+      return false;
+  }
+  int major = openMpiMajor(mpirun);
+  return major >= 1 && major <= 4;
+}
+
 /// A fresh directory for the stages' status files: under OUT when the
 /// stages may run on other hosts (OUT is then on a shared file system, as
 /// the executables are), else in the system temp directory.
@@ -521,6 +579,8 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
     cmd.insert(cmd.end(), {"--oversubscribe", "--bind-to", "none"});
     if (!o.hostfile.empty())
       cmd.insert(cmd.end(), {"--hostfile", o.hostfile});
+    if (wantIsolatedLauncher(o, mpirun))
+      cmd.insert(cmd.end(), {"--mca", "plm", "isolated"});
     if (!singleCopySet && !crossMemoryAttachWorks())
       cmd.insert(cmd.end(),
                  {"--mca", "btl_vader_single_copy_mechanism", "none"});
