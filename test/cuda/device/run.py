@@ -629,7 +629,7 @@ def bench(notes, ctx):
                    "bench/gpu/device_bench.py): %s" % script)
     budget = max(10.0, min(a.bench_time, left() - 5))
     log = os.path.join(ctx["logdir"], "bench.log")
-    cmd = [sys.executable, script, "run", "--programs", progs, "--out", a.out,
+    cmd = [sys.executable, script, "run", "--programs", progs, "--out", a.out, "--repeat", "2",
            "--timeout", "%g" % min(a.timeout, budget), "--deadline", "%g" % budget]
     rc, secs = run_program(cmd, ctx["env"], budget + 15, log)
     text = tail(log, 4000)
