@@ -9,7 +9,7 @@ On a 4-layer MLP (test/e2e/models.py mlp_deep_small), 100 samples in mini-batche
      + --resume for 8 more, bit for bit: trained weights, the step-16 checkpoints (parameters
      and optimizer state), and the 16 losses of the --log-json log;
   2. the 4-stage step-8 checkpoint resumed by a 2-stage x 4-micro-batch pipeline of the same
-     model ends within 1e-6 (relative) of the uninterrupted 4-stage run;
+     model ends within 1e-5 (relative) of the uninterrupted 4-stage run;
   3. a save killed half-way (GPIPE_TEST_KILL_IN_CHECKPOINT) leaves the previous checkpoint
      loadable: --resume continues from it and ends bit for bit where the uninterrupted run
      did; the interrupted save is removed;
@@ -152,7 +152,10 @@ def main():
     w2 = weights(os.path.join(work, "w_k2"))
     worst = max(float(np.abs(wf[f] - w2[f]).max() / max(np.abs(wf[f]).max(), 1e-30))
                 for f in wf) if wf.keys() == w2.keys() else float("inf")
-    check(worst <= 1e-6, "adam: K=4 -> K'=2 resume within 1e-6 of the K=4 run "
+    # The 2-stage program rounds differently from the 4-stage one; how much
+    # depends on the CPU's oneDNN kernels: 1.8e-7 with AVX2, 3.9e-6 with
+    # AVX-512 (an AMD EPYC, ONEDNN_MAX_CPU_ISA unset), Adam amplifying it.
+    check(worst <= 1e-5, "adam: K=4 -> K'=2 resume within 1e-5 of the K=4 run "
           "(worst relative error %.3e)" % worst)
     tk2, mk2 = tensors(step(ck_k2, 2 * HALF))
     check(mk2["stages"] == 2 and tk2.keys() == tensors(step(
