@@ -15,7 +15,14 @@ toolchain gpipe-compile needs, so:
       [--steps 50 --warmup 10 --repeat 3] [--timeout 120] [--deadline SECONDS]
       [--precisions fp32,tf32,bf16] [--out DIR] [--torch-device cuda]
 
-pack exports the benchmark model (mlp_model.py) and compiles it as 1 stage with
+  # the GPT-style model (gpt_model.py; bf16 by default; bench.json says which model):
+  /usr/bin/python3 bench/gpu/device_bench.py pack --model gpt --bin build/bin --out DIR \\
+      [--vocab 8192 --t 1024 --d 1024 --heads 16 --layers 12 --batch 8] [--precisions bf16]
+
+pack exports the benchmark model (mlp_model.py; with --model gpt gpt_model.py,
+whose pack also prints each precision's compile time, stage0 size and the GPU
+memory pipeline.json's plan gives, and records them in bench.json; torch side
+torch_gpt.py, table with tokens/s) and compiles it as 1 stage with
 --target cuda for each precision (default fp32,tf32,bf16: fp32 is --precision
 fp32 with TF32 off, tf32 is --precision fp32 --allow-tf32, bf16 is --precision
 bf16); DIR keeps only each precision's stage0 and pipeline.json, and
@@ -23,14 +30,16 @@ bench.json (the model's configuration); the weights (~1 GB for the default
 model) are not carried.
 
 run writes the weights into --workdir from the same seed as PyTorch's module
-(mlp_model.build_module), under the file names of every precision's
-pipeline.json, and the data (mlp_model.make_data: 4 mini-batches), then checks
+(mlp_model.build_module; the GPT: gpt_model.build_module's state_dict, so a
+buffer or tied name pipeline.json lists is found too), under the file names of
+every precision's pipeline.json, and the data (mlp_model.make_data /
+gpt_model.make_data: 4 mini-batches), then checks
 them against each pipeline.json: every parameter's file exists, is float32 and
 has the parameter's shape; every graph input's data file exists with its dtype,
 its per-sample shape and at least one mini-batch of samples. A precision whose
 check fails is not run (its problems are reported). Then it alternates rounds
 of the gpipe program (its --log-json step times, warmup steps dropped, median)
-and torch_mlp.py (PyTorch eager with this same python, sys.executable; same
+and torch_mlp.py or torch_gpt.py (PyTorch eager with this same python, sys.executable; same
 precision: fp32 with TF32 off, tf32 with TF32 on, bf16 with autocast), and
 writes a table: ms/step, samples/s ratio gpipe/torch, TFLOP/s and MFU of each,
 and the loss of the first steps of both (same weights and data: they must
@@ -97,6 +106,100 @@ PRECISION_FLAGS = {"fp32": ["--precision", "fp32"],
                    "tf32": ["--precision", "fp32", "--allow-tf32"],
                    "bf16": ["--precision", "bf16"]}
 DRY_RUN_TORCH_MAX_PARAMS = 20_000_000
+
+
+# --- the models ---------------------------------------------------------------------------------
+
+class MlpBench:
+    """mlp_model.py's deep ReLU MLP (the default; bench.json without "model" is this one)."""
+    name = "mlp"
+    keys = ("layers", "width", "classes", "batch")
+    defaults = {"layers": 16, "width": 4096, "classes": 1024, "batch": 1024}
+    precisions = "fp32,tf32,bf16"
+    script = "torch_mlp.py"
+
+    @staticmethod
+    def export_cmd(cfg, out):
+        return [sys.executable, os.path.join(HERE, "mlp_model.py"), "--layers",
+                str(cfg["layers"]), "--width", str(cfg["width"]), "--classes",
+                str(cfg["classes"]), "--batch", str(cfg["batch"]), "--out", out]
+
+    @staticmethod
+    def flops(cfg):
+        import mlp_model
+        return mlp_model.flops(cfg["layers"], cfg["width"], cfg["classes"], cfg["batch"])
+
+    @staticmethod
+    def weights(cfg):
+        import mlp_model
+        m = mlp_model.build_module(cfg["layers"], cfg["width"], cfg["classes"])
+        return {n: t.detach().numpy() for n, t in m.named_parameters()}
+
+    @staticmethod
+    def data(cfg):
+        import mlp_model
+        return mlp_model.make_data(4 * cfg["batch"], cfg["width"], cfg["classes"], 0)
+
+    @staticmethod
+    def title(cfg):
+        return "%d-layer MLP width %d, %d classes, batch %d" % (
+            cfg["layers"], cfg["width"], cfg["classes"], cfg["batch"])
+
+    @staticmethod
+    def torch_args(cfg):
+        return ["--layers", str(cfg["layers"]), "--width", str(cfg["width"]),
+                "--classes", str(cfg["classes"]), "--batch", str(cfg["batch"])]
+
+
+class GptBench:
+    """gpt_model.py's GPT-style LM (test/e2e/models.py's GptTiny), bf16 by default."""
+    name = "gpt"
+    keys = ("vocab", "t", "d", "heads", "layers", "batch")
+    defaults = {"vocab": 8192, "t": 1024, "d": 1024, "heads": 16, "layers": 12, "batch": 8}
+    precisions = "bf16"
+    script = "torch_gpt.py"
+
+    @staticmethod
+    def export_cmd(cfg, out):
+        return [sys.executable, os.path.join(HERE, "gpt_model.py")] + \
+            GptBench.torch_args(cfg) + ["--out", out]
+
+    @staticmethod
+    def flops(cfg):
+        import gpt_model
+        return gpt_model.flops(cfg)
+
+    @staticmethod
+    def weights(cfg):
+        # state_dict: parameters, tied names and buffers (the causal mask), as pipeline.json
+        # may list any of them.
+        import gpt_model
+        return gpt_model.weights_by_name(cfg)
+
+    @staticmethod
+    def data(cfg):
+        import gpt_model
+        return gpt_model.make_data(4 * cfg["batch"], cfg["t"], cfg["vocab"], 0)
+
+    @staticmethod
+    def title(cfg):
+        import gpt_model
+        return "%s (%d tokens/step)" % (gpt_model.describe(cfg), cfg["batch"] * cfg["t"])
+
+    @staticmethod
+    def torch_args(cfg):
+        return [a for k in GptBench.keys for a in ("--" + k, str(cfg[k]))]
+
+
+MODELS = {"mlp": MlpBench, "gpt": GptBench}
+
+
+def model_of(cfg):
+    """The model class of a bench.json (no "model": the MLP, as before there were two)."""
+    name = cfg.get("model", "mlp")
+    if name not in MODELS:
+        raise ValueError("bench.json's model %r is not one of %s" % (name, ", ".join(MODELS)))
+    return MODELS[name]
 
 
 class Stop(Exception):
@@ -259,30 +362,87 @@ def run_prog(cmd, timeout, env=None):
 
 # --- pack -------------------------------------------------------------------------------------
 
+def gb(n):
+    if not isinstance(n, (int, float)):
+        return "n/a"
+    return "%.2f GB" % (n / 1e9) if n >= 1e8 else "%.1f MB" % (n / 1e6)
+
+
+def memory_line(pj):
+    """What pipeline.json's memory plan says the stage needs on the GPU (one line)."""
+    try:
+        mem = pj["stages"][0]["memory"]
+    except (KeyError, IndexError, TypeError):
+        return "pipeline.json has no memory plan"
+    parts = ["%s %s" % (k.replace("_bytes", "").replace("_", " "), gb(mem.get(k)))
+             for k in ("parameter_bytes", "gradient_bytes", "optimizer_state_bytes",
+                       "activation_bytes", "transient_peak_bytes", "constant_bytes",
+                       "bf16_copy_bytes", "scratch_bytes") if k in mem]
+    return "arena %s (%s), plus what the runtime allocates outside the arena (CUDA context, " \
+        "library workspaces)" \
+        % (gb(mem.get("arena_bytes")), ", ".join(parts))
+
+
 def pack(a):
+    model = MODELS[a.model]
     out = os.path.abspath(a.out)
     os.makedirs(out, exist_ok=True)
-    precisions = [p for p in a.precisions.split(",") if p]
+    cfg = {}
+    for k in model.keys:
+        v = getattr(a, k, None)
+        cfg[k] = model.defaults[k] if v is None else v
+    unused = sorted(k for k in set(MlpBench.keys + GptBench.keys) - set(model.keys)
+                    if getattr(a, k, None) is not None)
+    if unused:
+        sys.exit("device_bench: --model %s takes no %s" % (a.model, ", ".join("--" + k
+                                                                        for k in unused)))
+    precisions = [p for p in (a.precisions or model.precisions).split(",") if p]
     bad = [p for p in precisions if p not in PRECISION_FLAGS]
     if bad or not precisions:
         sys.exit("device_bench: --precisions takes fp32, tf32, bf16; got %s" % a.precisions)
     model_dir = os.path.join(out, "model")
-    must([sys.executable, os.path.join(HERE, "mlp_model.py"), "--layers", str(a.layers),
-          "--width", str(a.width), "--classes", str(a.classes), "--batch", str(a.batch),
-          "--out", model_dir])
+    t0 = time.monotonic()
+    text = must(model.export_cmd(cfg, model_dir))
+    if a.model != "mlp":  # (the MLP's pack prints only its last line, as before)
+        print(text.rstrip("\n"))
+        print("device_bench: export %.0fs" % (time.monotonic() - t0), flush=True)
+    compiled = {}
     for p in precisions:
         d = os.path.join(out, p)
         must(["rm", "-rf", d])
         flags = ["--target", "cuda", "--cuda-arch", a.cuda_arch, "--lr", repr(a.lr)]
+        t0 = time.monotonic()
         must([os.path.join(a.bin, "gpipe-compile"), os.path.join(model_dir, "model.onnx"),
               "-o", d] + flags + PRECISION_FLAGS[p])
+        secs = time.monotonic() - t0
         for f in os.listdir(d):
             if f not in ("stage0", "pipeline.json"):
                 must(["rm", "-rf", os.path.join(d, f)])
+        if a.model != "mlp":
+            with open(os.path.join(d, "pipeline.json")) as f:
+                pj = json.load(f)
+            st = pj["stages"][0]
+            compiled[p] = {"compile_s": round(secs, 1),
+                           "stage0_bytes": os.path.getsize(os.path.join(d, "stage0")),
+                           "flops_per_step": st.get("flops_per_step"),
+                           "memory": st.get("memory")}
+            print("device_bench: %s: gpipe-compile %.0fs, stage0 %.1f MB (unstripped), %d "
+                  "parameters, executed FLOP/step %s; GPU memory: %s"
+                  % (p, secs, compiled[p]["stage0_bytes"] / 1e6, len(st.get("params", [])),
+                     "%.4g" % st["flops_per_step"] if "flops_per_step" in st else "n/a",
+                     memory_line(pj)), flush=True)
     must(["rm", "-rf", model_dir])
+    if a.model == "mlp":  # bench.json as before the GPT model, and its name
+        bench = {"model": "mlp", "layers": cfg["layers"], "width": cfg["width"],
+                 "classes": cfg["classes"], "batch": cfg["batch"], "lr": a.lr,
+                 "precisions": precisions}
+    else:
+        fl = model.flops(cfg)
+        bench = dict(cfg, model=a.model, lr=a.lr, optimizer="sgd", precisions=precisions,
+                     cuda_arch=a.cuda_arch, params=fl["params"],
+                     model_flops=fl["model_flops"], compiled=compiled)
     with open(os.path.join(out, "bench.json"), "w") as f:
-        json.dump({"layers": a.layers, "width": a.width, "classes": a.classes,
-                   "batch": a.batch, "lr": a.lr, "precisions": precisions}, f)
+        json.dump(bench, f)
     print("device_bench: packed %s into %s" % (",".join(precisions), out))
     return 0
 
@@ -293,15 +453,14 @@ def write_inputs(cfg, pjs, work):
     """The weights (torch's seeded init, under every pipeline.json's file names) and the
     data. Returns (weights dir, data dir, problems)."""
     import numpy as np
-    import mlp_model
+    model = model_of(cfg)
     wdir, ddir = os.path.join(work, "weights"), os.path.join(work, "data")
     os.makedirs(wdir, exist_ok=True)
     os.makedirs(ddir, exist_ok=True)
     for d in (wdir, ddir):
         for f in glob.glob(os.path.join(d, "*.npy")):
             os.remove(f)
-    m = mlp_model.build_module(cfg["layers"], cfg["width"], cfg["classes"])
-    params = dict(m.named_parameters())
+    params = model.weights(cfg)
     problems, written = [], {}
     for prec, pj in pjs.items():
         for st in pj.get("stages", []):
@@ -320,10 +479,10 @@ def write_inputs(cfg, pjs, work):
                                     "precision" % (prec, fname, name, written[fname]))
                     continue
                 if fname not in written:
-                    np.save(os.path.join(wdir, fname),
-                            params[name].detach().numpy().astype(np.float32))
+                    np.save(os.path.join(wdir, fname), params[name].astype(np.float32))
                     written[fname] = name
-    x, y = mlp_model.make_data(4 * cfg["batch"], cfg["width"], cfg["classes"], 0)
+    del params
+    x, y = model.data(cfg)
     np.save(os.path.join(ddir, "x.npy"), x)
     np.save(os.path.join(ddir, "y.npy"), y)
     return wdir, ddir, problems
@@ -397,15 +556,18 @@ def fmt(v, f="%.3f"):
 def table(cfg, a, res, precisions, model_flops, notes, state):
     dev = next((res[p].get("device_name") for p in precisions if res[p].get("device_name")),
                None)
-    lines = ["# gpipe (1 stage, --target cuda) vs PyTorch eager, %s, %d-layer MLP width %d, "
-             "%d classes, batch %d; model FLOP/step %.4g; %d warmup + %d steps, %d alternating "
-             "rounds (%s)"
-             % (dev or "GPU unknown", cfg["layers"], cfg["width"], cfg["classes"], cfg["batch"],
-                model_flops, a.warmup, a.steps, a.repeat, state),
-             "| precision | gpipe ms/step | torch ms/step | throughput gpipe/torch | "
-             "gpipe TFLOP/s (MFU) | torch TFLOP/s (MFU) | rounds gpipe / torch | "
-             "first losses gpipe / torch |",
-             "|---|---|---|---|---|---|---|---|"]
+    model = model_of(cfg)
+    gpt = model is GptBench
+    tokens = cfg["batch"] * cfg["t"] if gpt else None
+    lines = ["# gpipe (1 stage, --target cuda) vs PyTorch eager, %s, %s; model FLOP/step %.4g; "
+             "%d warmup + %d steps, %d alternating rounds (%s)"
+             % (dev or "GPU unknown", model.title(cfg), model_flops, a.warmup, a.steps,
+                a.repeat, state),
+             "| precision | gpipe ms/step | torch ms/step | throughput gpipe/torch%s | "
+             "gpipe TFLOP/s (MFU) | torch TFLOP/s (MFU) | %srounds gpipe / torch | "
+             "first losses gpipe / torch |"
+             % ((" (tokens/s)", "gpipe / torch tokens/s | ") if gpt else ("", "")),
+             "|---|---|---|---|---|---|---|---|" + ("---|" if gpt else "")]
     for p in precisions:
         r = res[p]
         g, t = median(r["gpipe"]), median(r["torch"])
@@ -417,9 +579,19 @@ def table(cfg, a, res, precisions, model_flops, notes, state):
             return "%.1f (%.1f%%)" % (model_flops / ms / 1e9, 100 * model_flops / ms / 1e9 / peak)
         losses = "%s / %s" % (["%.5f" % v for v in (r["gpipe_loss"] or [])[:3]] or "n/a",
                               ["%.5f" % v for v in (r["torch_loss"] or [])[:3]] or "n/a")
-        lines.append("| %s | %s | %s | **%s** | %s | %s | %d / %d | %s |"
+        toks = ("%s / %s | " % (fmt(tokens / g * 1e3 if g else None, "%.0f"),
+                                fmt(tokens / t * 1e3 if t else None, "%.0f"))
+                if gpt else "")
+        lines.append("| %s | %s | %s | **%s** | %s | %s | %s%d / %d | %s |"
                      % (p, fmt(g), fmt(t), fmt(t / g if g and t else None), tf(g), tf(t),
-                        len(r["gpipe"]), len(r["torch"]), losses))
+                        toks, len(r["gpipe"]), len(r["torch"]), losses))
+        if gpt and (r.get("gpipe_device_memory_gb") or r.get("torch_max_memory_allocated_gb")):
+            notes_mem = "%s: GPU memory: gpipe %s in use at its end (cudaMemGetInfo, all " \
+                "processes), torch max_memory_allocated %s" % (
+                    p, fmt(r.get("gpipe_device_memory_gb"), "%.2f GB"),
+                    fmt(r.get("torch_max_memory_allocated_gb"), "%.2f GB"))
+            if notes_mem not in notes:
+                notes = notes + [notes_mem]
     fails = [f for p in precisions for f in res[p]["failures"]]
     if fails:
         lines += ["", "Failures and programs not run:"] + ["- " + f for f in fails]
@@ -500,8 +672,12 @@ def run_bench(a):
         notes += mpi_notes
     env = stage_env(device_run, notes)
 
-    import mlp_model
-    fl = mlp_model.flops(cfg["layers"], cfg["width"], cfg["classes"], cfg["batch"])
+    try:
+        model = model_of(cfg)
+    except ValueError as e:
+        print("device_bench: %s/bench.json: %s" % (progs, e), flush=True)
+        return 2
+    fl = model.flops(cfg)
     model_flops = fl["model_flops"]
     res = {p: {"gpipe": [], "torch": [], "gpipe_loss": None, "torch_loss": None,
                "failures": []} for p in cfg["precisions"]}
@@ -543,21 +719,21 @@ def run_bench(a):
 
     def gpipe_cmd(p, r):
         log = os.path.join(work, "log_%s_%d.jsonl" % (p, r))
+        # the GPT's also writes a --report (the GPU memory in use at its end)
+        report = ["--report", log[:-len(".jsonl")] + ".report"] if model is GptBench else []
         return [os.path.join(progs, p, "stage0"), "--data", ddir, "--steps", str(total),
-                "--weights-in", wdir, "--log-json", log, "--quiet"], log
+                "--weights-in", wdir, "--log-json", log, "--quiet"] + report, log
 
     def torch_cmd(p, device=None, warmup=None, steps=None):
         device = device or a.torch_device
-        return [sys.executable, os.path.join(HERE, "torch_mlp.py"),
-                "--layers", str(cfg["layers"]), "--width", str(cfg["width"]),
-                "--classes", str(cfg["classes"]), "--batch", str(cfg["batch"]),
+        return [sys.executable, os.path.join(HERE, model.script)] + model.torch_args(cfg) + [
                 "--precision", p, "--lr", repr(cfg["lr"]), "--device", device,
                 "--warmup", str(a.warmup if warmup is None else warmup),
                 "--steps", str(a.steps if steps is None else steps), "--repeat", "1"]
 
     if a.dry_run:
         return dry_run(a, cfg, precisions, problems, env, device_run, gpipe_cmd, torch_cmd,
-                       notes)
+                       notes, fl)
 
     for p in sorted(broken):
         res[p]["failures"].append("%s: not run: the inputs do not fit its pipeline.json "
@@ -656,6 +832,14 @@ def measure(a, p, r, who, res, env, device_run, gpipe_cmd, torch_cmd, limit, las
             return False, "its log has %d step(s), expected %d" % (len(rows), a.warmup + a.steps)
         res[p]["gpipe"].append(statistics.median(x["ms"] for x in rows[a.warmup:]))
         res[p]["gpipe_loss"] = [x["loss"] for x in rows[:5]]
+        if "--report" in cmd:  # the GPT's: a missing or odd report is no failure
+            try:
+                with open(cmd[cmd.index("--report") + 1]) as f:
+                    mem = json.load(f).get("device_memory_bytes")
+                if isinstance(mem, (int, float)) and mem >= 0:
+                    res[p]["gpipe_device_memory_gb"] = mem / 1e9
+            except (OSError, ValueError, AttributeError):
+                pass
         return True, ""
     ok, out, reason, secs = run_prog(torch_cmd(p), limit)
     last_secs[(p, who)] = secs
@@ -665,13 +849,16 @@ def measure(a, p, r, who, res, env, device_run, gpipe_cmd, torch_cmd, limit, las
         j = json.loads(out.strip().splitlines()[-1])
         res[p]["torch"].append(float(j["ms_per_step"]))
     except (ValueError, IndexError, KeyError, TypeError) as e:
-        return False, "no JSON result line from torch_mlp.py (%s): %s" % (e, out[-300:])
+        return False, "no JSON result line from %s (%s): %s" % (
+            os.path.basename(torch_cmd(p)[1]), e, out[-300:])
     res[p]["torch_loss"] = list(j.get("loss", []))[:5]
     res[p]["device_name"] = j.get("device_name")
+    if "max_memory_allocated_gb" in j and j.get("model") == "gpt":
+        res[p]["torch_max_memory_allocated_gb"] = j["max_memory_allocated_gb"]
     return True, ""
 
 
-def dry_run(a, cfg, precisions, problems, env, device_run, gpipe_cmd, torch_cmd, notes):
+def dry_run(a, cfg, precisions, problems, env, device_run, gpipe_cmd, torch_cmd, notes, fl):
     for n in notes:
         print("device_bench: note: " + n, flush=True)
     print("device_bench: --dry-run: would run %d alternating round(s) of %s, each program "
@@ -687,8 +874,8 @@ def dry_run(a, cfg, precisions, problems, env, device_run, gpipe_cmd, torch_cmd,
                 print("    note: here ldd does not find %s (on the GPU machine that round "
                       "would fail unless they are there)" % ", ".join(lost), flush=True)
         print("  torch %s: %s" % (p, " ".join(torch_cmd(p))), flush=True)
-    import mlp_model
-    params = mlp_model.flops(cfg["layers"], cfg["width"], cfg["classes"], cfg["batch"])["params"]
+    script = model_of(cfg).script
+    params = fl["params"]
     if params <= DRY_RUN_TORCH_MAX_PARAMS:
         for p in precisions:
             cmd = torch_cmd(p, device="cpu", warmup=1, steps=2)
@@ -696,14 +883,14 @@ def dry_run(a, cfg, precisions, problems, env, device_run, gpipe_cmd, torch_cmd,
             if ok:
                 try:
                     j = json.loads(out.strip().splitlines()[-1])
-                    print("  torch_mlp.py %s on the CPU: 2 steps, losses %s (%.1fs)"
-                          % (p, ["%.5f" % v for v in j["loss"][:3]], secs), flush=True)
+                    print("  %s %s on the CPU: 2 steps, losses %s (%.1fs)"
+                          % (script, p, ["%.5f" % v for v in j["loss"][:3]], secs), flush=True)
                 except (ValueError, IndexError, KeyError, TypeError) as e:
-                    problems.append("%s: torch_mlp.py printed no JSON result line (%s)" % (p, e))
+                    problems.append("%s: %s printed no JSON result line (%s)" % (p, script, e))
             else:
-                problems.append("%s: torch_mlp.py --device cpu failed: %s" % (p, reason))
+                problems.append("%s: %s --device cpu failed: %s" % (p, script, reason))
     else:
-        print("  (torch_mlp.py not tried on the CPU: %d parameters)" % params, flush=True)
+        print("  (%s not tried on the CPU: %d parameters)" % (script, params), flush=True)
     if problems:
         print("device_bench: --dry-run: %d problem(s):" % len(problems), flush=True)
         for s in problems:
@@ -721,13 +908,20 @@ def main():
     p = sub.add_parser("pack")
     p.add_argument("--bin", required=True)
     p.add_argument("--out", required=True)
-    p.add_argument("--layers", type=int, default=16)
-    p.add_argument("--width", type=int, default=4096)
-    p.add_argument("--classes", type=int, default=1024)
-    p.add_argument("--batch", type=int, default=1024)
+    p.add_argument("--model", choices=sorted(MODELS), default="mlp",
+                   help="mlp (default: mlp_model.py) or gpt (gpt_model.py)")
+    p.add_argument("--layers", type=int, default=None, help="mlp 16, gpt 12")
+    p.add_argument("--batch", type=int, default=None, help="mlp 1024 samples, gpt 8 sequences")
+    p.add_argument("--width", type=int, default=None, help="mlp: 4096")
+    p.add_argument("--classes", type=int, default=None, help="mlp: 1024")
+    p.add_argument("--vocab", type=int, default=None, help="gpt: 8192")
+    p.add_argument("--t", type=int, default=None, help="gpt: sequence length 1024")
+    p.add_argument("--d", type=int, default=None, help="gpt: model width 1024")
+    p.add_argument("--heads", type=int, default=None, help="gpt: 16")
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--cuda-arch", default="90")
-    p.add_argument("--precisions", default="fp32,tf32,bf16")
+    p.add_argument("--precisions", default=None,
+                   help="default: mlp fp32,tf32,bf16; gpt bf16")
     r = sub.add_parser("run")
     r.add_argument("--programs", required=True)
     r.add_argument("--workdir", default="/tmp/gpipe_device_bench")
@@ -744,7 +938,8 @@ def main():
                    "--workdir)")
     r.add_argument("--mpi", help="a pack.py bundle's mpi/ folder, installed first")
     r.add_argument("--torch-device", default="cuda",
-                   help="torch_mlp.py --device (default cuda; cpu: a plumbing test)")
+                   help="torch_mlp.py/torch_gpt.py --device (default cuda; cpu: a plumbing "
+                   "test)")
     r.add_argument("--dry-run", action="store_true",
                    help="write and check the inputs, print the commands; needs no GPU")
     a = ap.parse_args()

@@ -16,7 +16,15 @@
    and OUT/bench.txt must hold the table (fp32 measured twice), each failure
    with its reason;
 5. the same with --deadline 10 and the hanging program first: it is stopped at
-   the deadline, the rest is listed as not run, and the run ends in time.
+   the deadline, the rest is listed as not run, and the run ends in time;
+6. `pack --model gpt` a tiny GPT (2 layers, d 32, 2 heads, T 16, vocab 64, batch 4)
+   for fp32 and bf16, and `run --dry-run` on it (weights by pipeline.json's names
+   from gpt_model.build_module, torch_gpt.py for 2 steps on the CPU);
+7. `run` (not dry) on a copy whose fp32 stage0 is the same model compiled with
+   --target cpu (gpt_model.py's export), torch_gpt.py on the CPU: the gpipe and
+   torch losses of every step must agree within 1e-4 (both start from the weights
+   device_bench writes by name and read the same data), and the table must give
+   tokens/s.
 Uses this python (sys.executable) throughout: it needs torch (CPU), onnx, numpy.
 """
 import argparse
@@ -55,6 +63,91 @@ with open(log, "w") as f:
     for i in range(1, steps + 1):
         f.write(json.dumps({"step": i, "loss": 2.5 - 0.01 * i, "ms": 2.0}) + "\\n")
 """
+
+
+GPT_TINY = ["--layers", "2", "--d", "32", "--heads", "2", "--t", "16", "--vocab", "64",
+            "--batch", "4"]
+
+
+def raw_results(txt):
+    """The raw numbers (JSON) after the table in bench.txt, or {}."""
+    i = txt.find("\n{\n")
+    try:
+        return json.loads(txt[i + 1:]) if i >= 0 else {}
+    except ValueError:
+        return {}
+
+
+def check_gpt(a, work, env):
+    """6. and 7. of the docstring: the GPT model's pack and run."""
+    progs = os.path.join(work, "gpt")
+    rc, out = bench(["pack", "--model", "gpt", "--bin", a.bin, "--out", progs,
+                     "--precisions", "fp32,bf16"] + GPT_TINY, timeout=600)
+    check(rc == 0 and "GPU memory: arena" in out, "pack --model gpt: tiny GPT for fp32, bf16",
+          out)
+    if rc != 0:
+        return
+    with open(os.path.join(progs, "bench.json")) as f:
+        cfg = json.load(f)
+    check(cfg.get("model") == "gpt" and cfg.get("precisions") == ["fp32", "bf16"] and
+          [cfg.get(k) for k in ("layers", "d", "heads", "t", "vocab", "batch")] ==
+          [2, 32, 2, 16, 64, 4] and cfg.get("compiled", {}).get("bf16", {}).get("memory"),
+          "pack --model gpt: bench.json has the model, its configuration, the memory plan",
+          json.dumps(cfg))
+    rc, out = bench(["pack", "--model", "gpt", "--bin", a.bin, "--out",
+                     os.path.join(work, "gpt-bad"), "--width", "64"] + GPT_TINY)
+    check(rc != 0 and "--model gpt takes no --width" in out,
+          "pack --model gpt --width: refused", out)
+
+    rc, out = bench(["run", "--programs", progs, "--workdir", os.path.join(work, "wgpt"),
+                     "--dry-run"])
+    check(rc == 0 and "--dry-run: consistent" in out and "Traceback" not in out and
+          "torch_gpt.py bf16 on the CPU: 2 steps" in out and
+          "torch_gpt.py fp32 on the CPU: 2 steps" in out and
+          "torch_gpt.py --vocab 64 --t 16 --d 32 --heads 2 --layers 2 --batch 4 " in out,
+          "run --dry-run, gpt: consistent, torch_gpt.py on the CPU", out)
+    wdir = os.path.join(work, "wgpt", "weights")
+    check(all(os.path.isfile(os.path.join(wdir, f)) for f in
+              ("tok.weight.npy", "pos.weight.npy", "blocks.1.qkv.weight.npy",
+               "lnf.bias.npy", "head.weight.npy")),
+          "run --dry-run, gpt: wrote the weights by pipeline.json's names",
+          " ".join(sorted(os.listdir(wdir))) if os.path.isdir(wdir) else wdir)
+
+    # 7. the same model compiled for the CPU target stands in for the fp32 CUDA program.
+    model = os.path.join(work, "gpt-model")
+    r = subprocess.run([sys.executable, os.path.join(REPO, "bench", "gpu", "gpt_model.py"),
+                        "--out", model] + GPT_TINY, capture_output=True, text=True, timeout=300)
+    cpu = os.path.join(work, "gpt-cpu-out")
+    if r.returncode == 0:
+        r = subprocess.run([os.path.join(a.bin, "gpipe-compile"),
+                            os.path.join(model, "model.onnx"), "-o", cpu, "--target", "cpu",
+                            "--lr", "0.01"], capture_output=True, text=True, timeout=600)
+    check(r.returncode == 0, "gpt_model.py export and gpipe-compile --target cpu",
+          r.stdout + r.stderr)
+    if r.returncode != 0:
+        return
+    fake = os.path.join(work, "gpt-cpu")
+    shutil.copytree(progs, fake)
+    shutil.copy2(os.path.join(cpu, "stage0"), os.path.join(fake, "fp32", "stage0"))
+    outdir = os.path.join(work, "out-gpt")
+    rc, out = bench(["run", "--programs", fake, "--workdir", os.path.join(work, "wgpt-cpu"),
+                     "--out", outdir, "--precisions", "fp32", "--repeat", "1", "--warmup", "1",
+                     "--steps", "3", "--timeout", "120", "--torch-device", "cpu"], env=env)
+    try:
+        with open(os.path.join(outdir, "bench.txt")) as f:
+            txt = f.read()
+    except OSError as e:
+        txt = str(e)
+    res = raw_results(txt).get("fp32", {})
+    g, t = res.get("gpipe_loss") or [], res.get("torch_loss") or []
+    diff = max((abs(x - y) / max(1.0, abs(y)) for x, y in zip(g, t)), default=None)
+    check(rc == 0 and "Traceback" not in out and len(g) == 4 and len(t) == 4 and
+          diff is not None and diff < 1e-4,
+          "run, gpt: the CPU-target program and torch_gpt.py (CPU, fp32) agree step by step "
+          "(max rel. diff %s)" % diff, out + txt)
+    check("throughput gpipe/torch (tokens/s)" in txt and "gpipe / torch tokens/s" in txt and
+          "GPT (GptTiny): vocab 64, T 16, d 32, 2 heads, 2 layers, batch 4 (64 tokens/step)"
+          in txt, "run, gpt: the table names the model and gives tokens/s", txt)
 
 
 def main():
@@ -166,6 +259,7 @@ def main():
           "round 0 fp32 gpipe: not run (deadline" in txt and "(deadline reached)" in txt,
           "run --deadline 10: the hang stopped at the deadline, the rest not run (%.1fs)" % secs,
           out + txt)
+    check_gpt(a, work, env)
     print("%d check(s) failed" % len(FAILS) if FAILS else "all checks passed", flush=True)
     return 1 if FAILS else 0
 
