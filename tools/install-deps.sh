@@ -5,12 +5,24 @@
 set -euo pipefail
 if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
 export DEBIAN_FRONTEND=noninteractive
+PACKAGES=(
+  build-essential cmake ninja-build lld git ca-certificates
+  llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
+  libonnx-dev libprotobuf-dev protobuf-compiler
+  libboost-program-options-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin
+  libdnnl-dev libopenblas-dev libopenblas0-pthread libgtest-dev
+  python3 python3-numpy python3-onnx python3-torch python3-torchvision
+  clang-14 libclang-rt-14-dev libomp-14-dev)
+# Every package already installed (a machine that ran this before): no apt.
+missing=0
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
+    missing=1; break
+  fi
+done
+if [[ $missing -eq 0 ]]; then
+  echo "install-deps: every package is installed"
+  exit 0
+fi
 $SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends \
-  build-essential cmake ninja-build lld git ca-certificates \
-  llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools \
-  libonnx-dev libprotobuf-dev protobuf-compiler \
-  libboost-program-options-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin \
-  libdnnl-dev libopenblas-dev libopenblas0-pthread libgtest-dev \
-  python3 python3-numpy python3-onnx python3-torch python3-torchvision \
-  clang-14 libclang-rt-14-dev libomp-14-dev > /dev/null
+$SUDO apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" > /dev/null

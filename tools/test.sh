@@ -1,9 +1,36 @@
 #!/usr/bin/env bash
 # One command from a fresh Debian 12 machine: install, build, run every test
 # (lit + FileCheck, GoogleTest units, end-to-end training against PyTorch).
+# Ends with the phase times (install, build, tests) and the ten slowest
+# tests, so that a slower CI is seen when it happens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+phase_start=$(date +%s)
+phases=()
+phase() {  # phase NAME: the time since the last call is NAME's
+  local now; now=$(date +%s)
+  phases+=("$(printf '%-8s %5ds' "$1" $((now - phase_start)))")
+  phase_start=$now
+}
+summary() {
+  echo
+  echo "== phase times: ${phases[*]/%/;}"
+  if [[ -f build/ctest.log ]]; then
+    echo "== slowest tests:"
+    sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) \.+.* ([0-9.]+) sec$/\2 \1/p' \
+      build/ctest.log | sort -rn | head -10 | awk '{printf "   %8.1f s  %s\n", $1, $2}'
+  fi
+}
+trap summary EXIT
 bash tools/install-deps.sh
+phase install
 bash tools/build.sh
+phase build
 cd build
-ctest --output-on-failure -j "$(nproc)"
+set +e
+ctest --output-on-failure -j "$(nproc)" 2>&1 | tee ctest.log
+rc=${PIPESTATUS[0]}
+set -e
+cd ..
+phase tests
+exit "$rc"
