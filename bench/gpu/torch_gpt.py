@@ -30,7 +30,6 @@ import os
 import platform
 import statistics
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -40,7 +39,7 @@ sys.path.insert(0, os.path.join(REPO, "test", "e2e"))
 import numpy as np  # noqa: E402
 
 import gpt_model  # noqa: E402
-from torch_mlp import DEFAULT_PEAKS, set_precision, tf32_settings  # noqa: E402
+from torch_mlp import peak_of, set_precision, tf32_settings, timed_steps  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -108,49 +107,11 @@ def main(argv=None):
         opt.step()
         return loss.detach()
 
-    losses = []
-    s = 0
-    t_start = time.time()
-    for _ in range(a.warmup):
-        s += 1
-        losses.append(step(s))
-    if cuda:
-        torch.cuda.synchronize(dev)
-    warm_s = time.time() - t_start
-
-    rep_ms, rep_wall_ms, rep_min = [], [], []
-    for _ in range(a.repeat):
-        if cuda:
-            ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(a.steps)]
-            for i in range(a.steps):
-                s += 1
-                ev[i][0].record()
-                losses.append(step(s))
-                ev[i][1].record()
-            torch.cuda.synchronize(dev)
-            ms = [e0.elapsed_time(e1) for e0, e1 in ev]
-            wall = ev[0][0].elapsed_time(ev[-1][1]) / a.steps
-        else:
-            ms = []
-            t0 = time.perf_counter()
-            for i in range(a.steps):
-                s += 1
-                t1 = time.perf_counter()
-                losses.append(step(s))
-                ms.append((time.perf_counter() - t1) * 1e3)
-            wall = (time.perf_counter() - t0) * 1e3 / a.steps
-        rep_ms.append(statistics.median(ms))
-        rep_wall_ms.append(wall)
-        rep_min.append(min(ms))
+    losses, warm_s, rep_ms, rep_wall_ms, rep_min = timed_steps(step, a, cuda, dev)
 
     loss_vals = [float(l.item()) for l in losses]
     ms_step = statistics.median(rep_ms)
-    if a.peak_tflops is not None:
-        peak, peak_src = a.peak_tflops, "--peak-tflops"
-    else:
-        peak = DEFAULT_PEAKS[a.precision]
-        peak_src = "default %s (H100 SXM dense; H200 has the same compute peaks)" % a.precision
+    peak, peak_src = peak_of(a)
     tflops = fl["model_flops"] / (ms_step * 1e-3) / 1e12
     out = {
         "side": "torch", "model": "gpt", "precision": a.precision, "device": str(dev),

@@ -157,6 +157,59 @@ def tf32_settings(torch):
         return {"error": str(e)}
 
 
+
+def timed_steps(step, a, cuda, dev):
+    """a.warmup untimed steps, then a.repeat runs of a.steps timed ones (CUDA
+    events around each step on a GPU, perf_counter on the CPU); step(s) runs
+    training step s (1-based) and returns its loss tensor. Returns (losses,
+    warm-up seconds, per-run median ms, per-run wall ms/step, per-run min ms)."""
+    import torch
+    losses = []
+    s = 0
+    t_start = time.time()
+    for _ in range(a.warmup):
+        s += 1
+        losses.append(step(s))
+    if cuda:
+        torch.cuda.synchronize(dev)
+    warm_s = time.time() - t_start
+    rep_ms, rep_wall_ms, rep_min = [], [], []
+    for _ in range(a.repeat):
+        if cuda:
+            ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(a.steps)]
+            for i in range(a.steps):
+                s += 1
+                ev[i][0].record()
+                losses.append(step(s))
+                ev[i][1].record()
+            torch.cuda.synchronize(dev)
+            ms = [e0.elapsed_time(e1) for e0, e1 in ev]
+            wall = ev[0][0].elapsed_time(ev[-1][1]) / a.steps
+        else:
+            ms = []
+            t0 = time.perf_counter()
+            for i in range(a.steps):
+                s += 1
+                t1 = time.perf_counter()
+                losses.append(step(s))
+                ms.append((time.perf_counter() - t1) * 1e3)
+            wall = (time.perf_counter() - t0) * 1e3 / a.steps
+        rep_ms.append(statistics.median(ms))
+        rep_wall_ms.append(wall)
+        rep_min.append(min(ms))
+    return losses, warm_s, rep_ms, rep_wall_ms, rep_min
+
+
+def peak_of(a):
+    """(peak TFLOP/s for the MFU, where it comes from): --peak-tflops or the
+    precision's default."""
+    if a.peak_tflops is not None:
+        return a.peak_tflops, "--peak-tflops"
+    return (DEFAULT_PEAKS[a.precision],
+            "default %s (H100 SXM dense; H200 has the same compute peaks)" % a.precision)
+
+
 def main(argv=None):
     a = parse_args(argv)
     import torch
@@ -217,49 +270,11 @@ def main(argv=None):
         opt.step()
         return loss.detach()
 
-    losses = []
-    s = 0
-    t_start = time.time()
-    for _ in range(a.warmup):
-        s += 1
-        losses.append(step(s))
-    if cuda:
-        torch.cuda.synchronize(dev)
-    warm_s = time.time() - t_start
-
-    rep_ms, rep_wall_ms, rep_min = [], [], []
-    for _ in range(a.repeat):
-        if cuda:
-            ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(a.steps)]
-            for i in range(a.steps):
-                s += 1
-                ev[i][0].record()
-                losses.append(step(s))
-                ev[i][1].record()
-            torch.cuda.synchronize(dev)
-            ms = [e0.elapsed_time(e1) for e0, e1 in ev]
-            wall = ev[0][0].elapsed_time(ev[-1][1]) / a.steps
-        else:
-            ms = []
-            t0 = time.perf_counter()
-            for i in range(a.steps):
-                s += 1
-                t1 = time.perf_counter()
-                losses.append(step(s))
-                ms.append((time.perf_counter() - t1) * 1e3)
-            wall = (time.perf_counter() - t0) * 1e3 / a.steps
-        rep_ms.append(statistics.median(ms))
-        rep_wall_ms.append(wall)
-        rep_min.append(min(ms))
+    losses, warm_s, rep_ms, rep_wall_ms, rep_min = timed_steps(step, a, cuda, dev)
 
     loss_vals = [float(l.item()) for l in losses]
     ms_step = statistics.median(rep_ms)
-    if a.peak_tflops is not None:
-        peak, peak_src = a.peak_tflops, "--peak-tflops"
-    else:
-        peak = DEFAULT_PEAKS[a.precision]
-        peak_src = "default %s (H100 SXM dense; H200 has the same compute peaks)" % a.precision
+    peak, peak_src = peak_of(a)
     tflops = fl["model_flops"] / (ms_step * 1e-3) / 1e12
     out = {
         "side": "torch", "precision": a.precision, "device": str(dev),
