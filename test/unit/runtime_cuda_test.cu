@@ -1127,13 +1127,21 @@ void testLayerNorm() {
   runLayerNorm(8, 1000, false);  // long rows: a full block, strided
   runLayerNorm(3, 1, true);      // one element: y = bias, dx = 0
   runLayerNorm(2000, 300, true); // many rows, the column sum is long
+  runLayerNorm(5000, 5, false);  // fewer columns than a tile's 8
+  runLayerNorm(8192, 1024, true); // the GPT shape (batch 8, T 1024)
 }
 
 /// Attention of every block in double (textbook softmax gradient), against
 /// gp_attention_fwd / gp_attention_bwd; with a causal mask, row 0 of the
 /// first case fully masked: NaN there, as the CPU kernel and the softmax.
+///
+/// `workspace` (bytes; 0: the start-up one) replaces the attention workspace
+/// for this case, so that the batch runs in several chunks or, below one
+/// block's two [Tq, Tk] tiles, the workspace grows to exactly that; the
+/// forward and backward run twice and must give the same bits.
 void runAttention(int64_t batch, int64_t Tq, int64_t Tk, int64_t d,
-                  int64_t dvDim, bool causal, bool maskRow0) {
+                  int64_t dvDim, bool causal, bool maskRow0,
+                  size_t workspace = 0) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   const int64_t nq = batch * Tq * d, nk = batch * Tk * d,
                 nv = batch * Tk * dvDim, no = batch * Tq * dvDim;
@@ -1191,12 +1199,35 @@ void runAttention(int64_t batch, int64_t Tq, int64_t Tk, int64_t d,
   DeviceBuffer<float> dDk(std::vector<float>(nk, kNaN));
   DeviceBuffer<float> dDv(std::vector<float>(nv, kNaN));
   const float *maskPtr = hasMask ? dMask.get() : nullptr;
-  gp_attention_fwd(dQ.get(), dK.get(), dV.get(), maskPtr, dOut.get(),
-                   dLse.get(), batch, Tq, Tk, d, dvDim,
-                   static_cast<float>(scale));
-  gp_attention_bwd(dQ.get(), dK.get(), dV.get(), maskPtr, dOut.get(),
-                   dLse.get(), dDout.get(), dDq.get(), dDk.get(), dDv.get(),
-                   batch, Tq, Tk, d, dvDim, static_cast<float>(scale));
+  if (workspace)
+    gpipe::cuda::setAttentionWorkspace(workspace);
+  auto run = [&] {
+    gp_attention_fwd(dQ.get(), dK.get(), dV.get(), maskPtr, dOut.get(),
+                     dLse.get(), batch, Tq, Tk, d, dvDim,
+                     static_cast<float>(scale));
+    gp_attention_bwd(dQ.get(), dK.get(), dV.get(), maskPtr, dOut.get(),
+                     dLse.get(), dDout.get(), dDq.get(), dDk.get(), dDv.get(),
+                     batch, Tq, Tk, d, dvDim, static_cast<float>(scale));
+    return std::vector<std::vector<float>>{dOut.download(), dLse.download(),
+                                           dDq.download(), dDk.download(),
+                                           dDv.download()};
+  };
+  const std::vector<std::vector<float>> got = run();
+  // Poisoned again: the second run must write every output itself.
+  dOut.upload(std::vector<float>(no, kNaN));
+  dLse.upload(std::vector<float>(batch * Tq, kNaN));
+  dDq.upload(std::vector<float>(nq, kNaN));
+  dDk.upload(std::vector<float>(nk, kNaN));
+  dDv.upload(std::vector<float>(nv, kNaN));
+  const std::vector<std::vector<float>> again = run();
+  const size_t grownTo = gpipe::cuda::state().attentionBytes;
+  if (workspace)
+    gpipe::cuda::setAttentionWorkspace(gpipe::cuda::kAttentionWorkspaceBytes);
+  double bitDiff = 0.0;
+  for (size_t t = 0; t < got.size(); ++t)
+    if (std::memcmp(got[t].data(), again[t].data(),
+                    got[t].size() * sizeof(float)) != 0)
+      bitDiff = 1.0;
   auto maxErr = [](const std::vector<float> &got,
                    const std::vector<double> &want) {
     double e = 0.0;
@@ -1205,15 +1236,28 @@ void runAttention(int64_t batch, int64_t Tq, int64_t Tk, int64_t d,
                    relErr(got[i], want[i], std::max(1.0, std::fabs(want[i]))));
     return e;
   };
-  const std::string name = "attention [" + std::to_string(batch) + "x" +
-                           std::to_string(Tq) + "x" + std::to_string(Tk) + "]" +
-                           (causal ? " causal" : "") +
-                           (maskRow0 ? " row 0 masked" : "");
-  check(name + ": out", maxErr(dOut.download(), out), 2e-5);
-  check(name + ": lse", maxErr(dLse.download(), lse), 2e-5);
-  check(name + ": dq", maxErr(dDq.download(), dq), 2e-5);
-  check(name + ": dk", maxErr(dDk.download(), dk), 2e-5);
-  check(name + ": dv", maxErr(dDv.download(), dv), 2e-5);
+  const std::string name =
+      "attention [" + std::to_string(batch) + "x" + std::to_string(Tq) + "x" +
+      std::to_string(Tk) + ", d " + std::to_string(d) + ", dv " +
+      std::to_string(dvDim) + "]" + (causal ? " causal" : "") +
+      (maskRow0 ? " row 0 masked" : "") +
+      (workspace ? " ws " + std::to_string(workspace) : "");
+  check(name + ": out", maxErr(got[0], out), 2e-5);
+  check(name + ": lse", maxErr(got[1], lse), 2e-5);
+  check(name + ": dq", maxErr(got[2], dq), 2e-5);
+  check(name + ": dk", maxErr(got[3], dk), 2e-5);
+  check(name + ": dv", maxErr(got[4], dv), 2e-5);
+  check(name + ": twice, bitwise", bitDiff, 0.0);
+  // Below one block's two tiles the workspace grows to exactly them (plus
+  // the rounding of the first to 256 bytes).
+  if (workspace) {
+    const size_t tile = sizeof(float) * static_cast<size_t>(Tq * Tk);
+    const size_t one = ((tile + 255) & ~size_t(255)) + tile;
+    check(name + ": workspace bytes",
+          workspace < one ? (grownTo == one ? 0.0 : 1.0)
+                          : (grownTo == workspace ? 0.0 : 1.0),
+          0.0);
+  }
 }
 
 void testAttention() {
@@ -1221,6 +1265,14 @@ void testAttention() {
   runAttention(128, 64, 64, 32, 32, true, false); // the GPT shape
   runAttention(3, 5, 7, 6, 2, false, false);      // Tq != Tk, d != dv
   runAttention(2, 3, 4, 2, 2, false, true);       // NaN like the softmax
+  // Several chunks: 512 KiB per block, 6 blocks per 3 MiB (6, 6, 4).
+  runAttention(16, 256, 256, 64, 64, true, false, size_t(3) << 20);
+  // Tq != Tk, d != dv, the workspace below one block: grown, a block a chunk.
+  runAttention(3, 60, 100, 16, 8, true, false, 1024);
+  // Fully masked rows in every chunk (2, 2, 1): NaN stays in its block.
+  runAttention(5, 24, 40, 12, 20, false, true, 16384);
+  // Odd strides (35 floats a tile: 4-byte aligned matrices), chunks 3, 1.
+  runAttention(4, 5, 7, 3, 5, false, false, 1100);
 }
 
 } // namespace

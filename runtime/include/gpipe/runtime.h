@@ -312,7 +312,8 @@ void gp_layer_norm_bwd(const float *x, const float *mean, const float *inv_std,
                        int64_t rows, int64_t n);
 
 /// The scale's gradient: dscale[j] = sum over the rows r of dy[r, j] *
-/// xhat[r, j], in double and in row order (deterministic: no atomics).
+/// xhat[r, j], in double and in a fixed order (deterministic: no atomics; CPU:
+/// in row order, CUDA: partial sums over strided rows, then a fixed tree).
 void gp_layer_norm_scale_bwd(const float *x, const float *mean,
                              const float *inv_std, const float *dy,
                              float *dscale, int64_t rows, int64_t n);

@@ -23,11 +23,27 @@ struct DeviceState {
   size_t workspaceBytes = 0;
   void *scratch = nullptr; // bf16 copies of GEMM operands (gp_gemm_ex)
   size_t scratchBytes = 0;
+  // The fused attention's score tiles (gp_attention_fwd / _bwd): a fixed
+  // kAttentionWorkspaceBytes allocated at start-up, the batch processed in
+  // chunks of as many blocks as fit; grown (setAttentionWorkspace) only when
+  // a single block's two [Tq, Tk] fp32 tiles exceed it.
+  void *attention = nullptr;
+  size_t attentionBytes = 0;
   int32_t defaultMath = GP_MATH_F32; // what plain gp_gemm uses
 };
 
 /// The process's device state (one stage per process).
 DeviceState &state();
+
+/// The attention workspace allocated at start-up (deviceInit,
+/// testInitDevice): 256 MiB, 32 blocks of T = 1024 in the backward.
+constexpr size_t kAttentionWorkspaceBytes = size_t(256) << 20;
+
+/// Replaces the attention workspace with one of exactly `bytes` (after the
+/// compute stream's work is done: the old one may be in use). gp_attention_*
+/// call it only when one block needs more than the workspace has; unit tests
+/// call it to shrink the workspace so that the batch runs in several chunks.
+void setAttentionWorkspace(size_t bytes);
 
 /// gp_gemm_ex's fallbacks when cublasLtMatmul rejects an algorithm the
 /// heuristic proposed: counts, for logs and tests.

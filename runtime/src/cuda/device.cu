@@ -536,6 +536,18 @@ void testInitDevice(size_t scratchBytes) {
   gState.scratchBytes = scratchBytes;
   if (scratchBytes)
     GP_CUDA_CHECK(cudaMalloc(&gState.scratch, scratchBytes));
+  setAttentionWorkspace(kAttentionWorkspaceBytes);
+}
+
+void setAttentionWorkspace(size_t bytes) {
+  if (gState.attention) {
+    GP_CUDA_CHECK(cudaStreamSynchronize(gState.compute));
+    GP_CUDA_CHECK(cudaFree(gState.attention));
+    gState.attention = nullptr;
+    gState.attentionBytes = 0;
+  }
+  GP_CUDA_CHECK(cudaMalloc(&gState.attention, bytes));
+  gState.attentionBytes = bytes;
 }
 
 } // namespace cuda
@@ -587,6 +599,10 @@ bool deviceInit(const gp_program &p, const DeviceOptions &options,
   gState.scratchBytes = static_cast<size_t>(p.scratch_bytes);
   if (gState.scratchBytes)
     GP_CUDA_CHECK(cudaMalloc(&gState.scratch, gState.scratchBytes));
+  // The fused attention's score tiles, whatever the program (it does not say
+  // whether it calls gp_attention_*): a fixed size, the batch then runs in
+  // chunks (kernels.cu).
+  cuda::setAttentionWorkspace(cuda::kAttentionWorkspaceBytes);
   GP_CUDA_CHECK(cudaEventCreateWithFlags(&gTransfers.computeDone,
                                          cudaEventDisableTiming));
   GP_CUDA_CHECK(
@@ -815,6 +831,7 @@ void deviceShutdown() {
   cudaFree(cuda::gArena);
   cuda::gArena = nullptr;
   cudaFree(gState.scratch);
+  cudaFree(gState.attention);
   cudaFree(gState.workspace);
   cublasLtDestroy(gState.lt);
   cudaEventDestroy(gTransfers.computeDone);

@@ -4,9 +4,11 @@
 //
 // Every pointer is a device pointer; everything is enqueued on the compute
 // stream and returns at once: nothing here synchronises or allocates device
-// memory. The semantics are those of the CPU reference (kernels.cpp); the
-// optimizer updates repeat its float operations one by one (no FMA
-// contraction), so that a CUDA stage trains like a CPU one.
+// memory (one exception: the attention workspace grows, once per larger
+// shape, when a single block's score tiles exceed it; see attentionChunks).
+// The semantics are those of the CPU reference (kernels.cpp); the optimizer
+// updates repeat its float operations one by one (no FMA contraction), so
+// that a CUDA stage trains like a CPU one.
 #include "cuda_internal.h"
 #include "internal.h"
 #include "random.h"
@@ -22,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <tuple>
@@ -69,6 +72,23 @@ unsigned blocksFor(int64_t work, int64_t perBlock = kThreads) {
 }
 
 cudaStream_t stream() { return state().compute; }
+
+/// Threads of a column-sum block (sumColumnsKernel, layerNormScaleBwdKernel).
+constexpr int kColumnThreads = 512;
+
+/// The columns a column-sum block owns, for `outer` matrices of `cols`
+/// columns: enough blocks to keep a large GPU busy (narrower column tiles make
+/// more blocks); 8 floats (one 32-byte sector) per row and tile stay
+/// efficient.
+int columnTileWidth(int64_t outer, int64_t cols) {
+  constexpr int64_t kTargetBlocks = 256;
+  if (cols < 8)
+    return static_cast<int>(cols);
+  int width = 32;
+  while (width > 8 && (cols + width - 1) / width * outer < kTargetBlocks)
+    width /= 2;
+  return width;
+}
 
 /// fail() with a printf-style detail: the errors here are code-generator
 /// bugs, and the message must name the shapes involved.
@@ -322,8 +342,9 @@ void launchAxisRows(Kernel kernel, int64_t outer, int64_t n, int64_t inner,
 //===----------------------------------------------------------------------===//
 // Layer normalization (gp_layer_norm, gp_layer_norm_bwd,
 // gp_layer_norm_scale_bwd): a row per block, its sums in double through the
-// deterministic blockSum; the scale's gradient a thread per column summing
-// the rows in order (no atomics)
+// deterministic blockSum; the scale's gradient a block per tile of columns,
+// its threads striding over the rows, combined by a fixed-order tree in
+// double (no atomics)
 //===----------------------------------------------------------------------===//
 
 /// blockSum's result for every thread of the block.
@@ -401,19 +422,41 @@ __global__ void layerNormBwdKernel(const float *__restrict__ x,
   }
 }
 
+/// dscale[j] = sum over the rows r of dy[r, j] * xhat[r, j], as
+/// sumColumnsKernel sums columns: a block owns `width` adjacent columns, its
+/// threads form `height` groups of `width` that stride over the rows
+/// (consecutive threads read consecutive floats), each summing in double; the
+/// groups' partial sums are combined by a tree in a fixed order, so every run
+/// gives the same bits (no atomics). Launched with kColumnThreads threads and
+/// ceil(n / width) blocks.
 __global__ void layerNormScaleBwdKernel(const float *__restrict__ x,
                                         const float *__restrict__ mean,
                                         const float *__restrict__ invStd,
                                         const float *__restrict__ dy,
                                         float *__restrict__ dscale,
-                                        int64_t rows, int64_t n) {
-  for (int64_t j = globalThread(); j < n; j += gridThreads()) {
-    double acc = 0.0;
-    for (int64_t r = 0; r < rows; ++r)
-      acc += static_cast<double>(dy[r * n + j]) *
-             __fmul_rn(x[r * n + j] - mean[r], invStd[r]);
-    dscale[j] = static_cast<float>(acc);
+                                        int64_t rows, int64_t n, int width) {
+  __shared__ double partial[kColumnThreads];
+  const int t = threadIdx.x;
+  const int height = blockDim.x / width;
+  const int c = t % width, g = t / width;
+  const bool active = g < height; // blockDim.x need not divide by width
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * width + c;
+  double s = 0.0;
+  if (active && j < n)
+    for (int64_t r = g; r < rows; r += height)
+      s += static_cast<double>(dy[r * n + j]) *
+           __fmul_rn(x[r * n + j] - mean[r], invStd[r]);
+  partial[t] = s;
+  __syncthreads();
+  for (int m = height; m > 1;) {
+    const int half = (m + 1) / 2;
+    if (active && g < m - half)
+      partial[t] += partial[t + half * width];
+    __syncthreads();
+    m = half;
   }
+  if (g == 0 && j < n)
+    dscale[j] = static_cast<float>(partial[c]);
 }
 
 /// Threads of a layer normalization row block: the row's length rounded up
@@ -423,125 +466,72 @@ int layerNormThreads(int64_t n) {
 }
 
 //===----------------------------------------------------------------------===//
-// Attention (gp_attention_fwd, gp_attention_bwd): correctness first, a thread
-// per query row (forward, dq) or key row (dk, dv), scores recomputed rather
-// than stored, every output row written by one thread (no atomics)
+// Attention (gp_attention_fwd, gp_attention_bwd): the blocks' products as
+// strided-batched fp32 cuBLASLt GEMMs (CUBLAS_COMPUTE_32F whatever the
+// program's math mode: the fused attention's products stay fp32), the scores
+// of a chunk of blocks materialised in the attention workspace
+// (state().attention), the softmax and its gradient by row kernels (a warp
+// per row, sums in double in a fixed order: no atomics, reproducible bits).
+// The GEMM launchers (attentionGemm) are below, after runGemm.
 //===----------------------------------------------------------------------===//
 
-/// scale * q_i . k_j, -inf where the mask says so.
-__device__ float attentionScore(const float *__restrict__ qi,
-                                const float *__restrict__ kj,
-                                const float *__restrict__ mask, int64_t i,
-                                int64_t j, int64_t Tk, int64_t d, float scale) {
-  if (mask && mask[i * Tk + j] != 0.0f)
-    return -INFINITY;
-  float acc = 0.0f;
-  for (int64_t c = 0; c < d; ++c)
-    acc += qi[c] * kj[c];
-  return acc * scale;
-}
-
-__global__ void
-attentionFwdKernel(const float *__restrict__ q, const float *__restrict__ k,
-                   const float *__restrict__ v, const float *__restrict__ mask,
-                   float *__restrict__ out, float *__restrict__ lse,
-                   int64_t batch, int64_t Tq, int64_t Tk, int64_t d, int64_t dv,
-                   float scale) {
-  for (int64_t r = globalThread(); r < batch * Tq; r += gridThreads()) {
-    const int64_t b = r / Tq, i = r % Tq;
-    const float *qi = q + r * d, *kb = k + b * Tk * d, *vb = v + b * Tk * dv;
+/// Forward, on a chunk's scores S [rows, Tk] (rows = blocks * Tq, block-major;
+/// S = scale q k^T): s = -inf where mask[i, j] != 0 (i = row % Tq), m = the
+/// row's maximum, S replaced by P = exp(s - m) / sum, lse = m + log(sum) (the
+/// sum in double). A fully masked row has m = -inf, so exp(-inf - -inf) = NaN:
+/// P, lse (and out) NaN, as gp_softmax.
+__global__ void attentionSoftmaxKernel(float *__restrict__ S,
+                                       const float *__restrict__ mask,
+                                       float *__restrict__ lse, int64_t rows,
+                                       int64_t Tq, int64_t Tk) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = gridThreads() >> 5;
+  for (int64_t r = globalThread() >> 5; r < rows; r += warps) {
+    float *s = S + r * Tk;
+    const float *mr = mask ? mask + (r % Tq) * Tk : nullptr;
     float m = -INFINITY;
-    for (int64_t j = 0; j < Tk; ++j)
-      m = fmaxf(m, attentionScore(qi, kb + j * d, mask, i, j, Tk, d, scale));
-    float *o = out + r * dv;
-    for (int64_t c = 0; c < dv; ++c)
-      o[c] = 0.0f;
+    for (int64_t j = lane; j < Tk; j += 32)
+      m = fmaxf(m, mr && mr[j] != 0.0f ? -INFINITY : s[j]);
+    m = warpMax(m);
     double sum = 0.0;
-    for (int64_t j = 0; j < Tk; ++j) {
-      const float e =
-          expf(attentionScore(qi, kb + j * d, mask, i, j, Tk, d, scale) - m);
+    for (int64_t j = lane; j < Tk; j += 32) {
+      const float e = expf((mr && mr[j] != 0.0f ? -INFINITY : s[j]) - m);
+      s[j] = e;
       sum += e;
-      for (int64_t c = 0; c < dv; ++c)
-        o[c] += e * vb[j * dv + c];
     }
+    sum = warpSum(sum);
     const float inv = static_cast<float>(1.0 / sum);
-    for (int64_t c = 0; c < dv; ++c)
-      o[c] *= inv;
-    lse[r] = m + static_cast<float>(log(sum));
+    for (int64_t j = lane; j < Tk; j += 32)
+      s[j] *= inv;
+    if (lane == 0)
+      lse[r] = m + static_cast<float>(log(sum));
   }
 }
 
-/// D_i = rowsum(dout_i * out_i).
-__device__ float attentionRowD(const float *__restrict__ g,
-                               const float *__restrict__ o, int64_t dv) {
-  double acc = 0.0;
-  for (int64_t c = 0; c < dv; ++c)
-    acc += static_cast<double>(g[c]) * o[c];
-  return static_cast<float>(acc);
-}
-
-/// dP_ij = dout_i . v_j.
-__device__ float attentionDp(const float *__restrict__ g,
-                             const float *__restrict__ vj, int64_t dv) {
-  float acc = 0.0f;
-  for (int64_t c = 0; c < dv; ++c)
-    acc += g[c] * vj[c];
-  return acc;
-}
-
-// dq_i = scale * sum_j P_ij (dP_ij - D_i) k_j, a thread per query row.
-__global__ void attentionBwdQKernel(
-    const float *__restrict__ q, const float *__restrict__ k,
-    const float *__restrict__ v, const float *__restrict__ mask,
-    const float *__restrict__ out, const float *__restrict__ lse,
-    const float *__restrict__ dout, float *__restrict__ dq, int64_t batch,
-    int64_t Tq, int64_t Tk, int64_t d, int64_t dv, float scale) {
-  for (int64_t r = globalThread(); r < batch * Tq; r += gridThreads()) {
-    const int64_t b = r / Tq, i = r % Tq;
-    const float *qi = q + r * d, *kb = k + b * Tk * d, *vb = v + b * Tk * dv;
-    const float *g = dout + r * dv;
-    const float D = attentionRowD(g, out + r * dv, dv), l = lse[r];
-    float *dqi = dq + r * d;
-    for (int64_t c = 0; c < d; ++c)
-      dqi[c] = 0.0f;
-    for (int64_t j = 0; j < Tk; ++j) {
-      const float p =
-          expf(attentionScore(qi, kb + j * d, mask, i, j, Tk, d, scale) - l);
-      const float ds = p * (attentionDp(g, vb + j * dv, dv) - D) * scale;
-      for (int64_t c = 0; c < d; ++c)
-        dqi[c] += ds * kb[j * d + c];
-    }
-  }
-}
-
-// dv_j = sum_i P_ij dout_i, dk_j = scale * sum_i dS_ij q_i, a thread per key
-// row.
-__global__ void attentionBwdKvKernel(
-    const float *__restrict__ q, const float *__restrict__ k,
-    const float *__restrict__ v, const float *__restrict__ mask,
-    const float *__restrict__ out, const float *__restrict__ lse,
-    const float *__restrict__ dout, float *__restrict__ dk,
-    float *__restrict__ dvOut, int64_t batch, int64_t Tq, int64_t Tk, int64_t d,
-    int64_t dv, float scale) {
-  for (int64_t r = globalThread(); r < batch * Tk; r += gridThreads()) {
-    const int64_t b = r / Tk, j = r % Tk;
-    const float *kj = k + r * d, *vj = v + r * dv;
-    float *dkj = dk + r * d, *dvj = dvOut + r * dv;
-    for (int64_t c = 0; c < d; ++c)
-      dkj[c] = 0.0f;
-    for (int64_t c = 0; c < dv; ++c)
-      dvj[c] = 0.0f;
-    for (int64_t i = 0; i < Tq; ++i) {
-      const int64_t row = b * Tq + i;
-      const float *qi = q + row * d, *g = dout + row * dv;
-      const float p =
-          expf(attentionScore(qi, kj, mask, i, j, Tk, d, scale) - lse[row]);
-      const float D = attentionRowD(g, out + row * dv, dv);
-      const float ds = p * (attentionDp(g, vj, dv) - D) * scale;
-      for (int64_t c = 0; c < dv; ++c)
-        dvj[c] += p * g[c];
-      for (int64_t c = 0; c < d; ++c)
-        dkj[c] += ds * qi[c];
+/// Backward, on a chunk's recomputed scores S and dP = dout v^T (both [rows,
+/// Tk]): D = rowsum(dout * out) (in double), S replaced by P = exp(s - lse)
+/// (s = -inf where masked: P = 0, or NaN on a fully masked row, whose lse is
+/// NaN) and dP by dS = P * (dP - D) * scale.
+__global__ void attentionGradRowKernel(
+    float *__restrict__ S, float *__restrict__ dP,
+    const float *__restrict__ mask, const float *__restrict__ lse,
+    const float *__restrict__ out, const float *__restrict__ dout, int64_t rows,
+    int64_t Tq, int64_t Tk, int64_t dv, float scale) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = gridThreads() >> 5;
+  for (int64_t r = globalThread() >> 5; r < rows; r += warps) {
+    const float *g = dout + r * dv, *o = out + r * dv;
+    double acc = 0.0;
+    for (int64_t c = lane; c < dv; c += 32)
+      acc += static_cast<double>(g[c]) * o[c];
+    const float D = static_cast<float>(warpSum(acc));
+    const float l = lse[r];
+    float *s = S + r * Tk, *dp = dP + r * Tk;
+    const float *mr = mask ? mask + (r % Tq) * Tk : nullptr;
+    for (int64_t j = lane; j < Tk; j += 32) {
+      const float p = expf((mr && mr[j] != 0.0f ? -INFINITY : s[j]) - l);
+      s[j] = p;
+      dp[j] = p * (dp[j] - D) * scale;
     }
   }
 }
@@ -641,9 +631,6 @@ __global__ void sumRowsSplitKernel(const float *__restrict__ in,
   if (threadIdx.x == 0)
     gRowBlocksDone = 0;
 }
-
-/// Threads of a column-sum block.
-constexpr int kColumnThreads = 512;
 
 /// out[o, j] = sum over r of in[o, r, j] for an [outer, rows, cols] input:
 /// the sum over the rows of row-major matrices, e.g. a bias gradient. A block
@@ -845,17 +832,7 @@ void launchSumRows(const float *in, float *out, int64_t rows, int64_t len) {
 /// out[o, j] = sum over r of in[o, r, j].
 void launchSumColumns(const float *in, float *out, int64_t outer, int64_t rows,
                       int64_t cols) {
-  // Enough blocks to keep a large GPU busy: narrower column tiles make more
-  // blocks; 8 floats (one 32-byte sector) per row and tile stay efficient.
-  constexpr int64_t kTargetBlocks = 256;
-  int width;
-  if (cols < 8) {
-    width = static_cast<int>(cols);
-  } else {
-    width = 32;
-    while (width > 8 && (cols + width - 1) / width * outer < kTargetBlocks)
-      width /= 2;
-  }
+  const int width = columnTileWidth(outer, cols);
   dim3 grid(static_cast<unsigned>((cols + width - 1) / width),
             static_cast<unsigned>(std::min<int64_t>(outer, 65535)));
   sumColumnsKernel<<<grid, kColumnThreads, 0, stream()>>>(in, out, outer, rows,
@@ -1097,6 +1074,15 @@ uint32_t alignmentOf(const void *p) {
   if (a == 0)
     return 256;
   return static_cast<uint32_t>(std::min<uintptr_t>(a & (~a + 1), 256));
+}
+
+/// The alignment every matrix of a strided batch has: the first's and the
+/// stride's (in bytes; 0: a single matrix).
+uint32_t batchAlignmentOf(const void *p, int64_t strideBytes) {
+  const uint32_t al = alignmentOf(p);
+  return strideBytes == 0 ? al
+                          : std::min(al, alignmentOf(reinterpret_cast<void *>(
+                                             uintptr_t(strideBytes))));
 }
 
 /// Everything the descriptors and the heuristic's choice depend on.
@@ -1419,6 +1405,102 @@ void runGemm(const GemmKey &key, float alpha, const void *a, const void *b,
   }
 }
 
+/// The attention's products: C[b] = alpha op(A[b]) op(B[b]) for b < count,
+/// row-major and dense (A [M, K] or with transA [K, M], B [K, N] or with
+/// transB [N, K], C [M, N]), the b-th matrices at b times the strides (in
+/// floats; C's is M * N). fp32 products (CUBLAS_COMPUTE_32F) whatever the
+/// program's math mode, beta = 0: every element of C is written.
+void attentionGemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                   float alpha, const float *A, int64_t strideA, const float *B,
+                   int64_t strideB, float *C, int64_t count) {
+  if (M <= 0 || N <= 0 || count <= 0)
+    return;
+  if (K <= 0) { // an empty sum (BLAS rejects ld < 1)
+    GP_CUDA_CHECK(cudaMemsetAsync(
+        C, 0, sizeof(float) * static_cast<size_t>(count * M * N), stream()));
+    return;
+  }
+  const int64_t strideC = M * N;
+  const GemmKey key{M,
+                    N,
+                    K,
+                    transA ? M : K,
+                    transB ? K : N,
+                    N,
+                    transA ? 1 : 0,
+                    transB ? 1 : 0,
+                    GP_MATH_F32,
+                    0,
+                    0,
+                    batchAlignmentOf(A, count > 1 ? strideA * 4 : 0),
+                    batchAlignmentOf(B, count > 1 ? strideB * 4 : 0),
+                    batchAlignmentOf(C, count > 1 ? strideC * 4 : 0),
+                    256u,
+                    count,
+                    count > 1 ? strideA : 0,
+                    count > 1 ? strideB : 0,
+                    count > 1 ? strideC : 0};
+  runGemm(key, alpha, A, B, 0.0f, C, nullptr, 0);
+}
+
+/// A chunk of `blocks` blocks and where its two score tiles live in the
+/// attention workspace: S ([blocks, Tq, Tk] fp32) at its start, dP (the
+/// backward's, same shape) after it, at a 256-byte boundary.
+struct AttentionChunks {
+  int64_t blocks = 1; // per chunk
+  float *S = nullptr, *dP = nullptr;
+};
+
+/// The most blocks whose two [Tq, Tk] tiles fit the attention workspace (at
+/// most `batch`); the forward uses the same chunks as the backward (which
+/// needs both tiles), so that the backward's recomputed scores are the
+/// forward's GEMMs, bit for bit. When a single block does not fit (Tq * Tk
+/// above 32M at the start-up 256 MiB, e.g. T > 5792), the workspace is
+/// replaced by one of exactly that block's two tiles (plus the 256-byte
+/// rounding): the one device allocation outside the start-up, made at most
+/// once per larger shape and kept for the rest of the run.
+AttentionChunks attentionChunks(int64_t batch, int64_t Tq, int64_t Tk) {
+  const size_t tile = static_cast<size_t>(Tq) * static_cast<size_t>(Tk);
+  auto bytesFor = [&](size_t blocks) {
+    return ((blocks * tile * sizeof(float) + 255) & ~size_t(255)) +
+           blocks * tile * sizeof(float);
+  };
+  if (bytesFor(1) > state().attentionBytes)
+    gpipe::cuda::setAttentionWorkspace(bytesFor(1));
+  const size_t have = state().attentionBytes;
+  size_t blocks = std::min<size_t>(static_cast<size_t>(batch),
+                                   std::max<size_t>(have / (2 * tile * 4), 1));
+  while (blocks > 1 && bytesFor(blocks) > have)
+    --blocks;
+  AttentionChunks c;
+  c.blocks = static_cast<int64_t>(blocks);
+  c.S = static_cast<float *>(state().attention);
+  c.dP = c.S +
+         ((blocks * tile * sizeof(float) + 255) & ~size_t(255)) / sizeof(float);
+  return c;
+}
+
+/// Launches an attention row kernel (a warp per row) over `rows` rows.
+template <typename Kernel, typename... Args>
+void launchAttentionRows(Kernel kernel, int64_t rows, Args... args) {
+  if (rows <= 0)
+    return;
+  kernel<<<blocksFor(rows, kWarpsPerBlock), kThreads, 0, stream()>>>(args...);
+  GP_CUDA_LAUNCHED();
+}
+
+__global__ void fillKernel(float *p, int64_t n, float value) {
+  for (int64_t i = globalThread(); i < n; i += gridThreads())
+    p[i] = value;
+}
+
+void fill(float *p, int64_t n, float value) {
+  if (n <= 0)
+    return;
+  fillKernel<<<blocksFor(n), kThreads, 0, stream()>>>(p, n, value);
+  GP_CUDA_LAUNCHED();
+}
+
 } // namespace
 
 extern "C" {
@@ -1526,12 +1608,7 @@ void gp_batch_gemm(int transA, int transB, int64_t M, int64_t N, int64_t K,
     b = bf16Copy(B, 1, sb, sb, used, "B");
   }
   // Every matrix of a run must have the alignment the plan was chosen for.
-  auto align = [](const void *p, int64_t strideBytes) {
-    uint32_t al = alignmentOf(p);
-    return strideBytes == 0 ? al
-                            : std::min(al, alignmentOf(reinterpret_cast<void *>(
-                                               uintptr_t(strideBytes))));
-  };
+  const auto align = batchAlignmentOf;
   for (size_t r = 0; r < runs.aFirst.size(); ++r) {
     const void *ar = static_cast<const unsigned char *>(a) +
                      runs.aFirst[r] * static_cast<int64_t>(elem);
@@ -1647,8 +1724,10 @@ void gp_layer_norm_scale_bwd(const float *x, const float *mean,
                              float *dscale, int64_t rows, int64_t n) {
   if (n <= 0)
     return;
-  layerNormScaleBwdKernel<<<blocksFor(n), kThreads, 0, stream()>>>(
-      x, mean, inv_std, dy, dscale, rows, n);
+  const int width = columnTileWidth(1, n);
+  const unsigned blocks = static_cast<unsigned>((n + width - 1) / width);
+  layerNormScaleBwdKernel<<<blocks, kColumnThreads, 0, stream()>>>(
+      x, mean, inv_std, dy, dscale, rows, n, width);
   GP_CUDA_LAUNCHED();
 }
 
@@ -1658,9 +1737,22 @@ void gp_attention_fwd(const float *q, const float *k, const float *v,
                       float scale) {
   if (batch <= 0 || Tq <= 0)
     return;
-  attentionFwdKernel<<<blocksFor(batch * Tq), kThreads, 0, stream()>>>(
-      q, k, v, mask, out, lse, batch, Tq, Tk, d, dv, scale);
-  GP_CUDA_LAUNCHED();
+  if (Tk <= 0) { // no keys: an empty softmax, 0 / 0 and log(0)
+    fill(out, batch * Tq * dv, std::numeric_limits<float>::quiet_NaN());
+    fill(lse, batch * Tq, -INFINITY);
+    return;
+  }
+  const AttentionChunks ch = attentionChunks(batch, Tq, Tk);
+  for (int64_t b0 = 0; b0 < batch; b0 += ch.blocks) {
+    const int64_t nb = std::min(ch.blocks, batch - b0);
+    // S = scale q k^T, then P in place, then out = P v.
+    attentionGemm(false, true, Tq, Tk, d, scale, q + b0 * Tq * d, Tq * d,
+                  k + b0 * Tk * d, Tk * d, ch.S, nb);
+    launchAttentionRows(attentionSoftmaxKernel, nb * Tq, ch.S, mask,
+                        lse + b0 * Tq, nb * Tq, Tq, Tk);
+    attentionGemm(false, false, Tq, dv, Tk, 1.0f, ch.S, Tq * Tk,
+                  v + b0 * Tk * dv, Tk * dv, out + b0 * Tq * dv, nb);
+  }
 }
 
 void gp_attention_bwd(const float *q, const float *k, const float *v,
@@ -1670,14 +1762,39 @@ void gp_attention_bwd(const float *q, const float *k, const float *v,
                       int64_t dv_dim, float scale) {
   if (batch <= 0)
     return;
-  if (Tq > 0)
-    attentionBwdQKernel<<<blocksFor(batch * Tq), kThreads, 0, stream()>>>(
-        q, k, v, mask, out, lse, dout, dq, batch, Tq, Tk, d, dv_dim, scale);
-  GP_CUDA_LAUNCHED();
-  if (Tk > 0)
-    attentionBwdKvKernel<<<blocksFor(batch * Tk), kThreads, 0, stream()>>>(
-        q, k, v, mask, out, lse, dout, dk, dv, batch, Tq, Tk, d, dv_dim, scale);
-  GP_CUDA_LAUNCHED();
+  if (Tq <= 0 || Tk <= 0) { // empty sums: the gradients that exist are zero
+    const int64_t sizes[] = {batch * Tq * d, batch * Tk * d,
+                             batch * Tk * dv_dim};
+    float *grads[] = {dq, dk, dv};
+    for (int i = 0; i < 3; ++i)
+      if (sizes[i] > 0)
+        GP_CUDA_CHECK(cudaMemsetAsync(
+            grads[i], 0, sizeof(float) * static_cast<size_t>(sizes[i]),
+            stream()));
+    return;
+  }
+  const AttentionChunks ch = attentionChunks(batch, Tq, Tk);
+  for (int64_t b0 = 0; b0 < batch; b0 += ch.blocks) {
+    const int64_t nb = std::min(ch.blocks, batch - b0);
+    const float *qc = q + b0 * Tq * d, *kc = k + b0 * Tk * d,
+                *vc = v + b0 * Tk * dv_dim, *gc = dout + b0 * Tq * dv_dim;
+    // S = scale q k^T (the forward's GEMM), dP = dout v^T.
+    attentionGemm(false, true, Tq, Tk, d, scale, qc, Tq * d, kc, Tk * d, ch.S,
+                  nb);
+    attentionGemm(false, true, Tq, Tk, dv_dim, 1.0f, gc, Tq * dv_dim, vc,
+                  Tk * dv_dim, ch.dP, nb);
+    // S -> P = exp(s - lse), dP -> dS = P (dP - D) scale.
+    launchAttentionRows(attentionGradRowKernel, nb * Tq, ch.S, ch.dP, mask,
+                        lse + b0 * Tq, out + b0 * Tq * dv_dim, gc, nb * Tq, Tq,
+                        Tk, dv_dim, scale);
+    // dv = P^T dout, dq = dS k, dk = dS^T q.
+    attentionGemm(true, false, Tk, dv_dim, Tq, 1.0f, ch.S, Tq * Tk, gc,
+                  Tq * dv_dim, dv + b0 * Tk * dv_dim, nb);
+    attentionGemm(false, false, Tq, d, Tk, 1.0f, ch.dP, Tq * Tk, kc, Tk * d,
+                  dq + b0 * Tq * d, nb);
+    attentionGemm(true, false, Tk, d, Tq, 1.0f, ch.dP, Tq * Tk, qc, Tq * d,
+                  dk + b0 * Tk * d, nb);
+  }
 }
 
 void gp_reduce_to(const float *in, const int64_t *in_shape, float *out,
