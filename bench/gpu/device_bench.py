@@ -86,9 +86,7 @@ import argparse
 import glob
 import json
 import os
-import re
 import signal
-import site
 import statistics
 import subprocess
 import sys
@@ -99,6 +97,11 @@ REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 DEVICE_DIR = os.path.join(REPO, "test", "cuda", "device")
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO, "test", "e2e"))
+sys.path.insert(0, DEVICE_DIR)
+
+# The GPU check's library path, ldd check, Open MPI install and settings, and
+# process-group kill: one implementation for both.
+import run as device_run  # noqa: E402
 
 START = time.monotonic()
 PEAKS = {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4}  # H100/H200 SXM dense TFLOP/s
@@ -210,105 +213,16 @@ def on_signal(sig, _frame):
     raise Stop("signal %d" % sig)
 
 
-# --- helpers run.py provides (local stand-ins while it lacks one) -------------------------------
+# --- the stage programs' environment: test/cuda/device/run.py's --------------------------------
 
-def _nvidia_lib_dirs():
-    """Every site-packages/nvidia/*/lib of this interpreter, then the CUDA toolkit's."""
-    roots = []
-    try:
-        roots += site.getsitepackages()
-    except AttributeError:
-        pass
-    try:
-        roots.append(site.getusersitepackages())
-    except AttributeError:
-        pass
-    roots += [p for p in sys.path if p]
-    dirs = []
-    for r in roots:
-        for d in sorted(glob.glob(os.path.join(r, "nvidia", "*", "lib"))):
-            d = os.path.realpath(d)
-            if os.path.isdir(d) and d not in dirs:
-                dirs.append(d)
-    for d in ["/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib"] + \
-            sorted(glob.glob("/usr/local/cuda-*/lib64")):
-        d = os.path.realpath(d)
-        if os.path.isdir(d) and d not in dirs:
-            dirs.append(d)
-    return dirs
-
-
-def _env_with(dirs):
-    env = dict(os.environ)
-    if dirs:
-        env["LD_LIBRARY_PATH"] = ":".join(list(dirs) + [env.get("LD_LIBRARY_PATH", "")]).rstrip(":")
-    return env
-
-
-def _missing_libs(exe, env):
-    """The sonames ldd reports 'not found' for `exe` under `env`."""
-    r = subprocess.run(["ldd", exe], capture_output=True, text=True, env=env, timeout=60)
-    return re.findall(r"^\s*(\S+) => not found", r.stdout, re.M)
-
-
-_MPI_ENV = {
-    # Open MPI 4.1's default launcher (plm rsh) refuses even a local job without ssh/rsh.
-    "OMPI_MCA_plm": "isolated",
-    "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
-    "OMPI_MCA_rmaps_base_oversubscribe": "1",
-    "OMPI_ALLOW_RUN_AS_ROOT": "1",
-    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-}
-
-
-def load_device_run(notes):
-    """test/cuda/device/run.py as a module, or None (then the stand-ins above serve)."""
-    sys.path.insert(0, DEVICE_DIR)
-    try:
-        import run as device_run
-        return device_run
-    except Exception as e:  # noqa: BLE001 - a broken run.py must not stop the benchmark
-        notes.append("cannot import test/cuda/device/run.py (%s: %s); using device_bench's own "
-                     "library path and MPI settings" % (type(e).__name__, e))
-        return None
-
-
-def helper(device_run, name, fallback):
-    f = getattr(device_run, name, None) if device_run is not None else None
-    return f if f is not None else fallback
-
-
-def stage_env(device_run, notes):
-    """The stage program's environment: nvidia/*/lib first, and the MPI settings."""
-    try:
-        dirs = helper(device_run, "nvidia_lib_dirs", _nvidia_lib_dirs)()
-    except Exception as e:  # noqa: BLE001
-        notes.append("run.nvidia_lib_dirs failed (%s); using device_bench's" % e)
-        dirs = _nvidia_lib_dirs()
-    try:
-        env = helper(device_run, "env_with", _env_with)(list(dirs))
-    except Exception as e:  # noqa: BLE001
-        notes.append("run.env_with failed (%s); using device_bench's" % e)
-        env = _env_with(list(dirs))
-    mpi_env = getattr(device_run, "MPI_ENV", None) if device_run is not None else None
-    if not isinstance(mpi_env, dict):
-        mpi_env = _MPI_ENV
-    for k, v in mpi_env.items():
-        env.setdefault(k, str(v))  # a value set by the caller wins
+def stage_env(notes):
+    """The stage program's environment: every nvidia/*/lib first, and Open MPI's
+    single-host settings (run.MPI_ENV, a value the caller set wins)."""
+    env = device_run.env_with(device_run.nvidia_lib_dirs())
     notes.append("stage LD_LIBRARY_PATH=%s" % env.get("LD_LIBRARY_PATH", ""))
-    notes.append("stage MPI env: %s" % " ".join("%s=%s" % (k, env[k]) for k in sorted(mpi_env)))
+    notes.append("stage MPI env: %s" % " ".join("%s=%s" % (k, env[k])
+                                                 for k in sorted(device_run.MPI_ENV)))
     return env
-
-
-def missing(device_run, exe, env):
-    """Sonames `exe` cannot find under `env`; raises nothing (an ldd problem: [])."""
-    try:
-        return list(helper(device_run, "missing_libs", _missing_libs)(exe, env))
-    except Exception:  # noqa: BLE001
-        try:
-            return _missing_libs(exe, env)
-        except Exception:  # noqa: BLE001 - no ldd: let the launch say it
-            return []
 
 
 # --- processes --------------------------------------------------------------------------------
@@ -320,17 +234,6 @@ def must(cmd, **kw):
         sys.exit("device_bench: %s failed (%d):\n%s%s" % (" ".join(cmd), r.returncode,
                                                           r.stdout[-2000:], r.stderr[-3000:]))
     return r.stdout
-
-
-def kill_group(p):
-    try:
-        os.killpg(p.pid, signal.SIGKILL)
-    except OSError:
-        pass
-    try:
-        p.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def run_prog(cmd, timeout, env=None):
@@ -345,11 +248,11 @@ def run_prog(cmd, timeout, env=None):
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        kill_group(p)
+        device_run.kill_group(p)
         secs = time.monotonic() - t0
         return False, "", "killed after %.0fs (time limit %.0fs)" % (secs, timeout), secs
     except BaseException:
-        kill_group(p)
+        device_run.kill_group(p)
         raise
     secs = time.monotonic() - t0
     if p.returncode != 0:
@@ -659,18 +562,12 @@ def run_bench(a):
     os.makedirs(out, exist_ok=True)
     bench_txt = os.path.join(out, "bench.txt")
 
-    device_run = load_device_run(notes)
     if a.mpi and not a.dry_run:
-        mpi_notes = []
         try:
-            install = helper(device_run, "install_mpi", None)
-            if install is None:
-                raise RuntimeError("test/cuda/device/run.py (its install_mpi) cannot be used")
-            install(mpi_notes, os.path.abspath(a.mpi))
+            device_run.install_mpi(notes, os.path.abspath(a.mpi))
         except Exception as e:  # noqa: BLE001 - the launch then says what is missing
-            mpi_notes.append("installing Open MPI from %s failed: %s" % (a.mpi, e))
-        notes += mpi_notes
-    env = stage_env(device_run, notes)
+            notes.append("installing Open MPI from %s failed: %s" % (a.mpi, e))
+    env = stage_env(notes)
 
     try:
         model = model_of(cfg)
@@ -732,7 +629,7 @@ def run_bench(a):
                 "--steps", str(a.steps if steps is None else steps), "--repeat", "1"]
 
     if a.dry_run:
-        return dry_run(a, cfg, precisions, problems, env, device_run, gpipe_cmd, torch_cmd,
+        return dry_run(a, cfg, precisions, problems, env, gpipe_cmd, torch_cmd,
                        notes, fl)
 
     for p in sorted(broken):
@@ -770,7 +667,7 @@ def run_bench(a):
                         continue
                     limit = a.timeout if rem is None else min(a.timeout, rem)
                     try:
-                        ok, reason = measure(a, p, r, who, res, env, device_run, gpipe_cmd,
+                        ok, reason = measure(a, p, r, who, res, env, gpipe_cmd,
                                              torch_cmd, limit, last_secs)
                     except Stop as e:
                         res[p]["failures"].append("%s: interrupted by %s (its process group "
@@ -808,11 +705,11 @@ def run_bench(a):
     return 0 if measured and failed == 0 and state in ("complete", "deadline reached") else 1
 
 
-def measure(a, p, r, who, res, env, device_run, gpipe_cmd, torch_cmd, limit, last_secs):
+def measure(a, p, r, who, res, env, gpipe_cmd, torch_cmd, limit, last_secs):
     """One program of one round; (ok, reason)."""
     if who == "gpipe":
         cmd, log = gpipe_cmd(p, r)
-        lost = missing(device_run, cmd[0], env)
+        lost = device_run.missing_libs(cmd[0], env)
         if lost:
             return False, "missing %s (ldd %s under the stage LD_LIBRARY_PATH)" % (
                 ", ".join(lost), cmd[0])
@@ -858,7 +755,7 @@ def measure(a, p, r, who, res, env, device_run, gpipe_cmd, torch_cmd, limit, las
     return True, ""
 
 
-def dry_run(a, cfg, precisions, problems, env, device_run, gpipe_cmd, torch_cmd, notes, fl):
+def dry_run(a, cfg, precisions, problems, env, gpipe_cmd, torch_cmd, notes, fl):
     for n in notes:
         print("device_bench: note: " + n, flush=True)
     print("device_bench: --dry-run: would run %d alternating round(s) of %s, each program "
@@ -869,7 +766,7 @@ def dry_run(a, cfg, precisions, problems, env, device_run, gpipe_cmd, torch_cmd,
         cmd, _ = gpipe_cmd(p, 0)
         print("  gpipe %s: %s" % (p, " ".join(cmd)), flush=True)
         if os.access(cmd[0], os.X_OK):
-            lost = missing(device_run, cmd[0], env)
+            lost = device_run.missing_libs(cmd[0], env)
             if lost:
                 print("    note: here ldd does not find %s (on the GPU machine that round "
                       "would fail unless they are there)" % ", ".join(lost), flush=True)
