@@ -39,7 +39,8 @@ sys.path.insert(0, os.path.join(REPO, "test", "e2e"))
 import numpy as np  # noqa: E402
 
 import gpt_model  # noqa: E402
-from torch_mlp import peak_of, set_precision, tf32_settings, timed_steps  # noqa: E402
+from torch_mlp import (peak_of, set_precision, tf32_settings, timed_steps,  # noqa: E402
+                       train_step)
 
 
 def parse_args(argv=None):
@@ -97,15 +98,7 @@ def main(argv=None):
     def step(s):
         """Training step s (1-based); returns the loss tensor (not synchronised)."""
         xb, yb = batches[(s - 1) % a.batches]
-        opt.zero_grad(set_to_none=True)
-        if use_autocast:
-            with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
-                loss = m(xb, yb)
-        else:
-            loss = m(xb, yb)
-        loss.backward()
-        opt.step()
-        return loss.detach()
+        return train_step(m, opt, xb, yb, dev if use_autocast else None)
 
     losses, warm_s, rep_ms, rep_wall_ms, rep_min = timed_steps(step, a, cuda, dev)
 

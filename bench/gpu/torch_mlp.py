@@ -158,6 +158,22 @@ def tf32_settings(torch):
 
 
 
+def train_step(m, opt, xb, yb, autocast_dev=None):
+    """One optimizer step of module m (its forward returns the loss) on (xb,
+    yb), under bf16 autocast on autocast_dev's device type when given; returns
+    the loss tensor (not synchronised)."""
+    import torch
+    opt.zero_grad(set_to_none=True)
+    if autocast_dev is not None:
+        with torch.autocast(device_type=autocast_dev.type, dtype=torch.bfloat16):
+            loss = m(xb, yb)
+    else:
+        loss = m(xb, yb)
+    loss.backward()
+    opt.step()
+    return loss.detach()
+
+
 def timed_steps(step, a, cuda, dev):
     """a.warmup untimed steps, then a.repeat runs of a.steps timed ones (CUDA
     events around each step on a GPU, perf_counter on the CPU); step(s) runs
@@ -260,15 +276,7 @@ def main(argv=None):
         if cuda and a.data_on == "host":
             xb = xb.to(dev, non_blocking=True)
             yb = yb.to(dev, non_blocking=True)
-        opt.zero_grad(set_to_none=True)
-        if use_autocast:
-            with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
-                loss = m(xb, yb)
-        else:
-            loss = m(xb, yb)
-        loss.backward()
-        opt.step()
-        return loss.detach()
+        return train_step(m, opt, xb, yb, dev if use_autocast else None)
 
     losses, warm_s, rep_ms, rep_wall_ms, rep_min = timed_steps(step, a, cuda, dev)
 
