@@ -177,8 +177,9 @@ def pack_mpi(root):
 def all_cases(path):
     """(name, args) of every case line of cases.txt."""
     with open(path) as f:
-        return [(l.split("|", 1)[0].strip(), l.split("|", 1)[1].split()) for l in f
-                if l.strip() and not l.startswith("#") and "|" in l]
+        lines = [l.strip() for l in f]
+    return [(l.split("|", 1)[0], l.split("|", 1)[1].split()) for l in lines
+            if l and not l.startswith("#") and "|" in l]
 
 
 def pack_case(a, name, args, out):
@@ -347,21 +348,13 @@ def main():
     out = os.path.abspath(a.out)
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
-    cases = []
-    cases_txt = os.path.join(REPO, "test", "e2e", "cases.txt")
-    with open(cases_txt) as f:
-        for line in f:
-            line = line.strip()
-            if not line or line.startswith("#") or "|" not in line:
-                continue
-            name, args = line.split("|", 1)
-            # As test/e2e/CMakeLists.txt: 1F1B needs buffered sends, which the
-            # CUDA runtime does not have yet (gpipe-compile refuses it).
-            if re.search(r"--schedule[ =]1f1b", args):
-                continue
-            if priority.get(name, 2) in tiers and re.search(a.cases, name):
-                cases.append((name, args.split()))
-    unknown = set(priority) - {n for n, _ in all_cases(cases_txt)}
+    every = all_cases(os.path.join(REPO, "test", "e2e", "cases.txt"))
+    # As test/e2e/CMakeLists.txt: 1F1B needs buffered sends, which the CUDA
+    # runtime does not have yet (gpipe-compile refuses it).
+    cases = [(name, args) for name, args in every
+             if not re.search(r"--schedule[ =]1f1b", " ".join(args))
+             and priority.get(name, 2) in tiers and re.search(a.cases, name)]
+    unknown = set(priority) - {n for n, _ in every}
     if unknown:
         raise SystemExit("pack: priority.txt names cases cases.txt lacks: %s"
                          % ", ".join(sorted(unknown)))
