@@ -97,6 +97,11 @@ MPI_ENV = {
     "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
 }
 DEFAULT_MPIRUN = "/usr/bin/orterun"
+# A failure of the launcher itself (not of the stages it started: a stage's
+# MPI_ABORT banner also names ORTE and mpirun): the program or its daemons
+# could not start.
+LAUNCHER_FAILED = re.compile(r"cannot start |plm_rsh_agent|ORTE was unable to reliably start|"
+                             r"ORTE has lost communication")
 
 
 class Fail(Exception):
@@ -741,7 +746,7 @@ def run_all(a, cases):
             # The tier-0 pipeline could not launch: the launcher is broken.
             for r in RESULTS:
                 if r["kind"] == "e2e" and r["name"] in names and \
-                        re.search(r"cannot start|orte|plm|mpirun", r["detail"]) and \
+                        LAUNCHER_FAILED.search(r["detail"]) and \
                         stage_count(r["name"]) > 1 and not r["ok"]:
                     ctx["no_mpi"] = "the tier-0 pipeline %s did not launch" % r["name"]
         if t == 1:
