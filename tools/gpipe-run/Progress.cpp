@@ -249,9 +249,15 @@ void printStageReport(const manifest::Manifest &m,
     const manifest::Memory &mem = m.stages[s].memory;
     double predicted = static_cast<double>(mem.arenaBytes) +
                        (cuda ? static_cast<double>(mem.scratchBytes) : 0.0);
+    // Times under 10 ms keep 3 decimals: a fast stage's sum is not 0.0.
+    auto ms = [](double v) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, v >= 10 ? "%.1f" : "%.3f", v);
+      return std::string(buf);
+    };
     int n = std::snprintf(
-        row, sizeof row, "  %5zu  %10.1f  %10.1f  %10.1f  %5.1f%%  %12s  %13s",
-        s, stepMs, num("compute_ms"), waitMs,
+        row, sizeof row, "  %5zu  %10s  %10s  %10s  %5.1f%%  %12s  %13s",
+        s, ms(stepMs).c_str(), ms(num("compute_ms")).c_str(), ms(waitMs).c_str(),
         stepMs > 0 ? 100.0 * waitMs / stepMs : 0.0,
         mib(num("max_rss_bytes")).c_str(), mib(predicted).c_str());
     if (cuda && n > 0 && static_cast<size_t>(n) < sizeof row)
