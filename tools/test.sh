@@ -13,13 +13,16 @@ phase() {  # phase NAME: the time since the last call is NAME's
   phase_start=$now
 }
 summary() {
+  local rc=$?
+  set +e  # the summary never changes the exit status
   echo
   echo "== phase times: ${phases[*]/%/;}"
   if [[ -f build/ctest.log ]]; then
     echo "== slowest tests:"
     sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) \.+.* ([0-9.]+) sec$/\2 \1/p' \
-      build/ctest.log | sort -rn | head -10 | awk '{printf "   %8.1f s  %s\n", $1, $2}'
+      build/ctest.log | sort -rn | awk 'NR <= 10 {printf "   %8.1f s  %s\n", $1, $2}'
   fi
+  return $rc
 }
 trap summary EXIT
 bash tools/install-deps.sh
