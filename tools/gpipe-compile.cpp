@@ -92,6 +92,11 @@ int main(int argc, char **argv) {
       "march",
       po::value(&o.cpuArch)->default_value("native")->value_name("ARCH"),
       "-march= of the CPU stage programs (e.g. x86-64-v3 for other machines)")(
+      "compiler-launcher",
+      po::value(&o.compilerLauncher)->value_name("PATH"),
+      "program that runs each stage's compile, such as ccache (default: "
+      "$GPIPE_COMPILER_LAUNCHER, else none): the stage is compiled with -c in "
+      "its directory through it, then linked")(
       "verbose,v", po::bool_switch(&o.verbose), "print the build commands");
   po::options_description optim("Optimizer (torch.optim semantics)");
   optim.add_options()("optimizer",

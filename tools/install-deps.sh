@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency of gpipe-compile on Debian 12 (root).
 # clang-14, libclang-rt-14-dev (libFuzzer, sanitizers) and libomp-14-dev:
-# the fuzz build (tools/fuzz.sh).
+# the fuzz build (tools/fuzz.sh). ccache: rebuilds from its cache (the
+# build's compiles and the stage programs the tests compile).
 set -euo pipefail
 if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
 export DEBIAN_FRONTEND=noninteractive
 PACKAGES=(
-  build-essential cmake ninja-build lld git ca-certificates
+  build-essential cmake ninja-build lld ccache git ca-certificates
   llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
   libonnx-dev libprotobuf-dev protobuf-compiler
   libboost-program-options-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin

@@ -17,6 +17,11 @@ summary() {
   set +e  # the summary never changes the exit status
   echo
   echo "== phase times: ${phases[*]/%/;}"
+  if command -v ccache > /dev/null; then
+    echo "== ccache (build and tests): $(ccache --print-stats 2>/dev/null | awk -F'\t' \
+      '$1 == "direct_cache_hit" || $1 == "preprocessed_cache_hit" {h += $2}
+       $1 == "cache_miss" {m = $2} END {printf "%d hits, %d misses", h, m}')"
+  fi
   if [[ -f build/ctest.log ]]; then
     echo "== slowest tests:"
     sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) \.+.* ([0-9.]+) sec$/\2 \1/p' \
@@ -27,6 +32,13 @@ summary() {
 trap summary EXIT
 bash tools/install-deps.sh
 phase install
+# ccache (installed above) also caches the stage programs that gpipe-compile
+# builds in the tests; paths under this tree are hashed relative to it, so a
+# clone in another directory hits the same entries.
+if command -v ccache > /dev/null; then
+  export GPIPE_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR=$PWD
+  ccache --zero-stats > /dev/null
+fi
 bash tools/build.sh
 phase build
 cd build

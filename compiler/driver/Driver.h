@@ -38,6 +38,7 @@ struct CompileOptions {
   std::string precision = "fp32"; // fp32 | bf16 (CUDA)
   bool allowTf32 = false;         // CUDA fp32 GEMMs may use TF32
   std::string nvcc;               // CUDA compiler (default: the build's)
+  std::string compilerLauncher;   // e.g. ccache: runs each stage's compile
   bool explain = false;           // print the stage plan (ops, memory, cost)
   bool verbose = false;           // print the build commands
 };

@@ -94,8 +94,85 @@ FailureOr<RuntimePaths> findRuntime(bool cuda) {
 
 } // namespace
 
+namespace {
+
+/// One compiler process: its arguments (argv[0] is the program) and the file
+/// that gets its output.
+struct Command {
+  std::string name;
+  std::vector<std::string> args;
+  std::string log;
+};
+
+/// Runs `commands` at once (one process each) and waits for all of them, even
+/// after a failure, so that none outlives the compile. Returns the first
+/// failure as "building NAME failed ..." with the compiler's output (the
+/// tail of its log); the logs of commands that succeeded are removed.
+LogicalResult runAll(const std::vector<Command> &commands, bool cuda,
+                     bool verbose) {
+  struct Job {
+    const Command *command;
+    llvm::sys::ProcessInfo process;
+  };
+  std::vector<Job> jobs;
+  std::string startError;
+  for (const Command &c : commands) {
+    std::vector<llvm::StringRef> argRefs(c.args.begin(), c.args.end());
+    std::optional<llvm::StringRef> redirects[] = {
+        std::nullopt, llvm::StringRef(c.log), llvm::StringRef(c.log)};
+    if (verbose) {
+      llvm::errs() << "gpipe-compile: building " << c.name << ":";
+      for (const std::string &a : c.args)
+        llvm::errs() << " " << a;
+      llvm::errs() << "\n";
+    }
+    bool failedToStart = false;
+    llvm::sys::ProcessInfo process =
+        llvm::sys::ExecuteNoWait(c.args.front(), argRefs, std::nullopt,
+                                 redirects, 0, &startError, &failedToStart);
+    if (failedToStart)
+      break;
+    jobs.push_back({&c, process});
+  }
+  const Command *failedCommand = nullptr;
+  int failedRc = 0;
+  std::string failedError;
+  for (Job &job : jobs) {
+    std::string err;
+    llvm::sys::ProcessInfo done =
+        llvm::sys::Wait(job.process, std::nullopt, &err);
+    if (done.ReturnCode != 0 && !failedCommand) {
+      failedCommand = job.command;
+      failedRc = done.ReturnCode;
+      failedError = err;
+    } else if (done.ReturnCode == 0) {
+      llvm::sys::fs::remove(job.command->log);
+    }
+  }
+  if (jobs.size() != commands.size())
+    return fail(std::string("cannot run the ") + (cuda ? "CUDA" : "C++") +
+                " compiler " + commands[jobs.size()].args.front() + ": " +
+                startError);
+  if (failedCommand) {
+    errorLine() << "building " << failedCommand->name << " failed (exit "
+                << failedRc << ")"
+                << (failedError.empty() ? "" : ": " + failedError)
+                << "; compiler output:\n";
+    if (auto buf = llvm::MemoryBuffer::getFile(failedCommand->log))
+      llvm::errs() << (*buf)->getBuffer().take_back(4000);
+    return failure();
+  }
+  return success();
+}
+
+} // namespace
+
 /// Compiles and links the stage programs with the host C++ compiler (CPU) or
-/// nvcc (CUDA), all at once (one compiler process per stage).
+/// nvcc (CUDA), all at once (one compiler process per stage). With a compiler
+/// launcher (--compiler-launcher or $GPIPE_COMPILER_LAUNCHER, e.g. ccache),
+/// each stage is compiled through it (`LAUNCHER COMPILER ... -c NAME.cpp -o
+/// NAME.o`, run in DIR with paths relative to it, so that a cache can match
+/// the same source compiled in another directory) and then linked.
 LogicalResult buildExecutables(const CompileOptions &o, const std::string &dir,
                                const std::vector<std::string> &names) {
   bool cuda = o.target == "cuda";
@@ -111,6 +188,16 @@ LogicalResult buildExecutables(const CompileOptions &o, const std::string &dir,
         cuda
             ? "cannot find the CUDA compiler '" + cxx + "' (set --nvcc or NVCC)"
             : "cannot find the C++ compiler '" + cxx + "' (set --cxx or CXX)");
+  std::string launcherName =
+      findCompiler(o.compilerLauncher, "GPIPE_COMPILER_LAUNCHER", "");
+  std::string launcher;
+  if (!launcherName.empty()) {
+    auto foundLauncher = llvm::sys::findProgramByName(launcherName);
+    if (!foundLauncher)
+      return fail("cannot find the compiler launcher '" + launcherName +
+                  "' (--compiler-launcher or GPIPE_COMPILER_LAUNCHER)");
+    launcher = *foundLauncher;
+  }
   FailureOr<RuntimePaths> runtime = findRuntime(cuda);
   if (failed(runtime))
     return failure();
@@ -118,28 +205,25 @@ LogicalResult buildExecutables(const CompileOptions &o, const std::string &dir,
   llvm::StringRef(cuda ? GPIPE_RUNTIME_CUDA_LINK_FLAGS
                        : GPIPE_RUNTIME_LINK_FLAGS)
       .split(linkFlags, ';', -1, false);
-  struct Job {
-    std::string name, log;
-    llvm::sys::ProcessInfo process;
-  };
-  std::vector<Job> jobs;
-  std::string startError;
-  for (const std::string &name : names) {
+
+  // nvcc: SASS for every architecture, plus PTX of the newest for later GPUs.
+  std::vector<std::string> gencode;
+  if (cuda) {
+    std::vector<int> archs = *cudaArchitectures(o.cudaArch);
+    for (int a : archs)
+      gencode.push_back("-gencode=arch=compute_" + std::to_string(a) +
+                        ",code=sm_" + std::to_string(a));
+    gencode.push_back("-gencode=arch=compute_" + std::to_string(archs.back()) +
+                      ",code=compute_" + std::to_string(archs.back()));
+  }
+  // The compiler's flags for one stage: code generation, then the source.
+  auto compileFlags = [&](const std::string &source) {
     std::vector<std::string> args;
     if (cuda) {
-      args = {*found, "-std=c++17", "-O3", "-I" + runtime->includeDir};
-      // SASS for every architecture, plus PTX of the newest for later GPUs.
-      std::vector<int> archs = *cudaArchitectures(o.cudaArch);
-      for (int a : archs)
-        args.push_back("-gencode=arch=compute_" + std::to_string(a) +
-                       ",code=sm_" + std::to_string(a));
-      args.push_back("-gencode=arch=compute_" + std::to_string(archs.back()) +
-                     ",code=compute_" + std::to_string(archs.back()));
-      args.insert(args.end(), {dir + "/" + name + ".cu", "-o", dir + "/" + name,
-                               runtime->library});
+      args = {"-std=c++17", "-O3", "-I" + runtime->includeDir};
+      args.insert(args.end(), gencode.begin(), gencode.end());
     } else {
       args = {
-        *found,
         "-std=c++17",
         "-O3",
         "-march=" + o.cpuArch,
@@ -158,61 +242,61 @@ LogicalResult buildExecutables(const CompileOptions &o, const std::string &dir,
         "--param=vect-max-version-for-alias-checks=64",
         "-fopenmp",
         "-I" + runtime->includeDir,
-        dir + "/" + name + ".cpp",
-        "-o",
-        dir + "/" + name,
-        runtime->library
       };
     }
+    args.push_back(source);
+    return args;
+  };
+  // The link: objects or the source, the runtime and its libraries.
+  auto linkArgs = [&](std::vector<std::string> args, const std::string &exe) {
+    args.insert(args.end(), {"-o", exe, runtime->library});
     for (llvm::StringRef f : linkFlags)
       args.push_back(f.str());
-    std::vector<llvm::StringRef> argRefs(args.begin(), args.end());
-    Job job{name, dir + "/" + name + ".build.log", {}};
-    std::optional<llvm::StringRef> redirects[] = {
-        std::nullopt, llvm::StringRef(job.log), llvm::StringRef(job.log)};
-    if (o.verbose) {
-      llvm::errs() << "gpipe-compile: building " << name << ":";
-      for (auto &a : args)
-        llvm::errs() << " " << a;
-      llvm::errs() << "\n";
+    return args;
+  };
+  std::string ext = cuda ? ".cu" : ".cpp";
+
+  if (launcher.empty()) {
+    // One command per stage compiles and links.
+    std::vector<Command> builds;
+    for (const std::string &name : names) {
+      std::vector<std::string> args = {*found};
+      for (std::string &a : compileFlags(dir + "/" + name + ext))
+        args.push_back(std::move(a));
+      builds.push_back({name, linkArgs(std::move(args), dir + "/" + name),
+                        dir + "/" + name + ".build.log"});
     }
-    bool failedToStart = false;
-    job.process =
-        llvm::sys::ExecuteNoWait(*found, argRefs, std::nullopt, redirects, 0,
-                                 &startError, &failedToStart);
-    if (failedToStart)
-      break;
-    jobs.push_back(std::move(job));
+    return runAll(builds, cuda, o.verbose);
   }
-  // Wait for every job, even after a failure, so none outlives the compile.
-  std::string failedName;
-  int failedRc = 0;
-  std::string failedError;
-  for (Job &job : jobs) {
-    std::string err;
-    llvm::sys::ProcessInfo done =
-        llvm::sys::Wait(job.process, std::nullopt, &err);
-    if (done.ReturnCode != 0 && failedName.empty()) {
-      failedName = job.name;
-      failedRc = done.ReturnCode;
-      failedError = err;
-    } else if (done.ReturnCode == 0) {
-      llvm::sys::fs::remove(job.log);
-    }
+
+  // Through the launcher: compile in DIR (sh -c 'cd DIR && exec ...': the
+  // launcher sees NAME.cpp and NAME.o, not this run's staging path), then
+  // link; the objects are removed.
+  auto shell = llvm::sys::findProgramByName("sh");
+  if (!shell)
+    return fail("cannot find sh, needed to run the compiler launcher");
+  std::vector<Command> compiles, links;
+  for (const std::string &name : names) {
+    std::vector<std::string> args = {*shell, "-c", "cd \"$0\" && exec \"$@\"",
+                                     dir, launcher, *found, "-c"};
+    for (std::string &a : compileFlags(name + ext))
+      args.push_back(std::move(a));
+    args.insert(args.end(), {"-o", name + ".o"});
+    compiles.push_back({name, std::move(args), dir + "/" + name + ".build.log"});
+    std::vector<std::string> link = {*found, dir + "/" + name + ".o"};
+    if (cuda) // the same device code generation flags as the compile
+      link.insert(link.end(), gencode.begin(), gencode.end());
+    else
+      link.push_back("-fopenmp");
+    links.push_back({name, linkArgs(std::move(link), dir + "/" + name),
+                     dir + "/" + name + ".build.log"});
   }
-  if (jobs.size() != names.size())
-    return fail(std::string("cannot run the ") + (cuda ? "CUDA" : "C++") +
-                " compiler " + *found + ": " + startError);
-  if (!failedName.empty()) {
-    errorLine() << "building " << failedName << " failed (exit " << failedRc
-                << ")" << (failedError.empty() ? "" : ": " + failedError)
-                << "; compiler output:\n";
-    if (auto buf =
-            llvm::MemoryBuffer::getFile(dir + "/" + failedName + ".build.log"))
-      llvm::errs() << (*buf)->getBuffer().take_back(4000);
-    return failure();
-  }
-  return success();
+  LogicalResult built = runAll(compiles, cuda, o.verbose);
+  if (succeeded(built))
+    built = runAll(links, cuda, o.verbose);
+  for (const std::string &name : names)
+    llvm::sys::fs::remove(dir + "/" + name + ".o");
+  return built;
 }
 
 } // namespace gpipe::driver
