@@ -11,7 +11,10 @@ then checks the stage executables
 CPU target supports thus goes through nvcc: generated kernels, cuBLASLt GEMMs,
 runtime kernels.
 
-usage: build_models.py BIN_DIR WORK_DIR
+usage: build_models.py BIN_DIR WORK_DIR [--shard I/N]
+
+--shard I/N builds only every N-th model from the I-th (0-based) of the sorted
+list, so that N ctest tests share the models and run side by side.
 """
 import os
 import shutil
@@ -36,12 +39,23 @@ def run(cmd):
 
 
 def main():
+    if len(sys.argv) not in (3, 5) or (len(sys.argv) == 5 and sys.argv[3] != "--shard"):
+        sys.exit("usage: build_models.py BIN_DIR WORK_DIR [--shard I/N]")
     bindir, work = sys.argv[1], sys.argv[2]
+    shard, shards = 0, 1
+    if len(sys.argv) == 5:
+        try:
+            shard, shards = (int(v) for v in sys.argv[4].split("/"))
+            if not 0 <= shard < shards:
+                raise ValueError
+        except ValueError:
+            sys.exit("build_models.py: --shard takes I/N with 0 <= I < N, not %r" % sys.argv[4])
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    for name in sorted(models.MODELS):
-        if name == "mlp_deep":
-            continue
+    names = [n for n in sorted(models.MODELS) if n != "mlp_deep"]
+    mine = names[shard::shards]
+    print("models %d/%d: %s" % (shard, shards, " ".join(mine)), flush=True)
+    for name in mine:
         onnx_path = os.path.join(work, name + ".onnx")
         models.export_named(name, onnx_path, batch_size=8 if name in ONE_STAGE_ONLY else 16)
         for flags in (["--precision", "fp32"],
@@ -56,7 +70,7 @@ def main():
             print(run([sys.executable, os.path.join(HERE, "check_cuda_binaries.py"),
                        "--arch", "90", "--needs", "nccl", "--needs", "cublasLt"]
                       + [os.path.join(out, s) for s in stages]).strip())
-    print("cuda build of every e2e model: ok")
+    print("cuda build of %d e2e model(s): ok" % len(mine))
     return 0
 
 

@@ -281,7 +281,9 @@ def gpu_check(work, tar, bundle):
             f.write(probe_text)
         os.chmod(probe, 0o755)
         out = os.path.join(work, name + ".tar.xz")
-        subprocess.run(["tar", "-cJf", out, "-C", patched, "gpu-bundle"], check=True)
+        # xz's fastest preset: the archive's format is what is checked here
+        subprocess.run(["tar", "-cJf", out, "-C", patched, "gpu-bundle"], check=True,
+                       env=dict(os.environ, XZ_OPT="-0"))
         return out
     env = dict(os.environ, PATH=hidden_ssh_path(work), GPU_CHECK_WORK=os.path.join(work, "gc"))
     env.pop("OMPI_MCA_plm", None)
@@ -391,7 +393,7 @@ def main():
     r = subprocess.run([sys.executable, os.path.join(HERE, "device", "pack.py"),
                         "--bin", a.bin, "--out", os.path.join(work, "packed"), "--cases", CASES,
                         "--tiers", "0", "--probe", a.probe, "--runtime-tests", a.runtime_tests,
-                        "--tar", tar]
+                        "--tar", tar, "--xz-preset", "0"]
                        + (["--runtime-dir", a.runtime_dir] if a.runtime_dir else []),
                        capture_output=True, text=True)
     print("pack.py: exit %d, %.1fs\n%s" % (r.returncode, time.time() - t0,

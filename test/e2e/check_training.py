@@ -37,6 +37,15 @@ concatenation of the step's micro-batch inputs to that layer (mean and unbiased 
 all B samples; --stat-tol default 1e-5).  The 1-stage reference program of a BatchNorm model
 keeps M micro-batches (--stages 1 --microbatches M --remat none, and the run's --batchnorm).
 
+--prepared DIR (prepare.py writes DIR): steps 1-3 come from DIR/<prep_key>, whose key
+hashes exactly the arguments that determine the export, the data and the torch reference
+(prep_args); model.onnx and data/ are copied into WORKDIR, the reference's results loaded,
+and this process does not import torch (the check fails if it did).  Without the entry
+(or with a DIR written by other sources) steps 1-3 run here, as without --prepared.
+--single-cache DIR: the reference program's (step 4b) out_single/, logs, log_single.jsonl
+and trained_single.onnx are cached in DIR/<sha256 of model.onnx, the data, its command
+lines and the identity of the tools and runtime> and reused; the checks are the same.
+
 Exit status: 0 = pass, 1 = any failure (tool error or mismatch), 2 = bad usage.
 
 Examples:
@@ -49,6 +58,7 @@ Examples:
 
 import argparse
 import decimal
+import hashlib
 import json
 import math
 import os
@@ -64,9 +74,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
 
-import models  # noqa: E402
+# torch is imported lazily (models.py, torch_reference, ...): a case whose model, data and
+# torch reference come from --prepared (prepare.py) never imports it (~1 s per process).
+# modelspec is models.py's torch-free half (model table, data, batch order).
+import modelspec  # noqa: E402
 
 # Optimizer defaults, matching torch.optim's.
 DEFAULT_WD = {"sgd": 0.0, "adam": 0.0, "adamw": 0.01}
@@ -89,7 +101,7 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(
         description="gpipe-compile end-to-end training check against torch.optim",
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    ap.add_argument("--model", required=True, choices=sorted(models.MODELS))
+    ap.add_argument("--model", required=True, choices=sorted(modelspec.MODELS))
     ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "adamw"])
     ap.add_argument("--lr", type=float, default=None,
                     help="learning rate (default: sgd 0.1, adam/adamw 0.01)")
@@ -109,8 +121,8 @@ def parse_args(argv):
                          "gpipe-compile is always given --batch-size")
     ap.add_argument("--samples", type=int, default=None,
                     help="number of samples S (default 4*batch-size); drop_last")
-    ap.add_argument("--opset", type=int, default=models.DEFAULT_OPSET)
-    ap.add_argument("--seed", type=int, default=models.DEFAULT_SEED,
+    ap.add_argument("--opset", type=int, default=modelspec.DEFAULT_OPSET)
+    ap.add_argument("--seed", type=int, default=modelspec.DEFAULT_SEED,
                     help="torch.manual_seed for the initial weights")
     ap.add_argument("--data-seed", type=int, default=0, help="numpy seed for the data")
     ap.add_argument("--shuffle", type=int, default=None, metavar="SEED",
@@ -179,6 +191,17 @@ def parse_args(argv):
                     "1e-5 with --batchnorm deferred)")
     ap.add_argument("--timeout", type=float, default=900.0,
                     help="seconds allowed for each of gpipe-compile / gpipe-run")
+    ap.add_argument("--prepared", default=None, metavar="DIR",
+                    help="take model.onnx, data/ and the torch reference's results from "
+                    "DIR/<key> (written by prepare.py; key: prep_key) instead of exporting "
+                    "and training here, without importing torch; when DIR/<key> is missing "
+                    "(or DIR is stale), export and train here as without it")
+    ap.add_argument("--single-cache", default=None, metavar="DIR",
+                    help="content-addressed cache of the reference program's results "
+                    "(--compare-single): keyed by model.onnx, the data, the reference's "
+                    "gpipe-compile/gpipe-run flags and the identity of the tools and the "
+                    "runtime library; a hit reuses out_single/, its logs and "
+                    "trained_single.onnx instead of compiling and running it again")
     a = ap.parse_args(argv)
 
     if a.lr is None:
@@ -226,7 +249,7 @@ def parse_args(argv):
     a.torch_tol = a.bf16_tol if a.precision == "bf16" else a.tol
     # Dropout: torch draws other masks; the run is checked against its own
     # 1-stage program, and must differ from torch trained without dropout.
-    a.dropout = models.MODELS[a.model].dropout
+    a.dropout = modelspec.MODELS[a.model].dropout
     if a.dropout:
         a.torch_tol = float("inf")
         a.compare_single = True
@@ -240,13 +263,14 @@ def parse_args(argv):
         a.torch_tol = max(a.torch_tol, CUDA_FP32_TOL_FLOOR)
     # BatchNorm: statistics per micro-batch, so the torch reference calls the module once
     # per micro-batch and the 1-stage reference program keeps M micro-batches.
-    a.batchnorm_model = models.has_batchnorm(models.MODELS[a.model].ctor())
+    # (models.build checks the flag against the module: models.has_batchnorm)
+    a.batchnorm_model = modelspec.MODELS[a.model].batchnorm
     if a.stat_tol is None:
         a.stat_tol = 1e-5 if a.batchnorm == "deferred" else 1e-4
     # (bf16 loosens them as it loosens the parameters')
     a.torch_stat_tol = max(a.stat_tol, a.torch_tol) if a.precision == "bf16" else a.stat_tol
     a.ref_stat_tol = max(a.stat_tol, a.ref_tol) if a.precision == "bf16" else a.stat_tol
-    if a.batchnorm_model and models.MODELS[a.model].ignore_index is not None:
+    if a.batchnorm_model and modelspec.MODELS[a.model].ignore_index is not None:
         ap.error("models with BatchNorm and an ignore_index are not supported by the "
                  "per-micro-batch reference")
     return a
@@ -286,6 +310,7 @@ def find_tool(bindir, name):
 
 
 def make_optimizer(a, params):
+    import torch
     if a.optimizer == "sgd":
         return torch.optim.SGD(params, lr=a.lr, momentum=a.momentum, dampening=0.0,
                                weight_decay=a.weight_decay, nesterov=a.nesterov)
@@ -310,6 +335,7 @@ def optimizer_flags(a):
 
 
 def batchnorm_modules(module):
+    import torch
     return [(n, m) for n, m in module.named_modules()
             if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
 
@@ -322,6 +348,7 @@ def bn_step(a, module, xb, yb):
     loss. With --batchnorm deferred the modules' running statistics are left as they
     were during the micro-batch calls and then updated once from the concatenation of
     every micro-batch's BN input (torch's own batch_norm over the whole mini-batch)."""
+    import torch
     m = a.microbatches or 1
     bsz = xb.shape[0]
     mb = bsz // m
@@ -364,6 +391,8 @@ def torch_reference(a, init, x, y):
     """Train a fresh module from the initializers `init`; return (losses, params, last_delta,
     extra, buffers): buffers are the BatchNorm running statistics (running_mean, running_var,
     torch buffers with an initializer of the same name) after training."""
+    import torch
+    import models
     module = models.build(a.model, a.seed)
     loaded, extra = models.load_into_module(module, init)
     module.train()
@@ -375,7 +404,7 @@ def torch_reference(a, init, x, y):
     losses = []
     before_last = None
     for s in range(1, a.steps + 1):
-        rows = torch.from_numpy(models.batch_rows(s, a.batch_size, a.samples, a.shuffle))
+        rows = torch.from_numpy(modelspec.batch_rows(s, a.batch_size, a.samples, a.shuffle))
         if s == a.steps:
             before_last = {n: p.detach().clone() for n, p in module.named_parameters()}
         opt.zero_grad(set_to_none=True)
@@ -620,6 +649,20 @@ def single_flags(a):
     return f
 
 
+def tool_commands(a, compile_bin, run_bin, model_path, data_dir, out_dir, log_path,
+                  trained_path, extra_flags):
+    """The gpipe-compile and gpipe-run command lines of compile_and_run."""
+    compile_cmd = ([compile_bin, model_path, "-o", out_dir, "--batch-size", str(a.batch_size)]
+                   + extra_flags + optimizer_flags(a))
+    run_cmd = [run_bin, out_dir, "--data", data_dir, "--steps", str(a.steps),
+               "--log-json", log_path, "--save-onnx", trained_path]
+    if a.threads is not None:
+        run_cmd += ["--threads", str(a.threads)]
+    if a.shuffle is not None:
+        run_cmd += ["--shuffle", "--seed", str(a.shuffle)]
+    return compile_cmd, run_cmd
+
+
 def compile_and_run(a, compile_bin, run_bin, model_path, data_dir, wd, suffix, extra_flags):
     """gpipe-compile (+ extra_flags) into WORKDIR/out<suffix>, then gpipe-run it.
 
@@ -633,15 +676,9 @@ def compile_and_run(a, compile_bin, run_bin, model_path, data_dir, wd, suffix, e
             os.remove(p)
     if os.path.isdir(out_dir):
         shutil.rmtree(out_dir)
-    run_tool([compile_bin, model_path, "-o", out_dir, "--batch-size", str(a.batch_size)]
-             + extra_flags + optimizer_flags(a),
-             os.path.join(wd, "compile%s.log" % suffix), a.timeout)
-    run_cmd = [run_bin, out_dir, "--data", data_dir, "--steps", str(a.steps),
-               "--log-json", log_path, "--save-onnx", trained_path]
-    if a.threads is not None:
-        run_cmd += ["--threads", str(a.threads)]
-    if a.shuffle is not None:
-        run_cmd += ["--shuffle", "--seed", str(a.shuffle)]
+    compile_cmd, run_cmd = tool_commands(a, compile_bin, run_bin, model_path, data_dir,
+                                         out_dir, log_path, trained_path, extra_flags)
+    run_tool(compile_cmd, os.path.join(wd, "compile%s.log" % suffix), a.timeout)
     run_out = run_tool(run_cmd, os.path.join(wd, "run%s.log" % suffix), a.timeout)
     losses, ms = parse_log_json(log_path, a.steps)
     if not os.path.isfile(trained_path):
@@ -649,17 +686,331 @@ def compile_and_run(a, compile_bin, run_bin, model_path, data_dir, wd, suffix, e
     return out_dir, losses, ms, run_out, trained_path
 
 
+# ---------------------------------------------------------------------------
+# Steps 1-3 (export, data, torch reference), here or from --prepared DIR (prepare.py)
+# ---------------------------------------------------------------------------
+
+# The files whose contents the prepared entries depend on (prepare.py writes their hash to
+# DIR/STAMP.json; an entry of another version is not used).
+PREP_SOURCES = ("modelspec.py", "models.py", "check_training.py", "prepare.py")
+PREP_STAMP = "STAMP.json"
+PREP_REF_JSON = "reference.json"
+PREP_REF_NPZ = "reference.npz"
+
+
+def source_fingerprint():
+    """sha256 of PREP_SOURCES (names and contents)."""
+    h = hashlib.sha256()
+    for n in PREP_SOURCES:
+        try:
+            with open(os.path.join(HERE, n), "rb") as f:
+                data = f.read()
+        except OSError:
+            data = b"(missing)"
+        h.update(b"%s\0%d\0" % (n.encode(), len(data)) + data)
+    return h.hexdigest()
+
+
+def prep_args(a):
+    """Exactly the arguments that determine model.onnx, data/ and torch_reference's results
+    (canonical: defaults resolved, every field present)."""
+    d = {
+        # export: models.build(model, seed), an example batch of export_batch_size rows of
+        # the data, opset, a symbolic batch dimension
+        "model": a.model, "seed": a.seed, "opset": a.opset,
+        "export_batch_size": a.export_batch_size or a.batch_size,
+        "dynamic_batch": bool(a.dynamic_batch),
+        # data: models.make_data(model, samples, data_seed)
+        "samples": a.samples, "data_seed": a.data_seed,
+        # torch_reference: make_optimizer, the mini-batch order, steps; module.eval() for
+        # a model with dropout
+        "optimizer": a.optimizer, "lr": a.lr, "momentum": a.momentum,
+        "nesterov": bool(a.nesterov), "weight_decay": a.weight_decay,
+        "betas": list(a.betas_t), "eps": a.eps,
+        "steps": a.steps, "batch_size": a.batch_size, "shuffle": a.shuffle,
+        "dropout": bool(a.dropout), "batchnorm_model": bool(a.batchnorm_model),
+    }
+    if a.batchnorm_model:
+        # bn_step: the module is called once per micro-batch; deferred running statistics
+        d["bn_microbatches"] = a.microbatches or 1
+        d["bn_deferred"] = a.batchnorm == "deferred"
+    return d
+
+
+def prep_key(a):
+    """DIR/<key> of --prepared: a readable prefix and a hash of prep_args."""
+    canon = json.dumps(prep_args(a), sort_keys=True, separators=(",", ":"))
+    return "%s_%s_b%d_s%d_%s" % (a.model, a.optimizer, a.batch_size, a.steps,
+                                 hashlib.sha256(canon.encode()).hexdigest()[:12])
+
+
+def export_model_and_data(a, model_path, data_dir):
+    """Steps 1-2: write data_dir/x.npy and y.npy, export the model to model_path (torch).
+    Returns (x, y)."""
+    import torch
+    import models
+    torch.set_num_threads(1)
+    torch.set_default_dtype(torch.float32)
+    x, y = modelspec.make_data(a.model, a.samples, seed=a.data_seed)
+    os.makedirs(data_dir, exist_ok=True)
+    np.save(os.path.join(data_dir, "x.npy"), x)
+    np.save(os.path.join(data_dir, "y.npy"), y)
+    module = models.build(a.model, a.seed)
+    try:
+        eb = a.export_batch_size or a.batch_size
+        models.export(module, x[:eb], y[:eb], model_path, opset=a.opset,
+                      dynamic_batch=a.dynamic_batch)
+    except RuntimeError as e:
+        raise CheckFailed("export: %s" % e)
+    return x, y
+
+
+def save_reference(d, a, ref, seconds):
+    """Write torch_reference's results `ref` to d/reference.{json,npz} (exact: float32
+    arrays in the npz, Python floats in the JSON)."""
+    losses, params, last_delta, extra, buffers = ref
+    pnames, bnames = list(params), list(buffers)
+    arrays = {"param%d" % i: params[n] for i, n in enumerate(pnames)}
+    arrays.update({"buffer%d" % i: buffers[n] for i, n in enumerate(bnames)})
+    np.savez(os.path.join(d, PREP_REF_NPZ), **arrays)
+    with open(os.path.join(d, PREP_REF_JSON), "w") as f:
+        json.dump({"key": prep_key(a), "args": prep_args(a), "seconds": seconds,
+                   "losses": [float(v) for v in losses], "last_delta": last_delta,
+                   "extra": list(extra), "params": pnames, "buffers": bnames}, f, indent=1)
+
+
+def load_reference(d):
+    """(losses, params, last_delta, extra, buffers, seconds) from save_reference's files."""
+    with open(os.path.join(d, PREP_REF_JSON)) as f:
+        r = json.load(f)
+    with np.load(os.path.join(d, PREP_REF_NPZ)) as z:
+        params = {n: z["param%d" % i] for i, n in enumerate(r["params"])}
+        buffers = {n: z["buffer%d" % i] for i, n in enumerate(r["buffers"])}
+    return ((r["losses"], params, r["last_delta"], r["extra"], buffers), r["seconds"])
+
+
+def find_prepared(a):
+    """(DIR/<key>, None) if --prepared DIR has this case's entry, else (None, why)."""
+    if not a.prepared:
+        return None, None
+    try:
+        with open(os.path.join(a.prepared, PREP_STAMP)) as f:
+            stamp = json.load(f)
+    except (OSError, ValueError) as e:
+        return None, "no usable %s (%s)" % (os.path.join(a.prepared, PREP_STAMP), e)
+    if stamp.get("sources") != source_fingerprint():
+        return None, ("%s is stale: %s changed since prepare.py wrote it"
+                      % (a.prepared, "/".join(PREP_SOURCES)))
+    key = prep_key(a)
+    d = os.path.join(a.prepared, key)
+    try:
+        with open(os.path.join(d, PREP_REF_JSON)) as f:
+            got = json.load(f).get("args")
+    except (OSError, ValueError) as e:
+        return None, "no entry %s (%s)" % (key, e.__class__.__name__)
+    if got != json.loads(json.dumps(prep_args(a))):
+        return None, "entry %s was prepared for other arguments: %s" % (key, got)
+    return d, None
+
+
+def model_data_reference(a, model_path, data_dir):
+    """Steps 1-3: model.onnx, data/x.npy, data/y.npy and the torch reference's results, from
+    --prepared DIR/<key> when there (torch is not imported), else exported and trained here.
+    Returns (x, y, init, (losses, params, last_delta, extra, buffers), prepared)."""
+    entry, why = find_prepared(a)
+    if entry is not None:
+        log("prepared: using %s (export, data and torch reference from prepare.py)" % entry)
+        shutil.copyfile(os.path.join(entry, "model.onnx"), model_path)
+        for n in ("x.npy", "y.npy"):
+            shutil.copyfile(os.path.join(entry, "data", n), os.path.join(data_dir, n))
+        x = np.load(os.path.join(data_dir, "x.npy"))
+        y = np.load(os.path.join(data_dir, "y.npy"))
+        ops = sorted(set(modelspec.op_types(model_path)))
+        log("exported %s (%s) (prepared)" % (model_path, " ".join(ops)))
+        init = modelspec.load_initializers(model_path)
+        ref, seconds = load_reference(entry)
+        log("torch reference: %d steps in %.2fs (prepared), loss %.6f -> %.6f"
+            % (a.steps, seconds, ref[0][0], ref[0][-1]))
+        return x, y, init, ref, True
+    if a.prepared:
+        log("prepared: %s; exporting and training the torch reference here" % why)
+    x, y = export_model_and_data(a, model_path, data_dir)
+    ops = sorted(set(modelspec.op_types(model_path)))
+    log("exported %s (%s)" % (model_path, " ".join(ops)))
+    init = modelspec.load_initializers(model_path)
+    t0 = time.time()
+    ref = torch_reference(a, init, x, y)
+    log("torch reference: %d steps in %.2fs, loss %.6f -> %.6f"
+        % (a.steps, time.time() - t0, ref[0][0], ref[0][-1]))
+    return x, y, init, ref, False
+
+
+# ---------------------------------------------------------------------------
+# The reference program (--compare-single), optionally from --single-cache DIR
+# ---------------------------------------------------------------------------
+
+# What a cache entry holds besides out_single/: everything run_check reads of the reference.
+SINGLE_FILES = ("compile_single.log", "run_single.log", "log_single.jsonl",
+                "trained_single.onnx")
+_TOOLS_ID = {}
+
+
+def _file_id(p):
+    st = os.stat(p)
+    return [os.path.realpath(p), st.st_size, st.st_mtime_ns]
+
+
+def _runtime_prefixes(compile_bin):
+    """Where gpipe-compile may take the runtime from (compiler/driver/Toolchain.cpp
+    findRuntime): $GPIPE_RUNTIME_DIR, <bin>/.., and the build tree's paths compiled into
+    it (found in the binary; those that exist)."""
+    env = os.environ.get("GPIPE_RUNTIME_DIR")
+    if env:
+        return [("env", env)]
+    out = [("prefix", os.path.dirname(os.path.dirname(os.path.abspath(compile_bin))))]
+    with open(compile_bin, "rb") as f:
+        blob = f.read()
+    for m in sorted(set(re.findall(rb"/[\x21-\x7e]*?(?:libgpipe_runtime[a-z_]*\.a|/include)"
+                                   rb"(?=\x00)", blob))):
+        p = m.decode(errors="replace")
+        if p.endswith(".a") and os.path.isfile(p):
+            out.append(("lib", p))
+        elif os.path.isfile(os.path.join(p, "gpipe", "runtime.h")):
+            out.append(("include", p))
+    return out
+
+
+def tools_identity(compile_bin, run_bin):
+    """The identity (path, size, mtime) of gpipe-compile, gpipe-run, the runtime library and
+    headers they may use, the host C++ compiler, and the environment that may steer them."""
+    k = (compile_bin, run_bin)
+    if k in _TOOLS_ID:
+        return _TOOLS_ID[k]
+    ident = {"gpipe-compile": _file_id(compile_bin), "gpipe-run": _file_id(run_bin)}
+    files = []
+    for kind, p in _runtime_prefixes(compile_bin):
+        if kind in ("env", "prefix"):
+            cands = [os.path.join(p, "lib", "gpipe"), os.path.join(p, "include", "gpipe")]
+        elif kind == "include":
+            cands = [os.path.join(p, "gpipe")]
+        else:
+            cands = [p]
+        for c in cands:
+            if os.path.isfile(c):
+                files.append([kind] + _file_id(c))
+            elif os.path.isdir(c):
+                for root, _, names in sorted(os.walk(c)):
+                    for n in sorted(names):
+                        files.append([kind] + _file_id(os.path.join(root, n)))
+    ident["runtime"] = files
+    cxx = [os.environ.get("CXX") or "", "c++", "g++", "clang++"]
+    ident["cxx"] = [[c] + _file_id(shutil.which(c)) for c in cxx if c and shutil.which(c)]
+    ident["env"] = sorted((n, v) for n, v in os.environ.items()
+                          if n.startswith(("GPIPE_", "OMP_", "OPENBLAS_", "MKL_", "DNNL_",
+                                           "ONEDNN_", "OMPI_")) or n in ("CXX", "NVCC"))
+    ident["cpus"] = [os.cpu_count(), len(os.sched_getaffinity(0))
+                     if hasattr(os, "sched_getaffinity") else None]
+    _TOOLS_ID[k] = ident
+    return ident
+
+
+def single_cache_key(a, compile_bin, run_bin, model_path, data_dir, flags):
+    """sha256 of model.onnx, the data files, the reference's command lines (paths in the
+    work directory replaced by placeholders) and tools_identity."""
+    h = hashlib.sha256()
+
+    def add(tag, data):
+        h.update(b"%s\0%d\0" % (tag.encode(), len(data)) + data)
+
+    with open(model_path, "rb") as f:
+        add("model.onnx", f.read())
+    for n in sorted(os.listdir(data_dir)):
+        with open(os.path.join(data_dir, n), "rb") as f:
+            add("data/" + n, f.read())
+    cmds = tool_commands(a, "<gpipe-compile>", "<gpipe-run>", "<model.onnx>", "<data>",
+                         "<out>", "<log.jsonl>", "<trained.onnx>", flags)
+    add("commands", json.dumps(cmds).encode())
+    add("tools", json.dumps(tools_identity(compile_bin, run_bin), sort_keys=True).encode())
+    return h.hexdigest()[:40]
+
+
+def _copy_tree(src, dst):
+    """Copy directory src to dst (hard links where possible: nothing writes these files)."""
+    def link_or_copy(s, d):
+        try:
+            os.link(s, d)
+        except OSError:
+            shutil.copy2(s, d)
+    shutil.copytree(src, dst, copy_function=link_or_copy)
+
+
+def reference_run(a, compile_bin, run_bin, model_path, data_dir, wd):
+    """compile_and_run of the reference program (suffix _single, reference_flags), or its
+    files from --single-cache DIR/<key> (the same checks follow either way)."""
+    flags = reference_flags(a)
+    if not a.single_cache:
+        return compile_and_run(a, compile_bin, run_bin, model_path, data_dir, wd, "_single",
+                               flags)
+    key = single_cache_key(a, compile_bin, run_bin, model_path, data_dir, flags)
+    entry = os.path.join(a.single_cache, key)
+    out_dir = os.path.join(wd, "out_single")
+    if os.path.isfile(os.path.join(entry, "meta.json")):
+        with open(os.path.join(entry, "meta.json")) as f:
+            meta = json.load(f)
+        log("single-cache: hit %s (compiled and run by %s)" % (entry, meta.get("workdir")))
+        for c in meta.get("commands", []):
+            log("  (cached) $ " + " ".join(shlex.quote(x) for x in c))
+        if os.path.isdir(out_dir):
+            shutil.rmtree(out_dir)
+        _copy_tree(os.path.join(entry, "out_single"), out_dir)
+        for n in SINGLE_FILES:
+            p = os.path.join(wd, n)
+            if os.path.exists(p):
+                os.remove(p)
+            shutil.copyfile(os.path.join(entry, n), p)
+        with open(os.path.join(wd, "run_single.log")) as f:
+            run_out = f.read()
+        trained_path = os.path.join(wd, "trained_single.onnx")
+        losses, ms = parse_log_json(os.path.join(wd, "log_single.jsonl"), a.steps)
+        return out_dir, losses, ms, run_out, trained_path
+    log("single-cache: miss %s: compiling and running the reference here" % key)
+    res = compile_and_run(a, compile_bin, run_bin, model_path, data_dir, wd, "_single", flags)
+    # Store it: into a temporary directory, renamed to DIR/<key> at once (a case racing on
+    # the same key keeps its own results; the first rename wins).
+    try:
+        os.makedirs(a.single_cache, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".tmp-%s-" % key[:12], dir=a.single_cache)
+        try:
+            _copy_tree(out_dir, os.path.join(tmp, "out_single"))
+            for n in SINGLE_FILES:
+                shutil.copyfile(os.path.join(wd, n), os.path.join(tmp, n))
+            cmds = tool_commands(a, compile_bin, run_bin, model_path, data_dir, out_dir,
+                                 os.path.join(wd, "log_single.jsonl"),
+                                 os.path.join(wd, "trained_single.onnx"), flags)
+            with open(os.path.join(tmp, "meta.json"), "w") as f:
+                json.dump({"key": key, "workdir": wd, "commands": list(cmds),
+                           "tools": tools_identity(compile_bin, run_bin)}, f, indent=1)
+            os.rename(tmp, entry)
+            log("single-cache: stored %s" % entry)
+        finally:
+            if os.path.isdir(tmp):
+                shutil.rmtree(tmp, ignore_errors=True)
+    except OSError as e:
+        log("single-cache: not stored (%s)" % e)
+    return res
+
+
 def ignore_split_check(a, y):
     """For a model with an ignore_index and M > 1 micro-batches: True if some mini-batch of
     the run has micro-batches with different numbers of non-ignored labels (so that a mean
     of per-micro-batch means differs from the mini-batch mean)."""
-    ii = models.MODELS[a.model].ignore_index
+    ii = modelspec.MODELS[a.model].ignore_index
     m = a.microbatches or 1
     if ii is None or m <= 1:
         return True
     mb = a.batch_size // m
     for s in range(1, a.steps + 1):
-        yb = y[models.batch_rows(s, a.batch_size, a.samples, a.shuffle)]
+        yb = y[modelspec.batch_rows(s, a.batch_size, a.samples, a.shuffle)]
         counts = [int(np.sum(yb[i * mb:(i + 1) * mb] != ii)) for i in range(m)]
         if len(set(counts)) > 1:
             return True
@@ -674,8 +1025,6 @@ def rel_err(a, b):
 
 def main(argv=None):
     a = parse_args(argv)
-    torch.set_num_threads(1)
-    torch.set_default_dtype(torch.float32)
     try:
         return run_check(a)
     except CheckFailed as e:
@@ -726,26 +1075,9 @@ def run_check(a):
     log("check_training: " + cfg)
     log("workdir: " + wd)
 
-    # 1-2. export + data
-    x, y = models.make_data(a.model, a.samples, seed=a.data_seed)
-    np.save(os.path.join(data_dir, "x.npy"), x)
-    np.save(os.path.join(data_dir, "y.npy"), y)
-    module = models.build(a.model, a.seed)
-    try:
-        eb = a.export_batch_size or a.batch_size
-        models.export(module, x[:eb], y[:eb], model_path, opset=a.opset,
-                      dynamic_batch=a.dynamic_batch)
-    except RuntimeError as e:
-        raise CheckFailed("export: %s" % e)
-    ops = sorted(set(models.op_types(model_path)))
-    log("exported %s (%s)" % (model_path, " ".join(ops)))
-    init = models.load_initializers(model_path)
-
-    # 3. torch reference
-    t0 = time.time()
-    ref_losses, ref_params, last_delta, extra, ref_buffers = torch_reference(a, init, x, y)
-    log("torch reference: %d steps in %.2fs, loss %.6f -> %.6f"
-        % (a.steps, time.time() - t0, ref_losses[0], ref_losses[-1]))
+    # 1-3. export + data + torch reference (or all three from --prepared DIR)
+    x, y, init, ref, prepared = model_data_reference(a, model_path, data_dir)
+    ref_losses, ref_params, last_delta, extra, ref_buffers = ref
     if not all(math.isfinite(l) for l in ref_losses):
         raise CheckFailed("torch reference produced non-finite losses: %s" % ref_losses)
 
@@ -766,8 +1098,8 @@ def run_check(a):
     single = None
     if a.compare_single:
         log("%s (reference):" % REF)
-        s_out, s_losses, _, s_run_out, s_trained_path = compile_and_run(
-            a, compile_bin, run_bin, model_path, data_dir, wd, "_single", reference_flags(a))
+        s_out, s_losses, _, s_run_out, s_trained_path = reference_run(
+            a, compile_bin, run_bin, model_path, data_dir, wd)
         if a.target == "cuda" or a.schedule not in (None, "gpipe"):
             failures += ["%s: " % REF + f for f in
                          check_pipeline_json(s_out, a.stages, a.microbatches, a.remat)]
@@ -779,7 +1111,7 @@ def run_check(a):
         except CheckFailed as e:
             failures.append("1-stage reference: " + str(e))
         try:
-            single = models.load_initializers(onnx.load(s_trained_path))
+            single = modelspec.load_initializers(onnx.load(s_trained_path))
         except Exception as e:  # noqa: BLE001
             raise CheckFailed("cannot load %s: %s" % (s_trained_path, e))
 
@@ -798,7 +1130,7 @@ def run_check(a):
     if [n.op_type for n in trained_model.graph.node] != src_ops:
         failures.append("trained.onnx graph nodes differ from model.onnx (expected the input "
                         "model with only initializers replaced)")
-    trained = models.load_initializers(trained_model)
+    trained = modelspec.load_initializers(trained_model)
     missing = [n for n in init if n not in trained]
     added = [n for n in trained if n not in init]
     if missing:
@@ -986,6 +1318,13 @@ def run_check(a):
             % (worst_single_torch + (s_worst_loss,)))
     log("largest torch rel change:  %.3e" % max_torch_chg)
     log("gpipe-run median ms/step:  %.3f" % med_ms)
+    if prepared:
+        # the point of --prepared: this process never imports torch
+        if "torch" in sys.modules:
+            failures.append("prepared: the torch reference came from --prepared, yet this "
+                            "process imported torch")
+        else:
+            log("prepared: torch not imported")
     if failures:
         log("")
         log("FAIL (%s):" % cfg)

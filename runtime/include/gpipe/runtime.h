@@ -451,6 +451,8 @@ void gp_softmax_xent_fwd(const float *logits, const int64_t *labels, int64_t N,
 /// "gpipe: error: stage K: graph input '<input>', sample N (step S): label L is
 /// outside [0, C)" (N = ctx->first_sample + row) and ends the process with
 /// exit code 1, tearing down the other stages (nothing has been written).
+/// CPU target only: the labels are read in host memory (a CUDA stage checks
+/// its labels with gp_check_input_labels).
 void gp_check_labels(const gp_step_ctx *ctx, const int64_t *labels, int64_t n,
                      int64_t classes, int32_t has_ignore, int64_t ignore_index,
                      const char *input);
