@@ -1,9 +1,50 @@
 // Reads ONNX tensor data stored outside the model file (external data).
 #include "compiler/ExternalData.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+
+namespace fs = std::filesystem;
+
+bool gpipe::checkExternalDataLocation(const onnx::TensorProto &tensor,
+                                      const std::string &modelDir,
+                                      std::string &err) {
+  std::string location;
+  for (const auto &kv : tensor.external_data())
+    if (kv.key() == "location")
+      location = kv.value();
+  if (location.empty())
+    return true; // readExternalData names it
+  fs::path loc(location);
+  auto refuse = [&](const std::string &why) {
+    err = "tensor '" + tensor.name() + "': external data location '" +
+          location + "' " + why +
+          ": external data must be a relative path to a file in the model's "
+          "directory or below it";
+    return false;
+  };
+  if (loc.is_absolute() || loc.has_root_name() || loc.has_root_directory())
+    return refuse("is an absolute path");
+  for (const fs::path &part : loc)
+    if (part == "..")
+      return refuse("leaves the model's directory ('..')");
+  std::error_code ec;
+  fs::path base = fs::weakly_canonical(modelDir.empty() ? "." : modelDir, ec);
+  if (ec)
+    return true; // the open below names the file
+  fs::path real = fs::weakly_canonical(base / loc, ec);
+  if (ec)
+    return true;
+  auto [b, r] = std::mismatch(base.begin(), base.end(), real.begin(),
+                              real.end());
+  if (b != base.end())
+    return refuse("resolves to '" + real.string() +
+                  "', outside the model's directory (a symbolic link)");
+  return true;
+}
 
 bool gpipe::readExternalData(const onnx::TensorProto &tensor,
                              const std::string &modelDir, std::string &bytes,
@@ -31,6 +72,8 @@ bool gpipe::readExternalData(const onnx::TensorProto &tensor,
     err = "tensor '" + tensor.name() + "': external data without a location";
     return false;
   }
+  if (!checkExternalDataLocation(tensor, modelDir, err))
+    return false;
   std::string file = modelDir.empty() ? location : modelDir + "/" + location;
   std::ifstream in(file, std::ios::binary);
   if (!in) {

@@ -8,10 +8,18 @@
 
 namespace gpipe {
 
+/// Whether the `location` of `tensor` (data_location EXTERNAL) names a file in
+/// `modelDir` or below it: a relative path without a ".." component whose real
+/// path (symbolic links followed) stays inside the directory's. Otherwise
+/// returns false and sets `err` to a message naming the tensor and the
+/// location (ONNX 1.16+'s own loader refuses the same).
+bool checkExternalDataLocation(const onnx::TensorProto &tensor,
+                               const std::string &modelDir, std::string &err);
+
 /// Reads the bytes of `tensor`, whose data_location is EXTERNAL, from the file
 /// its `location` names relative to `modelDir` (honouring `offset` and
-/// `length`). On failure returns false and sets `err` to a message naming the
-/// tensor and the file.
+/// `length`; checkExternalDataLocation first). On failure returns false and
+/// sets `err` to a message naming the tensor and the file.
 bool readExternalData(const onnx::TensorProto &tensor,
                       const std::string &modelDir, std::string &bytes,
                       std::string &err);

@@ -5,6 +5,7 @@
 // report problems by throwing; every throw is caught here (or in
 // ShapeFolding.cpp) and turned into one located diagnostic.
 #include "compiler/importer/Importer.h"
+#include "compiler/ExternalData.h"
 #include "compiler/importer/OpTable.h"
 
 #include "dialects/nn/NNOps.h"
@@ -13,6 +14,7 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 
 #include <map>
 #include <set>
@@ -134,6 +136,15 @@ LogicalResult Importer::checkAndConvert() {
                        << "opset 7 to " << options.targetOpset
                        << " are accepted (12 to " << options.targetOpset
                        << " are tested)";
+  // External data stays inside the model's directory, checked before the
+  // ONNX checker (which opens the files) or anything else reads them.
+  for (const onnx::TensorProto &init : model.graph().initializer()) {
+    std::string err;
+    if (init.data_location() == onnx::TensorProto::EXTERNAL &&
+        !checkExternalDataLocation(
+            init, llvm::sys::path::parent_path(path).str(), err))
+      return fileError() << err;
+  }
   try {
     // The path form also checks external data next to the model file.
     if (isText())
@@ -165,12 +176,35 @@ LogicalResult Importer::checkAndConvert() {
       annotateShapes(model);
     } catch (const std::exception &) {
     }
+    // ONNX 1.12's converter rebuilds the initializers from its graph IR,
+    // which has no external data: a tensor stored outside the model comes
+    // back with no values. Put its external_data back (same name, shape and
+    // type, and still without values of its own).
+    std::map<std::string, onnx::TensorProto> external;
+    for (const onnx::TensorProto &init : model.graph().initializer())
+      if (init.data_location() == onnx::TensorProto::EXTERNAL)
+        external.emplace(init.name(), init);
     try {
       model =
           onnx::version_conversion::ConvertVersion(model, options.targetOpset);
     } catch (const std::exception &e) {
       return fileError() << "cannot convert opset " << opset << " to "
                          << options.targetOpset << ": " << e.what();
+    }
+    for (onnx::TensorProto &init :
+         *model.mutable_graph()->mutable_initializer()) {
+      auto it = external.find(init.name());
+      if (it == external.end() ||
+          init.data_location() == onnx::TensorProto::EXTERNAL ||
+          init.has_raw_data() || init.float_data_size() ||
+          init.int32_data_size() || init.int64_data_size() ||
+          init.double_data_size() ||
+          init.data_type() != it->second.data_type() ||
+          !std::equal(init.dims().begin(), init.dims().end(),
+                      it->second.dims().begin(), it->second.dims().end()))
+        continue;
+      init.set_data_location(onnx::TensorProto::EXTERNAL);
+      *init.mutable_external_data() = it->second.external_data();
     }
     result.notes.push_back("converted the model from opset " +
                            std::to_string(opset) + " to " +

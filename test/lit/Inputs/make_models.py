@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes small ONNX models for the lit tests (named nodes, bad inputs).
 
-usage: make_models.py KIND OUT.onnx [INPUT]   (run with /usr/bin/python3: Debian onnx)
+usage: make_models.py KIND OUT.onnx [INPUT [ARG]]   (run with /usr/bin/python3: Debian onnx)
 """
 import sys
 
@@ -57,9 +57,29 @@ def main():
         m = model(g)
         onnx.save(m, out)
         return
-    elif kind == "external":
-        # The example model with every initializer in one external file.
+    elif kind == "opset":
+        # argv[3] declared as opset argv[4] (for models whose ops have the same form
+        # at both opsets, such as the example MLP's Gemm, Relu and the loss).
         m = onnx.load(sys.argv[3])
+        m.opset_import[0].version = int(sys.argv[4])
+        onnx.checker.check_model(m)
+    elif kind == "relocate":
+        # argv[3] (a model with external data) with every tensor's location set to
+        # argv[4]; the data file is not touched.
+        m = onnx.load(sys.argv[3], load_external_data=False)
+        for t in m.graph.initializer:
+            for kv in t.external_data:
+                if kv.key == "location":
+                    kv.value = sys.argv[4]
+        onnx.save(m, out)
+        return
+    elif kind == "external":
+        # The example model (at opset argv[4] if given) with every initializer in one
+        # external file.
+        m = onnx.load(sys.argv[3])
+        if len(sys.argv) > 4:  # ops whose form is the same at both opsets only
+            m.opset_import[0].version = int(sys.argv[4])
+            onnx.checker.check_model(m)
         onnx.save_model(m, out, save_as_external_data=True,
                         all_tensors_to_one_file=True, location="weights.bin",
                         size_threshold=0)
