@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency of gpipe-compile on Debian 12 (root).
 # clang-14, libclang-rt-14-dev (libFuzzer, sanitizers) and libomp-14-dev:
-# the fuzz build (tools/fuzz.sh). ccache: rebuilds from its cache (the
+# the fuzz build (tools/fuzz.sh). python3-pip, python3-setuptools: fetch
+# ONNX's source release for tools/build-onnx.sh. ccache: rebuilds from its cache (the
 # build's compiles and the stage programs the tests compile).
 set -euo pipefail
 if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
@@ -9,7 +10,7 @@ export DEBIAN_FRONTEND=noninteractive
 PACKAGES=(
   build-essential cmake ninja-build lld ccache git ca-certificates
   llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
-  libonnx-dev libprotobuf-dev protobuf-compiler
+  libprotobuf-dev protobuf-compiler python3-pip python3-setuptools
   libboost-program-options-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin
   libdnnl-dev libopenblas-dev libopenblas0-pthread libgtest-dev
   python3 python3-numpy python3-onnx python3-torch python3-torchvision
@@ -23,7 +24,9 @@ for p in "${PACKAGES[@]}"; do
 done
 if [[ $missing -eq 0 ]]; then
   echo "install-deps: every package is installed"
-  exit 0
+else
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" > /dev/null
 fi
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" > /dev/null
+# ONNX 1.19's C++ library, built from source once (Debian's is 1.12).
+$SUDO bash "$(dirname "$0")/build-onnx.sh"

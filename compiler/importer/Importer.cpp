@@ -85,9 +85,9 @@ LogicalResult Importer::checkSupportedOps() {
 }
 
 LogicalResult Importer::checkWindowAttributes() {
-  // ONNX 1.12's shape inference for Conv and the pools divides by strides
-  // (and multiplies by dilations) unchecked: a stride of 0 is a SIGFPE in
-  // libonnx. Refuse such windows before any shape inference runs.
+  // ONNX's shape inference (1.12's, at least) for Conv and the pools divides
+  // by strides (and multiplies by dilations) unchecked: a stride of 0 is a
+  // SIGFPE in libonnx. Refuse such windows before any shape inference runs.
   // It also sizes its arrays by the input's rank but reads a Conv's kernel
   // from the weight's: a weight of another rank read out of bounds
   // (SIGSEGV). With kernel_shape spelled out from a weight of known shape,
@@ -155,9 +155,9 @@ LogicalResult Importer::checkAndConvert() {
     return fileError() << "the ONNX checker rejects the model: " << e.what();
   }
   if (opset != options.targetOpset) {
-    // ONNX 1.12's converter dereferences a null value for a graph output
-    // nothing computes (SIGSEGV in graphProtoToGraph); the checker lets such
-    // a model through.
+    // ONNX 1.12's converter dereferenced a null value for a graph output
+    // nothing computes (SIGSEGV in graphProtoToGraph), and its checker let
+    // such a model through (1.19's refuses it): kept as a guard.
     std::set<std::string> defined;
     for (const auto &input : model.graph().input())
       defined.insert(input.name());
@@ -176,9 +176,9 @@ LogicalResult Importer::checkAndConvert() {
       annotateShapes(model);
     } catch (const std::exception &) {
     }
-    // ONNX 1.12's converter rebuilds the initializers from its graph IR,
-    // which has no external data: a tensor stored outside the model comes
-    // back with no values. Put its external_data back (same name, shape and
+    // ONNX's converter (1.12's, at least) rebuilds the initializers from its
+    // graph IR, which has no external data: a tensor stored outside the model
+    // comes back with no values. Put its external_data back (same name, shape and
     // type, and still without values of its own).
     std::map<std::string, onnx::TensorProto> external;
     for (const onnx::TensorProto &init : model.graph().initializer())

@@ -63,6 +63,12 @@ def main():
         m = onnx.load(sys.argv[3])
         m.opset_import[0].version = int(sys.argv[4])
         onnx.checker.check_model(m)
+    elif kind == "ir":
+        # argv[3] with IR version argv[4] (the file's fields are the same in IR 8 to 10).
+        m = onnx.load(sys.argv[3])
+        m.ir_version = int(sys.argv[4])
+        onnx.save(m, out)
+        return
     elif kind == "relocate":
         # argv[3] (a model with external data) with every tensor's location set to
         # argv[4]; the data file is not touched.
