@@ -16,8 +16,9 @@ struct ImportOptions {
   std::optional<int64_t> batchSize;
   /// Name of the graph output to train; default: the only scalar float output.
   std::string lossName;
-  /// Opset of the default domain the model is converted to.
-  int targetOpset = 17;
+  /// Opset of the default domain the model is converted to (ONNX's converter,
+  /// upwards); the importer reads this opset's forms.
+  int targetOpset = 23;
   /// Seed of the counter-based random numbers (Dropout's masks).
   uint64_t seed = 0;
 };

@@ -1,6 +1,7 @@
 // Elementwise ONNX ops: Add Sub Mul Div Pow Max Min (broadcasting, float32;
 // int64 shape arithmetic folds at import), Relu Tanh Sigmoid Erf Exp Log Sqrt
-// Reciprocal Abs Neg, and Clip with constant bounds.
+// Reciprocal Abs Neg, Clip with constant bounds, and Gelu (opset 20) as its
+// erf or tanh form.
 #include "compiler/importer/OpTable.h"
 
 #include "dialects/nn/NNOps.h"
@@ -168,6 +169,49 @@ static LogicalResult importUnary(ImportContext &cx,
   return success();
 }
 
+/// Gelu (opset 20), as the forms torch's older exporter writes and the
+/// fusion passes already know: approximate "none" is
+/// 0.5 x (1 + erf(x / sqrt(2))), "tanh" is
+/// 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+static LogicalResult importGelu(ImportContext &cx,
+                                const onnx::NodeProto &node) {
+  FailureOr<Value> x = cx.floatValueOf(node, 0);
+  if (failed(x))
+    return failure();
+  std::string approximate = "none";
+  if (const onnx::AttributeProto *a = findAttr(node, "approximate"))
+    approximate = a->s();
+  if (approximate != "none" && approximate != "tanh")
+    return cx.nodeError(node) << "approximate must be 'none' or 'tanh', got '"
+                              << approximate << "'";
+  OpBuilder &b = cx.getBuilder();
+  Location loc = cx.nodeLoc(node);
+  auto type = cast<RankedTensorType>(x->getType());
+  auto scalar = [&](float v) -> Value {
+    return nn::ConstantOp::create(
+        b, loc, DenseElementsAttr::get(cx.f32({}), llvm::ArrayRef<float>(v)));
+  };
+  Value inner;
+  if (approximate == "none") {
+    Value scaled = nn::MulOp::create(b, loc, type, *x,
+                                     scalar(static_cast<float>(M_SQRT1_2)));
+    inner = nn::ErfOp::create(b, loc, scaled);
+  } else {
+    Value x2 = nn::MulOp::create(b, loc, type, *x, *x);
+    Value x3 = nn::MulOp::create(b, loc, type, x2, *x);
+    Value cubic = nn::MulOp::create(b, loc, type, x3, scalar(0.044715f));
+    Value sum = nn::AddOp::create(b, loc, type, *x, cubic);
+    Value scaled = nn::MulOp::create(
+        b, loc, type, sum,
+        scalar(static_cast<float>(std::sqrt(2.0 / M_PI))));
+    inner = nn::TanhOp::create(b, loc, scaled);
+  }
+  Value onePlus = nn::AddOp::create(b, loc, type, inner, scalar(1.0f));
+  Value half = nn::MulOp::create(b, loc, type, *x, scalar(0.5f));
+  cx.define(node, 0, nn::MulOp::create(b, loc, type, half, onePlus));
+  return success();
+}
+
 void gpipe::importer::registerElementwiseOps(OpTable &table) {
   table.add("Add", importBinary<nn::AddOp>, foldBinary<addInts>);
   table.add("Sub", importBinary<nn::SubOp>, foldBinary<subInts>);
@@ -187,4 +231,5 @@ void gpipe::importer::registerElementwiseOps(OpTable &table) {
   table.add("Max", importVariadic<nn::MaxOp>);
   table.add("Min", importVariadic<nn::MinOp>);
   table.add("Clip", importClip);
+  table.add("Gelu", importGelu);
 }

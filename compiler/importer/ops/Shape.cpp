@@ -406,6 +406,19 @@ static LogicalResult importSplit(ImportContext &cx,
     if (failed(s))
       return failure();
     sizes = *s;
+  } else if (const onnx::AttributeProto *n = findAttr(node, "num_outputs")) {
+    // Opset 18: ceil(dim / n) each, the last part what remains.
+    if (n->i() != parts)
+      return cx.nodeError(node) << "num_outputs " << n->i() << " but the node has "
+                                << parts << " outputs";
+    int64_t each = parts > 0 ? (dim + parts - 1) / parts : 0;
+    if (parts > 0 && dim - (parts - 1) * each <= 0)
+      return cx.nodeError(node)
+             << "axis " << axis << " of size " << dim << " does not split into "
+             << parts << " non-empty parts of at most " << each
+             << " (num_outputs)";
+    for (int64_t k = 0; k < parts; ++k)
+      sizes.push_back(std::min(each, dim - k * each));
   } else {
     if (dim % parts != 0)
       return cx.nodeError(node)
