@@ -122,6 +122,9 @@ def parse_args(argv):
     ap.add_argument("--samples", type=int, default=None,
                     help="number of samples S (default 4*batch-size); drop_last")
     ap.add_argument("--opset", type=int, default=modelspec.DEFAULT_OPSET)
+    ap.add_argument("--gelu-opset20", action="store_true",
+                    help="rewrite the export as torch >= 2.9 writes GELU: one opset-20 Gelu "
+                         "node per exact-GELU pattern, opset 20, IR version 10")
     ap.add_argument("--seed", type=int, default=modelspec.DEFAULT_SEED,
                     help="torch.manual_seed for the initial weights")
     ap.add_argument("--data-seed", type=int, default=0, help="numpy seed for the data")
@@ -718,6 +721,7 @@ def prep_args(a):
         # export: models.build(model, seed), an example batch of export_batch_size rows of
         # the data, opset, a symbolic batch dimension
         "model": a.model, "seed": a.seed, "opset": a.opset,
+        "gelu_opset20": bool(a.gelu_opset20),
         "export_batch_size": a.export_batch_size or a.batch_size,
         "dynamic_batch": bool(a.dynamic_batch),
         # data: models.make_data(model, samples, data_seed)
@@ -762,6 +766,8 @@ def export_model_and_data(a, model_path, data_dir):
                       dynamic_batch=a.dynamic_batch)
     except RuntimeError as e:
         raise CheckFailed("export: %s" % e)
+    if a.gelu_opset20 and modelspec.gelu_to_opset20(model_path) == 0:
+        raise CheckFailed("--gelu-opset20: the export has no exact-GELU pattern to rewrite")
     return x, y
 
 
@@ -1064,6 +1070,8 @@ def run_check(a):
               a.eps, a.steps, a.batch_size, a.samples, a.opset, a.tol))
     if a.stages is not None or a.microbatches is not None or a.remat is not None:
         cfg += " K=%s M=%s remat=%s" % (a.stages or 1, a.microbatches or 1, a.remat or "default")
+    if a.gelu_opset20:
+        cfg += " gelu-opset20"
     if a.schedule is not None:
         cfg += " schedule=%s" % a.schedule
     if a.batchnorm is not None:

@@ -285,3 +285,67 @@ def load_initializers(onnx_path_or_model):
         out[t.name] = numpy_helper.to_array(t).copy()
     return out
 
+
+
+def gelu_to_opset20(path):
+    """Rewrite the exported model at `path` as torch >= 2.9's exporter writes GELU: each
+    exact-GELU pattern that torch 1.13 exports (Div(X, sqrt 2), Erf, Add 1, Mul X, Mul 0.5)
+    becomes one opset-20 `Gelu` node, the model's opset 20 and IR version 10. Returns the
+    number of patterns replaced (ONNX 1.12's checker does not know opset 20: not checked
+    here; gpipe-compile's ONNX 1.19 checks it)."""
+    import onnx
+    from onnx import helper, numpy_helper
+    m = onnx.load(path)
+    g = m.graph
+    consts = {}
+    for n in g.node:
+        if n.op_type == "Constant" and n.attribute and n.attribute[0].HasField("t"):
+            consts[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+    for t in g.initializer:
+        consts[t.name] = numpy_helper.to_array(t)
+    users = collections.defaultdict(list)
+    for n in g.node:
+        for i in n.input:
+            users[i].append(n)
+
+    def only_user(value, op):
+        u = users.get(value, [])
+        return u[0] if len(u) == 1 and u[0].op_type == op else None
+
+    def scalar(name, value):
+        return name in consts and consts[name].size == 1 and \
+            abs(float(consts[name].reshape(-1)[0]) - value) < 1e-5
+
+    drop, new_nodes, replaced = set(), {}, 0
+    for n in g.node:
+        if n.op_type != "Div" or not scalar(n.input[1], 2 ** 0.5):
+            continue
+        x = n.input[0]
+        erf = only_user(n.output[0], "Erf")
+        add = erf and only_user(erf.output[0], "Add")
+        mul = add and only_user(add.output[0], "Mul")
+        half = mul and only_user(mul.output[0], "Mul")
+        if not (half and scalar([i for i in add.input if i != erf.output[0]][0], 1.0)
+                and x in mul.input and scalar(
+                    [i for i in half.input if i != mul.output[0]][0], 0.5)):
+            continue
+        name = n.name.rsplit("/", 1)[0] + "/Gelu" if "/" in n.name else n.name + "_gelu"
+        new_nodes[id(n)] = helper.make_node("Gelu", [x], [half.output[0]], name=name)
+        drop.update(id(k) for k in (erf, add, mul, half))
+        replaced += 1
+    nodes = []
+    for n in g.node:
+        if id(n) in new_nodes:
+            nodes.append(new_nodes[id(n)])
+        elif id(n) not in drop:
+            nodes.append(n)
+    used = {i for n in nodes for i in n.input} | {o.name for o in g.output}
+    nodes = [n for n in nodes if n.op_type != "Constant" or n.output[0] in used]
+    del g.node[:]
+    g.node.extend(nodes)
+    for imp in m.opset_import:
+        if imp.domain in ("", "ai.onnx"):
+            imp.version = 20
+    m.ir_version = 10
+    onnx.save(m, path)
+    return replaced

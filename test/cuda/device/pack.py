@@ -196,13 +196,9 @@ def pack_case(a, name, args, out):
     os.makedirs(wd, exist_ok=True)
     data_dir = os.path.join(case_dir, "data")
     os.makedirs(data_dir, exist_ok=True)
-    x, y = models.make_data(c.model, c.samples, seed=c.data_seed)
-    np.save(os.path.join(data_dir, "x.npy"), x)
-    np.save(os.path.join(data_dir, "y.npy"), y)
     model_path = os.path.join(wd, "model.onnx")
-    eb = c.export_batch_size or c.batch_size
-    models.export(models.build(c.model, c.seed), x[:eb], y[:eb], model_path,
-                  opset=c.opset, dynamic_batch=c.dynamic_batch)
+    # the same export and data as check_training.py (--gelu-opset20 included)
+    x, y = ct.export_model_and_data(c, model_path, data_dir)
     init = models.load_initializers(model_path)
     ref_losses, ref_params, _, _, ref_buffers = ct.torch_reference(c, init, x, y)
     # BatchNorm's running statistics are initializers the run updates too.
