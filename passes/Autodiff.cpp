@@ -111,7 +111,15 @@ void AutodiffPass::runOnOperation() {
         return signalPassFailure();
       }
     }
-    bool isActive = isa<nn::ParamOp>(op) ||
+    // A frozen parameter (or a running statistic) is read, not trained: no
+    // gradient with respect to it.
+    bool trainedParam = false;
+    if (auto param = dyn_cast<nn::ParamOp>(op)) {
+      auto decl = SymbolTable::lookupNearestSymbolFrom<nn::ParameterOp>(
+          param, param.getNameAttr());
+      trainedParam = !decl || (!decl.getFrozen() && !decl.getState());
+    }
+    bool isActive = trainedParam ||
                     llvm::any_of(op.getOperands(),
                                  [&](Value v) { return active.contains(v); });
     if (isActive)

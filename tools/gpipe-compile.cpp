@@ -53,6 +53,10 @@ int main(int argc, char **argv) {
       "nvcc", po::value(&o.nvcc)->value_name("PATH"),
       "CUDA compiler for the CUDA target (default: $NVCC, else the one the "
       "CUDA runtime was built with)")(
+      "freeze", po::value(&o.freeze)->value_name("REGEX"),
+      "parameters whose whole name matches REGEX (POSIX extended) are not "
+      "trained: no gradient, no optimizer state, written back unchanged "
+      "(torch's requires_grad = False), e.g. 'embed\\..*|ln_f\\..*'")(
       "loss", po::value(&o.lossName)->value_name("NAME"),
       "graph output to train (default: the only float32 scalar output)")(
       "seed", po::value(&o.seed)->value_name("N"),

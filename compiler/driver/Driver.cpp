@@ -126,6 +126,7 @@ int gpipe::compile(const CompileOptions &o) {
   ImportOptions io;
   io.batchSize = o.batchSize;
   io.lossName = o.lossName;
+  io.freeze = o.freeze;
   io.seed = o.seed;
   FailureOr<ImportedModel> model = importOnnxModel(ctx, o.modelPath, io);
   if (failed(model))

@@ -26,6 +26,7 @@ struct CompileOptions {
   std::string target = "cpu";
   std::string emit = "exe"; // exe | cpp | mlir
   std::string lossName;
+  std::string freeze; // --freeze REGEX: parameters not trained
   uint64_t seed = 0; // --seed: the random numbers of Dropout
   std::string remat = "auto"; // none | stage | auto
   std::string schedule = "gpipe";

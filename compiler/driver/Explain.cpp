@@ -37,6 +37,8 @@ void explainStage(int64_t index, func::FuncOp forward,
     auto decl = module ? dyn_cast_or_null<nn::ParameterOp>(
                              SymbolTable::lookupSymbolIn(module, p.name))
                        : nn::ParameterOp();
+    if (decl && decl.getFrozen())
+      os << " (frozen: --freeze, not trained)";
     if (decl && decl.getState())
       os << " (state: a running statistic, updated by the forward, not "
             "trained)";

@@ -99,11 +99,13 @@ FailureOr<Value> ImportContext::valueOf(const onnx::NodeProto &node,
     auto func = builder.getBlock()->getParentOp();
     OpBuilder declare(func);
     bool state = runningStats.contains(name);
+    bool frozen = !state && frozenParams.contains(name);
     nn::ParameterOp::create(declare, loc, declare.getStringAttr(name),
                             TypeAttr::get(f32(c->shape)),
-                            state ? declare.getUnitAttr() : UnitAttr());
+                            state ? declare.getUnitAttr() : UnitAttr(),
+                            frozen ? declare.getUnitAttr() : UnitAttr());
     v = nn::ParamOp::create(builder, loc, f32(c->shape), name);
-    params.push_back({name, c->shape, c->f, state});
+    params.push_back({name, c->shape, c->f, state, frozen});
   } else if (c->isFloat) {
     auto type = f32(c->shape);
     v = nn::ConstantOp::create(

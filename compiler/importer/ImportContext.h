@@ -157,6 +157,8 @@ protected:
   /// Float initializers that are BatchNormalization running statistics:
   /// `state` parameters (findRunningStatistics).
   llvm::StringSet<> runningStats;
+  /// Parameters --freeze names: declared `frozen`.
+  llvm::StringSet<> frozenParams;
   /// Float initializers, in the order they are first used.
   std::vector<ImportedParam> params;
 };

@@ -15,6 +15,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/Regex.h"
 
 #include <map>
 #include <set>
@@ -344,6 +345,37 @@ LogicalResult Importer::findRunningStatistics() {
   return success();
 }
 
+LogicalResult Importer::findFrozenParameters() {
+  if (options.freeze.empty())
+    return success();
+  llvm::Regex re("^(" + options.freeze + ")$");
+  std::string error;
+  if (!re.isValid(error))
+    return fileError() << "--freeze '" << options.freeze
+                       << "' is not a valid regular expression: " << error;
+  std::vector<std::string> names;
+  for (const auto &init : model.graph().initializer()) {
+    const std::string &name = init.name();
+    if (!isParameter(name) || runningStats.contains(name))
+      continue;
+    names.push_back(name);
+    if (re.match(name))
+      frozenParams.insert(name);
+  }
+  if (frozenParams.empty()) {
+    std::string list;
+    for (size_t k = 0; k < names.size() && k < 8; ++k)
+      list += (k ? ", " : "") + names[k];
+    if (names.size() > 8)
+      list += ", ... (" + std::to_string(names.size()) + " in all)";
+    return fileError() << "--freeze '" << options.freeze
+                       << "' matches no trained parameter (the whole name "
+                          "must match; parameters: "
+                       << list << ")";
+  }
+  return success();
+}
+
 LogicalResult Importer::checkInferredShape(const onnx::NodeProto &node, Value v,
                                            const std::string &name) {
   auto it = inferredShapes.find(name);
@@ -466,8 +498,15 @@ FailureOr<ImportedModel> Importer::run() {
       failed(foldShapeComputations()) || failed(rewriteBatchReshapes()) ||
       failed(loadInitializers()) || failed(inferShapes()) ||
       failed(findUntrainedInitializers()) || failed(findRunningStatistics()) ||
-      failed(importGraph()))
+      failed(findFrozenParameters()) || failed(importGraph()))
     return failure();
+  if (!options.freeze.empty() &&
+      llvm::all_of(params, [](const ImportedParam &p) {
+        return p.frozen || p.state;
+      }))
+    return fileError() << "--freeze '" << options.freeze
+                       << "' freezes every parameter: nothing to train",
+           failure();
   result.params = std::move(params);
   result.batchSize = batch;
   return std::move(result);

@@ -47,6 +47,10 @@ private:
   /// The running mean and variance of every BatchNormalization in training
   /// mode: float initializers no other node (or graph output) reads.
   mlir::LogicalResult findRunningStatistics();
+  /// The trained parameters whose whole name matches options.freeze: fills
+  /// `frozenParams`; an invalid expression, or one that matches none, is an
+  /// error.
+  mlir::LogicalResult findFrozenParameters();
 
   bool isText() const { return llvm::StringRef(path).ends_with(".onnxtext"); }
 

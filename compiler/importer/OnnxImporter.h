@@ -19,6 +19,9 @@ struct ImportOptions {
   /// Opset of the default domain the model is converted to (ONNX's converter,
   /// upwards); the importer reads this opset's forms.
   int targetOpset = 23;
+  /// Parameters whose whole name matches this regular expression (POSIX
+  /// extended, as llvm::Regex) are frozen: read, not trained. Empty: none.
+  std::string freeze;
   /// Seed of the counter-based random numbers (Dropout's masks).
   uint64_t seed = 0;
 };
@@ -30,6 +33,7 @@ struct ImportedParam {
   std::vector<int64_t> shape;
   std::vector<float> data;
   bool state = false;
+  bool frozen = false; // --freeze: not trained, saved unchanged
 };
 
 /// A graph input the runtime feeds per mini-batch (first dimension = batch).

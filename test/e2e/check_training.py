@@ -122,6 +122,10 @@ def parse_args(argv):
     ap.add_argument("--samples", type=int, default=None,
                     help="number of samples S (default 4*batch-size); drop_last")
     ap.add_argument("--opset", type=int, default=modelspec.DEFAULT_OPSET)
+    ap.add_argument("--freeze", default=None, metavar="REGEX",
+                    help="gpipe-compile --freeze REGEX; torch: requires_grad = False on the "
+                         "parameters whose whole name matches; their trained values must equal "
+                         "the initial ones bit for bit")
     ap.add_argument("--gelu-opset20", action="store_true",
                     help="rewrite the export as torch >= 2.9 writes GELU: one opset-20 Gelu "
                          "node per exact-GELU pattern, opset 20, IR version 10")
@@ -334,6 +338,8 @@ def optimizer_flags(a):
     else:
         f += ["--weight-decay", repr(a.weight_decay),
               "--betas", "%r,%r" % a.betas_t, "--eps", repr(a.eps)]
+    if a.freeze:
+        f += ["--freeze", a.freeze]
     return f
 
 
@@ -401,6 +407,10 @@ def torch_reference(a, init, x, y):
     module.train()
     if a.dropout:
         module.eval()  # the models' only train/eval difference is dropout
+    if a.freeze:  # torch's requires_grad = False on the parameters --freeze names
+        for n, p in module.named_parameters():
+            if re.fullmatch(a.freeze, n):
+                p.requires_grad_(False)
     opt = make_optimizer(a, list(module.parameters()))
     xt = torch.from_numpy(x)
     yt = torch.from_numpy(y)
@@ -733,6 +743,7 @@ def prep_args(a):
         "betas": list(a.betas_t), "eps": a.eps,
         "steps": a.steps, "batch_size": a.batch_size, "shuffle": a.shuffle,
         "dropout": bool(a.dropout), "batchnorm_model": bool(a.batchnorm_model),
+        "freeze": a.freeze,
     }
     if a.batchnorm_model:
         # bn_step: the module is called once per micro-batch; deferred running statistics
@@ -1072,6 +1083,8 @@ def run_check(a):
         cfg += " K=%s M=%s remat=%s" % (a.stages or 1, a.microbatches or 1, a.remat or "default")
     if a.gelu_opset20:
         cfg += " gelu-opset20"
+    if a.freeze:
+        cfg += " freeze=%s" % a.freeze
     if a.schedule is not None:
         cfg += " schedule=%s" % a.schedule
     if a.batchnorm is not None:
@@ -1253,6 +1266,17 @@ def run_check(a):
                 % (name, shape, err, "-", "-", "-", col1,
                    (status or "ok") + " (not a parameter)"))
 
+    if a.freeze:
+        frozen = [n for n in init if re.fullmatch(a.freeze, n) and n in trained]
+        if not frozen:
+            failures.append("--freeze %r matches no initializer" % a.freeze)
+        for n in frozen:
+            if not np.array_equal(trained[n], init[n]):
+                failures.append("%s: frozen (--freeze) but trained.onnx differs from the "
+                                "initial value (rel %.3e)" % (n, rel_err(trained[n], init[n])))
+        log("frozen (--freeze %s): %d initializer(s), bit-identical to the input: %s"
+            % (a.freeze, len(frozen), "yes" if all(np.array_equal(trained[n], init[n])
+                                                 for n in frozen) else "NO"))
     if not any_gp_changed:
         failures.append("no trained initializer differs from its initial value: "
                         "gpipe-run did not train")

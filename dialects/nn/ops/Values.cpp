@@ -19,6 +19,14 @@ LogicalResult gpipe::nn::verifyParameterUse(Operation *op, StringRef name,
   return success();
 }
 
+LogicalResult ParameterOp::verify() {
+  if (getState() && getFrozen())
+    return emitOpError("@") << getSymName()
+                            << " cannot be both state (updated by the "
+                               "forward) and frozen (never updated)";
+  return success();
+}
+
 LogicalResult ParamOp::verifySymbolUses(SymbolTableCollection &symbols) {
   return verifyParameterUse(*this, getName(), getOutput().getType(), symbols);
 }

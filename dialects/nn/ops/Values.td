@@ -21,15 +21,21 @@ def NN_ParameterOp : NN_Op<"parameter", [Symbol, HasParent<"::mlir::ModuleOp">]>
     optimizer never touches (torch's buffers: BatchNorm's running mean and
     variance, written by `nn.update_running_stats`): no gradient is taken
     with respect to it. It is stored, loaded and saved (`--save-onnx`) like
-    a parameter.
+    a parameter. With `frozen` (`gpipe-compile --freeze`), a parameter the
+    model reads but that is not trained (torch's `requires_grad = False`):
+    no gradient, no optimizer state, saved unchanged. Not both.
     ```mlir
     nn.parameter @"fc1.weight" : tensor<32x16xf32>
     nn.parameter @"bn1.running_mean" state : tensor<32xf32>
+    nn.parameter @"embed.weight" frozen : tensor<100x16xf32>
     ```
   }];
   let arguments = (ins SymbolNameAttr:$sym_name,
-                       TypeAttrOf<NN_F32Tensor>:$type, UnitAttr:$state);
-  let assemblyFormat = "$sym_name (`state` $state^)? attr-dict `:` $type";
+                       TypeAttrOf<NN_F32Tensor>:$type, UnitAttr:$state,
+                       UnitAttr:$frozen);
+  let assemblyFormat =
+      "$sym_name (`state` $state^)? (`frozen` $frozen^)? attr-dict `:` $type";
+  let hasVerifier = 1;
   let extraClassDeclaration = [{
     ::mlir::RankedTensorType getTensorType() {
       return ::llvm::cast<::mlir::RankedTensorType>(getType());

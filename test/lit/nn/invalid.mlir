@@ -1064,3 +1064,10 @@ func.func @attention_grad_mask(%q: tensor<2x4x8xf32>, %m: tensor<4x3xf32>, %l: t
   %d:3 = nn.attention_grad %q, %q, %q mask %m, %q, %l, %q {scale = 1.0 : f32} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<4x3xf32>, tensor<2x4x8xf32>, tensor<2x4xf32>, tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>)
   return %d#0 : tensor<2x4x8xf32>
 }
+
+// -----
+
+// A parameter is state (updated by the forward) or frozen (never updated),
+// not both.
+// expected-error @+1 {{'nn.parameter' op @w cannot be both state (updated by the forward) and frozen (never updated)}}
+nn.parameter @w state frozen : tensor<4xf32>

@@ -9,9 +9,11 @@
 // CHECK: nn.parameter @fc1.weight : tensor<32x16xf32>
 // CHECK-NEXT: nn.parameter @"layer/1:scale" : tensor<f32>
 // CHECK-NEXT: nn.parameter @w : tensor<8x4xf32>
+// CHECK-NEXT: nn.parameter @embed frozen : tensor<10x4xf32>
 nn.parameter @fc1.weight : tensor<32x16xf32>
 nn.parameter @"layer/1:scale" : tensor<f32>
 nn.parameter @w : tensor<8x4xf32>
+nn.parameter @embed frozen : tensor<10x4xf32>
 // nn.param and nn.constant (f32 splat, f32 and i64 dense) are leaves.
 // CHECK-LABEL: func.func @values()
 // CHECK-NEXT: %[[W:.+]] = nn.param @fc1.weight : tensor<32x16xf32>

@@ -883,3 +883,34 @@ func.func @attention(%l: tensor<8xi64>) -> (tensor<f32> {nn.loss}) {
   %loss = nn.softmax_cross_entropy %f, %l : tensor<8x8xf32>, tensor<8xi64>
   return %loss : tensor<f32>
 }
+
+// -----
+
+nn.parameter @fc1.weight frozen : tensor<32x16xf32>
+nn.parameter @fc2.weight frozen : tensor<8x32xf32>
+nn.parameter @head.weight : tensor<8x8xf32>
+// Frozen parameters (--freeze) are read, not trained: no gradient with
+// respect to them, and none flows through the layers below the last trained
+// one (fc1 and fc2 feed only frozen weights and data): only the head's
+// weight gets a gradient.
+// CHECK-LABEL: func.func @frozen(
+// CHECK: %[[Z:.+]] = nn.gemm %{{.+}}, %{{.+}} {transB = true} : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+// CHECK: %[[DZ:.+]] = nn.softmax_cross_entropy_grad %[[Z]]
+// CHECK-NOT: nn.gemm %[[DZ]], %{{.+}} : (tensor<4x8xf32>, tensor<8x8xf32>)
+// CHECK: %[[DH:.+]] = nn.gemm %[[DZ]], %{{.+}} {transA = true} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<8x8xf32>
+// CHECK-NOT: nn.relu_grad
+// CHECK-NOT: nn.param_grad %{{.+}} : tensor<32x16xf32>
+// CHECK-NOT: nn.param_grad %{{.+}} : tensor<8x32xf32>
+// CHECK: nn.param_grad %{{.+}}, %[[DH]] : tensor<8x8xf32>
+// CHECK-NEXT: return
+func.func @frozen(%x: tensor<4x16xf32>, %labels: tensor<4xi64>) -> (tensor<f32> {nn.loss}) {
+  %w1 = nn.param @fc1.weight : tensor<32x16xf32>
+  %w2 = nn.param @fc2.weight : tensor<8x32xf32>
+  %wh = nn.param @head.weight : tensor<8x8xf32>
+  %h = nn.gemm %x, %w1 {transB = true} : (tensor<4x16xf32>, tensor<32x16xf32>) -> tensor<4x32xf32>
+  %a = nn.relu %h : tensor<4x32xf32>
+  %y = nn.gemm %a, %w2 {transB = true} : (tensor<4x32xf32>, tensor<8x32xf32>) -> tensor<4x8xf32>
+  %z = nn.gemm %y, %wh {transB = true} : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+  %loss = nn.softmax_cross_entropy %z, %labels {ignore_index = -100 : i64} : tensor<4x8xf32>, tensor<4xi64>
+  return %loss : tensor<f32>
+}
