@@ -183,6 +183,12 @@ ImportContext::markAxes(const onnx::NodeProto &node,
   return marked;
 }
 
+Value ImportContext::f32Scalar(float value, Location loc) {
+  return nn::ConstantOp::create(
+      builder, loc,
+      DenseElementsAttr::get(f32({}), llvm::ArrayRef<float>(value)));
+}
+
 FailureOr<ConstTensor> ImportContext::readTensor(const onnx::TensorProto &t,
                                                  bool doubleAsFloat) {
   ConstTensor c;

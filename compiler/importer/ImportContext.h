@@ -73,6 +73,8 @@ public:
   mlir::RankedTensorType f32(llvm::ArrayRef<int64_t> shape) {
     return mlir::RankedTensorType::get(shape, builder.getF32Type());
   }
+  /// An nn.constant float32 scalar (tensor<f32>) at `loc`.
+  mlir::Value f32Scalar(float value, mlir::Location loc);
 
   /// The MLIR value of input #`index` of `node`.
   mlir::FailureOr<mlir::Value> valueOf(const onnx::NodeProto &node, int index);

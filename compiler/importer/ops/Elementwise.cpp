@@ -187,10 +187,7 @@ static LogicalResult importGelu(ImportContext &cx,
   OpBuilder &b = cx.getBuilder();
   Location loc = cx.nodeLoc(node);
   auto type = cast<RankedTensorType>(x->getType());
-  auto scalar = [&](float v) -> Value {
-    return nn::ConstantOp::create(
-        b, loc, DenseElementsAttr::get(cx.f32({}), llvm::ArrayRef<float>(v)));
-  };
+  auto scalar = [&](float v) { return cx.f32Scalar(v, loc); };
   Value inner;
   if (approximate == "none") {
     Value scaled = nn::MulOp::create(b, loc, type, *x,

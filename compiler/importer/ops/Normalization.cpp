@@ -1,7 +1,7 @@
 // Normalization ONNX ops: Softmax and LogSoftmax (opset 13 semantics: one
 // axis; models of older opsets arrive converted by the version converter),
-// LayerNormalization (opset 17), BatchNormalization in training mode
-// (opset 15) and Dropout.
+// LayerNormalization (opset 17), RMSNormalization (opset 23, op by op),
+// BatchNormalization in training mode (opset 15) and Dropout.
 #include "compiler/importer/OpTable.h"
 
 #include "dialects/nn/NNOps.h"
@@ -27,6 +27,30 @@ static LogicalResult importSoftmax(ImportContext &cx,
   return success();
 }
 
+/// The first normalized axis of a LayerNormalization or RMSNormalization (the
+/// `axis` attribute, default -1, negative from the end), after checking that
+/// stash_type is 1 and that each operand given (scale, bias) has exactly the
+/// normalized shape, the input's axes from it.
+static FailureOr<int64_t>
+normalizedAxis(ImportContext &cx, const onnx::NodeProto &node,
+               ArrayRef<int64_t> shape,
+               ArrayRef<std::pair<const char *, Value>> operands) {
+  FailureOr<int64_t> axis = cx.axisAttr(node, -1, shape.size());
+  if (failed(axis))
+    return failure();
+  if (int64_t stash = intAttr(node, "stash_type", 1); stash != 1)
+    return cx.nodeError(node)
+           << "stash_type " << stash << " is not supported (only 1, float32)";
+  ArrayRef<int64_t> normalized = shape.drop_front(*axis);
+  for (auto [what, v] : operands)
+    if (v && shapeOf(v) != normalized)
+      return cx.nodeError(node)
+             << what << " must have the normalized shape "
+             << shapeStr(normalized) << " (the input's axes from " << *axis
+             << "), got " << shapeStr(shapeOf(v));
+  return axis;
+}
+
 /// LayerNormalization over the axes [axis, rank) (axis default -1, negative
 /// from the end) of a float32 tensor, with a scale and an optional bias of
 /// exactly the normalized shape; stash_type 1 (float32) only. The optional
@@ -41,21 +65,11 @@ static LogicalResult importLayerNormalization(ImportContext &cx,
     return failure();
   ArrayRef<int64_t> shape = shapeOf(*x);
   int64_t rank = shape.size();
-  FailureOr<int64_t> axisOrErr = cx.axisAttr(node, -1, rank);
+  FailureOr<int64_t> axisOrErr =
+      normalizedAxis(cx, node, shape, {{"scale", *scale}, {"bias", *bias}});
   if (failed(axisOrErr))
     return failure();
   int64_t axis = *axisOrErr;
-  if (int64_t stash = intAttr(node, "stash_type", 1); stash != 1)
-    return cx.nodeError(node)
-           << "stash_type " << stash << " is not supported (only 1, float32)";
-  ArrayRef<int64_t> normalized = shape.drop_front(axis);
-  for (auto [what, v] : {std::pair<const char *, Value>{"scale", *scale},
-                         std::pair<const char *, Value>{"bias", *bias}})
-    if (v && shapeOf(v) != normalized)
-      return cx.nodeError(node)
-             << what << " must have the normalized shape "
-             << shapeStr(normalized) << " (the input's axes from " << axis
-             << "), got " << shapeStr(shapeOf(v));
   OpBuilder &b = cx.getBuilder();
   Location loc = cx.nodeLoc(node);
   auto stats = cx.f32(shape.take_front(axis));
@@ -69,6 +83,47 @@ static LogicalResult importLayerNormalization(ImportContext &cx,
   for (int k : {1, 2})
     if (node.output_size() > k && !node.output(k).empty())
       cx.define(node, k, createReshape(b, loc, ln->getResult(k), onnxStats));
+  return success();
+}
+
+/// RMSNormalization (opset 23) over the axes [axis, rank) of a float32
+/// tensor, with a scale of exactly the normalized shape; stash_type 1 only:
+/// x / sqrt(mean(x^2) + epsilon) * scale, op by op (the gradient follows
+/// from the ops').
+static LogicalResult importRMSNormalization(ImportContext &cx,
+                                            const onnx::NodeProto &node) {
+  FailureOr<Value> x = cx.floatValueOf(node, 0),
+                   scale = cx.floatValueOf(node, 1);
+  if (failed(x) || failed(scale))
+    return failure();
+  ArrayRef<int64_t> shape = shapeOf(*x);
+  int64_t rank = shape.size();
+  FailureOr<int64_t> axisOrErr =
+      normalizedAxis(cx, node, shape, {{"scale", *scale}});
+  if (failed(axisOrErr))
+    return failure();
+  int64_t axis = *axisOrErr;
+  ArrayRef<int64_t> normalized = shape.drop_front(axis);
+  OpBuilder &b = cx.getBuilder();
+  Location loc = cx.nodeLoc(node);
+  auto type = cast<RankedTensorType>(x->getType());
+  SmallVector<int64_t> kept(shape.take_front(axis));
+  kept.append(rank - axis, 1);
+  int64_t count = 1;
+  for (int64_t d : normalized)
+    count *= d;
+  auto scalar = [&](float v) { return cx.f32Scalar(v, loc); };
+  Value sq = nn::MulOp::create(b, loc, type, *x, *x);
+  Value sum = llvm::ArrayRef<int64_t>(kept) == shape
+                  ? sq
+                  : Value(nn::ReduceToOp::create(b, loc, cx.f32(kept), sq));
+  Value mean = nn::DivOp::create(b, loc, cx.f32(kept), sum,
+                                 scalar(static_cast<float>(count)));
+  Value var = nn::AddOp::create(b, loc, cx.f32(kept), mean,
+                                scalar(floatAttr(node, "epsilon", 1e-5f)));
+  Value rms = nn::SqrtOp::create(b, loc, var);
+  Value normed = nn::DivOp::create(b, loc, type, *x, rms);
+  cx.define(node, 0, nn::MulOp::create(b, loc, type, normed, *scale));
   return success();
 }
 
@@ -180,6 +235,7 @@ static LogicalResult importDropout(ImportContext &cx,
 
 void gpipe::importer::registerNormalizationOps(OpTable &table) {
   table.add("LayerNormalization", importLayerNormalization);
+  table.add("RMSNormalization", importRMSNormalization);
   table.add("BatchNormalization", importBatchNormalization);
   table.add("Softmax", importSoftmax<nn::SoftmaxOp>);
   table.add("LogSoftmax", importSoftmax<nn::LogSoftmaxOp>);
