@@ -232,6 +232,22 @@ static std::optional<int64_t> foreignOwner(Value v, int64_t s) {
   return owner;
 }
 
+/// Whether `v` is a view of a parameter or constant that stage `s` may
+/// rebuild itself: nn.reshape ops down to an nn.param (owned by `s`, not a
+/// weight tied from another stage) or nn.constant. Such a value is not
+/// stashed for the backward (the stash would alias the parameter itself):
+/// Builder::get clones the chain where it is used.
+static bool isLocalParamView(Value v, int64_t s) {
+  Operation *def = v.getDefiningOp();
+  while (auto reshape = dyn_cast_or_null<nn::ReshapeOp>(def)) {
+    v = reshape.getInput();
+    def = v.getDefiningOp();
+  }
+  if (isa_and_nonnull<nn::ConstantOp>(def))
+    return true;
+  return isa_and_nonnull<nn::ParamOp>(def) && !foreignOwner(v, s);
+}
+
 LogicalResult Outliner::require(Value v, int64_t s, Phase phase,
                                 Operation *user) {
   Placement p = placementOf(v);
@@ -272,6 +288,15 @@ Value Outliner::Builder::get(Value v) {
     nn::removeBackward(clone);
     freeB.setInsertionPointAfter(clone);
     map.map(def->getResults(), clone->getResults());
+    return map.lookup(v);
+  }
+  // A view of a parameter (isLocalParamView): rebuilt here, after its operand.
+  if (auto reshape = dyn_cast_or_null<nn::ReshapeOp>(def)) {
+    (void)get(reshape.getInput());
+    Operation *clone = freeB.clone(*def, map);
+    pipeline::removeStage(clone);
+    nn::removeBackward(clone);
+    freeB.setInsertionPointAfter(clone);
     return map.lookup(v);
   }
   llvm_unreachable("a value with no edge into this function");
@@ -479,6 +504,12 @@ LogicalResult Outliner::run() {
     case Phase::Backward:
       for (Value v : op.getOperands()) {
         Placement q = placementOf(v);
+        // A view of the stage's own parameter is rebuilt in the backward
+        // (Builder::get), not stashed.
+        if (q.phase == Phase::Forward && q.stage == p.stage &&
+            isa_and_nonnull<nn::ReshapeOp>(v.getDefiningOp()) &&
+            isLocalParamView(v, p.stage))
+          continue;
         if (q.phase == Phase::Forward || foreignOwner(v, p.stage)) {
           // Forward values the backward reads are kept from the forward.
           stash[p.stage].insert(v);

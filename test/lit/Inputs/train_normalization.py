@@ -8,6 +8,8 @@ within 1e-5 and those weights moved.
 usage: train_normalization.py KIND MODEL.onnxtext WORKDIR
   rms    importer/rms-normalization.onnxtext: x [16, 3] -> Gemm 6 -> [.., 2, 3]
          -> x / sqrt(mean(x^2) + 1e-3) * g -> 6 classes
+  view   Inputs/param-view.onnxtext: x [16, 4] -> Gemm 8 -> [.., 4, 2]
+         -> * s.view(4, 1) -> 8 classes (a parameter read through a Reshape)
 """
 import os
 import re
@@ -24,6 +26,12 @@ MODELS = {
             {"g": np.array([1.0, 1.1, 1.2, 1.3, 1.4, 1.5], np.float32).reshape(2, 3)},
             lambda h, p: (lambda r: r / torch.sqrt((r * r).mean(dim=(1, 2), keepdim=True)
                                                   + 1e-3) * p["g"])(h.reshape(-1, 2, 3))),
+    "view": (4, 8, np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3,
+                             1.4, 1.5, 1.6, -0.1, -0.2, -0.3, -0.4, -0.5, -0.6, -0.7, -0.8,
+                             0.15, 0.25, -0.35, 0.45, -0.55, 0.65, 0.75, -0.85],
+                            np.float32).reshape(8, 4),
+             {"s": np.array([1.0, 1.1, 1.2, 1.3], np.float32)},
+             lambda h, p: h.reshape(-1, 4, 2) * p["s"].view(4, 1)),
 }
 
 
