@@ -1,7 +1,8 @@
 // Normalization ONNX ops: Softmax and LogSoftmax (opset 13 semantics: one
 // axis; models of older opsets arrive converted by the version converter),
-// LayerNormalization (opset 17), RMSNormalization (opset 23, op by op),
-// BatchNormalization in training mode (opset 15) and Dropout.
+// LayerNormalization (opset 17), RMSNormalization (opset 23) and
+// GroupNormalization (opset 21), both op by op, BatchNormalization in training
+// mode (opset 15) and Dropout.
 #include "compiler/importer/OpTable.h"
 
 #include "dialects/nn/NNOps.h"
@@ -127,6 +128,73 @@ static LogicalResult importRMSNormalization(ImportContext &cx,
   return success();
 }
 
+/// GroupNormalization (opset 21 form: scale and bias per channel; opset 18's
+/// per-group ones arrive converted) of a float32 [N, C, ...] tensor:
+/// num_groups G dividing C, each sample's group normalized with its own mean
+/// and (biased) variance, then scale and bias per channel; stash_type 1 only.
+/// Op by op: the input viewed as [N, G, C/G * spatial], nn.reduce_to and the
+/// division by the count for the mean and variance, nn.sqrt, then back to the
+/// input's shape and the channels' scale and bias as [C, 1, ...].
+static LogicalResult importGroupNormalization(ImportContext &cx,
+                                              const onnx::NodeProto &node) {
+  FailureOr<Value> x = cx.floatValueOf(node, 0),
+                   scale = cx.floatValueOf(node, 1),
+                   bias = cx.floatValueOf(node, 2);
+  if (failed(x) || failed(scale) || failed(bias))
+    return failure();
+  ArrayRef<int64_t> shape = shapeOf(*x);
+  if (shape.size() < 2)
+    return cx.nodeError(node)
+           << "the input must be [N, C, ...], got " << shapeStr(shape);
+  int64_t channels = shape[1];
+  int64_t groups = intAttr(node, "num_groups", 0);
+  if (groups <= 0 || channels % groups != 0)
+    return cx.nodeError(node) << "num_groups " << groups
+                              << " must be positive and divide the "
+                              << channels << " channels";
+  if (int64_t stash = intAttr(node, "stash_type", 1); stash != 1)
+    return cx.nodeError(node)
+           << "stash_type " << stash << " is not supported (only 1, float32)";
+  for (auto [what, v] : {std::pair<const char *, Value>{"scale", *scale},
+                         std::pair<const char *, Value>{"bias", *bias}})
+    if (shapeOf(v) != ArrayRef<int64_t>{channels})
+      return cx.nodeError(node)
+             << what << " must have one value per channel [" << channels
+             << "], got " << shapeStr(shapeOf(v));
+  OpBuilder &b = cx.getBuilder();
+  Location loc = cx.nodeLoc(node);
+  int64_t count = 1;
+  for (int64_t d : shape.drop_front(1))
+    count *= d;
+  count /= groups;
+  SmallVector<int64_t> grouped = {shape[0], groups, count};
+  SmallVector<int64_t> stats = {shape[0], groups, 1};
+  auto gType = cx.f32(grouped), sType = cx.f32(stats);
+  Value n = cx.f32Scalar(static_cast<float>(count), loc);
+  Value xg = createReshape(b, loc, *x, grouped);
+  Value mean = nn::DivOp::create(
+      b, loc, sType, nn::ReduceToOp::create(b, loc, sType, xg), n);
+  Value centered = nn::SubOp::create(b, loc, gType, xg, mean);
+  Value sq = nn::MulOp::create(b, loc, gType, centered, centered);
+  Value var = nn::DivOp::create(
+      b, loc, sType, nn::ReduceToOp::create(b, loc, sType, sq), n);
+  Value deviation = nn::SqrtOp::create(
+      b, loc,
+      nn::AddOp::create(b, loc, sType, var,
+                        cx.f32Scalar(floatAttr(node, "epsilon", 1e-5f), loc)));
+  Value normed = createReshape(
+      b, loc, nn::DivOp::create(b, loc, gType, centered, deviation), shape);
+  SmallVector<int64_t> perChannel(shape.size() - 1, 1);
+  perChannel[0] = channels;
+  auto type = cast<RankedTensorType>(x->getType());
+  Value scaled = nn::MulOp::create(b, loc, type, normed,
+                                   createReshape(b, loc, *scale, perChannel));
+  cx.define(node, 0,
+            nn::AddOp::create(b, loc, type, scaled,
+                              createReshape(b, loc, *bias, perChannel)));
+  return success();
+}
+
 /// BatchNormalization in training mode (training_mode = 1, as torch exports a
 /// BatchNorm module in train mode): nn.batch_norm over the batch and spatial
 /// axes, and nn.update_running_stats on the running mean and variance, which
@@ -236,6 +304,7 @@ static LogicalResult importDropout(ImportContext &cx,
 void gpipe::importer::registerNormalizationOps(OpTable &table) {
   table.add("LayerNormalization", importLayerNormalization);
   table.add("RMSNormalization", importRMSNormalization);
+  table.add("GroupNormalization", importGroupNormalization);
   table.add("BatchNormalization", importBatchNormalization);
   table.add("Softmax", importSoftmax<nn::SoftmaxOp>);
   table.add("LogSoftmax", importSoftmax<nn::LogSoftmaxOp>);

@@ -8,6 +8,8 @@ within 1e-5 and those weights moved.
 usage: train_normalization.py KIND MODEL.onnxtext WORKDIR
   rms    importer/rms-normalization.onnxtext: x [16, 3] -> Gemm 6 -> [.., 2, 3]
          -> x / sqrt(mean(x^2) + 1e-3) * g -> 6 classes
+  group  importer/group-normalization.onnxtext: x [16, 4] -> Gemm 8 -> [.., 4, 2]
+         -> F.group_norm(2 groups, eps 1e-3, s, b) -> 8 classes
   view   Inputs/param-view.onnxtext: x [16, 4] -> Gemm 8 -> [.., 4, 2]
          -> * s.view(4, 1) -> 8 classes (a parameter read through a Reshape)
 """
@@ -20,16 +22,21 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+# The Gemm weight of group-normalization.onnxtext and param-view.onnxtext.
+W_8X4 = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6,
+                  -0.1, -0.2, -0.3, -0.4, -0.5, -0.6, -0.7, -0.8, 0.15, 0.25, -0.35, 0.45,
+                  -0.55, 0.65, 0.75, -0.85], np.float32).reshape(8, 4)
 # kind: (input width, classes, the Gemm's weight, {normalization weights}, forward)
 MODELS = {
     "rms": (3, 6, np.arange(1, 19, dtype=np.float32).reshape(6, 3) * 0.1,
             {"g": np.array([1.0, 1.1, 1.2, 1.3, 1.4, 1.5], np.float32).reshape(2, 3)},
             lambda h, p: (lambda r: r / torch.sqrt((r * r).mean(dim=(1, 2), keepdim=True)
                                                   + 1e-3) * p["g"])(h.reshape(-1, 2, 3))),
-    "view": (4, 8, np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3,
-                             1.4, 1.5, 1.6, -0.1, -0.2, -0.3, -0.4, -0.5, -0.6, -0.7, -0.8,
-                             0.15, 0.25, -0.35, 0.45, -0.55, 0.65, 0.75, -0.85],
-                            np.float32).reshape(8, 4),
+    "group": (4, 8, W_8X4,
+              {"s": np.array([1.0, 1.1, 1.2, 1.3], np.float32),
+               "b": np.array([0.0, 0.1, 0.2, 0.3], np.float32)},
+              lambda h, p: F.group_norm(h.reshape(-1, 4, 2), 2, p["s"], p["b"], eps=1e-3)),
+    "view": (4, 8, W_8X4,
              {"s": np.array([1.0, 1.1, 1.2, 1.3], np.float32)},
              lambda h, p: h.reshape(-1, 4, 2) * p["s"].view(4, 1)),
 }
