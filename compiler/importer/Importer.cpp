@@ -181,8 +181,8 @@ LogicalResult Importer::checkAndConvert() {
     }
     // ONNX's converter (1.12's, at least) rebuilds the initializers from its
     // graph IR, which has no external data: a tensor stored outside the model
-    // comes back with no values. Put its external_data back (same name, shape and
-    // type, and still without values of its own).
+    // comes back with no values. Put its external_data back (same name, shape
+    // and type, and still without values of its own).
     std::map<std::string, onnx::TensorProto> external;
     for (const onnx::TensorProto &init : model.graph().initializer())
       if (init.data_location() == onnx::TensorProto::EXTERNAL)

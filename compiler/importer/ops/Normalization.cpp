@@ -28,6 +28,15 @@ static LogicalResult importSoftmax(ImportContext &cx,
   return success();
 }
 
+/// A normalization's stash_type: 1 (float32 statistics) is the only one.
+static LogicalResult checkStashType(ImportContext &cx,
+                                    const onnx::NodeProto &node) {
+  if (int64_t stash = intAttr(node, "stash_type", 1); stash != 1)
+    return cx.nodeError(node)
+           << "stash_type " << stash << " is not supported (only 1, float32)";
+  return success();
+}
+
 /// The first normalized axis of a LayerNormalization or RMSNormalization (the
 /// `axis` attribute, default -1, negative from the end), after checking that
 /// stash_type is 1 and that each operand given (scale, bias) has exactly the
@@ -37,11 +46,8 @@ normalizedAxis(ImportContext &cx, const onnx::NodeProto &node,
                ArrayRef<int64_t> shape,
                ArrayRef<std::pair<const char *, Value>> operands) {
   FailureOr<int64_t> axis = cx.axisAttr(node, -1, shape.size());
-  if (failed(axis))
+  if (failed(axis) || failed(checkStashType(cx, node)))
     return failure();
-  if (int64_t stash = intAttr(node, "stash_type", 1); stash != 1)
-    return cx.nodeError(node)
-           << "stash_type " << stash << " is not supported (only 1, float32)";
   ArrayRef<int64_t> normalized = shape.drop_front(*axis);
   for (auto [what, v] : operands)
     if (v && shapeOf(v) != normalized)
@@ -152,9 +158,8 @@ static LogicalResult importGroupNormalization(ImportContext &cx,
     return cx.nodeError(node) << "num_groups " << groups
                               << " must be positive and divide the "
                               << channels << " channels";
-  if (int64_t stash = intAttr(node, "stash_type", 1); stash != 1)
-    return cx.nodeError(node)
-           << "stash_type " << stash << " is not supported (only 1, float32)";
+  if (failed(checkStashType(cx, node)))
+    return failure();
   for (auto [what, v] : {std::pair<const char *, Value>{"scale", *scale},
                          std::pair<const char *, Value>{"bias", *bias}})
     if (shapeOf(v) != ArrayRef<int64_t>{channels})

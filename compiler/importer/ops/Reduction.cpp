@@ -66,9 +66,7 @@ static LogicalResult importReduce(ImportContext &cx,
       v = nn::ReduceToOp::create(b, loc, cx.f32(kept), v);
   }
   if (Kind == Reduction::Mean && count != 1) {
-    auto scalar = cx.f32({});
-    Value n = nn::ConstantOp::create(
-        b, loc, DenseElementsAttr::get(scalar, static_cast<float>(count)));
+    Value n = cx.f32Scalar(static_cast<float>(count), loc);
     v = nn::DivOp::create(b, loc, cx.f32(kept), v, n);
   }
   if (!intAttr(node, "keepdims", 1) && dropped != kept)
