@@ -13,6 +13,25 @@
 using namespace mlir;
 using namespace gpipe::importer;
 
+double gpipe::importer::elementAt(const ConstTensor &c, int64_t k) {
+  return c.isFloat ? static_cast<double>(c.f[k]) : static_cast<double>(c.i[k]);
+}
+
+int64_t gpipe::importer::broadcastIndex(llvm::ArrayRef<int64_t> out, llvm::ArrayRef<int64_t> in,
+                       int64_t flat) {
+  int64_t index = 0, stride = 1;
+  for (int64_t d = out.size() - 1, e = in.size() - 1; d >= 0; --d, --e) {
+    int64_t coord = flat % out[d];
+    flat /= out[d];
+    if (e < 0)
+      continue;
+    if (in[e] != 1)
+      index += coord * stride;
+    stride *= in[e];
+  }
+  return index;
+}
+
 std::string gpipe::importer::shapeStr(llvm::ArrayRef<int64_t> shape) {
   std::string s = "[";
   for (size_t k = 0; k < shape.size(); ++k)

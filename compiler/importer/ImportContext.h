@@ -33,6 +33,13 @@ struct ConstTensor {
   }
 };
 
+/// Element `k` of a constant as a double (ints, bools and floats alike).
+double elementAt(const ConstTensor &c, int64_t k);
+/// The flat index into a tensor of shape `in` that broadcasts (numpy rules)
+/// to element `flat` of shape `out`.
+int64_t broadcastIndex(llvm::ArrayRef<int64_t> out, llvm::ArrayRef<int64_t> in,
+                       int64_t flat);
+
 /// "[2, 3]", as shapes appear in diagnostics.
 std::string shapeStr(llvm::ArrayRef<int64_t> shape);
 /// The ONNX name of a TensorProto element type ("DOUBLE").
@@ -121,6 +128,14 @@ public:
   void defineConst(const std::string &name, ConstTensor c) {
     consts[name] = std::move(c);
   }
+  /// The values of a sequence (SplitToSequence's output), or null.
+  const std::vector<mlir::Value> *sequenceOf(const std::string &name) const {
+    auto it = sequences.find(name);
+    return it == sequences.end() ? nullptr : &it->second;
+  }
+  void defineSequence(const std::string &name, std::vector<mlir::Value> vs) {
+    sequences[name] = std::move(vs);
+  }
   bool isInitializer(const std::string &name) const {
     return initializerNames.contains(name);
   }
@@ -153,6 +168,8 @@ protected:
   int64_t batch = 0;
   std::map<std::string, ConstTensor> consts;
   std::map<std::string, mlir::Value> values;
+  /// Sequence values (SplitToSequence), read by SequenceAt.
+  std::map<std::string, std::vector<mlir::Value>> sequences;
   llvm::StringSet<> initializerNames;
   /// Float initializers imported as constants (findUntrainedInitializers).
   llvm::StringSet<> untrained;

@@ -60,6 +60,89 @@ LogicalResult Importer::parse() {
   return success();
 }
 
+void Importer::readGraphSignature() {
+  // Lines "p_l1_weight: PARAMETER target='l1.weight'" under "# inputs".
+  for (const auto &prop : model.graph().metadata_props()) {
+    if (prop.key() != "pkg.torch.export.ExportedProgram.graph_signature")
+      continue;
+    llvm::SmallVector<llvm::StringRef> lines;
+    llvm::StringRef(prop.value()).split(lines, '\n');
+    bool inputs = false;
+    for (llvm::StringRef line : lines) {
+      line = line.trim();
+      if (line.starts_with("#")) {
+        inputs = line == "# inputs";
+        continue;
+      }
+      auto [name, rest] = line.split(": ");
+      if (!inputs || rest.empty())
+        continue;
+      auto [kind, tail] = rest.trim().split(' ');
+      llvm::StringRef target;
+      size_t at = tail.find("target='");
+      if (at != llvm::StringRef::npos)
+        target = tail.drop_front(at + 8).take_until(
+            [](char c) { return c == '\''; });
+      signature.push_back({kind.str(), target.str()});
+    }
+  }
+}
+
+LogicalResult Importer::checkSignatureKept() {
+  std::set<std::string> inits, targets;
+  for (const auto &init : model.graph().initializer())
+    inits.insert(init.name());
+  std::vector<std::string> missing;
+  size_t stateful = 0;
+  for (const SignatureInput &in : signature) {
+    targets.insert(in.target);
+    if (in.kind != "PARAMETER" && in.kind != "BUFFER")
+      continue;
+    ++stateful;
+    if (!in.target.empty() && !inits.count(in.target))
+      missing.push_back(in.target);
+  }
+  if (missing.empty())
+    return success();
+  // A parameter tied to another (an LM head sharing the token embedding) is
+  // listed under both names and written once, under one: a missing name is
+  // no loss while every float tensor of the model is named in the signature.
+  // A folded parameter lives on in a tensor the exporter made up
+  // (`val_112`, `embedding_1`): a float initializer of more than one element
+  // that the signature does not name.
+  std::vector<std::string> madeUp;
+  for (const auto &init : model.graph().initializer()) {
+    int64_t n = 1;
+    for (int64_t d : init.dims())
+      n *= d;
+    if (init.data_type() == onnx::TensorProto::FLOAT && n > 1 &&
+        !targets.count(init.name()))
+      madeUp.push_back(init.name());
+  }
+  if (madeUp.empty())
+    return success();
+  InFlightDiagnostic diag = fileError();
+  diag << missing.size() << " of the exported module's " << stateful
+       << " parameters and buffers " << (missing.size() == 1 ? "is" : "are")
+       << " not initializers of the model (";
+  for (size_t k = 0; k < missing.size() && k < 4; ++k)
+    diag << (k ? ", " : "") << "'" << missing[k] << "'";
+  if (missing.size() > 4)
+    diag << ", ...";
+  diag << "), and " << madeUp.size() << " initializer"
+       << (madeUp.size() == 1 ? "" : "s") << " the exporter made up ('"
+       << madeUp.front() << "'"
+       << (madeUp.size() > 1 ? ", ..." : "")
+       << ") hold what it folded them into: such a model cannot be trained. "
+          "Export with torch.onnx.export(..., dynamo=True, optimize=False) "
+          "(torch >= 2.9), which keeps every parameter under its name; a "
+          "model with BatchNorm needs the legacy exporter (dynamo=False, "
+          "training=torch.onnx.TrainingMode.TRAINING, "
+          "do_constant_folding=False), as the default one writes it in eval "
+          "form";
+  return failure();
+}
+
 LogicalResult Importer::checkSupportedOps() {
   std::vector<const onnx::NodeProto *> bad;
   for (const onnx::NodeProto &node : model.graph().node()) {
@@ -493,7 +576,10 @@ LogicalResult Importer::importGraph() {
 
 FailureOr<ImportedModel> Importer::run() {
   ctx.loadDialect<nn::NNDialect, func::FuncDialect>();
-  if (failed(parse()) || failed(checkSupportedOps()) ||
+  if (failed(parse()))
+    return failure();
+  readGraphSignature();
+  if (failed(checkSignatureKept()) || failed(checkSupportedOps()) ||
       failed(checkAndConvert()) || failed(fixBatch()) ||
       failed(foldShapeComputations()) || failed(rewriteBatchReshapes()) ||
       failed(loadInitializers()) || failed(inferShapes()) ||

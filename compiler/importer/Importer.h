@@ -47,12 +47,28 @@ private:
   /// The running mean and variance of every BatchNormalization in training
   /// mode: float initializers no other node (or graph output) reads.
   mlir::LogicalResult findRunningStatistics();
+  /// torch >= 2.9's exporter names every parameter, buffer and constant
+  /// tensor of the module in the graph's metadata
+  /// (`pkg.torch.export.ExportedProgram.graph_signature`); read before
+  /// conversion (which drops graph metadata) into `signature`.
+  void readGraphSignature();
+  /// A signature parameter or buffer that is no initializer was folded away
+  /// by the exporter (optimize=True, BatchNorm in eval form): refused,
+  /// naming a few, with the export call that keeps them.
+  mlir::LogicalResult checkSignatureKept();
   /// The trained parameters whose whole name matches options.freeze: fills
   /// `frozenParams`; an invalid expression, or one that matches none, is an
   /// error.
   mlir::LogicalResult findFrozenParameters();
 
   bool isText() const { return llvm::StringRef(path).ends_with(".onnxtext"); }
+
+  /// One input of the exported program's graph signature: its kind
+  /// (PARAMETER, BUFFER, CONSTANT_TENSOR, USER_INPUT, ...) and torch name.
+  struct SignatureInput {
+    std::string kind, target;
+  };
+  std::vector<SignatureInput> signature;
 
   ImportOptions options;
   onnx::ModelProto model;

@@ -29,6 +29,7 @@ std::vector<std::string> OpTable::opTypes() const {
 const OpTable &gpipe::importer::onnxOpTable() {
   static const OpTable table = [] {
     OpTable t;
+    registerAttentionOps(t);
     registerConvOps(t);
     registerElementwiseOps(t);
     registerGemmOps(t);

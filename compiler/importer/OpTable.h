@@ -20,6 +20,9 @@ using ImportFn = mlir::LogicalResult (*)(ImportContext &cx,
 struct FoldOperands {
   /// Per input, its value if it is a constant integer tensor, else null.
   std::vector<const ConstTensor *> values;
+  /// Per input, its value if it is a constant float32 tensor (a Constant),
+  /// else null: only casts to integers read these.
+  std::vector<const ConstTensor *> floatValues;
   /// Static shapes from ONNX shape inference, by value name.
   const std::map<std::string, std::vector<int64_t>> &staticShapes;
 
@@ -61,6 +64,7 @@ private:
 
 /// One registration function per op family (ops/<Family>.cpp); adding a
 /// family is its file, a declaration here and a call in OpTable.cpp.
+void registerAttentionOps(OpTable &table);
 void registerConvOps(OpTable &table);
 void registerElementwiseOps(OpTable &table);
 void registerGemmOps(OpTable &table);

@@ -82,7 +82,46 @@ static bool describesData(const ConstTensor &t) {
   return !t.isFloat && static_cast<size_t>(n) == t.i.size();
 }
 
+/// Constant nodes written with value_int(s) or value_float(s) (torch >= 2.9's
+/// exporter writes its shapes so) get the equivalent `value` tensor, the one
+/// form the folding and batch rewriting below read.
+static void canonicalizeConstants(onnx::GraphProto &graph) {
+  for (onnx::NodeProto &node : *graph.mutable_node()) {
+    if (node.op_type() != "Constant" || node.attribute_size() != 1)
+      continue;
+    const onnx::AttributeProto &a = node.attribute(0);
+    onnx::TensorProto t;
+    if (a.name() == "value_int" || a.name() == "value_ints") {
+      t.set_data_type(onnx::TensorProto::INT64);
+      if (a.name() == "value_int")
+        t.add_int64_data(a.i());
+      else {
+        t.add_dims(a.ints_size());
+        for (int64_t v : a.ints())
+          t.add_int64_data(v);
+      }
+    } else if (a.name() == "value_float" || a.name() == "value_floats") {
+      t.set_data_type(onnx::TensorProto::FLOAT);
+      if (a.name() == "value_float")
+        t.add_float_data(a.f());
+      else {
+        t.add_dims(a.floats_size());
+        for (float v : a.floats())
+          t.add_float_data(v);
+      }
+    } else {
+      continue;
+    }
+    node.clear_attribute();
+    onnx::AttributeProto *value = node.add_attribute();
+    value->set_name("value");
+    value->set_type(onnx::AttributeProto::TENSOR);
+    *value->mutable_t() = std::move(t);
+  }
+}
+
 LogicalResult Importer::foldShapeComputations() {
+  canonicalizeConstants(*model.mutable_graph());
   // Shape arithmetic (x.size(0), view targets) is int64 math on static
   // shapes: evaluate it now and turn each such node into a Constant, so
   // Reshape targets are constants the importer (and batch rewriting) can read.
@@ -107,7 +146,8 @@ LogicalResult Importer::foldShapeComputations() {
         for (const auto &a : node.attribute())
           if (a.name() == "value" &&
               (a.t().data_type() == onnx::TensorProto::INT64 ||
-               a.t().data_type() == onnx::TensorProto::INT32)) {
+               a.t().data_type() == onnx::TensorProto::INT32 ||
+               a.t().data_type() == onnx::TensorProto::FLOAT)) {
             FailureOr<ConstTensor> c = readTensor(a.t());
             if (succeeded(c))
               known[node.output(0)] = std::move(*c);
@@ -117,10 +157,12 @@ LogicalResult Importer::foldShapeComputations() {
       const OpHandler *handler = onnxOpTable().lookup(node.op_type());
       if (!handler || !handler->fold || node.output_size() != 1)
         continue;
-      FoldOperands in{{}, shapes};
+      FoldOperands in{{}, {}, shapes};
       for (const std::string &name : node.input()) {
         auto it = known.find(name);
-        in.values.push_back(it == known.end() ? nullptr : &it->second);
+        const ConstTensor *c = it == known.end() ? nullptr : &it->second;
+        in.values.push_back(c && !c->isFloat ? c : nullptr);
+        in.floatValues.push_back(c && c->isFloat ? c : nullptr);
       }
       std::optional<ConstTensor> value = handler->fold(node, in);
       // A result whose shape does not describe its data (negative or
@@ -296,6 +338,21 @@ LogicalResult Importer::findUntrainedInitializers() {
       untrained.insert(init.name());
       ++count;
     }
+  // The exporter's graph signature names buffers and constant tensors: they
+  // are not trained even where the loss depends on them (a fixed positional
+  // encoding). BatchNormalization's running statistics among them become
+  // state (findRunningStatistics, next).
+  int buffers = 0;
+  for (const SignatureInput &in : signature)
+    if ((in.kind == "BUFFER" || in.kind == "CONSTANT_TENSOR") &&
+        reached.count(in.target) && initializerNames.contains(in.target) &&
+        untrained.insert(in.target).second)
+      ++buffers;
+  if (buffers)
+    result.notes.push_back(std::to_string(buffers) + " float initializer" +
+                           (buffers == 1 ? " is a buffer" : "s are buffers") +
+                           " of the module (the exporter's graph signature "
+                           "says so): kept constant");
   if (count)
     result.notes.push_back(
         std::to_string(count) + " float initializer" +

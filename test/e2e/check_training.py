@@ -129,6 +129,10 @@ def parse_args(argv):
     ap.add_argument("--gelu-opset20", action="store_true",
                     help="rewrite the export as torch >= 2.9 writes GELU: one opset-20 Gelu "
                          "node per exact-GELU pattern, opset 20, IR version 10")
+    ap.add_argument("--fixture", default=None, metavar="NAME",
+                    help="train test/e2e/fixtures/NAME.onnx (written by torch >= 2.9, see "
+                         "fixtures.json) instead of exporting with this torch; the torch "
+                         "reference loads its initial weights from it by name")
     ap.add_argument("--seed", type=int, default=modelspec.DEFAULT_SEED,
                     help="torch.manual_seed for the initial weights")
     ap.add_argument("--data-seed", type=int, default=0, help="numpy seed for the data")
@@ -272,6 +276,21 @@ def parse_args(argv):
     # per micro-batch and the 1-stage reference program keeps M micro-batches.
     # (models.build checks the flag against the module: models.has_batchnorm)
     a.batchnorm_model = modelspec.MODELS[a.model].batchnorm
+    a.fixture_entry = None
+    if a.fixture:
+        try:
+            a.fixture_entry = modelspec.fixture(a.fixture)
+        except (KeyError, OSError, ValueError) as e:
+            ap.error("--fixture %s: %s" % (a.fixture, e))
+        fx = a.fixture_entry
+        if fx["model"] != a.model or fx["seed"] != a.seed:
+            ap.error("--fixture %s was exported from model %s with seed %d, not %s and %d"
+                     % (a.fixture, fx["model"], fx["seed"], a.model, a.seed))
+        if a.gelu_opset20 or a.dynamic_batch or a.export_batch_size not in (None, fx["batch"]):
+            ap.error("--fixture %s: the export is the fixture's (batch %d); "
+                     "--gelu-opset20, --dynamic-batch and another --export-batch-size do "
+                     "not apply" % (a.fixture, fx["batch"]))
+        a.export_batch_size = fx["batch"]
     if a.stat_tol is None:
         a.stat_tol = 1e-5 if a.batchnorm == "deferred" else 1e-4
     # (bf16 loosens them as it loosens the parameters')
@@ -430,6 +449,12 @@ def torch_reference(a, init, x, y):
         opt.step()
         losses.append(lv)
     params = {n: p.detach().numpy().copy() for n, p in module.named_parameters()}
+    # a tied parameter's other names, as the model may name it (models.param_aliases)
+    for n, names in models.param_aliases(module).items():
+        for alias in names:
+            if alias in init and alias not in params:
+                params[alias] = params[n]
+                before_last[alias] = before_last[n]
     # BatchNorm running statistics (other buffers, e.g. attn_causal's mask, are constants)
     buffers = {}
     for bn_name, bn in batchnorm_modules(module):
@@ -732,6 +757,8 @@ def prep_args(a):
         # the data, opset, a symbolic batch dimension
         "model": a.model, "seed": a.seed, "opset": a.opset,
         "gelu_opset20": bool(a.gelu_opset20),
+        # a fixture replaces the export (its file's sha256, checked when copied)
+        "fixture": a.fixture_entry["sha256"] if a.fixture_entry else None,
         "export_batch_size": a.export_batch_size or a.batch_size,
         "dynamic_batch": bool(a.dynamic_batch),
         # data: models.make_data(model, samples, data_seed)
@@ -770,6 +797,9 @@ def export_model_and_data(a, model_path, data_dir):
     os.makedirs(data_dir, exist_ok=True)
     np.save(os.path.join(data_dir, "x.npy"), x)
     np.save(os.path.join(data_dir, "y.npy"), y)
+    if a.fixture_entry:
+        modelspec.copy_fixture(a.fixture, model_path)
+        return x, y
     module = models.build(a.model, a.seed)
     try:
         eb = a.export_batch_size or a.batch_size
@@ -1083,6 +1113,10 @@ def run_check(a):
         cfg += " K=%s M=%s remat=%s" % (a.stages or 1, a.microbatches or 1, a.remat or "default")
     if a.gelu_opset20:
         cfg += " gelu-opset20"
+    if a.fixture:
+        fx = a.fixture_entry
+        cfg += " fixture=%s (%s exporter, opset %d, torch %s)" % (
+            a.fixture, fx["exporter"], fx["opset"], fx["versions"]["torch"])
     if a.freeze:
         cfg += " freeze=%s" % a.freeze
     if a.schedule is not None:

@@ -20,6 +20,7 @@ Run as a script to export every model and print its op types::
 """
 
 import argparse
+import inspect
 import math
 import collections
 import os
@@ -493,7 +494,11 @@ class TorchEncoderLm(nn.Module):
     def forward(self, x, y):
         h = self.tok(x) + self.pos(torch.arange(self.t))
         mask = torch.triu(torch.full((self.t, self.t), float("-inf")), 1)
-        h = self.enc(h, mask=mask)
+        # torch >= 2.0 asks whether the mask is causal, which torch.export (the ONNX
+        # exporter since torch 2.9) cannot trace unless told; torch 1.13 has no is_causal.
+        kw = {"is_causal": True} if "is_causal" in inspect.signature(
+            self.enc.forward).parameters else {}
+        h = self.enc(h, mask=mask, **kw)
         return F.cross_entropy(self.head(h).reshape(-1, self.vocab), y.reshape(-1))
 
 
@@ -860,6 +865,156 @@ class Conv1dBn(_Loss):
         return self.fc(h.view(h.size(0), -1))
 
 
+class MlpLnGeluDrop(_Loss):
+    """The MLP a user writes: Linear-LayerNorm-GELU-Dropout(0.1)-Linear-GELU-Linear
+    (16 -> 32 -> 32 -> 10)."""
+
+    def __init__(self, d_in=16, hidden=32, classes=10, p=0.1):
+        super().__init__()
+        self.l1 = nn.Linear(d_in, hidden)
+        self.ln = nn.LayerNorm(hidden)
+        self.drop = nn.Dropout(p)
+        self.l2 = nn.Linear(hidden, hidden)
+        self.l3 = nn.Linear(hidden, classes)
+
+    def logits(self, x):
+        h = self.drop(F.gelu(self.ln(self.l1(x))))
+        return self.l3(F.gelu(self.l2(h)))
+
+
+class VitTiny(_Loss):
+    """A ViT as people write it, small: x [B, 192] seen as an image [B, 3, 8, 8];
+    4 x 4 patches by a strided Conv2d (3 -> d), flattened and transposed to [B, 4, d]; a
+    learned class token expanded to the batch and concatenated in front; a learned
+    position embedding added; `layers` pre-LayerNorm blocks (multi-head attention with
+    one qkv Linear, GELU MLP); LayerNorm and a Linear head on the class token."""
+
+    def __init__(self, classes=10, d=16, heads=2, layers=2, patch=4, side=8):
+        super().__init__()
+        self.d, self.heads, self.side = d, heads, side
+        self.n = (side // patch) ** 2
+        self.patch = nn.Conv2d(3, d, patch, stride=patch)
+        self.cls = nn.Parameter(torch.randn(1, 1, d) * 0.5)
+        self.pos = nn.Parameter(torch.randn(1, self.n + 1, d) * 0.5)
+        self.blocks = nn.ModuleList()
+        for _ in range(layers):
+            blk = nn.Module()
+            blk.ln1 = nn.LayerNorm(d)
+            # No qkv bias: softmax is invariant to the keys' (see AttnTiny), whose
+            # gradient is rounding noise that AdamW would amplify into arbitrary steps.
+            blk.qkv = nn.Linear(d, 3 * d, bias=False)
+            blk.proj = nn.Linear(d, d)
+            blk.ln2 = nn.LayerNorm(d)
+            blk.fc = nn.Linear(d, 2 * d)
+            blk.out = nn.Linear(2 * d, d)
+            self.blocks.append(blk)
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, classes)
+
+    def attention(self, blk, h):
+        b, t, d = h.shape
+        nh = self.heads
+        q, k, v = blk.qkv(h).reshape(b, t, 3, nh, d // nh).permute(2, 0, 3, 1, 4)
+        att = torch.softmax(q @ k.transpose(-2, -1) * (d // nh) ** -0.5, dim=-1)
+        return blk.proj((att @ v).transpose(1, 2).reshape(b, t, d))
+
+    def logits(self, x):
+        b = x.shape[0]
+        h = self.patch(x.reshape(b, 3, self.side, self.side)).flatten(2).transpose(1, 2)
+        h = torch.cat([self.cls.expand(b, -1, -1), h], dim=1) + self.pos
+        for blk in self.blocks:
+            h = h + self.attention(blk, blk.ln1(h))
+            h = h + blk.out(F.gelu(blk.fc(blk.ln2(h))))
+        return self.head(self.ln(h)[:, 0])
+
+
+def _sdpa(q, k, v, causal):
+    """F.scaled_dot_product_attention (torch >= 2.0, which exports it at opset 23 as ONNX
+    Attention), or the same computation by hand on torch 1.13 (the reference)."""
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    t = q.shape[-2]
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        s = s.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+class SdpaLm(nn.Module):
+    """A causal LM with F.scaled_dot_product_attention(is_causal=True) (ONNX Attention at
+    opset 23): token + position embeddings, `layers` pre-LayerNorm blocks (qkv Linear,
+    tanh-approximate GELU MLP), final LayerNorm, LM head tied to the token embedding."""
+
+    def __init__(self, vocab=50, t=8, d=16, heads=2, layers=2):
+        super().__init__()
+        self.vocab, self.t, self.d, self.heads = vocab, t, d, heads
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(t, d)
+        self.blocks = nn.ModuleList()
+        for _ in range(layers):
+            blk = nn.Module()
+            blk.ln1 = nn.LayerNorm(d)
+            blk.qkv = nn.Linear(d, 3 * d, bias=False)
+            blk.proj = nn.Linear(d, d)
+            blk.ln2 = nn.LayerNorm(d)
+            blk.fc = nn.Linear(d, 4 * d)
+            blk.out = nn.Linear(4 * d, d)
+            self.blocks.append(blk)
+        self.lnf = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.head.weight = self.tok.weight
+
+    def forward(self, x, y):
+        t, d, nh = self.t, self.d, self.heads
+        h = self.tok(x) + self.pos(torch.arange(t))
+        for blk in self.blocks:
+            q, k, v = (z.reshape(-1, t, nh, d // nh).transpose(1, 2)
+                       for z in blk.qkv(blk.ln1(h)).split(d, dim=2))
+            h = h + blk.proj(_sdpa(q, k, v, True).transpose(1, 2).reshape(-1, t, d))
+            h = h + blk.out(F.gelu(blk.fc(blk.ln2(h)), approximate="tanh"))
+        logits = self.head(self.lnf(h))
+        return F.cross_entropy(logits.reshape(-1, self.vocab), y.reshape(-1))
+
+
+class ResNetTiny(_Loss):
+    """A ResNet as torchvision writes its blocks, small: x [B, 192] seen as [B, 3, 8, 8];
+    stem Conv3x3 3->8 (no bias)-BatchNorm2d-ReLU; a basic block (Conv-BN-ReLU-Conv-BN,
+    identity, Add, ReLU); a basic block with stride 2 and a 1x1 Conv-BN downsample
+    (8 -> 16); global average pool, flatten, Linear 16->10. BN affine parameters and
+    running statistics start perturbed."""
+
+    class Block(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.c1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+            self.b1 = nn.BatchNorm2d(cout)
+            self.c2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+            self.b2 = nn.BatchNorm2d(cout)
+            self.down = None
+            if stride != 1 or cin != cout:
+                self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                          nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            h = F.relu(self.b1(self.c1(x)))
+            h = self.b2(self.c2(h))
+            return F.relu(h + (x if self.down is None else self.down(x)))
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(8)
+        self.layer1 = ResNetTiny.Block(8, 8, 1)
+        self.layer2 = ResNetTiny.Block(8, 16, 2)
+        self.fc = nn.Linear(16, classes)
+        _perturb_bn(self)
+
+    def logits(self, x):
+        h = F.relu(self.bn(self.stem(x.reshape(x.size(0), 3, 8, 8))))
+        h = self.layer2(self.layer1(h))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(h, 1), 1))
+
+
 # The model table (MODELS: name -> Spec(ctor, d_in, classes, ignore_index, doc, task,
 # dropout, batchnorm)), the data generator and the batch order are in modelspec.py.
 
@@ -918,6 +1073,20 @@ def export_named(name, path, batch_size, opset=DEFAULT_OPSET, seed=DEFAULT_SEED,
     return export(m, x, y, path, opset=opset)
 
 
+def param_aliases(module):
+    """name -> every name of the same parameter (named_parameters' first name first),
+    for parameters registered under several names (tied weights)."""
+    by_id = collections.OrderedDict()
+    for mname, m in module.named_modules(remove_duplicate=False):
+        for pname, p in m._parameters.items():
+            if p is not None:
+                names = by_id.setdefault(id(p), [])
+                full = mname + "." + pname if mname else pname
+                if full not in names:
+                    names.append(full)
+    return {names[0]: names for names in by_id.values() if len(names) > 1}
+
+
 def load_into_module(module, inits):
     """Copy initializers into the module's parameters by name, and into its float
     buffers that have an initializer of the same name (BatchNorm's running_mean and
@@ -934,7 +1103,13 @@ def load_into_module(module, inits):
                     raise RuntimeError("shape mismatch for buffer %s: onnx %s torch %s"
                                        % (n, a.shape, tuple(b.shape)))
                 b.copy_(torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)))
-    params = dict(module.named_parameters())
+    # A tied parameter (an LM head sharing the token embedding) has several names; the
+    # exporter writes it under one of them (torch 1.13: the first, torch >= 2.9's
+    # dynamo exporter: the last). Load it from whichever the model has.
+    params = {}
+    for n, p in module.named_parameters():
+        names = [n] + [a for a in param_aliases(module).get(n, []) if a != n]
+        params[next((a for a in names if a in inits), n)] = p
     missing = [n for n in params if n not in inits]
     if missing:
         raise RuntimeError("torch parameters without an ONNX initializer of the same name: %s "

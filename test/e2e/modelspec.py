@@ -87,6 +87,20 @@ MODELS = {
     "conv2d": Spec(lambda: _m().Conv2dNet(48, 10), 48, 10, None,
                    "Conv2d(pad)-strided-depthwise-dilated grouped Conv2d, ReLUs, "
                    "flatten, Linear on [B, 3, 4, 4]"),
+    "resnet_tiny": Spec(lambda: _m().ResNetTiny(10), 192, 10, None,
+                        "ResNet-style: stem Conv-BN-ReLU, 2 basic blocks (one with a "
+                        "stride-2 1x1 Conv-BN downsample), global average pool, Linear",
+                        batchnorm=True),
+    "mlp_ln_gelu_drop": Spec(lambda: _m().MlpLnGeluDrop(16, 32, 10, 0.1), 16, 10, None,
+                             "Linear-LayerNorm-GELU-Dropout 0.1-Linear-GELU-Linear "
+                             "16->32->32->10", "classify", True),
+    "vit_tiny": Spec(lambda: _m().VitTiny(10), 192, 10, None,
+                     "ViT on [B, 3, 8, 8]: 4x4 Conv2d patches, class token expanded to "
+                     "the batch, position embedding, 2 pre-LN blocks, head on the class "
+                     "token"),
+    "sdpa_lm": Spec(lambda: _m().SdpaLm(50, 8, 16, 2, 2), 8, 50, None,
+                    "causal LM with F.scaled_dot_product_attention (ONNX Attention at "
+                    "opset 23), tanh GELU, tied head", "lm"),
     "mlp_tanh": Spec(lambda: _m().MlpTanh(16, 32, 10), 16, 10, None,
                      "Linear-Tanh-Linear-Tanh-Linear 16->32->32->10"),
     "mlp_gelu_sigmoid": Spec(lambda: _m().MlpGeluSigmoid(20, 32, 10), 20, 10, None,
@@ -349,3 +363,35 @@ def gelu_to_opset20(path):
     m.ir_version = 10
     onnx.save(m, path)
     return replaced
+
+
+# ---------------------------------------------------------------------------
+# Fixtures: models exported by torch >= 2.9 (test/e2e/fixtures, export_fixtures.py)
+# ---------------------------------------------------------------------------
+
+FIXTURE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+
+
+def fixture(name):
+    """fixtures.json's entry for fixture `name` (KeyError if there is none)."""
+    import json
+    with open(os.path.join(FIXTURE_DIR, "fixtures.json")) as f:
+        entries = json.load(f)["fixtures"]
+    if name not in entries:
+        raise KeyError("no fixture %r in %s (known: %s)"
+                       % (name, FIXTURE_DIR, ", ".join(sorted(entries))))
+    return entries[name]
+
+
+def copy_fixture(name, dst):
+    """Copy fixtures/<name>.onnx to `dst`, checking its sha256 against fixtures.json."""
+    import hashlib
+    with open(os.path.join(FIXTURE_DIR, name + ".onnx"), "rb") as f:
+        data = f.read()
+    want = fixture(name)["sha256"]
+    got = hashlib.sha256(data).hexdigest()
+    if got != want:
+        raise ValueError("fixture %s.onnx has sha256 %s, fixtures.json says %s: re-run "
+                         "export_fixtures.py" % (name, got, want))
+    with open(dst, "wb") as f:
+        f.write(data)

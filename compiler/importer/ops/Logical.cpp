@@ -4,6 +4,8 @@
 // evaluated at import, so `mask[:T, :T] == 0` becomes one constant mask.
 #include "compiler/importer/OpTable.h"
 
+#include <cmath>
+
 #include "dialects/nn/NNOps.h"
 
 using namespace mlir;
@@ -11,28 +13,6 @@ using namespace gpipe;
 using namespace gpipe::importer;
 
 namespace {
-
-/// Element `k` of a constant as a double (ints, bools and floats alike).
-double elementAt(const ConstTensor &c, int64_t k) {
-  return c.isFloat ? static_cast<double>(c.f[k]) : static_cast<double>(c.i[k]);
-}
-
-/// The flat index into a tensor of shape `in` that broadcasts (numpy rules)
-/// to element `flat` of shape `out`.
-int64_t broadcastIndex(llvm::ArrayRef<int64_t> out, llvm::ArrayRef<int64_t> in,
-                       int64_t flat) {
-  int64_t index = 0, stride = 1;
-  for (int64_t d = out.size() - 1, e = in.size() - 1; d >= 0; --d, --e) {
-    int64_t coord = flat % out[d];
-    flat /= out[d];
-    if (e < 0)
-      continue;
-    if (in[e] != 1)
-      index += coord * stride;
-    stride *= in[e];
-  }
-  return index;
-}
 
 /// Evaluates `fn` elementwise over broadcast constants into an integer
 /// (boolean) or float constant.
@@ -139,8 +119,9 @@ static std::optional<ConstTensor> foldCast(const onnx::NodeProto &node,
   return *in.values[0];
 }
 
-LogicalResult importCast(ImportContext &cx, const onnx::NodeProto &node) {
-  int64_t to = intAttr(node, "to", 0);
+/// Cast of input 0 to the ONNX element type `to`.
+static LogicalResult castTo(ImportContext &cx, const onnx::NodeProto &node,
+                            int64_t to) {
   bool toFloat = to == onnx::TensorProto::FLOAT,
        toBool = to == onnx::TensorProto::BOOL,
        toInt = to == onnx::TensorProto::INT64 || to == onnx::TensorProto::INT32;
@@ -176,6 +157,58 @@ LogicalResult importCast(ImportContext &cx, const onnx::NodeProto &node) {
     v = nn::NotOp::create(b, loc, nn::NotOp::create(b, loc, v));
   cx.define(node, 0, v);
   return success();
+}
+
+LogicalResult importCast(ImportContext &cx, const onnx::NodeProto &node) {
+  return castTo(cx, node, intAttr(node, "to", 0));
+}
+
+/// The element type of input #`index`: FLOAT or INT64 (what the importer's
+/// values and constants hold), or nullopt when the input is not defined.
+static std::optional<int64_t> elementTypeOf(ImportContext &cx,
+                                            const onnx::NodeProto &node,
+                                            int index) {
+  if (index >= node.input_size() || node.input(index).empty())
+    return std::nullopt;
+  if (const ConstTensor *c = cx.constOf(node.input(index)))
+    return c->isFloat ? onnx::TensorProto::FLOAT : onnx::TensorProto::INT64;
+  FailureOr<Value> v = cx.valueOf(node, index);
+  if (failed(v))
+    return std::nullopt;
+  return cast<RankedTensorType>(v->getType()).getElementType().isF32()
+             ? onnx::TensorProto::FLOAT
+             : onnx::TensorProto::INT64;
+}
+
+/// CastLike(x, like) (opset 15; torch >= 2.9's exporter writes one before
+/// most scalar constants): Cast to the element type of `like`.
+static LogicalResult importCastLike(ImportContext &cx,
+                                    const onnx::NodeProto &node) {
+  std::optional<int64_t> to = elementTypeOf(cx, node, 1);
+  if (!to)
+    return failure();
+  return castTo(cx, node, *to);
+}
+
+/// Integer shape data cast like an integer passes unchanged; a float
+/// constant with integral values (torch's `arange` bounds) becomes int64.
+static std::optional<ConstTensor> foldCastLike(const onnx::NodeProto &,
+                                               const FoldOperands &in) {
+  if (in.values.size() < 2 || !in.values[1])
+    return std::nullopt;
+  if (in.values[0])
+    return *in.values[0];
+  const ConstTensor *f = in.floatValues[0];
+  if (!f)
+    return std::nullopt;
+  ConstTensor out;
+  out.shape = f->shape;
+  for (float v : f->f) {
+    if (v != std::trunc(v) || std::abs(v) > 9.0e15f)
+      return std::nullopt;
+    out.i.push_back(static_cast<int64_t>(v));
+  }
+  return out;
 }
 
 /// Where(condition, a, b): a constant condition becomes a mask constant.
@@ -224,5 +257,6 @@ void gpipe::importer::registerLogicalOps(OpTable &table) {
   table.add("Equal", importEqual);
   table.add("Not", importNot);
   table.add("Cast", importCast, foldCast);
+  table.add("CastLike", importCastLike, foldCastLike);
   table.add("Where", importWhere);
 }

@@ -1,6 +1,7 @@
 // Shape and data-movement ONNX ops: Reshape Flatten Squeeze Unsqueeze (as
 // nn.reshape, shape operands constant), Transpose, Concat, Expand (float32,
 // as nn.broadcast_to), Slice, Split, Identity, Constant,
+// SplitToSequence/SequenceAt (a list of values at import), Trilu of constants,
 // Gather on float32 data (embeddings: nn.gather on axis 0, other axes
 // through transposes), and Shape/Range/Gather, which fold (with Reshape,
 // Squeeze, Unsqueeze, Identity and Concat) as int64 shape arithmetic on
@@ -253,6 +254,32 @@ static LogicalResult importConcat(ImportContext &cx,
 /// has the broadcast shape.
 static LogicalResult importExpand(ImportContext &cx,
                                   const onnx::NodeProto &node) {
+  // A constant (not a trained parameter) expands at import: torch's
+  // `torch.ones(T, T)` of a mask is Expand(1.0, [T, T]).
+  if (const ConstTensor *c = cx.constantOf(node, 0)) {
+    FailureOr<std::vector<int64_t>> target =
+        cx.intsOperand(node, 1, "the shape");
+    if (failed(target))
+      return failure();
+    FailureOr<llvm::SmallVector<int64_t>> out =
+        nn::broadcastShapes(c->shape, *target);
+    if (failed(out))
+      return cx.nodeError(node)
+             << "the input " << shapeStr(c->shape) << " and the shape "
+             << shapeStr(*target) << " do not broadcast";
+    ConstTensor e;
+    e.isFloat = c->isFloat;
+    e.shape.assign(out->begin(), out->end());
+    for (int64_t k = 0, n = e.numElements(); k < n; ++k) {
+      int64_t from = broadcastIndex(*out, c->shape, k);
+      if (e.isFloat)
+        e.f.push_back(c->f[from]);
+      else
+        e.i.push_back(c->i[from]);
+    }
+    cx.defineConst(node.output(0), std::move(e));
+    return success();
+  }
   FailureOr<Value> x = cx.floatValueOf(node, 0);
   if (failed(x))
     return failure();
@@ -388,24 +415,58 @@ static LogicalResult importSlice(ImportContext &cx,
 
 /// Split (opset 13+: the sizes an optional constant int64 input; without
 /// it, equal parts, one per output): one nn.slice per output along `axis`.
+/// Slices `x` along `axis` into parts of `sizes` (checked: positive, summing
+/// to the axis); the parts, in order.
+static FailureOr<llvm::SmallVector<Value>>
+splitInto(ImportContext &cx, const onnx::NodeProto &node, Value x, int64_t axis,
+          llvm::ArrayRef<int64_t> sizes) {
+  llvm::SmallVector<int64_t> shape(shapeOf(x));
+  int64_t dim = shape[axis], total = 0;
+  for (int64_t n : sizes)
+    total += n > 0 ? n : 0;
+  if (sizes.empty() || total != dim ||
+      llvm::any_of(sizes, [](int64_t n) { return n <= 0; }))
+    return cx.nodeError(node)
+               << "split sizes " << shapeStr(sizes) << " do not cut axis "
+               << axis << " of size " << dim << " into " << sizes.size()
+               << " non-empty parts",
+           failure();
+  llvm::SmallVector<Value> parts;
+  int64_t start = 0;
+  for (int64_t n : sizes) {
+    shape[axis] = n;
+    auto type = RankedTensorType::get(
+        shape, cast<RankedTensorType>(x.getType()).getElementType());
+    parts.push_back(n == dim ? x
+                             : Value(nn::SliceOp::create(cx.getBuilder(),
+                                                         cx.nodeLoc(node), type,
+                                                         x, axis, start)));
+    start += n;
+  }
+  return parts;
+}
+
+/// Split (opset 18 forms: a `split` input or `num_outputs`, else equal parts).
 static LogicalResult importSplit(ImportContext &cx,
                                  const onnx::NodeProto &node) {
   FailureOr<Value> x = cx.valueOf(node, 0);
   if (failed(x))
     return failure();
-  llvm::SmallVector<int64_t> shape(shapeOf(*x));
-  int64_t rank = shape.size();
+  int64_t rank = shapeOf(*x).size();
   FailureOr<int64_t> axisOr = cx.axisAttr(node, 0, rank);
   if (failed(axisOr))
     return failure();
   int64_t axis = *axisOr;
-  int64_t parts = node.output_size(), dim = shape[axis];
+  int64_t parts = node.output_size(), dim = shapeOf(*x)[axis];
   std::vector<int64_t> sizes;
   if (node.input_size() > 1 && !node.input(1).empty()) {
     FailureOr<std::vector<int64_t>> s = cx.intsOperand(node, 1, "split");
     if (failed(s))
       return failure();
     sizes = *s;
+    if (static_cast<int64_t>(sizes.size()) != parts)
+      return cx.nodeError(node) << "split sizes " << shapeStr(sizes)
+                                << " for " << parts << " outputs";
   } else if (const onnx::AttributeProto *n = findAttr(node, "num_outputs")) {
     // Opset 18: ceil(dim / n) each, the last part what remains.
     if (n->i() != parts)
@@ -420,32 +481,88 @@ static LogicalResult importSplit(ImportContext &cx,
     for (int64_t k = 0; k < parts; ++k)
       sizes.push_back(std::min(each, dim - k * each));
   } else {
-    if (dim % parts != 0)
+    if (parts == 0 || dim % parts != 0)
       return cx.nodeError(node)
              << "axis " << axis << " of size " << dim << " does not split into "
              << parts << " equal parts";
     sizes.assign(parts, dim / parts);
   }
-  int64_t total = 0;
-  for (int64_t n : sizes)
-    total += n > 0 ? n : 0;
-  if (static_cast<int64_t>(sizes.size()) != parts || total != dim ||
-      llvm::any_of(sizes, [](int64_t n) { return n <= 0; }))
-    return cx.nodeError(node)
-           << "split sizes " << shapeStr(sizes) << " do not cut axis " << axis
-           << " of size " << dim << " into " << parts << " non-empty parts";
-  int64_t start = 0;
-  for (int64_t k = 0; k < parts; ++k) {
-    shape[axis] = sizes[k];
-    auto type = RankedTensorType::get(
-        shape, cast<RankedTensorType>(x->getType()).getElementType());
-    Value part = sizes[k] == dim
-                     ? *x
-                     : nn::SliceOp::create(cx.getBuilder(), cx.nodeLoc(node),
-                                           type, *x, axis, start);
-    cx.define(node, k, part);
-    start += sizes[k];
+  FailureOr<llvm::SmallVector<Value>> values =
+      splitInto(cx, node, *x, axis, sizes);
+  if (failed(values))
+    return failure();
+  for (auto [k, v] : llvm::enumerate(*values))
+    cx.define(node, k, v);
+  return success();
+}
+
+/// SplitToSequence (torch >= 2.9's exporter writes `x.split(n, dim)` so with
+/// optimize=False): the sequence is a list of values at import, read by
+/// SequenceAt at constant positions. `split` a scalar: parts of that size,
+/// the last what remains; 1-D: the sizes; absent: parts of 1, the axis
+/// squeezed unless keepdims.
+static LogicalResult importSplitToSequence(ImportContext &cx,
+                                           const onnx::NodeProto &node) {
+  FailureOr<Value> x = cx.valueOf(node, 0);
+  if (failed(x))
+    return failure();
+  llvm::SmallVector<int64_t> shape(shapeOf(*x));
+  FailureOr<int64_t> axisOr = cx.axisAttr(node, 0, shape.size());
+  if (failed(axisOr))
+    return failure();
+  int64_t axis = *axisOr, dim = shape[axis];
+  std::vector<int64_t> sizes;
+  bool squeeze = false;
+  if (node.input_size() > 1 && !node.input(1).empty()) {
+    const ConstTensor *c = cx.constOf(node.input(1));
+    FailureOr<std::vector<int64_t>> s = cx.intsOperand(node, 1, "split");
+    if (failed(s))
+      return failure();
+    if (c->shape.empty()) { // a scalar: parts of that size
+      int64_t each = s->empty() ? 0 : (*s)[0];
+      if (each <= 0)
+        return cx.nodeError(node) << "split " << each << " must be positive";
+      for (int64_t at = 0; at < dim; at += each)
+        sizes.push_back(std::min(each, dim - at));
+    } else {
+      sizes = *s;
+    }
+  } else {
+    sizes.assign(dim, 1);
+    squeeze = intAttr(node, "keepdims", 1) == 0;
   }
+  FailureOr<llvm::SmallVector<Value>> parts =
+      splitInto(cx, node, *x, axis, sizes);
+  if (failed(parts))
+    return failure();
+  if (squeeze) {
+    shape.erase(shape.begin() + axis);
+    for (Value &v : *parts)
+      v = createReshape(cx.getBuilder(), cx.nodeLoc(node), v, shape);
+  }
+  cx.defineSequence(node.output(0), std::vector<Value>(parts->begin(), parts->end()));
+  return success();
+}
+
+/// SequenceAt(sequence, position): position a constant (negative counts from
+/// the end).
+static LogicalResult importSequenceAt(ImportContext &cx,
+                                      const onnx::NodeProto &node) {
+  const std::vector<Value> *seq =
+      node.input_size() > 0 ? cx.sequenceOf(node.input(0)) : nullptr;
+  if (!seq)
+    return cx.nodeError(node)
+           << "the sequence '" << (node.input_size() ? node.input(0) : "")
+           << "' is not the output of a SplitToSequence (the only sequences "
+              "supported)";
+  FailureOr<std::vector<int64_t>> pos = cx.intsOperand(node, 1, "position");
+  if (failed(pos))
+    return failure();
+  int64_t n = seq->size(), p = pos->size() == 1 ? (*pos)[0] : n;
+  if (p < -n || p >= n)
+    return cx.nodeError(node) << "position " << shapeStr(*pos)
+                              << " is out of range for a sequence of " << n;
+  cx.define(node, 0, (*seq)[p < 0 ? p + n : p]);
   return success();
 }
 
@@ -913,6 +1030,46 @@ static std::optional<ConstTensor> foldRange(const onnx::NodeProto &,
   return out;
 }
 
+/// Trilu of a constant (torch's triu/tril of a mask it builds): evaluated
+/// at import; a computed input is not supported.
+static LogicalResult importTrilu(ImportContext &cx,
+                                 const onnx::NodeProto &node) {
+  const ConstTensor *x = cx.constantOf(node, 0);
+  if (!x)
+    return cx.nodeError(node)
+           << "only the Trilu of a constant (a mask) is supported; this one "
+              "reads a computed tensor or a trained parameter";
+  int64_t k = 0;
+  if (node.input_size() > 1 && !node.input(1).empty()) {
+    FailureOr<std::vector<int64_t>> kv = cx.intsOperand(node, 1, "k");
+    if (failed(kv))
+      return failure();
+    if (kv->size() != 1)
+      return cx.nodeError(node) << "k must be a scalar, got " << kv->size()
+                                << " values";
+    k = (*kv)[0];
+  }
+  if (x->shape.size() < 2)
+    return cx.nodeError(node) << "the input must have rank >= 2, got "
+                              << shapeStr(x->shape);
+  bool upper = intAttr(node, "upper", 1) != 0;
+  ConstTensor out = *x;
+  int64_t rows = x->shape[x->shape.size() - 2], cols = x->shape.back();
+  int64_t n = x->numElements();
+  for (int64_t e = 0; e < n; ++e) {
+    int64_t i = (e / cols) % rows, j = e % cols;
+    bool keep = upper ? j - i >= k : j - i <= k;
+    if (keep)
+      continue;
+    if (out.isFloat)
+      out.f[e] = 0.0f;
+    else
+      out.i[e] = 0;
+  }
+  cx.defineConst(node.output(0), std::move(out));
+  return success();
+}
+
 void gpipe::importer::registerShapeOps(OpTable &table) {
   table.add("Reshape", importView<reshapeShape>, foldReshape);
   table.add("Flatten", importView<flattenShape>);
@@ -924,6 +1081,9 @@ void gpipe::importer::registerShapeOps(OpTable &table) {
   table.add("Expand", importExpand);
   table.add("Slice", importSlice, foldSlice);
   table.add("Split", importSplit);
+  table.add("SplitToSequence", importSplitToSequence);
+  table.add("SequenceAt", importSequenceAt);
+  table.add("Trilu", importTrilu);
   table.add("Constant", importConstant);
   table.add("Shape", importUnfolded, foldShape);
   table.add("Gather", importGather, foldGather);
