@@ -58,6 +58,13 @@ struct MicrobatchPass : gpipe::impl::MicrobatchBase<MicrobatchPass> {
   /// splat for every micro-batch.
   void splitSplatOperands(Operation *op,
                           MutableArrayRef<std::optional<int64_t>> operandAxes);
+  /// Gives an elementwise op's or a concat's operands that broadcast a tensor
+  /// without the batch to the batch's size (a ViT's class token expanded to
+  /// every sample: nn.broadcast_to from size 1 on the batch axis) a copy of
+  /// their own that carries the batch: each micro-batch broadcasts the same
+  /// tensor to its own size, and the gradients of the M copies add up.
+  void splitBroadcastOperands(
+      Operation *op, MutableArrayRef<std::optional<int64_t>> operandAxes);
 };
 
 } // namespace
@@ -194,6 +201,42 @@ void MicrobatchPass::splitSplatOperands(
   }
 }
 
+void MicrobatchPass::splitBroadcastOperands(
+    Operation *op, MutableArrayRef<std::optional<int64_t>> operandAxes) {
+  int64_t rank = tensorType(op->getResult(0)).getRank();
+  std::optional<int64_t> axis, size, block;
+  for (auto [v, a] : llvm::zip_equal(op->getOperands(), operandAxes)) {
+    if (!a)
+      continue;
+    axis = *a + rank - tensorType(v).getRank();
+    size = tensorType(v).getDimSize(*a);
+    if (auto it = batchBlock.find(v); it != batchBlock.end())
+      block = it->second;
+    break;
+  }
+  if (!axis)
+    return;
+  for (OpOperand &use : op->getOpOperands()) {
+    std::optional<int64_t> &operandAxis = operandAxes[use.getOperandNumber()];
+    auto bcast = use.get().getDefiningOp<nn::BroadcastToOp>();
+    auto t = tensorType(use.get());
+    int64_t at = *axis - (rank - t.getRank());
+    if (operandAxis || !bcast || at < 0 || t.getDimSize(at) != *size)
+      continue;
+    auto in = tensorType(bcast.getInput());
+    int64_t inAt = at - (t.getRank() - in.getRank());
+    if (inAt >= 0 && in.getDimSize(inAt) != 1)
+      continue;
+    OpBuilder b(op);
+    Value copy = b.clone(*bcast)->getResult(0);
+    use.set(copy);
+    operandAxis = at;
+    batchAxis[copy] = at;
+    if (block)
+      batchBlock[copy] = *block;
+  }
+}
+
 // Each op's rule is its BatchSplittableOpInterface (in its family's file in
 // dialects/nn/ops/).
 LogicalResult MicrobatchPass::propagate(Operation *op) {
@@ -214,6 +257,8 @@ LogicalResult MicrobatchPass::propagate(Operation *op) {
     return success();
   if (op->hasTrait<nn::Fusible>())
     splitSplatOperands(op, operandAxes);
+  if (op->hasTrait<nn::Fusible>() || isa<nn::ConcatOp>(op))
+    splitBroadcastOperands(op, operandAxes);
   for (Value v : op->getOperands())
     if (auto it = batchBlock.find(v); it != batchBlock.end())
       return propagateMerged(op, operandAxes, it->second);

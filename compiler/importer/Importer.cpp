@@ -581,7 +581,7 @@ FailureOr<ImportedModel> Importer::run() {
   readGraphSignature();
   if (failed(checkSignatureKept()) || failed(checkSupportedOps()) ||
       failed(checkAndConvert()) || failed(fixBatch()) ||
-      failed(foldShapeComputations()) || failed(rewriteBatchReshapes()) ||
+      failed(foldShapesAndBatch()) ||
       failed(loadInitializers()) || failed(inferShapes()) ||
       failed(findUntrainedInitializers()) || failed(findRunningStatistics()) ||
       failed(findFrozenParameters()) || failed(importGraph()))

@@ -39,6 +39,10 @@ private:
   // ShapeFolding.cpp: shape inference and rewrites of the protobuf.
   mlir::LogicalResult foldShapeComputations();
   mlir::LogicalResult rewriteBatchReshapes();
+  /// foldShapeComputations and rewriteBatchReshapes, in turn until no target
+  /// is rewritten.
+  mlir::LogicalResult foldShapesAndBatch();
+  size_t foldedNodes = 0, batchRewrites = 0;
   mlir::LogicalResult inferShapes();
   /// Float initializers the outputs do not depend on differentiably (masks
   /// and other buffers, reached only through comparisons or shapes) become

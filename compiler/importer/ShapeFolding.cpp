@@ -190,10 +190,27 @@ LogicalResult Importer::foldShapeComputations() {
     if (!folded)
       break;
   }
-  if (total)
-    result.notes.push_back("folded " + std::to_string(total) +
-                           " shape-arithmetic node" + (total == 1 ? "" : "s") +
-                           " into constants");
+  foldedNodes += total;
+  return success();
+}
+
+LogicalResult Importer::foldShapesAndBatch() {
+  // A rewritten target lets shape inference see past it, so more shape
+  // arithmetic folds, which may expose more targets (a Shape read after a
+  // Reshape that spelled out the exported batch).
+  for (int round = 0;; ++round) {
+    if (failed(foldShapeComputations()))
+      return failure();
+    size_t rewrites = batchRewrites;
+    if (failed(rewriteBatchReshapes()))
+      return failure();
+    if (batchRewrites == rewrites || round == 16)
+      break;
+  }
+  if (foldedNodes)
+    result.notes.push_back("folded " + std::to_string(foldedNodes) +
+                           " shape-arithmetic node" +
+                           (foldedNodes == 1 ? "" : "s") + " into constants");
   return success();
 }
 
@@ -219,67 +236,163 @@ static int64_t reshapeCount(llvm::ArrayRef<int64_t> target,
   return known;
 }
 
+/// The axis `k` of a Reshape target that does not fit its input and spells
+/// out the exported batch, alone or times dimensions merged with it, where
+/// the input holds the new batch: with the new batch there, the target fits,
+/// and axis k covers whole axes of the input, one of them a multiple of the
+/// new batch, or starts at such an axis and merges part of the next or
+/// splits part of it off ([B, T, d] -> [B, T, h, d / h]; torch's attention:
+/// [T, B, 3 * d] -> [T, B, 3, d], [T, B, d] -> [T, B * h, d / h],
+/// [B * h, T, e] -> [B, h, T, e], [T, B, h, e] -> [T * B, h * e]). -1 if
+/// there is none.
+static int64_t reshapeBatchAxis(llvm::ArrayRef<int64_t> target,
+                                llvm::ArrayRef<int64_t> in,
+                                int64_t exportedBatch, int64_t batch) {
+  int64_t count = 1;
+  for (int64_t d : in)
+    if (d <= 0 || llvm::MulOverflow(count, d, count))
+      return -1;
+  if (reshapeCount(target, in) == count)
+    return -1; // it fits as it is
+  int64_t before = 1; // elements per index of target axis k
+  for (size_t k = 0; k < target.size(); ++k) {
+    int64_t t = target[k];
+    if (t > 0 && t % exportedBatch == 0) {
+      std::vector<int64_t> rewritten(target.begin(), target.end());
+      rewritten[k] = t / exportedBatch * batch;
+      // Input axes [lo, hi) span exactly the elements of the new axis k.
+      int64_t prefix = 1;
+      size_t lo = 0;
+      while (lo < in.size() && prefix < before)
+        prefix *= in[lo++];
+      int64_t span = 1;
+      size_t hi = lo;
+      bool holdsBatch = false;
+      while (hi < in.size() && span < rewritten[k]) {
+        holdsBatch |= in[hi] % batch == 0;
+        span *= in[hi++];
+      }
+      // Or it starts inside an input axis, or at one, whose rest holds the
+      // batch, and merges part of what follows or splits part of it off
+      // ([T, B, d] -> [T, B * h, d / h], [B * h, T, e] -> [B, h, T, e],
+      // [T * B, d] -> [T, B, d]).
+      int64_t at = 1;
+      size_t j = 0;
+      while (j < in.size() && at * in[j] <= before && before % (at * in[j]) == 0)
+        at *= in[j++];
+      bool partial = false;
+      if (j < in.size() && before % at == 0 && in[j] % (before / at) == 0) {
+        int64_t rest = in[j] / (before / at);
+        partial = rest % batch == 0 &&
+                  (rewritten[k] % rest == 0 || rest % rewritten[k] == 0);
+      }
+      if (((prefix == before && span == rewritten[k] && holdsBatch) ||
+           partial) &&
+          reshapeCount(rewritten, in) == count)
+        return k;
+    }
+    if (t <= 0 || llvm::MulOverflow(before, t, before))
+      return -1;
+  }
+  return -1;
+}
+
 LogicalResult Importer::rewriteBatchReshapes() {
   if (!exportedBatch || exportedBatch == batch)
     return success();
-  // A Reshape target whose first entry spells out the exported batch freezes
-  // the old batch size. It is rewritten when its input really carries the
-  // batch first and the new target fits the input; otherwise the Reshape is
-  // left alone (and the importer reports it if its count no longer matches).
-  // Shapes are re-inferred after each rewrite, so chained Reshapes see the
-  // corrected shapes of the ones before them.
+  // A Reshape or Expand target that spells out the exported batch freezes the
+  // old batch size. It is rewritten where the batch can be followed:
+  // - Reshape: its input holds the new batch at that axis, with the same
+  //   dimensions before it, and the new target fits the input;
+  // - Expand: its input has size 1 there (a tensor without the batch, such
+  //   as a class token, expanded to every sample), and a node that reads the
+  //   result also reads a tensor holding the new batch at that axis.
+  // Anything else is left alone (and the importer reports a count or shape
+  // that no longer matches). Shapes are re-inferred after each rewrite, so
+  // the nodes after it see the corrected shapes.
   std::set<const onnx::NodeProto *> done;
   for (;;) {
     std::map<std::string, std::vector<int64_t>> shapes =
         inferStaticShapes(model);
     std::map<std::string, const onnx::TensorProto *> inits;
-    for (const auto &init : model.graph().initializer())
+    for (const auto &init : model.graph().initializer()) {
       inits[init.name()] = &init;
+      shapes.try_emplace(init.name(), init.dims().begin(), init.dims().end());
+    }
     for (const auto &node : model.graph().node())
       if (node.op_type() == "Constant" && node.attribute_size() == 1 &&
           node.attribute(0).name() == "value")
         inits[node.output(0)] = &node.attribute(0).t();
+    // Whether some node reading `name` also reads a tensor with the new
+    // batch at axis `k` of a rank-`rank` result (numpy alignment).
+    auto meetsBatch = [&](const std::string &name, int64_t k, int64_t rank) {
+      for (const auto &reader : model.graph().node()) {
+        if (!llvm::is_contained(reader.input(), name))
+          continue;
+        for (const std::string &other : reader.input()) {
+          auto it = shapes.find(other);
+          if (other == name || it == shapes.end())
+            continue;
+          int64_t at = k - (rank - static_cast<int64_t>(it->second.size()));
+          if (at >= 0 && it->second[at] == batch)
+            return true;
+        }
+      }
+      return false;
+    };
     onnx::NodeProto *candidate = nullptr;
     std::vector<int64_t> target;
+    int64_t axis = -1;
     for (auto &node : *model.mutable_graph()->mutable_node()) {
-      if (node.op_type() != "Reshape" || node.input_size() < 2 ||
-          done.count(&node))
+      bool reshape = node.op_type() == "Reshape",
+           expand = node.op_type() == "Expand";
+      if ((!reshape && !expand) || node.input_size() < 2 || done.count(&node))
         continue;
       auto init = inits.find(node.input(1));
       auto in = shapes.find(node.input(0));
       if (init == inits.end() ||
           init->second->data_type() != onnx::TensorProto::INT64 ||
-          in == shapes.end() || in->second.empty() || in->second[0] != batch)
+          in == shapes.end())
         continue;
       FailureOr<ConstTensor> t = readTensor(*init->second);
-      if (failed(t) || t->i.empty() || t->i[0] != exportedBatch)
+      if (failed(t) || t->i.empty())
         continue;
-      std::vector<int64_t> rewritten = t->i;
-      rewritten[0] = batch;
-      int64_t count = 1;
-      bool overflow = false;
-      for (int64_t d : in->second)
-        overflow |= llvm::MulOverflow(count, d, count);
-      if (overflow || reshapeCount(rewritten, in->second) != count)
+      int64_t k = -1;
+      if (reshape) {
+        k = reshapeBatchAxis(t->i, in->second, exportedBatch, batch);
+      } else {
+        int64_t rank = t->i.size(), inRank = in->second.size();
+        for (int64_t j = 0; j < rank && k < 0; ++j) {
+          int64_t at = j - (rank - inRank);
+          if (t->i[j] == exportedBatch && (at < 0 || in->second[at] == 1) &&
+              meetsBatch(node.output(0), j, std::max(rank, inRank)))
+            k = j;
+        }
+      }
+      if (k < 0)
         continue;
       candidate = &node;
       target = t->i;
+      axis = k;
       break;
     }
     if (!candidate)
       return success();
     done.insert(candidate);
+    ++batchRewrites;
     onnx::TensorProto copy;
     copy.set_name(candidate->input(1) + "__gpipe_batch" +
                   std::to_string(batch) + "_" + std::to_string(done.size()));
     copy.set_data_type(onnx::TensorProto::INT64);
     copy.add_dims(static_cast<int64_t>(target.size()));
     for (size_t k = 0; k < target.size(); ++k)
-      copy.add_int64_data(k == 0 ? batch : target[k]);
+      copy.add_int64_data(static_cast<int64_t>(k) == axis
+                              ? target[k] / exportedBatch * batch
+                              : target[k]);
     candidate->set_input(1, copy.name());
-    result.notes.push_back("Reshape node producing '" + candidate->output(0) +
-                           "': target " + shapeStr(target) +
-                           " spells out the exported batch " +
+    result.notes.push_back(candidate->op_type() + " node producing '" +
+                           candidate->output(0) + "': target " +
+                           shapeStr(target) + " spells out the exported batch " +
                            std::to_string(exportedBatch) + "; rewritten to " +
                            std::to_string(batch));
     *model.mutable_graph()->add_initializer() = std::move(copy);
