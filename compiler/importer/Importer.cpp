@@ -179,6 +179,35 @@ LogicalResult Importer::checkWindowAttributes() {
   std::map<std::string, std::vector<int64_t>> weightShapes;
   for (const onnx::TensorProto &init : model.graph().initializer())
     weightShapes[init.name()].assign(init.dims().begin(), init.dims().end());
+  // ONNX's SplitToSequence inference divides by a scalar `split` unchecked
+  // (SIGFPE for 0): a constant one must be positive.
+  std::map<std::string, const onnx::TensorProto *> intConsts;
+  for (const onnx::TensorProto &init : model.graph().initializer())
+    intConsts[init.name()] = &init;
+  for (const onnx::NodeProto &node : model.graph().node()) {
+    if (node.op_type() == "Constant" && node.output_size() == 1)
+      for (const auto &a : node.attribute())
+        if (a.name() == "value")
+          intConsts[node.output(0)] = &a.t();
+  }
+  for (const onnx::NodeProto &node : model.graph().node()) {
+    if (node.op_type() != "SplitToSequence" || node.input_size() < 2)
+      continue;
+    std::optional<int64_t> split;
+    for (const onnx::NodeProto &c : model.graph().node())
+      if (c.op_type() == "Constant" && c.output_size() == 1 &&
+          c.output(0) == node.input(1))
+        if (const onnx::AttributeProto *a = findAttr(c, "value_int"))
+          split = a->i();
+    auto it = intConsts.find(node.input(1));
+    if (!split && it != intConsts.end() && it->second->dims_size() == 0) {
+      FailureOr<ConstTensor> t = readTensor(*it->second);
+      if (succeeded(t) && !t->isFloat && t->i.size() == 1)
+        split = t->i[0];
+    }
+    if (split && *split <= 0)
+      return nodeError(node) << "split " << *split << " must be positive";
+  }
   for (onnx::NodeProto &node : *model.mutable_graph()->mutable_node()) {
     const std::string &op = node.op_type();
     if (op != "Conv" && op != "MaxPool" && op != "AveragePool")

@@ -882,6 +882,20 @@ class MlpLnGeluDrop(_Loss):
         return self.l3(F.gelu(self.l2(h)))
 
 
+class MlpBuffer(_Loss):
+    """Linear-Tanh-Linear (16 -> 32 -> 10) whose hidden layer is scaled by a buffer (a
+    fixed per-feature scale that the loss depends on but torch does not train)."""
+
+    def __init__(self, d_in=16, hidden=32, classes=10):
+        super().__init__()
+        self.l1 = nn.Linear(d_in, hidden)
+        self.l2 = nn.Linear(hidden, classes)
+        self.register_buffer("scale", torch.linspace(0.5, 1.5, hidden))
+
+    def logits(self, x):
+        return self.l2(torch.tanh(self.l1(x) * self.scale))
+
+
 class VitTiny(_Loss):
     """A ViT as people write it, small: x [B, 192] seen as an image [B, 3, 8, 8];
     4 x 4 patches by a strided Conv2d (3 -> d), flattened and transposed to [B, 4, d]; a

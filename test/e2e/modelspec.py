@@ -94,6 +94,8 @@ MODELS = {
     "mlp_ln_gelu_drop": Spec(lambda: _m().MlpLnGeluDrop(16, 32, 10, 0.1), 16, 10, None,
                              "Linear-LayerNorm-GELU-Dropout 0.1-Linear-GELU-Linear "
                              "16->32->32->10", "classify", True),
+    "mlp_buffer": Spec(lambda: _m().MlpBuffer(16, 32, 10), 16, 10, None,
+                       "Linear-(x * a buffer)-Tanh-Linear 16->32->10"),
     "vit_tiny": Spec(lambda: _m().VitTiny(10), 192, 10, None,
                      "ViT on [B, 3, 8, 8]: 4x4 Conv2d patches, class token expanded to "
                      "the batch, position embedding, 2 pre-LN blocks, head on the class "
