@@ -291,6 +291,38 @@ LogicalResult Importer::checkAndConvert() {
       annotateShapes(model);
     } catch (const std::exception &) {
     }
+    // Opset 9-13's BatchNormalization in training mode has five outputs (torch
+    // 1.13 writes them at opset 13); ONNX's 13 -> 14 adapter asserts on the
+    // last two (saved mean and variance), which opset 14 dropped. Unread, they
+    // are dropped here (and training_mode = 1 set, which the outputs meant);
+    // read, the model is refused.
+    if (opset < 14) {
+      std::set<std::string> read;
+      for (const onnx::NodeProto &node : model.graph().node())
+        read.insert(node.input().begin(), node.input().end());
+      for (const auto &output : model.graph().output())
+        read.insert(output.name());
+      for (onnx::NodeProto &node : *model.mutable_graph()->mutable_node()) {
+        if (node.op_type() != "BatchNormalization" || node.output_size() <= 3)
+          continue;
+        for (int k = 3; k < node.output_size(); ++k)
+          if (!node.output(k).empty() && read.count(node.output(k)))
+            return nodeError(node)
+                   << "output #" << k << " ('" << node.output(k)
+                   << "', the saved mean or variance of opsets 9-13) is read: "
+                      "not supported (opset 14 has no such output)";
+        while (node.output_size() > 3)
+          node.mutable_output()->RemoveLast();
+        // Opset 14 says training mode with an attribute; before, the running
+        // statistics outputs said it (the adapter does not carry it over).
+        if (!findAttr(node, "training_mode")) {
+          onnx::AttributeProto *a = node.add_attribute();
+          a->set_name("training_mode");
+          a->set_type(onnx::AttributeProto::INT);
+          a->set_i(1);
+        }
+      }
+    }
     // ONNX's converter (1.12's, at least) rebuilds the initializers from its
     // graph IR, which has no external data: a tensor stored outside the model
     // comes back with no values. Put its external_data back (same name, shape

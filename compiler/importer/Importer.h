@@ -5,6 +5,8 @@
 
 #include "compiler/importer/ImportContext.h"
 
+#include <set>
+
 namespace gpipe::importer {
 
 /// Annotates `m` with what ONNX shape inference finds (value infos), not
@@ -43,6 +45,8 @@ private:
   /// is rewritten.
   mlir::LogicalResult foldShapesAndBatch();
   size_t foldedNodes = 0, batchRewrites = 0;
+  /// The first output of each node whose target rewriteBatchReshapes rewrote.
+  std::set<std::string> batchRewritten;
   mlir::LogicalResult inferShapes();
   /// Float initializers the outputs do not depend on differentiably (masks
   /// and other buffers, reached only through comparisons or shapes) become

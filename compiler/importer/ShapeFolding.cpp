@@ -236,7 +236,8 @@ static int64_t reshapeCount(llvm::ArrayRef<int64_t> target,
   return known;
 }
 
-/// The axis `k` of a Reshape target that does not fit its input and spells
+/// The axis `k` of a Reshape target that does not fit its input (or has a
+/// -1) and spells
 /// out the exported batch, alone or times dimensions merged with it, where
 /// the input holds the new batch: with the new batch there, the target fits,
 /// and axis k covers whole axes of the input, one of them a multiple of the
@@ -252,8 +253,11 @@ static int64_t reshapeBatchAxis(llvm::ArrayRef<int64_t> target,
   for (int64_t d : in)
     if (d <= 0 || llvm::MulOverflow(count, d, count))
       return -1;
-  if (reshapeCount(target, in) == count)
-    return -1; // it fits as it is
+  // A target of known dimensions that fits as it is means what it says; one
+  // with a -1 (or 0) always fits, and only the axes before it are read.
+  if (llvm::all_of(target, [](int64_t t) { return t > 0; }) &&
+      reshapeCount(target, in) == count)
+    return -1;
   int64_t before = 1; // elements per index of target axis k
   for (size_t k = 0; k < target.size(); ++k) {
     int64_t t = target[k];
@@ -310,7 +314,6 @@ LogicalResult Importer::rewriteBatchReshapes() {
   // Anything else is left alone (and the importer reports a count or shape
   // that no longer matches). Shapes are re-inferred after each rewrite, so
   // the nodes after it see the corrected shapes.
-  std::set<const onnx::NodeProto *> done;
   for (;;) {
     std::map<std::string, std::vector<int64_t>> shapes =
         inferStaticShapes(model);
@@ -346,7 +349,8 @@ LogicalResult Importer::rewriteBatchReshapes() {
     for (auto &node : *model.mutable_graph()->mutable_node()) {
       bool reshape = node.op_type() == "Reshape",
            expand = node.op_type() == "Expand";
-      if ((!reshape && !expand) || node.input_size() < 2 || done.count(&node))
+      if ((!reshape && !expand) || node.input_size() < 2 ||
+          node.output_size() < 1 || batchRewritten.count(node.output(0)))
         continue;
       auto init = inits.find(node.input(1));
       auto in = shapes.find(node.input(0));
@@ -378,11 +382,14 @@ LogicalResult Importer::rewriteBatchReshapes() {
     }
     if (!candidate)
       return success();
-    done.insert(candidate);
+    // Each node once (across the rounds of foldShapesAndBatch): a target
+    // that now holds the new batch could otherwise be read as a merge.
+    batchRewritten.insert(candidate->output(0));
     ++batchRewrites;
     onnx::TensorProto copy;
     copy.set_name(candidate->input(1) + "__gpipe_batch" +
-                  std::to_string(batch) + "_" + std::to_string(done.size()));
+                  std::to_string(batch) + "_" +
+                  std::to_string(batchRewritten.size()));
     copy.set_data_type(onnx::TensorProto::INT64);
     copy.add_dims(static_cast<int64_t>(target.size()));
     for (size_t k = 0; k < target.size(); ++k)
