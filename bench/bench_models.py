@@ -6,6 +6,9 @@
     pre-LayerNorm blocks with hand-written causal multi-head attention and a GELU MLP, an
     LM head, cross-entropy over every position); vocab 2048, sequence 64, d 256, 4 blocks,
     8 heads, batch 16, Adam lr 0.001 (issue 11's benchmark model).
+  nanogpt: the same LM as nanoGPT writes it (issue 25 point 8): tanh-approximate GELU
+    (nn.GELU(approximate="tanh")) and the LM head tied to the token embedding; the same
+    sizes, batch, optimizer.
   resnet18: torchvision.models.resnet18(num_classes=10) (torchvision's initialisation) on
     3 x 32 x 32 inputs (x flat [B, 3072], reshaped in the model: test/e2e/models.py
     ResNet18), BatchNorm in training mode, cross-entropy; batch 32, SGD lr 0.001 momentum 0.9
@@ -25,7 +28,8 @@ import numpy as np  # noqa: E402
 
 
 def add_args(ap):
-    ap.add_argument("--model", choices=("mlp_deep", "gpt", "resnet18"), default="mlp_deep")
+    ap.add_argument("--model", choices=("mlp_deep", "gpt", "nanogpt", "resnet18"),
+                    default="mlp_deep")
     ap.add_argument("--width", type=int, default=None, help="mlp_deep 1024, gpt 256 (d_model)")
     ap.add_argument("--depth", type=int, default=None, help="mlp_deep 8 layers, gpt 4 blocks")
     ap.add_argument("--classes", type=int, default=10, help="mlp_deep only")
@@ -44,7 +48,7 @@ def add_args(ap):
 
 def finish_args(a):
     """Fills the model-dependent defaults."""
-    gpt = a.model == "gpt"
+    gpt = a.model in ("gpt", "nanogpt")
     resnet = a.model == "resnet18"
     for k, v in (("width", 256 if gpt else 1024), ("depth", 4 if gpt else 8),
                  ("batch_size", 16 if gpt else 32 if resnet else 256),
@@ -65,9 +69,10 @@ def model_argv(a):
 
 
 def describe(a, samples):
-    if a.model == "gpt":
-        m = ("GPT-style LM, vocab %d, sequence %d, d %d, %d blocks, %d heads"
-             % (a.vocab, a.seq, a.width, a.depth, a.heads))
+    if a.model in ("gpt", "nanogpt"):
+        m = ("GPT-style LM%s, vocab %d, sequence %d, d %d, %d blocks, %d heads"
+             % (" (nanoGPT: tanh GELU, tied head)" if a.model == "nanogpt" else "",
+                a.vocab, a.seq, a.width, a.depth, a.heads))
     elif a.model == "resnet18":
         m = ("torchvision resnet18(num_classes=%d) on 3 x 32 x 32, BatchNorm (training), "
              "cross-entropy" % a.classes)
@@ -83,6 +88,9 @@ def make_module(a):
     import models
     if a.model == "gpt":
         return models.GptTiny(a.vocab, a.seq, a.width, a.heads, a.depth)
+    if a.model == "nanogpt":
+        return models.GptTiny(a.vocab, a.seq, a.width, a.heads, a.depth, tied=True,
+                              gelu="tanh")
     if a.model == "resnet18":
         return models.ResNet18(a.classes)
     return models.MlpDeep(width=a.width, depth=a.depth, classes=a.classes)
@@ -107,7 +115,7 @@ def make_data(a, samples):
     random tokens with a fixed next-token rule for gpt."""
     import models
     rng = np.random.default_rng(0)
-    if a.model == "gpt":
+    if a.model in ("gpt", "nanogpt"):
         x = rng.integers(0, a.vocab, (samples, a.seq)).astype(np.int64)
         return x, ((7 * x + 3 * np.arange(a.seq) + 1) % a.vocab).astype(np.int64)
     if a.model == "mlp_deep" and (a.width, a.classes) == (1024, 10):

@@ -431,9 +431,10 @@ class GptTiny(nn.Module):
     embedding's weight: on another stage than the embedding when pipelined),
     cross-entropy over every position."""
 
-    def __init__(self, vocab=50, t=8, d=16, heads=2, layers=2, tied=False):
+    def __init__(self, vocab=50, t=8, d=16, heads=2, layers=2, tied=False, gelu="none"):
         super().__init__()
         self.vocab, self.t, self.d, self.heads = vocab, t, d, heads
+        self.gelu = gelu  # "tanh": nanoGPT's nn.GELU(approximate="tanh")
         self.tok = nn.Embedding(vocab, d)
         self.pos = nn.Embedding(t, d)
         self.blocks = nn.ModuleList()
@@ -470,7 +471,9 @@ class GptTiny(nn.Module):
         h = self.tok(x) + self.pos(torch.arange(self.t))
         for blk in self.blocks:
             h = h + self.attention(blk, blk.ln1(h))
-            h = h + blk.out(F.gelu(blk.fc(blk.ln2(h))))
+            fc = blk.fc(blk.ln2(h))
+            h = h + blk.out(F.gelu(fc) if self.gelu == "none" else
+                            F.gelu(fc, approximate=self.gelu))
         logits = self.head(self.lnf(h))
         return F.cross_entropy(logits.reshape(-1, self.vocab), y.reshape(-1))
 
