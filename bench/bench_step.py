@@ -41,6 +41,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -122,7 +123,7 @@ def torch_worker(a):
 
 
 def run_torch(a, threads, omp_wait_policy=None):
-    cmd = [sys.executable, os.path.abspath(__file__), "--torch-worker",
+    cmd = [a.torch_python or sys.executable, os.path.abspath(__file__), "--torch-worker",
            "--threads", str(threads), "--workdir", a.workdir,
            *bench_models.model_argv(a),
            "--warmup", str(a.warmup), "--steps", str(a.steps)]
@@ -175,6 +176,17 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--steps", type=int, default=30, help="measured steps (after warmup)")
     ap.add_argument("--opset", type=int, default=17)
+    ap.add_argument("--compile-flags", default="", metavar="FLAGS",
+                    help="more gpipe-compile flags (e.g. '--march x86-64-v3' with "
+                         "ONEDNN_MAX_CPU_ISA=AVX2 OPENBLAS_CORETYPE=Haswell "
+                         "ATEN_CPU_CAPABILITY=avx2 in the environment: an AVX2-only CPU)")
+    ap.add_argument("--torch-python", default=None, metavar="PYTHON",
+                    help="run the torch side under this interpreter (another torch, e.g. a "
+                         "venv with torch >= 2.9) instead of this one")
+    ap.add_argument("--onnx", default=None, metavar="FILE",
+                    help="time this export of the model instead of exporting it with this "
+                         "torch (e.g. one written by torch >= 2.9: bench/export_torch2.py); it "
+                         "must hold the weights make_module builds (same seed)")
     ap.add_argument("--repeat", type=int, default=3,
                     help="rounds of (torch, torch passive, gpipe) per thread count")
     ap.add_argument("--skip-gpipe", action="store_true", help="only time torch")
@@ -211,9 +223,15 @@ def main():
           % (cpu_model(), os.cpu_count(), len(os.sched_getaffinity(0))))
     print("- torch %s (%s), numpy %s, python %s"
           % (torch.__version__, torch.__file__, np.__version__, platform.python_version()))
+    if a.torch_python:
+        v = subprocess.run([a.torch_python, "-c", "import torch; print(torch.__version__, "
+                            "torch.__file__, torch.backends.cpu.get_cpu_capability())"],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout.decode()
+        print("- torch side: %s: torch %s" % (a.torch_python, v.strip()))
     print("- libblas.so.3 alternative (update-alternatives --query "
           "libblas.so.3-x86_64-linux-gnu): Value: %s" % blas)
-    keys = ("OMP_WAIT_POLICY", "OMP_PROC_BIND", "GOMP_SPINCOUNT", "OPENBLAS_CORETYPE")
+    keys = ("OMP_WAIT_POLICY", "OMP_PROC_BIND", "GOMP_SPINCOUNT", "OPENBLAS_CORETYPE",
+            "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
     inherited = ["%s=%s" % (k, os.environ[k]) for k in keys if k in os.environ]
     print("- inherited env: %s" % (", ".join(inherited) or "none of " + "/".join(keys) + " set"))
     print("- date: %s, host kernel %s" % (time.strftime("%Y-%m-%d %H:%M:%S"), platform.release()))
@@ -226,13 +244,18 @@ def main():
     model_path = os.path.join(a.workdir, "model.onnx")
     torch.manual_seed(models.DEFAULT_SEED)
     m = bench_models.make_module(a)
-    models.export(m, x[:a.batch_size], y[:a.batch_size], model_path, opset=a.opset)
-    print("exported %s (%s)" % (model_path, " ".join(sorted(set(models.op_types(model_path))))))
+    if a.onnx:
+        shutil.copyfile(a.onnx, model_path)  # the torch worker loads its weights by name
+        print("using %s (%s)" % (a.onnx, " ".join(sorted(set(models.op_types(model_path))))))
+    else:
+        models.export(m, x[:a.batch_size], y[:a.batch_size], model_path, opset=a.opset)
+        print("exported %s (%s)" % (model_path, " ".join(sorted(set(models.op_types(model_path))))))
 
     out_dir = os.path.join(a.workdir, "out")
     if not a.skip_gpipe:
         cmd = [os.path.join(a.bin, "gpipe-compile"), model_path, "-o", out_dir,
-               "--batch-size", str(a.batch_size), "--target", "cpu"] + bench_models.optimizer_flags(a)
+               "--batch-size", str(a.batch_size), "--target", "cpu"] + bench_models.optimizer_flags(a) \
+            + shlex.split(a.compile_flags)
         print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
         t0 = time.time()
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -294,11 +294,32 @@ GP_CPU_CLONES void attentionDsRow(const float *__restrict p,
     dp[j] = p[j] * (dp[j] - D);
 }
 
-/// e = exp(x - shift), 8 wide (libmvec's expf).
+/// Below this, exp() is under FLT_MIN (subnormal, or 0 below -103.9):
+/// expShifted gives 0 there. glibc's vector expf sends a lane beyond +-88 to
+/// its scalar slow path one by one, and the cross-entropy over a large
+/// vocabulary has many such scores once trained (4-5% of a 1-thread GPT
+/// step in `perf`: __expf_fma, xflowf). The sum they are added to is at
+/// least 1 (the maximum's own term), in which 2048 terms of 1.7e-38 vanish.
+constexpr float kExpFloor = -87.0f;
+
+/// e = exp(x - shift), 8 wide (libmvec's expf); 0 below kExpFloor. The
+/// dropped lanes are selected by and-ing bits (see expRow): their argument
+/// becomes 0, their result 0.
 GP_CPU_CLONES void expShifted(const float *__restrict x, float *__restrict e,
                               float shift, int64_t n) {
-  for (int64_t j = 0; j < n; ++j)
-    e[j] = expf(x[j] - shift);
+  for (int64_t j = 0; j < n; ++j) {
+    const float t = x[j] - shift;
+    const uint32_t keep = t < kExpFloor ? 0u : ~0u; // NaN stays NaN
+    uint32_t bits;
+    std::memcpy(&bits, &t, sizeof bits);
+    bits &= keep;
+    float arg, r;
+    std::memcpy(&arg, &bits, sizeof bits);
+    r = expf(arg);
+    std::memcpy(&bits, &r, sizeof bits);
+    bits &= keep;
+    std::memcpy(&e[j], &bits, sizeof bits);
+  }
 }
 
 /// Row max (NaNs skipped) and the sum (in double) of e = exp(x - max),

@@ -1094,6 +1094,43 @@ TEST(SoftmaxXent, ForwardMatchesDoubleReference) {
   EXPECT_EQ(loss, loss2);
 }
 
+// Scores far below their row's maximum (a trained LM's vocabulary): exp()
+// of them is flushed to 0 below -87 (under FLT_MIN), which changes neither
+// the loss nor the gradient beyond rounding, even for a label there (its
+// log-probability comes from the score, not from its exp); NaN stays NaN.
+TEST(SoftmaxXent, ScoresFarBelowTheMaximum) {
+  const int64_t N = 3, C = 40;
+  std::vector<float> logits = randomVec(N * C, 55, -2.f, 2.f);
+  for (int64_t j = 0; j < C; j += 2) // half of every row 86..200 below
+    for (int64_t i = 0; i < N; ++i)
+      logits[i * C + j] -= 86.f + 3.f * static_cast<float>(j);
+  std::vector<int64_t> labels = {0, 1, 38}; // rows 0 and 2: a far label
+  float loss = 0;
+  std::vector<float> logProb(N * C);
+  gp_softmax_xent_fwd(logits.data(), labels.data(), N, C, 0, -100, 0, &loss,
+                      logProb.data());
+  std::vector<double> refLogProb;
+  double want = refXent(logits, labels, C, false, -100, &refLogProb);
+  EXPECT_NEAR(loss, want, 1e-5 * std::max(1.0, std::abs(want)));
+  for (size_t i = 0; i < logProb.size(); ++i)
+    EXPECT_NEAR(logProb[i], refLogProb[i], 1e-4 * std::max(1.0, std::abs(refLogProb[i])))
+        << i;
+  const float dloss = 1.0f;
+  std::vector<float> grad(N * C);
+  gp_softmax_xent_bwd(logits.data(), labels.data(), N, C, 0, -100, 0, &dloss,
+                      grad.data());
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t j = 0; j < C; ++j) {
+      double p = std::exp(refLogProb[i * C + j]);
+      double g = (p - (labels[i] == j ? 1.0 : 0.0)) / static_cast<double>(N);
+      EXPECT_NEAR(grad[i * C + j], g, 1e-6) << i << "," << j;
+    }
+  logits[C + 5] = NAN;
+  gp_softmax_xent_fwd(logits.data(), labels.data(), N, C, 0, -100, 0, &loss,
+                      nullptr);
+  EXPECT_TRUE(std::isnan(loss));
+}
+
 TEST(SoftmaxXent, BackwardMatchesFiniteDifferences) {
   const int64_t N = 4, C = 5;
   std::vector<float> logits = randomVec(N * C, 33, -2.f, 2.f);
