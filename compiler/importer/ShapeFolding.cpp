@@ -131,6 +131,10 @@ LogicalResult Importer::foldShapeComputations() {
   for (;;) {
     std::map<std::string, std::vector<int64_t>> shapes =
         inferStaticShapes(model);
+    // An initializer's shape is its own (torch >= 2.9 writes Shape of a
+    // weight: a Conv's out-channels for its bias).
+    for (const auto &init : model.graph().initializer())
+      shapes.try_emplace(init.name(), init.dims().begin(), init.dims().end());
     std::map<std::string, ConstTensor> known;
     for (const auto &init : model.graph().initializer())
       if (init.data_type() == onnx::TensorProto::INT64 ||

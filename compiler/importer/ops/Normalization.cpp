@@ -212,7 +212,9 @@ static LogicalResult importBatchNormalization(ImportContext &cx,
     return cx.nodeError(node)
            << "only training mode (training_mode = 1, a BatchNorm module in "
               "train mode) is supported; export the model with "
-              "training=TrainingMode.TRAINING";
+              "training=TrainingMode.TRAINING (and with torch >= 2.9, "
+              "dynamo=False: its default exporter writes BatchNorm in eval "
+              "form)";
   FailureOr<Value> x = cx.floatValueOf(node, 0),
                    scale = cx.floatValueOf(node, 1),
                    bias = cx.floatValueOf(node, 2),
