@@ -945,15 +945,18 @@ class VitTiny(_Loss):
         return self.head(self.ln(h)[:, 0])
 
 
-def _sdpa(q, k, v, causal):
+def _sdpa(q, k, v, causal, keep=None):
     """F.scaled_dot_product_attention (torch >= 2.0, which exports it at opset 23 as ONNX
-    Attention), or the same computation by hand on torch 1.13 (the reference)."""
+    Attention), or the same computation by hand on torch 1.13 (the reference). `keep`: a
+    bool attn_mask (True takes part)."""
     if hasattr(F, "scaled_dot_product_attention"):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep, is_causal=causal)
     t = q.shape[-2]
     s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if causal:
         s = s.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    if keep is not None:
+        s = s.masked_fill(~keep, float("-inf"))
     return torch.softmax(s, dim=-1) @ v
 
 
@@ -962,9 +965,14 @@ class SdpaLm(nn.Module):
     opset 23): token + position embeddings, `layers` pre-LayerNorm blocks (qkv Linear,
     tanh-approximate GELU MLP), final LayerNorm, LM head tied to the token embedding."""
 
-    def __init__(self, vocab=50, t=8, d=16, heads=2, layers=2):
+    def __init__(self, vocab=50, t=8, d=16, heads=2, layers=2, mask=False):
         super().__init__()
         self.vocab, self.t, self.d, self.heads = vocab, t, d, heads
+        # mask: the causal pattern as a bool attn_mask buffer (a sliding window of 4
+        # positions) instead of is_causal
+        i = torch.arange(t)
+        self.register_buffer("keep", ((i[None, :] <= i[:, None]) &
+                                      (i[None, :] > i[:, None] - 4)) if mask else None)
         self.tok = nn.Embedding(vocab, d)
         self.pos = nn.Embedding(t, d)
         self.blocks = nn.ModuleList()
@@ -987,7 +995,8 @@ class SdpaLm(nn.Module):
         for blk in self.blocks:
             q, k, v = (z.reshape(-1, t, nh, d // nh).transpose(1, 2)
                        for z in blk.qkv(blk.ln1(h)).split(d, dim=2))
-            h = h + blk.proj(_sdpa(q, k, v, True).transpose(1, 2).reshape(-1, t, d))
+            att = _sdpa(q, k, v, self.keep is None, self.keep)
+            h = h + blk.proj(att.transpose(1, 2).reshape(-1, t, d))
             h = h + blk.out(F.gelu(blk.fc(blk.ln2(h)), approximate="tanh"))
         logits = self.head(self.lnf(h))
         return F.cross_entropy(logits.reshape(-1, self.vocab), y.reshape(-1))

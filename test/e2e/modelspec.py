@@ -102,6 +102,9 @@ MODELS = {
                      "ViT on [B, 3, 8, 8]: 4x4 Conv2d patches, class token expanded to "
                      "the batch, position embedding, 2 pre-LN blocks, head on the class "
                      "token"),
+    "sdpa_mask_lm": Spec(lambda: _m().SdpaLm(50, 8, 16, 2, 2, mask=True), 8, 50, None,
+                         "sdpa_lm with a bool attn_mask buffer (a causal window of 4) "
+                         "instead of is_causal", "lm"),
     "sdpa_lm": Spec(lambda: _m().SdpaLm(50, 8, 16, 2, 2), 8, 50, None,
                     "causal LM with F.scaled_dot_product_attention (ONNX Attention at "
                     "opset 23), tanh GELU, tied head", "lm"),
