@@ -242,6 +242,10 @@ void transportWaitForAbort();
 /// Makes mpiSend buffered (MPI_Bsend: it returns once the data is copied),
 /// with a buffer for two steps of the program's sends. On failure sets `err`.
 bool transportUseBufferedSends(const gp_program &p, std::string &err);
+/// Lets MPI move this stage's pending buffered sends (for a while after
+/// each send; nothing otherwise, and nothing off the stage's main thread).
+/// Cheap: compute kernels call it.
+void transportProgress();
 /// MPI_Finalize (after delivering buffered sends).
 void transportFinalize();
 /// MPI_Abort(MPI_COMM_WORLD, code) when other ranks exist, else MPI_Finalize

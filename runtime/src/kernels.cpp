@@ -457,6 +457,12 @@ static void checkDnnl(dnnl_status_t status, int64_t m, int64_t n, int64_t k) {
 void gp_gemm(int transA, int transB, int64_t M, int64_t N, int64_t K,
              float alpha, const float *A, int64_t lda, const float *B,
              int64_t ldb, float beta, float *C, int64_t ldc) {
+  // Buffered sends move while the stage computes: before and after each
+  // product (gpipe::transportProgress).
+  gpipe::transportProgress();
+  struct ProgressAfter {
+    ~ProgressAfter() { gpipe::transportProgress(); }
+  } progressAfter;
   if (M <= 0 || N <= 0)
     return;
   // BLAS rejects ld < 1 (e.g. K == 0), so the degenerate product is done here.
