@@ -17,6 +17,7 @@ llvm_config.with_environment("PATH", config.gpipe_tools_dir, append_path=True)
 config.substitutions.append(("%examples", os.path.join(config.gpipe_src_root, "examples")))
 config.substitutions.append(("%inputs", os.path.join(config.test_source_root, "Inputs")))
 # ONNX models written by torch >= 2.9 (test/e2e/fixtures/fixtures.json says how)
+config.substitutions.append(("%srctools", os.path.join(config.gpipe_src_root, "tools")))
 config.substitutions.append(("%fixtures", os.path.join(config.gpipe_src_root, "test", "e2e", "fixtures")))
 llvm_config.add_tool_substitutions(
     ["gpipe-opt", "gpipe-compile", "gpipe-run", "gpipe-translate"], [config.gpipe_tools_dir])
