@@ -19,8 +19,8 @@ last step's, between the loss stage's updates.
 Costs, per stage and action kind (forward, backward, update):
 - default: the compiler's FLOPs (`forward_flops_per_microbatch`, `backward_flops_per_microbatch`,
   the rest of `flops_per_step` for the update) at `--gflops` GFLOP/s;
-- `--trace FILE`: the medians gpipe-run measured (an action's span minus the transfer waits
-  inside it), skipping the first `--skip-steps` steps;
+- `--trace FILE`: the means of what gpipe-run measured (an action's span minus the transfer
+  waits inside it), skipping the first `--skip-steps` steps;
 - `--uniform F,B,U`: the same milliseconds on every stage.
 
 Activation memory: the most micro-batches a stage holds at once (forwards done whose backward
@@ -101,7 +101,8 @@ def trace_costs(p, path, skip):
         if not d["F"] or not d["U"]:
             raise SimError("the trace %s has no forward or update of stage %d after step %d"
                            % (path, s, skip))
-        costs.append({k: statistics.median(v) if v else 0.0 for k, v in d.items()})
+        # the mean: a step is a sum of actions, and a few slow ones count
+        costs.append({k: statistics.mean(v) if v else 0.0 for k, v in d.items()})
     return costs
 
 
@@ -211,7 +212,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out", help="a gpipe-compile output directory (pipeline.json)")
     g = ap.add_mutually_exclusive_group()
-    g.add_argument("--trace", help="per-action costs from this gpipe-run --trace file")
+    g.add_argument("--trace", help="per-action costs (means) from this gpipe-run --trace file")
     g.add_argument("--uniform", metavar="F,B,U", help="the same costs (ms) on every stage")
     ap.add_argument("--gflops", type=float, default=50.0,
                     help="FLOP rate of the compiler's costs (default 50 GFLOP/s)")

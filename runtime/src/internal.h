@@ -246,6 +246,9 @@ bool transportUseBufferedSends(const gp_program &p, std::string &err);
 /// each send; nothing otherwise, and nothing off the stage's main thread).
 /// Cheap: compute kernels call it.
 void transportProgress();
+/// Blocks until this stage's buffered sends have been delivered (nothing
+/// without buffered sends): before a long computation without a receive.
+void transportFlushSends();
 /// MPI_Finalize (after delivering buffered sends).
 void transportFinalize();
 /// MPI_Abort(MPI_COMM_WORLD, code) when other ranks exist, else MPI_Finalize

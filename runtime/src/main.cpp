@@ -1037,6 +1037,11 @@ int StageRun::runSteps() {
       heartbeatAction(s, a);
       if (a.kind == GP_UPDATE) {
         ctx.first_sample = rt_.miniFirst;
+        // The update computes for a long time without a receive, during
+        // which a buffered send would barely move: deliver the step's
+        // last sends first (their receivers are waiting for them).
+        if (program_->num_stages > 1 && program_->buffered_sends)
+          transportFlushSends();
         if (int rc = runUpdate(ctx))
           return rc;
         timingAction(TimedKind::Update, s, -1, actionStartNs, timingNowNs());

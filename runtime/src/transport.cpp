@@ -339,6 +339,17 @@ void transportProgress() {
   }
 }
 
+void transportFlushSends() {
+  if (!gBuffered)
+    return;
+  // MPI_Buffer_detach returns once every message in the buffer has been
+  // delivered; the same buffer is attached again.
+  void *buf = nullptr;
+  int size = 0;
+  if (MPI_Buffer_detach(&buf, &size) == MPI_SUCCESS)
+    MPI_Buffer_attach(buf, size);
+}
+
 void transportFinalize() {
   if (!gInitialized)
     return;
