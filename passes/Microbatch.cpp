@@ -52,18 +52,15 @@ struct MicrobatchPass : gpipe::impl::MicrobatchBase<MicrobatchPass> {
   LogicalResult propagateMerged(Operation *op,
                                 ArrayRef<std::optional<int64_t>> operandAxes,
                                 int64_t block);
-  /// Gives an elementwise op's splat-constant operands that have the batch's
-  /// size on the batch axis (torch's zeros_like of a batch-shaped tensor,
-  /// folded at import) a copy of their own that carries the batch: the same
-  /// splat for every micro-batch.
-  void splitSplatOperands(Operation *op,
-                          MutableArrayRef<std::optional<int64_t>> operandAxes);
-  /// Gives an elementwise op's or a concat's operands that broadcast a tensor
-  /// without the batch to the batch's size (a ViT's class token expanded to
-  /// every sample: nn.broadcast_to from size 1 on the batch axis) a copy of
-  /// their own that carries the batch: each micro-batch broadcasts the same
-  /// tensor to its own size, and the gradients of the M copies add up.
-  void splitBroadcastOperands(
+  /// Gives the operands of `op` that have the batch's size on the batch
+  /// axis without carrying the batch a copy of their own that does, each
+  /// micro-batch then computing the same value at its own size:
+  /// - an elementwise op's splat constants (torch's zeros_like of a
+  ///   batch-shaped tensor, folded at import);
+  /// - an elementwise op's or a concat's broadcasts of a tensor without the
+  ///   batch, from size 1 on that axis (a ViT's class token expanded to every
+  ///   sample); the gradients of the M copies add up.
+  void splitBatchFreeOperands(
       Operation *op, MutableArrayRef<std::optional<int64_t>> operandAxes);
 };
 
@@ -169,39 +166,7 @@ MicrobatchPass::propagateMerged(Operation *op,
   return success();
 }
 
-void MicrobatchPass::splitSplatOperands(
-    Operation *op, MutableArrayRef<std::optional<int64_t>> operandAxes) {
-  int64_t rank = tensorType(op->getResult(0)).getRank();
-  std::optional<int64_t> axis;
-  std::optional<int64_t> block;
-  for (auto [v, a] : llvm::zip_equal(op->getOperands(), operandAxes)) {
-    if (!a)
-      continue;
-    axis = *a + rank - tensorType(v).getRank();
-    if (auto it = batchBlock.find(v); it != batchBlock.end())
-      block = it->second;
-    break;
-  }
-  if (!axis)
-    return;
-  for (OpOperand &use : op->getOpOperands()) {
-    std::optional<int64_t> &operandAxis = operandAxes[use.getOperandNumber()];
-    auto t = tensorType(use.get());
-    int64_t at = *axis - (rank - t.getRank());
-    if (operandAxis || at < 0 || t.getDimSize(at) == 1 ||
-        !nn::splatValue(use.get()))
-      continue;
-    OpBuilder b(op);
-    Value copy = b.clone(*use.get().getDefiningOp())->getResult(0);
-    use.set(copy);
-    operandAxis = at;
-    batchAxis[copy] = at;
-    if (block)
-      batchBlock[copy] = *block;
-  }
-}
-
-void MicrobatchPass::splitBroadcastOperands(
+void MicrobatchPass::splitBatchFreeOperands(
     Operation *op, MutableArrayRef<std::optional<int64_t>> operandAxes) {
   int64_t rank = tensorType(op->getResult(0)).getRank();
   std::optional<int64_t> axis, size, block;
@@ -216,19 +181,27 @@ void MicrobatchPass::splitBroadcastOperands(
   }
   if (!axis)
     return;
+  bool elementwise = op->hasTrait<nn::Fusible>();
+  auto broadcastFromOne = [&](Value v, int64_t at) {
+    auto bcast = v.getDefiningOp<nn::BroadcastToOp>();
+    if (!bcast || tensorType(v).getDimSize(at) != *size)
+      return false;
+    auto in = tensorType(bcast.getInput());
+    int64_t inAt = at - (tensorType(v).getRank() - in.getRank());
+    return inAt < 0 || in.getDimSize(inAt) == 1;
+  };
   for (OpOperand &use : op->getOpOperands()) {
     std::optional<int64_t> &operandAxis = operandAxes[use.getOperandNumber()];
-    auto bcast = use.get().getDefiningOp<nn::BroadcastToOp>();
     auto t = tensorType(use.get());
     int64_t at = *axis - (rank - t.getRank());
-    if (operandAxis || !bcast || at < 0 || t.getDimSize(at) != *size)
+    if (operandAxis || at < 0)
       continue;
-    auto in = tensorType(bcast.getInput());
-    int64_t inAt = at - (t.getRank() - in.getRank());
-    if (inAt >= 0 && in.getDimSize(inAt) != 1)
+    bool splat = elementwise && t.getDimSize(at) != 1 &&
+                 nn::splatValue(use.get());
+    if (!splat && !broadcastFromOne(use.get(), at))
       continue;
     OpBuilder b(op);
-    Value copy = b.clone(*bcast)->getResult(0);
+    Value copy = b.clone(*use.get().getDefiningOp())->getResult(0);
     use.set(copy);
     operandAxis = at;
     batchAxis[copy] = at;
@@ -255,10 +228,8 @@ LogicalResult MicrobatchPass::propagate(Operation *op) {
   }
   if (llvm::none_of(operandAxes, [](auto a) { return a.has_value(); }))
     return success();
-  if (op->hasTrait<nn::Fusible>())
-    splitSplatOperands(op, operandAxes);
   if (op->hasTrait<nn::Fusible>() || isa<nn::ConcatOp>(op))
-    splitBroadcastOperands(op, operandAxes);
+    splitBatchFreeOperands(op, operandAxes);
   for (Value v : op->getOperands())
     if (auto it = batchBlock.find(v); it != batchBlock.end())
       return propagateMerged(op, operandAxes, it->second);

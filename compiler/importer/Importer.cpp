@@ -151,7 +151,8 @@ LogicalResult Importer::checkSupportedOps() {
       bad.push_back(&node);
   }
   if (bad.empty())
-    return checkWindowAttributes();
+    return failure(failed(checkWindowAttributes()) ||
+                   failed(checkSequenceSplits()));
   // All unsupported nodes at once, so a user sees the whole list in one run.
   InFlightDiagnostic diag = fileError();
   diag << bad.size()
@@ -168,6 +169,32 @@ LogicalResult Importer::checkSupportedOps() {
   return failure();
 }
 
+LogicalResult Importer::checkSequenceSplits() {
+  // ONNX's SplitToSequence inference divides by a scalar `split` unchecked
+  // (SIGFPE for 0): a constant one must be positive. Constants are in their
+  // `value` form already (canonicalizeConstants).
+  std::map<std::string, const onnx::TensorProto *> tensors;
+  for (const onnx::TensorProto &init : model.graph().initializer())
+    tensors[init.name()] = &init;
+  for (const onnx::NodeProto &node : model.graph().node())
+    if (const onnx::AttributeProto *a = findAttr(node, "value");
+        a && node.op_type() == "Constant" && node.output_size() == 1)
+      tensors[node.output(0)] = &a->t();
+  for (const onnx::NodeProto &node : model.graph().node()) {
+    if (node.op_type() != "SplitToSequence" || node.input_size() < 2)
+      continue;
+    auto it = tensors.find(node.input(1));
+    // (External data is not read before its location is checked.)
+    if (it == tensors.end() || it->second->dims_size() != 0 ||
+        it->second->data_location() == onnx::TensorProto::EXTERNAL)
+      continue;
+    FailureOr<ConstTensor> t = readTensor(*it->second);
+    if (succeeded(t) && !t->isFloat && t->i.size() == 1 && t->i[0] <= 0)
+      return nodeError(node) << "split " << t->i[0] << " must be positive";
+  }
+  return success();
+}
+
 LogicalResult Importer::checkWindowAttributes() {
   // ONNX's shape inference (1.12's, at least) for Conv and the pools divides
   // by strides (and multiplies by dilations) unchecked: a stride of 0 is a
@@ -179,35 +206,6 @@ LogicalResult Importer::checkWindowAttributes() {
   std::map<std::string, std::vector<int64_t>> weightShapes;
   for (const onnx::TensorProto &init : model.graph().initializer())
     weightShapes[init.name()].assign(init.dims().begin(), init.dims().end());
-  // ONNX's SplitToSequence inference divides by a scalar `split` unchecked
-  // (SIGFPE for 0): a constant one must be positive.
-  std::map<std::string, const onnx::TensorProto *> intConsts;
-  for (const onnx::TensorProto &init : model.graph().initializer())
-    intConsts[init.name()] = &init;
-  for (const onnx::NodeProto &node : model.graph().node()) {
-    if (node.op_type() == "Constant" && node.output_size() == 1)
-      for (const auto &a : node.attribute())
-        if (a.name() == "value")
-          intConsts[node.output(0)] = &a.t();
-  }
-  for (const onnx::NodeProto &node : model.graph().node()) {
-    if (node.op_type() != "SplitToSequence" || node.input_size() < 2)
-      continue;
-    std::optional<int64_t> split;
-    for (const onnx::NodeProto &c : model.graph().node())
-      if (c.op_type() == "Constant" && c.output_size() == 1 &&
-          c.output(0) == node.input(1))
-        if (const onnx::AttributeProto *a = findAttr(c, "value_int"))
-          split = a->i();
-    auto it = intConsts.find(node.input(1));
-    if (!split && it != intConsts.end() && it->second->dims_size() == 0) {
-      FailureOr<ConstTensor> t = readTensor(*it->second);
-      if (succeeded(t) && !t->isFloat && t->i.size() == 1)
-        split = t->i[0];
-    }
-    if (split && *split <= 0)
-      return nodeError(node) << "split " << *split << " must be positive";
-  }
   for (onnx::NodeProto &node : *model.mutable_graph()->mutable_node()) {
     const std::string &op = node.op_type();
     if (op != "Conv" && op != "MaxPool" && op != "AveragePool")
@@ -639,6 +637,7 @@ FailureOr<ImportedModel> Importer::run() {
   ctx.loadDialect<nn::NNDialect, func::FuncDialect>();
   if (failed(parse()))
     return failure();
+  canonicalizeConstants(*model.mutable_graph());
   readGraphSignature();
   if (failed(checkSignatureKept()) || failed(checkSupportedOps()) ||
       failed(checkAndConvert()) || failed(fixBatch()) ||

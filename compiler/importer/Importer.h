@@ -13,6 +13,11 @@ namespace gpipe::importer {
 /// throwing for node-level errors.
 void annotateShapes(onnx::ModelProto &m);
 
+/// Constant nodes written with value_int(s) or value_float(s) (torch >= 2.9's
+/// exporter writes its shapes so) get the equivalent `value` tensor, the one
+/// form the checks, the folding and the batch rewriting read.
+void canonicalizeConstants(onnx::GraphProto &graph);
+
 class Importer : public ImportContext {
 public:
   Importer(mlir::MLIRContext &ctx, const std::string &path,
@@ -29,6 +34,8 @@ private:
   mlir::LogicalResult checkSupportedOps();
   /// Conv and pool windows ONNX shape inference can compute with.
   mlir::LogicalResult checkWindowAttributes();
+  /// SplitToSequence splits ONNX shape inference can compute with.
+  mlir::LogicalResult checkSequenceSplits();
   mlir::LogicalResult checkAndConvert();
   mlir::LogicalResult fixBatch();
   mlir::LogicalResult loadInitializers();

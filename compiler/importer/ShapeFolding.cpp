@@ -58,17 +58,20 @@ void gpipe::importer::annotateShapes(onnx::ModelProto &m) {
 }
 
 /// Static shapes ONNX shape inference finds for `m` (a copy is inferred, so
-/// `m` itself is not annotated); names whose shape is unknown are absent.
+/// `m` itself is not annotated), and the initializers' own (torch >= 2.9
+/// writes Shape of a weight: a Conv's out-channels for its bias); names whose
+/// shape is unknown are absent.
 static std::map<std::string, std::vector<int64_t>>
 inferStaticShapes(const onnx::ModelProto &m) {
   std::map<std::string, std::vector<int64_t>> shapes;
   onnx::ModelProto copy = m;
   try {
     annotateShapes(copy);
+    collectStaticShapes(copy.graph(), shapes);
   } catch (const std::exception &) {
-    return shapes;
   }
-  collectStaticShapes(copy.graph(), shapes);
+  for (const auto &init : m.graph().initializer())
+    shapes.try_emplace(init.name(), init.dims().begin(), init.dims().end());
   return shapes;
 }
 
@@ -82,10 +85,7 @@ static bool describesData(const ConstTensor &t) {
   return !t.isFloat && static_cast<size_t>(n) == t.i.size();
 }
 
-/// Constant nodes written with value_int(s) or value_float(s) (torch >= 2.9's
-/// exporter writes its shapes so) get the equivalent `value` tensor, the one
-/// form the folding and batch rewriting below read.
-static void canonicalizeConstants(onnx::GraphProto &graph) {
+void gpipe::importer::canonicalizeConstants(onnx::GraphProto &graph) {
   for (onnx::NodeProto &node : *graph.mutable_node()) {
     if (node.op_type() != "Constant" || node.attribute_size() != 1)
       continue;
@@ -121,7 +121,6 @@ static void canonicalizeConstants(onnx::GraphProto &graph) {
 }
 
 LogicalResult Importer::foldShapeComputations() {
-  canonicalizeConstants(*model.mutable_graph());
   // Shape arithmetic (x.size(0), view targets) is int64 math on static
   // shapes: evaluate it now and turn each such node into a Constant, so
   // Reshape targets are constants the importer (and batch rewriting) can read.
@@ -131,10 +130,6 @@ LogicalResult Importer::foldShapeComputations() {
   for (;;) {
     std::map<std::string, std::vector<int64_t>> shapes =
         inferStaticShapes(model);
-    // An initializer's shape is its own (torch >= 2.9 writes Shape of a
-    // weight: a Conv's out-channels for its bias).
-    for (const auto &init : model.graph().initializer())
-      shapes.try_emplace(init.name(), init.dims().begin(), init.dims().end());
     std::map<std::string, ConstTensor> known;
     for (const auto &init : model.graph().initializer())
       if (init.data_type() == onnx::TensorProto::INT64 ||
@@ -322,10 +317,8 @@ LogicalResult Importer::rewriteBatchReshapes() {
     std::map<std::string, std::vector<int64_t>> shapes =
         inferStaticShapes(model);
     std::map<std::string, const onnx::TensorProto *> inits;
-    for (const auto &init : model.graph().initializer()) {
+    for (const auto &init : model.graph().initializer())
       inits[init.name()] = &init;
-      shapes.try_emplace(init.name(), init.dims().begin(), init.dims().end());
-    }
     for (const auto &node : model.graph().node())
       if (node.op_type() == "Constant" && node.attribute_size() == 1 &&
           node.attribute(0).name() == "value")

@@ -215,12 +215,26 @@ GP_CPU_CLONES float maxOfRow(const float *__restrict s, int64_t n) {
   return m;
 }
 
+/// `x` with its bits and-ed with `keep` (all ones: x; zero: 0.0f).
+inline float keepBits(float x, uint32_t keep) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  bits &= keep;
+  std::memcpy(&x, &bits, sizeof bits);
+  return x;
+}
+
+/// exp(t) in a lane that `keep` (all ones) keeps, else 0. A dropped lane's
+/// argument is 0, not t: one lane out of the vector expf's range sends the
+/// whole vector to its scalar fallback. Both the argument and the result are
+/// selected by and-ing their bits with the lane's keep bits: a float select
+/// would be control flow to GCC (the subtraction could trap), and the loop
+/// would not vectorize.
+inline float expKept(float t, uint32_t keep) {
+  return keepBits(expf(keepBits(t, keep)), keep);
+}
+
 /// s = exp(s - shift) in place, 0 where the mask row (if any) is non-zero.
-/// A masked lane's argument is 0, not -inf: one lane out of the vector
-/// expf's range sends the whole vector to its scalar fallback. Both the
-/// argument and the result are selected by and-ing their bits with the
-/// lane's keep bits: a float select would be control flow to GCC (the
-/// subtraction could trap), and the loop would not vectorize.
 GP_CPU_CLONES void expRow(float *__restrict s, const float *__restrict mask,
                           float shift, int64_t n) {
   if (!mask) {
@@ -228,19 +242,8 @@ GP_CPU_CLONES void expRow(float *__restrict s, const float *__restrict mask,
       s[j] = expf(s[j] - shift);
     return;
   }
-  for (int64_t j = 0; j < n; ++j) {
-    const uint32_t keep = mask[j] != 0.0f ? 0u : ~0u;
-    const float t = s[j] - shift;
-    uint32_t bits;
-    std::memcpy(&bits, &t, sizeof bits);
-    bits &= keep;
-    float arg, e;
-    std::memcpy(&arg, &bits, sizeof bits);
-    e = expf(arg);
-    std::memcpy(&bits, &e, sizeof bits);
-    bits &= keep;
-    std::memcpy(&s[j], &bits, sizeof bits);
-  }
+  for (int64_t j = 0; j < n; ++j)
+    s[j] = expKept(s[j] - shift, mask[j] != 0.0f ? 0u : ~0u);
 }
 
 /// The row's sum in double (as gp_softmax), in kRowLanes partial sums.
@@ -302,23 +305,13 @@ GP_CPU_CLONES void attentionDsRow(const float *__restrict p,
 /// least 1 (the maximum's own term), in which 2048 terms of 1.7e-38 vanish.
 constexpr float kExpFloor = -87.0f;
 
-/// e = exp(x - shift), 8 wide (libmvec's expf); 0 below kExpFloor. The
-/// dropped lanes are selected by and-ing bits (see expRow): their argument
-/// becomes 0, their result 0.
+/// e = exp(x - shift), 8 wide (libmvec's expf); 0 below kExpFloor (a NaN
+/// stays NaN).
 GP_CPU_CLONES void expShifted(const float *__restrict x, float *__restrict e,
                               float shift, int64_t n) {
   for (int64_t j = 0; j < n; ++j) {
     const float t = x[j] - shift;
-    const uint32_t keep = t < kExpFloor ? 0u : ~0u; // NaN stays NaN
-    uint32_t bits;
-    std::memcpy(&bits, &t, sizeof bits);
-    bits &= keep;
-    float arg, r;
-    std::memcpy(&arg, &bits, sizeof bits);
-    r = expf(arg);
-    std::memcpy(&bits, &r, sizeof bits);
-    bits &= keep;
-    std::memcpy(&e[j], &bits, sizeof bits);
+    e[j] = expKept(t, t < kExpFloor ? 0u : ~0u);
   }
 }
 

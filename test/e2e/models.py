@@ -422,6 +422,22 @@ class LmNll(EmbLm):
                           ignore_index=self.ignore_index)
 
 
+def _pre_ln_block(d, hidden):
+    """A pre-LayerNorm transformer block's layers, created in this order (which fixes the
+    initial weights for a seed): ln1; qkv, one q, k, v projection split in three (Split), as
+    nanoGPT's c_attn, without bias: softmax is invariant to the keys' (see AttnTiny), whose
+    gradient is rounding noise that Adam would amplify into arbitrary steps; proj; ln2; the
+    MLP's fc (d -> hidden) and out (hidden -> d)."""
+    blk = nn.Module()
+    blk.ln1 = nn.LayerNorm(d)
+    blk.qkv = nn.Linear(d, 3 * d, bias=False)
+    blk.proj = nn.Linear(d, d)
+    blk.ln2 = nn.LayerNorm(d)
+    blk.fc = nn.Linear(d, hidden)
+    blk.out = nn.Linear(hidden, d)
+    return blk
+
+
 class GptTiny(nn.Module):
     """A GPT-style causal LM as nanoGPT writes it, small: token + position
     embeddings, `layers` pre-LayerNorm blocks (hand-written multi-head causal
@@ -437,18 +453,7 @@ class GptTiny(nn.Module):
         self.gelu = gelu  # "tanh": nanoGPT's nn.GELU(approximate="tanh")
         self.tok = nn.Embedding(vocab, d)
         self.pos = nn.Embedding(t, d)
-        self.blocks = nn.ModuleList()
-        for _ in range(layers):
-            blk = nn.Module()
-            blk.ln1 = nn.LayerNorm(d)
-            # One q, k, v projection split in three (Split), as nanoGPT's
-            # c_attn; no bias: softmax is invariant to the keys' (see AttnTiny).
-            blk.qkv = nn.Linear(d, 3 * d, bias=False)
-            blk.proj = nn.Linear(d, d)
-            blk.ln2 = nn.LayerNorm(d)
-            blk.fc = nn.Linear(d, 4 * d)
-            blk.out = nn.Linear(4 * d, d)
-            self.blocks.append(blk)
+        self.blocks = nn.ModuleList(_pre_ln_block(d, 4 * d) for _ in range(layers))
         self.lnf = nn.LayerNorm(d)
         self.head = nn.Linear(d, vocab, bias=False)
         if tied:  # the LM head reuses the token embedding (GPT-2)
@@ -457,15 +462,16 @@ class GptTiny(nn.Module):
 
     def attention(self, blk, h):
         t, d, nh = self.t, self.d, self.heads
+        q, k, v = (z.reshape(-1, t, nh, d // nh).transpose(1, 2)
+                   for z in blk.qkv(h).split(d, dim=2))
+        return blk.proj(self.attend(q, k, v).transpose(1, 2).reshape(-1, t, d))
 
-        def split(z):
-            return z.reshape(-1, t, nh, d // nh).transpose(1, 2)
-
-        q, k, v = (split(z) for z in blk.qkv(h).split(d, dim=2))
-        att = q @ k.transpose(-2, -1) / math.sqrt(d // nh)
+    def attend(self, q, k, v):
+        """The heads' causal attention [B, nh, T, dh] -> [B, nh, T, dh]."""
+        t = self.t
+        att = q @ k.transpose(-2, -1) / math.sqrt(self.d // self.heads)
         att = att.masked_fill(self.causal[:, :, :t, :t] == 0, float("-inf"))
-        att = torch.softmax(att, dim=-1)
-        return blk.proj((att @ v).transpose(1, 2).reshape(-1, t, d))
+        return torch.softmax(att, dim=-1) @ v
 
     def forward(self, x, y):
         h = self.tok(x) + self.pos(torch.arange(self.t))
@@ -913,18 +919,7 @@ class VitTiny(_Loss):
         self.patch = nn.Conv2d(3, d, patch, stride=patch)
         self.cls = nn.Parameter(torch.randn(1, 1, d) * 0.5)
         self.pos = nn.Parameter(torch.randn(1, self.n + 1, d) * 0.5)
-        self.blocks = nn.ModuleList()
-        for _ in range(layers):
-            blk = nn.Module()
-            blk.ln1 = nn.LayerNorm(d)
-            # No qkv bias: softmax is invariant to the keys' (see AttnTiny), whose
-            # gradient is rounding noise that AdamW would amplify into arbitrary steps.
-            blk.qkv = nn.Linear(d, 3 * d, bias=False)
-            blk.proj = nn.Linear(d, d)
-            blk.ln2 = nn.LayerNorm(d)
-            blk.fc = nn.Linear(d, 2 * d)
-            blk.out = nn.Linear(2 * d, d)
-            self.blocks.append(blk)
+        self.blocks = nn.ModuleList(_pre_ln_block(d, 2 * d) for _ in range(layers))
         self.ln = nn.LayerNorm(d)
         self.head = nn.Linear(d, classes)
 
@@ -960,46 +955,19 @@ def _sdpa(q, k, v, causal, keep=None):
     return torch.softmax(s, dim=-1) @ v
 
 
-class SdpaLm(nn.Module):
-    """A causal LM with F.scaled_dot_product_attention(is_causal=True) (ONNX Attention at
-    opset 23): token + position embeddings, `layers` pre-LayerNorm blocks (qkv Linear,
-    tanh-approximate GELU MLP), final LayerNorm, LM head tied to the token embedding."""
+class SdpaLm(GptTiny):
+    """gpt_tied as nanoGPT writes it with F.scaled_dot_product_attention(is_causal=True) (ONNX
+    Attention at opset 23) and the tanh-approximate GELU; with `mask`, a bool attn_mask
+    buffer (a causal window of 4 positions) instead of is_causal."""
 
     def __init__(self, vocab=50, t=8, d=16, heads=2, layers=2, mask=False):
-        super().__init__()
-        self.vocab, self.t, self.d, self.heads = vocab, t, d, heads
-        # mask: the causal pattern as a bool attn_mask buffer (a sliding window of 4
-        # positions) instead of is_causal
+        super().__init__(vocab, t, d, heads, layers, tied=True, gelu="tanh")
         i = torch.arange(t)
         self.register_buffer("keep", ((i[None, :] <= i[:, None]) &
                                       (i[None, :] > i[:, None] - 4)) if mask else None)
-        self.tok = nn.Embedding(vocab, d)
-        self.pos = nn.Embedding(t, d)
-        self.blocks = nn.ModuleList()
-        for _ in range(layers):
-            blk = nn.Module()
-            blk.ln1 = nn.LayerNorm(d)
-            blk.qkv = nn.Linear(d, 3 * d, bias=False)
-            blk.proj = nn.Linear(d, d)
-            blk.ln2 = nn.LayerNorm(d)
-            blk.fc = nn.Linear(d, 4 * d)
-            blk.out = nn.Linear(4 * d, d)
-            self.blocks.append(blk)
-        self.lnf = nn.LayerNorm(d)
-        self.head = nn.Linear(d, vocab, bias=False)
-        self.head.weight = self.tok.weight
 
-    def forward(self, x, y):
-        t, d, nh = self.t, self.d, self.heads
-        h = self.tok(x) + self.pos(torch.arange(t))
-        for blk in self.blocks:
-            q, k, v = (z.reshape(-1, t, nh, d // nh).transpose(1, 2)
-                       for z in blk.qkv(blk.ln1(h)).split(d, dim=2))
-            att = _sdpa(q, k, v, self.keep is None, self.keep)
-            h = h + blk.proj(att.transpose(1, 2).reshape(-1, t, d))
-            h = h + blk.out(F.gelu(blk.fc(blk.ln2(h)), approximate="tanh"))
-        logits = self.head(self.lnf(h))
-        return F.cross_entropy(logits.reshape(-1, self.vocab), y.reshape(-1))
+    def attend(self, q, k, v):
+        return _sdpa(q, k, v, self.keep is None, self.keep)
 
 
 class ResNetTiny(_Loss):
