@@ -1623,11 +1623,6 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   st.firstBackward = firstOf(pipeline::Phase::Backward);
   result.bufferedSends =
       pipeline::getSends(module) == pipeline::Sends::Buffered;
-  if (result.bufferedSends && options.cuda)
-    return schedule.emitError(
-               "this schedule needs buffered sends (pipe.sends = "
-               "\"buffered\"), which the CUDA runtime does not have yet"),
-           failure();
   Block &fwd = forward.getBody().front();
   int64_t batch = 0;
   if (fwd.getNumArguments() && tensorType(fwd.getArgument(0)).getRank())

@@ -391,14 +391,15 @@ def write_inputs(cfg, pjs, work):
     return wdir, ddir, problems
 
 
-def check_inputs(pj, wdir, ddir):
-    """Problems of the weights and data against one pipeline.json (empty: consistent)."""
+def check_inputs(pj, wdir, ddir, multi_stage=False):
+    """Problems of the weights and data against one pipeline.json (empty: consistent);
+    one of several stages is a problem unless `multi_stage` (pipeline_bench.py)."""
     import numpy as np
     probs = []
     stages = pj.get("stages")
     if not isinstance(stages, list) or not stages:
         return ["pipeline.json has no stages"]
-    if len(stages) != 1:
+    if len(stages) != 1 and not multi_stage:
         probs.append("pipeline.json has %d stages; device_bench runs 1-stage programs"
                      % len(stages))
     for st in stages:

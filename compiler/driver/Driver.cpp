@@ -69,10 +69,6 @@ LogicalResult validate(const CompileOptions &o) {
   if (const schedules::Schedule *s = schedules::lookup(o.schedule); !s)
     return fail("--schedule must be one of " + schedules::names() + ", got '" +
                 o.schedule + "'");
-  else if (s->sends == schedules::Sends::Buffered && o.target == "cuda")
-    return fail("--schedule " + o.schedule +
-                " needs buffered sends, which the CUDA runtime does not have "
-                "yet: use --target cpu, or --schedule gpipe");
   if (opt.kind != "sgd" && opt.kind != "adam" && opt.kind != "adamw")
     return fail("--optimizer must be sgd, adam or adamw, got '" + opt.kind +
                 "'");

@@ -124,12 +124,20 @@ void heartbeatAction(int64_t step, const gp_action &a) {
   ++gProgress;
 }
 
+static thread_local bool tIgnored = false;
+
+void heartbeatIgnoreThisThread() { tIgnored = true; }
+
 HeartbeatWait::HeartbeatWait(int32_t peer, bool recv) {
+  if (tIgnored)
+    return;
   gWaitRecv = recv;
   gWaitPeer = peer;
 }
 
 HeartbeatWait::~HeartbeatWait() {
+  if (tIgnored)
+    return;
   gWaitPeer = -1;
   ++gProgress;
 }

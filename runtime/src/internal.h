@@ -195,6 +195,10 @@ void heartbeatPhase(const char *phase);
 /// The step loop starts action `a` of step `step`.
 void heartbeatAction(int64_t step, const gp_action &a);
 /// While alive, the stage waits on a transfer with stage `peer`.
+/// The calling thread's transfer waits are not the stage's (a CUDA
+/// host-staged channel's worker, which waits for messages ahead of the step
+/// loop): its HeartbeatWaits change nothing.
+void heartbeatIgnoreThisThread();
 struct HeartbeatWait {
   HeartbeatWait(int32_t peer, bool recv);
   ~HeartbeatWait();
@@ -225,6 +229,10 @@ void mpiSend(gp_step_ctx *ctx, int32_t peer, int32_t tag, const void *buf,
              int64_t bytes);
 void mpiRecv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
              int64_t bytes);
+/// Whether a message from `peer` with `tag` is waiting to be received
+/// (MPI_Iprobe; also true on an error, which the receive then reports).
+/// Thread-safe under MPI_THREAD_MULTIPLE.
+bool transportMessageWaiting(int32_t peer, int32_t tag);
 /// Plain MPI transfers for set-up messages (no checks of a running program).
 bool transportSendBytes(int32_t peer, int32_t tag, const void *buf,
                         int64_t bytes, std::string &err);

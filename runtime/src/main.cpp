@@ -952,13 +952,12 @@ int StageRun::runSteps() {
   deviceOptions.commTimeoutSeconds = opt_.commTimeout;
   if (!deviceInit(*program_, deviceOptions, err))
     return error(err);
-  if (program_->num_stages > 1 && program_->buffered_sends) {
-    if (program_->target != GP_TARGET_CPU)
-      return error("invalid program: its schedule needs buffered sends, "
-                   "which only the CPU runtime has");
-    if (!transportUseBufferedSends(*program_, err))
-      return error(err);
-  }
+  // The CPU runtime's buffered sends are MPI_Bsend; the CUDA runtime's
+  // host-staged sends return at once (deviceInit).
+  if (program_->num_stages > 1 && program_->buffered_sends &&
+      program_->target == GP_TARGET_CPU &&
+      !transportUseBufferedSends(*program_, err))
+    return error(err);
   // The arena, allocated once and zeroed: nothing is allocated in the steps.
   arena_ = deviceAllocArena(program_->arena_bytes, err);
   if (!arena_)

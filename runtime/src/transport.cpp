@@ -339,6 +339,15 @@ void transportProgress() {
   }
 }
 
+bool transportMessageWaiting(int32_t peer, int32_t tag) {
+  int flag = 0;
+  // An error is reported by the receive that follows.
+  if (MPI_Iprobe(peer, tag, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE) !=
+      MPI_SUCCESS)
+    return true;
+  return flag != 0;
+}
+
 void transportFlushSends() {
   if (!gBuffered)
     return;

@@ -133,7 +133,8 @@ struct gp_program {
                                   // are loaded (e.g. their bf16 shadows)
   int32_t buffered_sends; // 1: the schedule needs sends that return at once
                           // (CPU: MPI_Bsend into a buffer sized for two
-                          // steps of sends); 0: blocking sends
+                          // steps of sends; CUDA: host-staged channels, each
+                          // with a worker thread); 0: blocking sends
   int32_t num_states;     // optimizer state tensors (checkpoints)
   const gp_state_desc *states;
 };

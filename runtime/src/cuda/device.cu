@@ -25,20 +25,38 @@
 // Transports: NCCL (ncclSend/ncclRecv) between stages on different GPUs, one
 // two-rank communicator per pair that exchanges tensors. NCCL refuses two
 // ranks on one GPU, so stages sharing a GPU (or all stages, with
-// GPIPE_TRANSPORT=host) stage through pinned host memory and MPI, called from
-// host functions enqueued on the communication stream.
+// GPIPE_TRANSPORT=host, or with a schedule that needs buffered sends, such as
+// 1F1B: one in-order NCCL stream per pair would deadlock on it) stage through
+// pinned host memory and MPI. Each boundary tensor is then a channel with a
+// worker thread of its own that makes every MPI call of it, in order, from a
+// ring of pinned buffers:
+//  - send: the compute stream copies the tensor into its device slot, the
+//    communication stream copies the slot to the next pinned buffer, the
+//    worker waits for that copy and sends; gp_send returns at once (it waits
+//    only when all the channel's buffers are still being sent): buffered
+//    sends;
+//  - receive: the worker receives the channel's messages in order, as soon as
+//    they arrive and a buffer is free (so a micro-batch arrives while the
+//    stage computes the one before); gp_recv waits on the host until its
+//    message is there, then enqueues the copy into the arena on the compute
+//    stream (after every earlier reader of the destination).
+// The GPU never waits for a host thread; the host waits are bounded by
+// --comm-timeout.
 #include "cuda_internal.h"
 #include "internal.h"
 
 #include <nccl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -61,31 +79,43 @@ double gCommTimeout = 300.0; // seconds; --comm-timeout
                           __LINE__);                                           \
   } while (0)
 
-/// A boundary tensor this stage sends: two device slots (and, host-staged,
-/// two pinned host buffers) used in turn.
+/// A boundary tensor this stage sends: two device slots used in turn.
 struct SendSlots {
   int32_t peer = 0, tag = 0;
   int64_t bytes = 0;
   void *device[2] = {nullptr, nullptr};
-  void *host[2] = {nullptr, nullptr};
   cudaEvent_t free[2] = {nullptr, nullptr}; // the slot's last send is done
   int next = 0;
 };
 
-/// A boundary tensor this stage receives (host-staged: its pinned buffer).
+/// A boundary tensor this stage receives.
 struct RecvBuffer {
   int32_t peer = 0, tag = 0;
   int64_t bytes = 0;
-  void *host = nullptr;
 };
 
-/// What a host-staged transfer's host function needs; lives as long as the
-/// run (one per slot / buffer, never changed after set-up).
-struct HostTransfer {
-  gp_step_ctx *ctx = nullptr;
+/// A host-staged boundary tensor (see the top of this file): its messages in
+/// order through a ring of pinned buffers, moved by `worker`. Message n uses
+/// buffer n % size. The step loop's thread and the worker meet under `mu`.
+struct HostChannel {
+  bool send = false;
   int32_t peer = 0, tag = 0;
-  void *buf = nullptr;
   int64_t bytes = 0;
+  std::vector<void *> pinned;
+  // Send: the copy into pinned[b] is done (the worker may send it).
+  // Receive: the copy out of pinned[b] into the arena is done (the worker may
+  // receive into it again).
+  std::vector<cudaEvent_t> copied;
+  std::mutex mu;
+  std::condition_variable cv;
+  // Send: messages handed to the worker; receive: messages gp_recv took.
+  int64_t issued = 0;
+  // Send: messages the worker sent; receive: messages the worker received.
+  int64_t done = 0;
+  std::atomic<bool> stop{false};
+  gp_step_ctx ctx{}; // the worker's: the runtime, for checks and messages
+  std::thread worker;
+  bool started = false;
 };
 
 struct Peer {
@@ -114,10 +144,10 @@ struct Transfers {
   size_t pendingUsed = 0;
   std::map<std::pair<int32_t, int32_t>, SendSlots> sends; // (peer, tag)
   std::map<std::pair<int32_t, int32_t>, RecvBuffer> recvs;
-  // Host functions' arguments: stable addresses.
-  std::vector<std::unique_ptr<HostTransfer>> hostOps;
-  std::map<const void *, HostTransfer *> hostSendOp; // by pinned buffer
-  std::map<std::pair<int32_t, int32_t>, HostTransfer *> hostRecvOp;
+  // Host-staged channels by (peer, tag), sends and receives apart. Never
+  // freed unless deviceShutdown joined their workers (a run that fails exits
+  // with them running).
+  std::map<std::pair<int32_t, int32_t>, HostChannel *> hostSends, hostRecvs;
   cudaEvent_t computeDone = nullptr; // compute -> communication order
   cudaEvent_t commDone = nullptr;    // communication -> compute order
 } gTransfers;
@@ -147,14 +177,145 @@ std::string cudaMessage(cudaError_t e) {
   return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
 }
 
-void hostSend(void *arg) {
-  auto *op = static_cast<HostTransfer *>(arg);
-  mpiSend(op->ctx, op->peer, op->tag, op->buf, op->bytes);
+std::string describe(const PendingTransfer &t);
+std::string noProgress(const std::string &what, int32_t peer);
+
+/// "the receive of tag T (B bytes) from stage P (step N, micro-batch M) made
+/// no progress for S s (--comm-timeout): is stage P alive?"
+std::string noProgressHost(const gp_step_ctx *ctx, const HostChannel &c) {
+  PendingTransfer t;
+  t.send = c.send;
+  t.peer = c.peer;
+  t.tag = c.tag;
+  t.bytes = c.bytes;
+  t.step = ctx ? ctx->step : 0;
+  t.microbatch = ctx ? ctx->microbatch : 0;
+  return noProgress(describe(t), c.peer);
 }
 
-void hostRecv(void *arg) {
-  auto *op = static_cast<HostTransfer *>(arg);
-  mpiRecv(op->ctx, op->peer, op->tag, op->buf, op->bytes);
+/// Waits on the host, under `c.mu`, until `ready` holds: at most
+/// --comm-timeout seconds, then ends the run naming the transfer.
+template <typename Ready>
+void waitForChannel(gp_step_ctx *ctx, HostChannel &c,
+                    std::unique_lock<std::mutex> &lock, Ready ready) {
+  if (ready())
+    return;
+  HeartbeatWait waiting(c.peer, !c.send);
+  auto limit = std::chrono::duration<double>(gCommTimeout);
+  if (!c.cv.wait_for(lock, limit, ready)) {
+    lock.unlock();
+    fatal(ctx, 1, noProgressHost(ctx, c));
+  }
+}
+
+/// The worker of a host-staged send: sends the channel's messages in order,
+/// each once its copy into the pinned buffer is done.
+void sendWorker(HostChannel *c) {
+  heartbeatIgnoreThisThread();
+  cudaSetDevice(gState.device);
+  const int64_t size = static_cast<int64_t>(c->pinned.size());
+  for (int64_t n = 0;; ++n) {
+    {
+      std::unique_lock<std::mutex> lock(c->mu);
+      c->cv.wait(lock, [&] { return c->stop || c->issued > n; });
+      if (c->issued <= n)
+        return; // stopped, everything sent
+    }
+    size_t b = static_cast<size_t>(n % size);
+    cudaError_t e = cudaEventSynchronize(c->copied[b]);
+    if (e != cudaSuccess)
+      fatal(&c->ctx, 1,
+            "CUDA error before the send of tag " + std::to_string(c->tag) +
+                " to stage " + std::to_string(c->peer) + ": " +
+                cudaMessage(e));
+    mpiSend(&c->ctx, c->peer, c->tag, c->pinned[b], c->bytes);
+    {
+      std::lock_guard<std::mutex> lock(c->mu);
+      c->done = n + 1;
+    }
+    c->cv.notify_all();
+  }
+}
+
+/// The worker of a host-staged receive: receives the channel's messages in
+/// order into its ring, each as soon as it arrives and its buffer's previous
+/// message has been copied out.
+void recvWorker(HostChannel *c) {
+  heartbeatIgnoreThisThread();
+  cudaSetDevice(gState.device);
+  const int64_t size = static_cast<int64_t>(c->pinned.size());
+  for (int64_t n = 0;; ++n) {
+    size_t b = static_cast<size_t>(n % size);
+    {
+      std::unique_lock<std::mutex> lock(c->mu);
+      c->cv.wait(lock, [&] { return c->stop || c->issued > n - size; });
+      if (c->stop)
+        return;
+    }
+    // gp_recv recorded the copy out of this buffer before it counted the
+    // message as taken.
+    cudaError_t e = cudaEventSynchronize(c->copied[b]);
+    if (e != cudaSuccess)
+      fatal(&c->ctx, 1,
+            "CUDA error before the receive of tag " + std::to_string(c->tag) +
+                " from stage " + std::to_string(c->peer) + ": " +
+                cudaMessage(e));
+    // Probe first, so that the end of the run (no more messages) can stop
+    // the worker; then receive (mpiRecv checks the size).
+    int sleepUs = 1;
+    while (!transportMessageWaiting(c->peer, c->tag)) {
+      if (c->stop)
+        return;
+      std::this_thread::sleep_for(std::chrono::microseconds(sleepUs));
+      sleepUs = std::min(sleepUs * 2, 100);
+    }
+    mpiRecv(&c->ctx, c->peer, c->tag, c->pinned[b], c->bytes);
+    {
+      std::lock_guard<std::mutex> lock(c->mu);
+      c->done = n + 1;
+    }
+    c->cv.notify_all();
+  }
+}
+
+/// Starts a channel's worker at its first use (the worker needs the
+/// runtime, which the step context carries).
+void startChannel(gp_step_ctx *ctx, HostChannel &c) {
+  if (c.started)
+    return;
+  c.ctx.runtime = ctx->runtime;
+  c.ctx.arena = ctx->arena;
+  c.worker = std::thread(c.send ? sendWorker : recvWorker, &c);
+  c.started = true;
+}
+
+/// Ends the channels' workers once every send is delivered (at most
+/// --comm-timeout seconds).
+void stopChannels() {
+  for (auto &entry : gTransfers.hostSends) {
+    HostChannel &c = *entry.second;
+    std::unique_lock<std::mutex> lock(c.mu);
+    c.cv.wait_for(lock, std::chrono::duration<double>(gCommTimeout),
+                  [&] { return c.done >= c.issued; });
+  }
+  for (auto *channels : {&gTransfers.hostSends, &gTransfers.hostRecvs})
+    for (auto &entry : *channels) {
+      HostChannel *c = entry.second;
+      {
+        std::lock_guard<std::mutex> lock(c->mu);
+        c->stop = true;
+      }
+      c->cv.notify_all();
+      if (c->started)
+        c->worker.join();
+      for (size_t b = 0; b < c->pinned.size(); ++b) {
+        cudaFreeHost(c->pinned[b]);
+        cudaEventDestroy(c->copied[b]);
+      }
+      delete c;
+    }
+  gTransfers.hostSends.clear();
+  gTransfers.hostRecvs.clear();
 }
 
 /// The send slots / receive buffers of this stage's boundary tensors, and the
@@ -168,37 +329,43 @@ bool setUpBuffers(const gp_program &p, std::string &err) {
     row.insert(row.end(), {t.is_send, t.phase, t.tag, t.bytes});
     std::pair<int32_t, int32_t> key{t.peer, t.tag};
     bool host = !gTransfers.peers[t.peer].nccl;
+    size_t n = static_cast<size_t>(std::max<int64_t>(t.bytes, 1));
     if (t.is_send) {
       SendSlots &s = gTransfers.sends[key];
       s.peer = t.peer;
       s.tag = t.tag;
       s.bytes = t.bytes;
-      size_t n = static_cast<size_t>(std::max<int64_t>(t.bytes, 1));
       for (int k = 0; k < 2; ++k) {
         GP_CUDA_CHECK(cudaMalloc(&s.device[k], n));
         GP_CUDA_CHECK(
             cudaEventCreateWithFlags(&s.free[k], cudaEventDisableTiming));
         GP_CUDA_CHECK(cudaEventRecord(s.free[k], gState.comm));
-        if (host) {
-          GP_CUDA_CHECK(cudaMallocHost(&s.host[k], n));
-          auto op = std::make_unique<HostTransfer>();
-          *op = {nullptr, t.peer, t.tag, s.host[k], t.bytes};
-          gTransfers.hostSendOp[s.host[k]] = op.get();
-          gTransfers.hostOps.push_back(std::move(op));
-        }
       }
     } else {
       RecvBuffer &r = gTransfers.recvs[key];
       r.peer = t.peer;
       r.tag = t.tag;
       r.bytes = t.bytes;
-      if (host) {
-        GP_CUDA_CHECK(cudaMallocHost(
-            &r.host, static_cast<size_t>(std::max<int64_t>(t.bytes, 1))));
-        auto op = std::make_unique<HostTransfer>();
-        *op = {nullptr, t.peer, t.tag, r.host, t.bytes};
-        gTransfers.hostRecvOp[key] = op.get();
-        gTransfers.hostOps.push_back(std::move(op));
+    }
+    if (host) {
+      // A step has M messages per boundary tensor, and a sender cannot
+      // start the next step's before its receiver took this step's (it
+      // needs the receiver's answers first): M + 1 buffers leave a sender
+      // never waiting for a buffer, and a receiver one spare.
+      auto *c = new HostChannel;
+      (t.is_send ? gTransfers.hostSends : gTransfers.hostRecvs)[key] = c;
+      c->send = t.is_send;
+      c->peer = t.peer;
+      c->tag = t.tag;
+      c->bytes = t.bytes;
+      size_t count = static_cast<size_t>(std::max<int32_t>(p.microbatches, 1)) + 1;
+      c->pinned.assign(count, nullptr);
+      c->copied.assign(count, nullptr);
+      for (size_t b = 0; b < count; ++b) {
+        GP_CUDA_CHECK(cudaMallocHost(&c->pinned[b], n));
+        // Blocking: the worker sleeps in cudaEventSynchronize.
+        GP_CUDA_CHECK(cudaEventCreateWithFlags(
+            &c->copied[b], cudaEventDisableTiming | cudaEventBlockingSync));
       }
     }
   }
@@ -278,7 +445,11 @@ bool setUpTransports(const gp_program &p, std::string &err) {
     const int64_t *theirs = &all[static_cast<size_t>(peer) * 3];
     bool sameGpu =
         theirs[0] == mine[0] && theirs[1] == mine[1] && theirs[2] == mine[2];
-    gTransfers.peers[peer].nccl = !sameGpu && !forceHost;
+    // NCCL's transfers run in order on one communication stream, which
+    // deadlocks a schedule that needs buffered sends (1F1B: stage s sends
+    // micro-batch i+1's activation while stage s+1 sends micro-batch i's
+    // gradient): such a schedule stages every transfer through the host.
+    gTransfers.peers[peer].nccl = !sameGpu && !forceHost && !p.buffered_sends;
   }
   // One communicator per pair, created in increasing peer order on both
   // sides (pairs in lexicographic order: no two stages wait on each other).
@@ -798,15 +969,13 @@ void deviceShutdown() {
   }
   gTransfers.pending.clear();
   gTransfers.pendingUsed = 0;
+  cuda::stopChannels();
   for (auto &entry : gTransfers.sends)
     for (int k = 0; k < 2; ++k) {
       cudaFree(entry.second.device[k]);
-      cudaFreeHost(entry.second.host[k]);
       cudaEventDestroy(entry.second.free[k]);
     }
   gTransfers.sends.clear();
-  for (auto &entry : gTransfers.recvs)
-    cudaFreeHost(entry.second.host);
   gTransfers.recvs.clear();
   for (auto &buffers : cuda::gInputStaging)
     for (void *b : buffers)
@@ -891,26 +1060,37 @@ extern "C" void gp_send(gp_step_ctx *ctx, int32_t peer, int32_t tag,
   GP_CUDA_CHECK(cudaMemcpyAsync(s.device[k], buf, static_cast<size_t>(bytes),
                                 cudaMemcpyDeviceToDevice, gState.compute));
   GP_CUDA_CHECK(cudaEventRecord(gTransfers.computeDone, gState.compute));
+  auto host = gTransfers.hostSends.find({peer, tag});
+  if (host != gTransfers.hostSends.end()) {
+    // Host-staged: the next pinned buffer once its last message is sent,
+    // the copy into it on the communication stream, then the worker sends.
+    gpipe::cuda::HostChannel &c = *host->second;
+    gpipe::cuda::startChannel(ctx, c);
+    std::unique_lock<std::mutex> lock(c.mu);
+    const int64_t n = c.issued, size = static_cast<int64_t>(c.pinned.size());
+    gpipe::cuda::waitForChannel(ctx, c, lock, [&] { return c.done > n - size; });
+    size_t b = static_cast<size_t>(n % size);
+    GP_CUDA_CHECK(cudaStreamWaitEvent(gState.comm, gTransfers.computeDone, 0));
+    GP_CUDA_CHECK(cudaMemcpyAsync(c.pinned[b], s.device[k],
+                                  static_cast<size_t>(bytes),
+                                  cudaMemcpyDeviceToHost, gState.comm));
+    GP_CUDA_CHECK(cudaEventRecord(s.free[k], gState.comm));
+    GP_CUDA_CHECK(cudaEventRecord(c.copied[b], gState.comm));
+    c.issued = n + 1;
+    lock.unlock();
+    c.cv.notify_all();
+    return;
+  }
   GP_CUDA_CHECK(cudaStreamWaitEvent(gState.comm, gTransfers.computeDone, 0));
   gpipe::cuda::notePending(ctx, true, peer, tag, bytes);
   const gpipe::cuda::Peer &p = gTransfers.peers[peer];
-  if (p.nccl) {
-    std::string err;
-    if (!gpipe::cuda::settleNccl(
-            p.comm,
-            ncclSend(s.device[k], static_cast<size_t>(bytes), ncclInt8,
-                     p.rankInComm, p.comm, gState.comm),
-            peer, "ncclSend of tag " + std::to_string(tag), err))
-      fatal(ctx, 1, err);
-  } else {
-    GP_CUDA_CHECK(cudaMemcpyAsync(s.host[k], s.device[k],
-                                  static_cast<size_t>(bytes),
-                                  cudaMemcpyDeviceToHost, gState.comm));
-    gpipe::cuda::HostTransfer *op = gTransfers.hostSendOp[s.host[k]];
-    if (!op->ctx) // set once: host functions of earlier sends read it
-      op->ctx = ctx;
-    GP_CUDA_CHECK(cudaLaunchHostFunc(gState.comm, gpipe::cuda::hostSend, op));
-  }
+  std::string err;
+  if (!gpipe::cuda::settleNccl(
+          p.comm,
+          ncclSend(s.device[k], static_cast<size_t>(bytes), ncclInt8,
+                   p.rankInComm, p.comm, gState.comm),
+          peer, "ncclSend of tag " + std::to_string(tag), err))
+    fatal(ctx, 1, err);
   GP_CUDA_CHECK(cudaEventRecord(s.free[k], gState.comm));
   gpipe::cuda::notePendingDone();
 }
@@ -921,28 +1101,37 @@ extern "C" void gp_recv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
   bool found = it != gTransfers.recvs.end();
   gpipe::cuda::checkTransferCall(ctx, "gp_recv", peer, tag, buf, bytes,
                                  found ? it->second.bytes : -1, found);
+  auto host = gTransfers.hostRecvs.find({peer, tag});
+  if (host != gTransfers.hostRecvs.end()) {
+    // Host-staged: wait (here, on the host) until the worker has received
+    // the message, then copy it into the arena on the compute stream, after
+    // every earlier reader of the destination.
+    gpipe::cuda::HostChannel &c = *host->second;
+    gpipe::cuda::startChannel(ctx, c);
+    std::unique_lock<std::mutex> lock(c.mu);
+    const int64_t n = c.issued, size = static_cast<int64_t>(c.pinned.size());
+    gpipe::cuda::waitForChannel(ctx, c, lock, [&] { return c.done > n; });
+    size_t b = static_cast<size_t>(n % size);
+    GP_CUDA_CHECK(cudaMemcpyAsync(buf, c.pinned[b], static_cast<size_t>(bytes),
+                                  cudaMemcpyHostToDevice, gState.compute));
+    GP_CUDA_CHECK(cudaEventRecord(c.copied[b], gState.compute));
+    c.issued = n + 1;
+    lock.unlock();
+    c.cv.notify_all();
+    return;
+  }
   // Compute enqueued so far may still read the destination.
   GP_CUDA_CHECK(cudaEventRecord(gTransfers.computeDone, gState.compute));
   GP_CUDA_CHECK(cudaStreamWaitEvent(gState.comm, gTransfers.computeDone, 0));
   gpipe::cuda::notePending(ctx, false, peer, tag, bytes);
   const gpipe::cuda::Peer &p = gTransfers.peers[peer];
-  if (p.nccl) {
-    std::string err;
-    if (!gpipe::cuda::settleNccl(
-            p.comm,
-            ncclRecv(buf, static_cast<size_t>(bytes), ncclInt8, p.rankInComm,
-                     p.comm, gState.comm),
-            peer, "ncclRecv of tag " + std::to_string(tag), err))
-      fatal(ctx, 1, err);
-  } else {
-    gpipe::cuda::HostTransfer *op = gTransfers.hostRecvOp[{peer, tag}];
-    if (!op->ctx) // set once: host functions of earlier sends read it
-      op->ctx = ctx;
-    GP_CUDA_CHECK(cudaLaunchHostFunc(gState.comm, gpipe::cuda::hostRecv, op));
-    GP_CUDA_CHECK(cudaMemcpyAsync(buf, it->second.host,
-                                  static_cast<size_t>(bytes),
-                                  cudaMemcpyHostToDevice, gState.comm));
-  }
+  std::string err;
+  if (!gpipe::cuda::settleNccl(
+          p.comm,
+          ncclRecv(buf, static_cast<size_t>(bytes), ncclInt8, p.rankInComm,
+                   p.comm, gState.comm),
+          peer, "ncclRecv of tag " + std::to_string(tag), err))
+    fatal(ctx, 1, err);
   gpipe::cuda::notePendingDone();
   GP_CUDA_CHECK(cudaEventRecord(gTransfers.commDone, gState.comm));
   GP_CUDA_CHECK(cudaStreamWaitEvent(gState.compute, gTransfers.commDone, 0));

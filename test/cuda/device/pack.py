@@ -358,11 +358,8 @@ def main():
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
     every = all_cases(os.path.join(REPO, "test", "e2e", "cases.txt"))
-    # As test/e2e/CMakeLists.txt: 1F1B needs buffered sends, which the CUDA
-    # runtime does not have yet (gpipe-compile refuses it).
     cases = [(name, args) for name, args in every
-             if not re.search(r"--schedule[ =]1f1b", " ".join(args))
-             and priority.get(name, 2) in tiers and re.search(a.cases, name)]
+             if priority.get(name, 2) in tiers and re.search(a.cases, name)]
     unknown = set(priority) - {n for n, _ in every}
     if unknown:
         raise SystemExit("pack: priority.txt names cases cases.txt lacks: %s"
