@@ -1705,6 +1705,9 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   result.forwardFlops = costOf(forward);
   result.backwardFlops = costOf(backward);
   result.updateFlops = costOf(update);
+  for (auto &entry : st.deferred)
+    result.weightFlops +=
+        2 * entry.second.rows * entry.second.gCols * entry.second.xCols;
   result.flops =
       (result.forwardFlops + result.backwardFlops) * st.microbatches +
       result.updateFlops;
@@ -1802,6 +1805,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
     ds << "  {"
        << (a.getPhase() == Phase::Forward    ? "GP_FORWARD"
            : a.getPhase() == Phase::Backward ? "GP_BACKWARD"
+           : a.getPhase() == Phase::Weight   ? "GP_WEIGHT"
                                              : "GP_UPDATE")
        << ", " << a.getMicrobatch().value_or(-1) << "},\n";
     result.schedule.push_back(a.getShortName());
@@ -1860,23 +1864,53 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   ss << "  if (ctx->skip_update) {\n"
      << clearAccumulators << "  return;\n  }\n";
   const bool ex = options.cuda || options.bf16; // gp_gemm_ex, not gp_gemm
-  for (auto &entry : st.deferred) {
-    const StageState::DeferredGemm &d = entry.second;
-    int64_t rows = d.rows * st.microbatches;
-    ss << "  // weight gradient of '" << d.param << "' over all "
-       << st.microbatches << " micro-batches\n"
-       << (ex ? "  gp_gemm_ex(1, 0, " : "  gp_gemm(1, 0, ") << d.gCols << ", "
-       << d.xCols << ", " << rows << ", 1.0f, (const float *)(A + " << d.gOffset
-       << "), " << d.gCols << ", (const float *)(A + " << d.xOffset << "), "
-       << d.xCols << ", 1.0f, (float *)(A + " << st.accumulator.lookup(d.param)
-       << "), " << d.xCols
+  // dW += G^T X over `rows` rows of the deferred operands: all of them, or
+  // micro-batch `mb`'s row block.
+  auto deferredGemm = [&](const StageState::DeferredGemm &d, int64_t rows,
+                          bool oneBlock) {
+    auto at = [&](int64_t offset, int64_t cols) {
+      return std::to_string(offset) +
+             (oneBlock ? "LL + mb * " + std::to_string(rows * cols * 4) + "LL"
+                       : std::string());
+    };
+    std::string s;
+    llvm::raw_string_ostream os(s);
+    os << (ex ? "  gp_gemm_ex(1, 0, " : "  gp_gemm(1, 0, ") << d.gCols << ", "
+       << d.xCols << ", " << rows << ", 1.0f, (const float *)(A + "
+       << at(d.gOffset, d.gCols) << "), " << d.gCols
+       << ", (const float *)(A + " << at(d.xOffset, d.xCols) << "), " << d.xCols
+       << ", 1.0f, (float *)(A + " << st.accumulator.lookup(d.param) << "), "
+       << d.xCols
        << (ex ? std::string(", nullptr, 0, ") + st.mathMode() +
                     ", nullptr, nullptr"
               : std::string())
        << ");\n";
-  }
+    return s;
+  };
+  // A schedule with W actions runs each micro-batch's weight-gradient GEMMs
+  // as their own action; otherwise the update runs them over all M.
+  const bool weightActions =
+      llvm::any_of(actions, [](pipeline::ActionAttr a) {
+        return a.getPhase() == pipeline::Phase::Weight;
+      });
+  if (!weightActions)
+    for (auto &entry : st.deferred)
+      ss << "  // weight gradient of '" << entry.second.param << "' over all "
+         << st.microbatches << " micro-batches\n"
+         << deferredGemm(entry.second,
+                         entry.second.rows * st.microbatches, false);
   ss << bodies[2];
   ss << clearAccumulators << "}\n\n";
+  if (weightActions) {
+    ss << "// W of micro-batch mb: its weight-gradient GEMMs, from the operands\n"
+       << "// its backward kept (gpipe-split-weight-grad).\n"
+       << "static void weight(gp_step_ctx *ctx, int64_t mb) {\n"
+       << "  unsigned char *A = ctx->arena;\n  (void)A;\n  (void)mb;\n";
+    for (auto &entry : st.deferred)
+      ss << "  // weight gradient of '" << entry.second.param << "'\n"
+         << deferredGemm(entry.second, entry.second.rows, true);
+    ss << "}\n\n";
+  }
   // bf16: the parameters' bf16 copies start from the loaded weights.
   for (auto &[name, t] : st.paramOrder)
     if (auto it = st.shadowOffset.find(name); it != st.shadowOffset.end())
@@ -1899,7 +1933,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
      << (options.cuda ? "GP_TARGET_CUDA" : "GP_TARGET_CPU") << ", "
      << st.scratchBytes << "LL, " << (st.initBody.empty() ? "nullptr" : "init")
      << ", " << (result.bufferedSends ? 1 : 0) << ", " << st.stateDescs.size()
-     << ", kStates};\n\n"
+     << ", kStates, " << (weightActions ? "weight" : "nullptr") << "};\n\n"
      << "int main(int argc, char **argv) { return gp_main(argc, argv, "
         "&kProgram); }\n";
   return std::move(result);

@@ -71,6 +71,9 @@ struct EmittedStage {
   bool hasLoss = false;
   MemoryPlan memory;
   int64_t forwardFlops = 0, backwardFlops = 0, updateFlops = 0; // per action
+  // Of backwardFlops: the weight-gradient GEMMs gpipe-split-weight-grad
+  // deferred (run by the update, or by W actions).
+  int64_t weightFlops = 0;
   int64_t flops = 0; // one training step (all micro-batches)
 };
 

@@ -297,7 +297,8 @@ private:
     const int64_t slots = plan.getStashSlots();
     std::vector<int64_t> holder(slots, -1); // micro-batch in each slot
     for (ActionAttr a : schedule.getActionList()) {
-      if (a.getPhase() == Phase::Update)
+      // W reads the deferred operands (their own buffers), not the stash.
+      if (a.getPhase() == Phase::Update || a.getPhase() == Phase::Weight)
         continue;
       int64_t mb = *a.getMicrobatch(), slot = mb % slots;
       if (a.getPhase() == Phase::Forward) {

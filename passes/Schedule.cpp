@@ -69,6 +69,9 @@ LogicalResult checkSchedules(ModuleOp module) {
     // Functions run by an earlier action: their per-step transfers are done.
     llvm::SmallPtrSet<Operation *, 3> ran;
     for (ActionAttr a : sched.getActionList()) {
+      // W runs deferred weight-gradient GEMMs, no function: no transfers.
+      if (a.getPhase() == Phase::Weight)
+        continue;
       FlatSymbolRefAttr ref =
           a.getPhase() == Phase::Forward    ? sched.getForwardAttr()
           : a.getPhase() == Phase::Backward ? sched.getBackwardAttr()

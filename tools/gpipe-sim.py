@@ -6,9 +6,10 @@ and the timeline as an SVG (one row per stage, a colour per action kind).
     python3 tools/gpipe-sim.py OUT --trace run.json         # costs measured by gpipe-run --trace
     python3 tools/gpipe-sim.py OUT --svg schedule.svg
     python3 tools/gpipe-sim.py OUT --uniform 1,2,0.5        # every stage: F 1 ms, B 2 ms, U 0.5 ms
+    python3 tools/gpipe-sim.py OUT --uniform 1,1,0.5,1      # ... and W 1 ms (B is then I only)
 
 OUT is a gpipe-compile output directory: `pipeline.json` gives each stage's action list
-(`schedule`: F<i>, B<i>, U), its boundary tensors and its FLOPs per micro-batch. An action
+(`schedule`: F<i>, B<i>, W<i>, U), its boundary tensors and its FLOPs per micro-batch. An action
 starts when its stage is free and its input has arrived: F<i> on stage s > 0 needs stage
 s-1's F<i> activation, B<i> on stage s < K-1 needs stage s+1's B<i> gradient; a transfer takes
 `--latency-us` plus bytes / `--link-gbps` and never blocks its sender (an ideal runtime: what
@@ -16,12 +17,15 @@ a schedule can give, not what MPI's progress makes of it). Several steps are sim
 after the other (a stage starts step n+1 after its update of step n); the step time is the
 last step's, between the loss stage's updates.
 
-Costs, per stage and action kind (forward, backward, update):
-- default: the compiler's FLOPs (`forward_flops_per_microbatch`, `backward_flops_per_microbatch`,
-  the rest of `flops_per_step` for the update) at `--gflops` GFLOP/s;
+Costs, per stage and action kind (forward, backward, weight, update):
+- default: the compiler's FLOPs at `--gflops` GFLOP/s: F `forward_flops_per_microbatch`; B
+  `backward_flops_per_microbatch` less `weight_flops_per_microbatch` (the weight-gradient GEMMs
+  gpipe-split-weight-grad deferred); W those GEMMs, when the schedule has W actions, else the
+  update runs them for all M micro-batches (as the generated code does), plus the rest of
+  `flops_per_step`;
 - `--trace FILE`: the means of what gpipe-run measured (an action's span minus the transfer
   waits inside it), skipping the first `--skip-steps` steps;
-- `--uniform F,B,U`: the same milliseconds on every stage.
+- `--uniform F,B,U[,W]`: the same milliseconds on every stage (W 0 when not given).
 
 Activation memory: the most micro-batches a stage holds at once (forwards done whose backward
 has not run) times its `activation_bytes_per_microbatch`, as gpipe-plan-memory stashes them.
@@ -33,8 +37,8 @@ import os
 import statistics
 import sys
 
-KINDS = {"F": "forward", "B": "backward", "U": "update"}
-COLOURS = {"F": "#4e79a7", "B": "#59a14f", "U": "#9c9c9c"}
+KINDS = {"F": "forward", "B": "backward", "W": "weight", "U": "update"}
+COLOURS = {"F": "#4e79a7", "B": "#59a14f", "W": "#f28e2b", "U": "#9c9c9c"}
 
 
 class SimError(Exception):
@@ -58,7 +62,7 @@ def parse_action(a, stage):
     kind, rest = a[:1], a[1:]
     if kind == "U" and not rest:
         return kind, None
-    if kind in ("F", "B") and rest.isdigit():
+    if kind in ("F", "B", "W") and rest.isdigit():
         return kind, int(rest)
     raise SimError("stage %d: unknown action %r in pipeline.json's schedule" % (stage, a))
 
@@ -69,8 +73,13 @@ def flop_costs(p, gflops):
     for s in p["stages"]:
         f = s["forward_flops_per_microbatch"]
         b = s["backward_flops_per_microbatch"]
+        w = s.get("weight_flops_per_microbatch", 0)
         u = max(0, s["flops_per_step"] - M * (f + b))
-        costs.append({k: v / (gflops * 1e9) * 1e3 for k, v in (("F", f), ("B", b), ("U", u))})
+        if not any(a.startswith("W") for a in s["schedule"]):
+            u, w = u + M * w, 0  # the update runs the deferred GEMMs
+        costs.append({k: v / (gflops * 1e9) * 1e3
+                      for k, v in (("F", f), ("B", b - s.get("weight_flops_per_microbatch", 0)),
+                                   ("W", w), ("U", u))})
     return costs
 
 
@@ -82,9 +91,10 @@ def trace_costs(p, path, skip):
         raise SimError("cannot read the trace %s: %s" % (path, e))
     events = d["traceEvents"] if isinstance(d, dict) else d
     spans = [e for e in events if e.get("ph") == "X"]
-    durs = [{"F": [], "B": [], "U": []} for _ in p["stages"]]
+    durs = [{"F": [], "B": [], "W": [], "U": []} for _ in p["stages"]]
     for e in spans:
-        if e.get("cat") != "action" or e["name"] not in ("forward", "backward", "update"):
+        if e.get("cat") != "action" or e["name"] not in ("forward", "backward", "weight",
+                                                          "update"):
             continue
         stage, step = e["pid"], e.get("args", {}).get("step", 0)
         if stage >= len(durs) or step <= skip:
@@ -94,7 +104,7 @@ def trace_costs(p, path, skip):
         waited = sum(w["dur"] for w in spans
                      if w["pid"] == stage and w.get("cat") == "transfer"
                      and w["ts"] >= t0 and w["ts"] + w["dur"] <= t1)
-        kind = {"forward": "F", "backward": "B", "update": "U"}[e["name"]]
+        kind = {"forward": "F", "backward": "B", "weight": "W", "update": "U"}[e["name"]]
         durs[stage][kind].append((e["dur"] - waited) / 1e3)
     costs = []
     for s, d in enumerate(durs):
@@ -213,7 +223,8 @@ def main(argv=None):
     ap.add_argument("out", help="a gpipe-compile output directory (pipeline.json)")
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--trace", help="per-action costs (means) from this gpipe-run --trace file")
-    g.add_argument("--uniform", metavar="F,B,U", help="the same costs (ms) on every stage")
+    g.add_argument("--uniform", metavar="F,B,U[,W]",
+                   help="the same costs (ms) on every stage")
     ap.add_argument("--gflops", type=float, default=50.0,
                     help="FLOP rate of the compiler's costs (default 50 GFLOP/s)")
     ap.add_argument("--skip-steps", type=int, default=3,
@@ -230,10 +241,14 @@ def main(argv=None):
             costs, source = trace_costs(p, a.trace, a.skip_steps), "measured (%s)" % a.trace
         elif a.uniform:
             try:
-                f, b, u = (float(v) for v in a.uniform.split(","))
+                v = [float(x) for x in a.uniform.split(",")]
+                if len(v) not in (3, 4):
+                    raise ValueError
             except ValueError:
-                raise SimError("--uniform must be F,B,U in milliseconds, got %r" % a.uniform)
-            costs = [{"F": f, "B": b, "U": u} for _ in p["stages"]]
+                raise SimError("--uniform must be F,B,U or F,B,U,W in milliseconds, got %r"
+                               % a.uniform)
+            costs = [{"F": v[0], "B": v[1], "U": v[2], "W": v[3] if len(v) > 3 else 0.0}
+                     for _ in p["stages"]]
             source = "uniform"
         else:
             if a.gflops <= 0:
@@ -254,8 +269,9 @@ def main(argv=None):
     print("step %.3f ms, bubble %.1f%%" % (step_ms, 100 * bubble))
     for s in range(K):
         c = costs[s]
-        print("  stage %d: F %.3f B %.3f U %.3f ms; busy %.3f ms (%.1f%%); peak activations "
-              "%d micro-batches, %.2f MiB" % (s, c["F"], c["B"], c["U"], busy[s],
+        print("  stage %d: F %.3f B %.3f W %.3f U %.3f ms; busy %.3f ms (%.1f%%); peak "
+              "activations %d micro-batches, %.2f MiB" % (s, c["F"], c["B"], c["W"], c["U"],
+                                                         busy[s],
                                                100 * busy[s] / step_ms, peaks[s][0],
                                                peaks[s][1] / 2**20))
     if a.svg:

@@ -34,6 +34,7 @@ manifest::Stage stageOf(int64_t index, const EmittedStage &stage) {
   out.flopsPerStep = stage.flops;
   out.forwardFlopsPerMicrobatch = stage.forwardFlops;
   out.backwardFlopsPerMicrobatch = stage.backwardFlops;
+  out.weightFlopsPerMicrobatch = stage.weightFlops;
   for (const EmittedInput &in : stage.inputs)
     out.inputs.push_back(in.name);
   for (const EmittedParam &p : stage.params)

@@ -13,7 +13,11 @@ def Pipe_Phase : I32EnumAttr<"Phase",
     "pipeline phase (which of its stage's functions an action runs)", [
       I32EnumAttrCase<"Forward", 0, "forward">,
       I32EnumAttrCase<"Backward", 1, "backward">,
-      I32EnumAttrCase<"Update", 2, "update">]> {
+      I32EnumAttrCase<"Update", 2, "update">,
+      // An action only: the weight-gradient GEMMs of one micro-batch that
+      // gpipe-split-weight-grad deferred out of its backward (zero-bubble
+      // schedules' W). No function has this phase.
+      I32EnumAttrCase<"Weight", 3, "weight">]> {
   let cppNamespace = "::gpipe::pipeline";
   let genSpecializedAttr = 0;
 }
@@ -36,18 +40,22 @@ def Pipe_ActionAttr : AttrDef<Pipe_Dialect, "Action"> {
   let summary = "one action of a stage's schedule";
   let description = [{
     Runs the stage's function of `phase`: the forward or the backward of
-    micro-batch `mb`, or the optimizer update (which has no micro-batch).
+    micro-batch `mb`, or the optimizer update (which has no micro-batch);
+    `weight` runs micro-batch `mb`'s weight-gradient GEMMs, which
+    gpipe-split-weight-grad moved out of its backward (a zero-bubble
+    schedule's W: the backward is then only the input gradient, I).
     `chunk` is the model chunk the action runs, for interleaved schedules
     (several chunks per stage); it is 0, and not printed, otherwise.
 
     ```mlir
     #pipe.action<forward, mb = 3>
     #pipe.action<backward, mb = 0>
+    #pipe.action<weight, mb = 0>
     #pipe.action<update>
     ```
 
     Outside the IR (pipeline.json, --explain, diagnostics) an action is
-    written `F3`, `B0`, `U` (`getShortName`).
+    written `F3`, `B0`, `W0`, `U` (`getShortName`).
   }];
   let parameters = (ins EnumParameter<Pipe_Phase>:$phase,
                         OptionalParameter<"std::optional<int64_t>">:$microbatch,
@@ -65,8 +73,8 @@ def Pipe_ActionAttr : AttrDef<Pipe_Dialect, "Action"> {
     }]>
   ];
   let extraClassDeclaration = [{
-    /// "F3", "B0", "U" (the chunk is not shown: pipe.schedule only accepts
-    /// chunk 0).
+    /// "F3", "B0", "W0", "U" (the chunk is not shown: pipe.schedule only
+    /// accepts chunk 0).
     std::string getShortName() const;
   }];
 }

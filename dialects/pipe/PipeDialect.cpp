@@ -93,6 +93,8 @@ std::string ActionAttr::getShortName() const {
     return "F" + std::to_string(*getMicrobatch());
   case Phase::Backward:
     return "B" + std::to_string(*getMicrobatch());
+  case Phase::Weight:
+    return "W" + std::to_string(*getMicrobatch());
   case Phase::Update:
     break;
   }
@@ -198,7 +200,8 @@ LogicalResult PipeDialect::verifyOperationAttribute(Operation *op,
     if (!isa<FunctionOpInterface>(op))
       return op->emitOpError()
              << "attribute '" << name.getValue() << "' belongs on a function";
-    if (!string || !symbolizePhase(string.getValue()))
+    if (!string || !symbolizePhase(string.getValue()) ||
+        *symbolizePhase(string.getValue()) == Phase::Weight)
       return expected("\"forward\", \"backward\" or \"update\"");
     return success();
   }

@@ -195,8 +195,8 @@ LogicalResult ScheduleOp::verify() {
     return emitOpError("the module's pipe.microbatches must be in [1, 2^20], "
                        "got ")
            << m;
-  SmallVector<int> forwardAt(m, -1), backwardAt(m, -1);
-  int updates = 0;
+  SmallVector<int> forwardAt(m, -1), backwardAt(m, -1), weightAt(m, -1);
+  int updates = 0, weights = 0;
   for (auto [i, a] : llvm::enumerate(actions)) {
     if (a.getPhase() == Phase::Update) {
       if (i + 1 != actions.size())
@@ -209,19 +209,36 @@ LogicalResult ScheduleOp::verify() {
       return emitOpError("action #")
              << i << " names micro-batch " << mb << " but there are " << m
              << " (module attribute pipe.microbatches)";
-    auto &at = a.getPhase() == Phase::Forward ? forwardAt : backwardAt;
+    auto &at = a.getPhase() == Phase::Forward    ? forwardAt
+               : a.getPhase() == Phase::Backward ? backwardAt
+                                                 : weightAt;
     if (at[mb] >= 0)
       return emitOpError("action #") << i << " repeats " << a.getShortName();
     at[mb] = i;
     if (a.getPhase() == Phase::Backward && forwardAt[mb] < 0)
       return emitOpError("action #")
              << i << ": B" << mb << " comes before F" << mb;
+    if (a.getPhase() == Phase::Weight) {
+      ++weights;
+      // W needs the operands its micro-batch's backward (I) keeps.
+      if (backwardAt[mb] < 0)
+        return emitOpError("action #")
+               << i << ": W" << mb << " comes before B" << mb
+               << " (the weight gradient needs the backward's operands)";
+    }
   }
   for (int64_t k = 0; k < m; ++k)
     if (forwardAt[k] < 0 || backwardAt[k] < 0)
       return emitOpError("micro-batch ")
              << k << " lacks its "
              << (forwardAt[k] < 0 ? "forward" : "backward");
+  // Either the backwards keep their weight gradients (no W), or every
+  // micro-batch has its W.
+  for (int64_t k = 0; weights > 0 && k < m; ++k)
+    if (weightAt[k] < 0)
+      return emitOpError("micro-batch ")
+             << k << " lacks its weight-gradient action W" << k
+             << ": a schedule with W actions needs one per micro-batch";
   if (updates != 1)
     return emitOpError("needs exactly one update action 'U'");
   if (std::optional<uint64_t> attr = getStashSlots()) {
@@ -244,7 +261,7 @@ LogicalResult ScheduleOp::verify() {
                  << " of " << slots << ", still held by micro-batch " << h
                  << " (whose backward has not run)";
         h = mb;
-      } else {
+      } else if (a.getPhase() == Phase::Backward) {
         h = -1;
       }
     }

@@ -15,6 +15,12 @@ static const Schedule kSchedules[] = {
      "forward and one backward in turn, then the remaining backwards; stage "
      "s stashes at most K-s micro-batches",
      Sends::Buffered, generateOneFOneB},
+    {"zbh1",
+     "ZB-H1 (zero bubble, 1F1B's memory): backwards split into B (input "
+     "gradient) and W (weight-gradient GEMMs, their own actions), the W's "
+     "run where a stage would wait; stage s stashes at most K-s "
+     "micro-batches",
+     Sends::Buffered, generateZBH1},
 };
 
 llvm::ArrayRef<Schedule> all() { return kSchedules; }

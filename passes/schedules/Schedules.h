@@ -35,12 +35,13 @@ struct Schedule {
 llvm::ArrayRef<Schedule> all();
 /// The schedule named `name`, or null.
 const Schedule *lookup(llvm::StringRef name);
-/// "gpipe, 1f1b": the registered names, for messages.
+/// "gpipe, 1f1b, zbh1": the registered names, for messages.
 std::string names();
 
 // The generators (one file each).
 Table generateGPipe(mlir::MLIRContext *ctx, int64_t k, int64_t m);
 Table generateOneFOneB(mlir::MLIRContext *ctx, int64_t k, int64_t m);
+Table generateZBH1(mlir::MLIRContext *ctx, int64_t k, int64_t m);
 
 } // namespace schedules
 } // namespace gpipe

@@ -14,7 +14,10 @@ std::string phaseName(int32_t phase) {
 std::string actionName(const gp_action &a) {
   if (a.kind == GP_UPDATE)
     return "U";
-  return (a.kind == GP_FORWARD ? "F" : "B") + std::to_string(a.microbatch);
+  return (a.kind == GP_FORWARD   ? "F"
+          : a.kind == GP_WEIGHT ? "W"
+                                : "B") +
+         std::to_string(a.microbatch);
 }
 
 } // namespace

@@ -43,9 +43,11 @@ bool writeHeartbeat() {
   char doing[160];
   int32_t kind = gKind.load();
   long long step = static_cast<long long>(gStep.load());
-  if (kind == GP_FORWARD || kind == GP_BACKWARD)
+  if (kind == GP_FORWARD || kind == GP_BACKWARD || kind == GP_WEIGHT)
     std::snprintf(doing, sizeof doing, "step %lld, %s of micro-batch %d", step,
-                  kind == GP_FORWARD ? "forward" : "backward",
+                  kind == GP_FORWARD    ? "forward"
+                  : kind == GP_BACKWARD ? "backward"
+                                        : "weight gradients",
                   gMicrobatch.load());
   else if (kind == GP_UPDATE)
     std::snprintf(doing, sizeof doing, "step %lld, optimizer update", step);

@@ -154,7 +154,16 @@ void statusReset();
 // the stages of one host. Called from the step loop's thread only.
 //===----------------------------------------------------------------------===//
 
-enum class TimedKind { Forward, Backward, Update, Send, Recv, StepEnd, Eval };
+enum class TimedKind {
+  Forward,
+  Backward,
+  Update,
+  Send,
+  Recv,
+  StepEnd,
+  Eval,
+  Weight
+};
 
 /// CLOCK_MONOTONIC in nanoseconds.
 int64_t timingNowNs();

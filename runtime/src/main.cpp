@@ -433,6 +433,9 @@ int StageRun::checkProgram() {
     case GP_BACKWARD:
       ok = p.backward && a.microbatch >= 0 && a.microbatch < p.microbatches;
       break;
+    case GP_WEIGHT:
+      ok = p.weight && a.microbatch >= 0 && a.microbatch < p.microbatches;
+      break;
     case GP_UPDATE:
       ok = p.update != nullptr;
       break;
@@ -1050,10 +1053,13 @@ int StageRun::runSteps() {
       ctx.first_sample = rt_.miniFirst + a.microbatch * rt_.microRows;
       if (a.kind == GP_FORWARD)
         program_->forward(&ctx, a.microbatch);
+      else if (a.kind == GP_WEIGHT)
+        program_->weight(&ctx, a.microbatch);
       else
         program_->backward(&ctx, a.microbatch);
-      timingAction(a.kind == GP_FORWARD ? TimedKind::Forward
-                                        : TimedKind::Backward,
+      timingAction(a.kind == GP_FORWARD  ? TimedKind::Forward
+                   : a.kind == GP_WEIGHT ? TimedKind::Weight
+                                         : TimedKind::Backward,
                    s, a.microbatch, actionStartNs, timingNowNs());
     }
     // Asynchronous targets finish the step's work here, and report its loss

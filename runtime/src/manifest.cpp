@@ -110,6 +110,8 @@ void fieldsOf(S &s, F &&f, const Manifest &) {
     Presence::Always);
   f("backward_flops_per_microbatch", s.backwardFlopsPerMicrobatch,
     Presence::Always);
+  f("weight_flops_per_microbatch", s.weightFlopsPerMicrobatch,
+    Presence::Always);
   f("inputs", s.inputs, Presence::Always);
   f("params", s.params, Presence::Required);
   f("memory", s.memory, Presence::Always);

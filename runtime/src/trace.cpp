@@ -44,6 +44,8 @@ const char *kindName(TimedKind k) {
     return "step end";
   case TimedKind::Eval:
     return "eval forward";
+  case TimedKind::Weight:
+    return "weight";
   }
   return "?";
 }

@@ -6,8 +6,8 @@ exports it to ONNX and runs gpipe-compile --target cuda --cuda-arch 90 as one
 stage and as 2 stages x 2 micro-batches (1 for models that cannot be split);
 resnet18 (the largest: 20 convolutions and BatchNorms, slow to compile) only as
 one stage, and with batch 8 (its 2 x 2 form adds no op that vgg_bn's does not);
-every other model's 2-stage form (odd positions in the sorted list) with
---schedule 1f1b, whose programs ask the runtime for buffered sends,
+the 2-stage forms in turn with --schedule gpipe, 1f1b (whose programs ask the
+runtime for buffered sends) and zbh1 (W actions: a weight function),
 then checks the stage executables
 (sm_90 SASS, NCCL and cuBLASLt linked) with check_cuda_binaries.py. Every op the
 CPU target supports thus goes through nvcc: generated kernels, cuBLASLt GEMMs,
@@ -58,7 +58,7 @@ def main():
     mine = names[shard::shards]
     print("models %d/%d: %s" % (shard, shards, " ".join(mine)), flush=True)
     for name in mine:
-        schedule = "1f1b" if names.index(name) % 2 else "gpipe"
+        schedule = ("gpipe", "1f1b", "zbh1")[names.index(name) % 3]
         onnx_path = os.path.join(work, name + ".onnx")
         models.export_named(name, onnx_path, batch_size=8 if name in ONE_STAGE_ONLY else 16)
         for flags in (["--precision", "fp32"],

@@ -179,6 +179,9 @@ def parse_args(argv):
                     help="gpipe-compile --precision (the reference program gets it too); "
                     "with bf16 the comparison with torch (fp32) uses --bf16-tol and the run "
                     "must differ from torch by more than 1e-6 (the rounding happens)")
+    ap.add_argument("--ref-tol", dest="ref_tol_arg", type=float, default=None,
+                    help="tolerance against the reference program (default --tol); e.g. "
+                         "1e-6 for a schedule against the same pipeline under GPipe")
     ap.add_argument("--bf16-tol", type=float, default=5e-2,
                     help="bf16: tolerance against torch's fp32 training")
     ap.add_argument("--expect-ops", default=None, metavar="OP=N,...",
@@ -265,6 +268,8 @@ def parse_args(argv):
         a.torch_tol = float("inf")
         a.compare_single = True
     a.ref_tol = 1e-3 if a.precision == "bf16" and a.target == "cuda" else a.tol
+    if a.ref_tol_arg is not None and a.target == "cpu":
+        a.ref_tol = a.ref_tol_arg
     if a.target == "cuda" and a.precision != "bf16":
         # cuBLASLt's summation order and nvcc's FMA contraction (the CPU stages
         # build without contraction) differ from the CPU target's by more than

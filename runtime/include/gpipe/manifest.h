@@ -75,11 +75,14 @@ struct Stage {
   std::string weights = "weights"; // initial weights, relative to OUT
   int64_t flopsPerStep = 0;
   int64_t forwardFlopsPerMicrobatch = 0, backwardFlopsPerMicrobatch = 0;
+  // Of the backward's: the deferred weight-gradient GEMMs (the update's, or
+  // the W actions').
+  int64_t weightFlopsPerMicrobatch = 0;
   std::vector<std::string> inputs; // graph inputs read from --data
   std::vector<Param> params;
   Memory memory;
   std::vector<Boundary> boundaries;
-  std::vector<std::string> schedule; // "F0", ..., "B0", "U"
+  std::vector<std::string> schedule; // "F0", ..., "B0", "W0", "U"
 };
 
 /// The whole of pipeline.json. The reader leaves a field that is absent

@@ -72,11 +72,12 @@ struct gp_step_ctx {
 enum gp_action_kind : int32_t {
   GP_FORWARD = 0,
   GP_BACKWARD = 1,
-  GP_UPDATE = 2
+  GP_UPDATE = 2,
+  GP_WEIGHT = 3 // a micro-batch's deferred weight-gradient GEMMs (W)
 };
 struct gp_action {
   gp_action_kind kind;
-  int32_t microbatch; // forward/backward: which micro-batch; update: -1
+  int32_t microbatch; // forward/backward/weight: which micro-batch; update: -1
 };
 
 /// One tensor crossing the stage's boundary, as the compiler checked it and
@@ -137,6 +138,10 @@ struct gp_program {
                           // with a worker thread); 0: blocking sends
   int32_t num_states;     // optimizer state tensors (checkpoints)
   const gp_state_desc *states;
+  // Zero-bubble schedules: micro-batch mb's weight-gradient GEMMs, which its
+  // backward left (GP_WEIGHT actions); null when the schedule has none (the
+  // update then computes them over all micro-batches).
+  void (*weight)(gp_step_ctx *ctx, int64_t microbatch);
 };
 
 /// Entry point of every stage executable: parses the command line, joins the

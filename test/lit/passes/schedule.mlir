@@ -10,6 +10,10 @@
 // RUN: gpipe-opt %s --split-input-file --gpipe-schedule=schedule=1f1b | FileCheck %s --check-prefix=ONEF
 // RUN: gpipe-opt %s --split-input-file --gpipe-schedule=schedule=1f1b | gpipe-opt --split-input-file --gpipe-check-schedule | FileCheck %s --check-prefix=ONEF
 // RUN: gpipe-opt %s --split-input-file --gpipe-schedule=schedule=gpipe | gpipe-opt --split-input-file --gpipe-check-schedule | FileCheck %s
+// ZB-H1 (schedule=zbh1): 1F1B's order and stash (min(K-s, M) slots), the
+// backward split into B and W; each W as soon as the stage would wait, the
+// rest before the update.
+// RUN: gpipe-opt %s --split-input-file --gpipe-schedule=schedule=zbh1 | gpipe-opt --split-input-file --gpipe-check-schedule | FileCheck %s --check-prefix=ZB
 // The driver's whole pipeline on the example MLP, K = 3, M = 4 and M = 1:
 // RUN: gpipe-compile %examples/mlp.onnx --emit mlir -o - --stages 3 --microbatches 4 | FileCheck %s --check-prefix=M4
 // RUN: gpipe-compile %examples/mlp.onnx --emit mlir -o - --stages 3 --microbatches 1 --remat none | FileCheck %s --check-prefix=M1
@@ -41,6 +45,11 @@
 // ONEF-NEXT: pipe.schedule stage 1 forward @s1_f backward @s1_b update @s1_u actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<forward, mb = 2>, #pipe.action<backward, mb = 1>, #pipe.action<forward, mb = 3>, #pipe.action<backward, mb = 2>, #pipe.action<backward, mb = 3>, #pipe.action<update>] stash_slots 2{{$}}
 // ONEF-NEXT: pipe.schedule stage 2 forward @s2_f backward @s2_b update @s2_u actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1>, #pipe.action<forward, mb = 2>, #pipe.action<backward, mb = 2>, #pipe.action<forward, mb = 3>, #pipe.action<backward, mb = 3>, #pipe.action<update>] stash_slots 1{{$}}
 // ONEF-NEXT: }
+// ZB-LABEL: module attributes {pipe.microbatches = 4 : i64, pipe.schedule = "zbh1", pipe.sends = "buffered", pipe.stages = 3 : i64}
+// ZB: pipe.schedule stage 0 forward @s0_f backward @s0_b update @s0_u actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<forward, mb = 2>, #pipe.action<backward, mb = 0>, #pipe.action<forward, mb = 3>, #pipe.action<backward, mb = 1>, #pipe.action<weight, mb = 0>, #pipe.action<backward, mb = 2>, #pipe.action<weight, mb = 1>, #pipe.action<backward, mb = 3>, #pipe.action<weight, mb = 2>, #pipe.action<weight, mb = 3>, #pipe.action<update>] stash_slots 3{{$}}
+// ZB-NEXT: pipe.schedule stage 1 forward @s1_f backward @s1_b update @s1_u actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<forward, mb = 2>, #pipe.action<backward, mb = 1>, #pipe.action<forward, mb = 3>, #pipe.action<backward, mb = 2>, #pipe.action<weight, mb = 0>, #pipe.action<backward, mb = 3>, #pipe.action<weight, mb = 1>, #pipe.action<weight, mb = 2>, #pipe.action<weight, mb = 3>, #pipe.action<update>] stash_slots 2{{$}}
+// ZB-NEXT: pipe.schedule stage 2 forward @s2_f backward @s2_b update @s2_u actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1>, #pipe.action<forward, mb = 2>, #pipe.action<backward, mb = 2>, #pipe.action<forward, mb = 3>, #pipe.action<backward, mb = 3>, #pipe.action<weight, mb = 0>, #pipe.action<weight, mb = 1>, #pipe.action<weight, mb = 2>, #pipe.action<weight, mb = 3>, #pipe.action<update>] stash_slots 1{{$}}
+// ZB-NEXT: }
 module attributes {pipe.microbatches = 4 : i64, pipe.stages = 3 : i64} {
   func.func @s0_f(%x: tensor<4x8xf32>) attributes {pipe.phase = "forward", pipe.stage = 0 : i64} {
     pipe.send %x to 1 tag 0 : tensor<4x8xf32>

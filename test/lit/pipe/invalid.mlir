@@ -524,7 +524,7 @@ module {
   func.func @s() attributes {pipe.stage = 0 : i64} {
     return
   }
-  // expected-error @+1 {{expected one of [forward, backward, update] for pipeline phase (which of its stage's functions an action runs), got: wait}}
+  // expected-error @+1 {{expected one of [forward, backward, update, weight] for pipeline phase (which of its stage's functions an action runs), got: wait}}
   pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<wait, mb = 0>]
 }
 
@@ -839,5 +839,59 @@ func.func @deferred_not_weight_grad(%a: tensor<4x8xf32>, %b: tensor<8x3xf32>) {
   %g = nn.gemm %a, %b : (tensor<4x8xf32>, tensor<8x3xf32>) -> tensor<4x3xf32>
   // expected-error @+1 {{'pipe.accumulate_grad' op 'deferred' needs a weight-gradient GEMM A^T B (transA, no transB, alpha 1)}}
   pipe.accumulate_grad %g to @w {in_place, deferred} : tensor<4x3xf32>
+  return
+}
+
+// -----
+
+// pipe.schedule: a micro-batch's weight-gradient action (W) needs the
+// operands its backward keeps, so it comes after that backward.
+module attributes {pipe.microbatches = 2 : i64} {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op action #3: W1 comes before B1 (the weight gradient needs the backward's operands)}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<weight, mb = 1>, #pipe.action<backward, mb = 1>, #pipe.action<weight, mb = 0>, #pipe.action<update>]
+}
+
+// -----
+
+// pipe.schedule: with W actions, every micro-batch has its W (else its
+// weight gradient would never be computed).
+module attributes {pipe.microbatches = 2 : i64} {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op micro-batch 1 lacks its weight-gradient action W1: a schedule with W actions needs one per micro-batch}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<weight, mb = 0>, #pipe.action<backward, mb = 1>, #pipe.action<update>]
+}
+
+// -----
+
+// pipe.schedule: each W once.
+module attributes {pipe.microbatches = 1 : i64} {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op action #3 repeats W0}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<weight, mb = 0>, #pipe.action<weight, mb = 0>, #pipe.action<update>]
+}
+
+// -----
+
+// A weight action needs a micro-batch.
+module {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  // expected-error @+1 {{a weight action needs a micro-batch (mb = <m>)}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<weight>, #pipe.action<update>]
+}
+
+// -----
+
+// No function runs in the weight phase: W actions run the deferred GEMMs.
+// expected-error @+1 {{'func.func' op attribute 'pipe.phase' must be "forward", "backward" or "update", got "weight"}}
+func.func @w() attributes {pipe.stage = 0 : i64, pipe.phase = "weight"} {
   return
 }
