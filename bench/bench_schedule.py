@@ -1,21 +1,23 @@
 #!/usr/bin/python3
-"""GPipe vs 1F1B: step time and peak resident memory of each stage process.
+"""GPipe vs 1F1B vs ZB-H1: step time and peak resident memory of each stage process.
 
 Model: test/e2e/models.py mlp_deep (as bench_step.py and bench_pipeline.py): 8 x (Linear
 1024 -> 1024 + ReLU) + Linear 1024 -> 10, cross-entropy, batch 256, SGD lr 0.01. One export,
-compiled twice with the same --stages K --microbatches M --remat R, once per schedule
-(--schedule gpipe, --schedule 1f1b). Both must give the same loss curve (1e-5 relative).
+compiled with the same --stages K --microbatches M --remat R, once per schedule of
+--schedules (default gpipe,1f1b,zbh1). All must give GPipe's loss curve (1e-5 relative).
 
 Each run starts the K stage programs itself, under Open MPI's mpirun (as gpipe-run does),
 with every rank wrapped in /usr/bin/time so that each stage process reports its peak resident
 set (ru_maxrss); step time is the median of the loss stage's --log-json "ms" after the
-warm-up steps. Rounds alternate the two schedules; the ratios are per round, then the median.
+warm-up steps. Rounds run the schedules in turn, the order reversed every other round; the
+ratios (GPipe's step time over each schedule's) are per round, then the median.
 Beside the measurements, the compiler's own prediction of each stage's activation memory
 (pipeline.json: in_flight_microbatches x activation_bytes_per_microbatch).
 
 Usage:
   /usr/bin/python3 bench/bench_schedule.py --bin build/bin [--stages 2] [--microbatches 8]
       [--remat none] [--steps 20] [--warmup 3] [--repeat 3] [--workdir DIR]
+      [--schedules gpipe,1f1b,zbh1]
 """
 
 import argparse
@@ -38,7 +40,7 @@ import numpy as np  # noqa: E402
 
 from bench_step import cpu_model, env_for, sh  # noqa: E402
 
-SCHEDULES = ("gpipe", "1f1b")
+SCHEDULES = ("gpipe", "1f1b", "zbh1")
 
 
 def run_once(a, out, steps, log_json):
@@ -87,12 +89,15 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--workdir", default="/tmp/gpipe_bench_schedule")
+    ap.add_argument("--schedules", default=",".join(SCHEDULES),
+                    help="the schedules compared with gpipe (always included)")
     a = ap.parse_args()
+    schedules = ["gpipe"] + [s for s in a.schedules.split(",") if s and s != "gpipe"]
     import models  # noqa: E402
     import torch  # noqa: E402
 
     os.makedirs(os.path.join(a.workdir, "data"), exist_ok=True)
-    print("# GPipe vs 1F1B (bench/bench_schedule.py)\n")
+    print("# Schedules: %s (bench/bench_schedule.py)\n" % ", ".join(schedules))
     print("machine: %s, %d CPUs, AVX-512: %s" % (
         cpu_model(), os.cpu_count(),
         sh("grep -o 'avx512[a-z]*' /proc/cpuinfo | sort -u | tr '\\n' ' '") or "none"))
@@ -106,7 +111,7 @@ def main():
     models.export(models.MlpDeep(), x[:a.batch_size], y[:a.batch_size], model_path)
 
     predicted = {}
-    for sched in SCHEDULES:
+    for sched in schedules:
         out = os.path.join(a.workdir, "out_" + sched)
         shutil.rmtree(out, ignore_errors=True)
         subprocess.run([os.path.join(a.bin, "gpipe-compile"), model_path, "-o", out,
@@ -119,11 +124,11 @@ def main():
                              st["memory"]["activation_bytes"], st["memory"]["arena_bytes"])
                             for st in pj["stages"]]
 
-    ms = {s: [] for s in SCHEDULES}
-    rss = {s: [] for s in SCHEDULES}
+    ms = {s: [] for s in schedules}
+    rss = {s: [] for s in schedules}
     curves = {}
     for rnd in range(a.repeat):
-        order = SCHEDULES if rnd % 2 == 0 else SCHEDULES[::-1]
+        order = schedules if rnd % 2 == 0 else schedules[::-1]
         for sched in order:
             r, rows = run_once(a, os.path.join(a.workdir, "out_" + sched),
                                a.warmup + a.steps,
@@ -134,30 +139,35 @@ def main():
             print("round %d %-5s: %.2f ms/step, peak RSS per stage %s KiB"
                   % (rnd + 1, sched, ms[sched][-1], ", ".join(map(str, r))), flush=True)
 
-    worst = max(abs(p - q) / max(abs(q), 1e-12)
-                for p, q in zip(curves["1f1b"], curves["gpipe"]))
-    print("\nloss curves: 1f1b vs gpipe, worst relative difference %.2e (%s)"
-          % (worst, "ok" if worst <= 1e-5 else "DIFFER"))
+    worst = 0.0
+    for sched in schedules[1:]:
+        w = max(abs(p - q) / max(abs(q), 1e-12)
+                for p, q in zip(curves[sched], curves["gpipe"]))
+        worst = max(worst, w)
+        print("\nloss curves: %s vs gpipe, worst relative difference %.2e (%s)"
+              % (sched, w, "ok" if w <= 1e-5 else "DIFFER"))
     print("\nK = %d, M = %d, remat %s, batch %d, %d measured steps after %d warm-up, "
           "%d rounds\n" % (a.stages, a.microbatches, a.remat, a.batch_size, a.steps,
                            a.warmup, a.repeat))
     print("| schedule | ms/step (median of rounds) | stage | peak RSS, median (MiB) "
           "| predicted activations (in flight x per micro-batch) | arena (MiB) |")
     print("|---|---:|---:|---:|---|---:|")
-    for sched in SCHEDULES:
+    for sched in schedules:
         for s in range(a.stages):
             med = statistics.median(r[s] for r in rss[sched]) / 1024.0
             inflight, act, arena = predicted[sched][s]
             print("| %s | %s | %d | %.1f | %d x = %.2f MiB | %.1f |"
                   % (sched, "%.2f" % statistics.median(ms[sched]) if s == 0 else "", s, med,
                      inflight, act / 2**20, arena / 2**20))
-    ratios = [g / f for g, f in zip(ms["gpipe"], ms["1f1b"])]
-    print("\nstep time gpipe / 1f1b per round: %s (median %.3f; > 1: 1F1B faster)"
-          % (", ".join("%.3f" % r for r in ratios), statistics.median(ratios)))
-    for s in range(a.stages):
-        d = [(g[s] - f[s]) / 1024.0 for g, f in zip(rss["gpipe"], rss["1f1b"])]
-        print("stage %d peak RSS gpipe - 1f1b per round: %s MiB" % (
-            s, ", ".join("%.1f" % v for v in d)))
+    for sched in schedules[1:]:
+        ratios = [g / f for g, f in zip(ms["gpipe"], ms[sched])]
+        print("\nstep time gpipe / %s per round: %s (median %.3f; > 1: %s faster)"
+              % (sched, ", ".join("%.3f" % r for r in ratios), statistics.median(ratios),
+                 sched))
+        for s in range(a.stages):
+            d = [(g[s] - f[s]) / 1024.0 for g, f in zip(rss["gpipe"], rss[sched])]
+            print("stage %d peak RSS gpipe - %s per round: %s MiB" % (
+                s, sched, ", ".join("%.1f" % v for v in d)))
     return 0 if worst <= 1e-5 else 1
 
 

@@ -1864,15 +1864,17 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   ss << "  if (ctx->skip_update) {\n"
      << clearAccumulators << "  return;\n  }\n";
   const bool ex = options.cuda || options.bf16; // gp_gemm_ex, not gp_gemm
-  // dW += G^T X over `rows` rows of the deferred operands: all of them, or
-  // micro-batch `mb`'s row block.
-  auto deferredGemm = [&](const StageState::DeferredGemm &d, int64_t rows,
-                          bool oneBlock) {
+  // dW += G^T X over the deferred operands' rows: all M micro-batches', or
+  // (`someBlocks`) the row blocks of micro-batches first..first+count-1.
+  auto deferredGemm = [&](const StageState::DeferredGemm &d, bool someBlocks) {
     auto at = [&](int64_t offset, int64_t cols) {
       return std::to_string(offset) +
-             (oneBlock ? "LL + mb * " + std::to_string(rows * cols * 4) + "LL"
-                       : std::string());
+             (someBlocks
+                  ? "LL + first * " + std::to_string(d.rows * cols * 4) + "LL"
+                  : std::string());
     };
+    std::string rows = someBlocks ? "count * " + std::to_string(d.rows)
+                                  : std::to_string(d.rows * st.microbatches);
     std::string s;
     llvm::raw_string_ostream os(s);
     os << (ex ? "  gp_gemm_ex(1, 0, " : "  gp_gemm(1, 0, ") << d.gCols << ", "
@@ -1897,18 +1899,20 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
     for (auto &entry : st.deferred)
       ss << "  // weight gradient of '" << entry.second.param << "' over all "
          << st.microbatches << " micro-batches\n"
-         << deferredGemm(entry.second,
-                         entry.second.rows * st.microbatches, false);
+         << deferredGemm(entry.second, false);
   ss << bodies[2];
   ss << clearAccumulators << "}\n\n";
   if (weightActions) {
-    ss << "// W of micro-batch mb: its weight-gradient GEMMs, from the operands\n"
-       << "// its backward kept (gpipe-split-weight-grad).\n"
-       << "static void weight(gp_step_ctx *ctx, int64_t mb) {\n"
-       << "  unsigned char *A = ctx->arena;\n  (void)A;\n  (void)mb;\n";
+    ss << "// W of micro-batches first..first+count-1: their weight-gradient\n"
+       << "// GEMMs, from the operands their backwards kept\n"
+       << "// (gpipe-split-weight-grad), in consecutive row blocks.\n"
+       << "static void weight(gp_step_ctx *ctx, int64_t first, int64_t count) "
+          "{\n"
+       << "  unsigned char *A = ctx->arena;\n  (void)A;\n  (void)first;\n"
+       << "  (void)count;\n";
     for (auto &entry : st.deferred)
       ss << "  // weight gradient of '" << entry.second.param << "'\n"
-         << deferredGemm(entry.second, entry.second.rows, true);
+         << deferredGemm(entry.second, true);
     ss << "}\n\n";
   }
   // bf16: the parameters' bf16 copies start from the loaded weights.

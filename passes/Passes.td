@@ -319,18 +319,21 @@ def Schedule : Pass<"gpipe-schedule", "mlir::ModuleOp"> {
     Adds a `pipe.schedule` per stage from the registered schedule generator
     named by `schedule` (passes/schedules/): `gpipe` (GPipe: the forward of
     micro-batches 0..M-1, then their backward in reverse order, then the
-    update) or `1f1b` (PipeDream-flush: K-1-s warm-up forwards on stage s,
+    update), `1f1b` (PipeDream-flush: K-1-s warm-up forwards on stage s,
     then one forward and one backward in turn, then the cool-down
-    backwards, then the update). Each schedule's `stash_slots` is the most
-    micro-batches it keeps in flight (GPipe: M; 1F1B: min(K-s, M)). Sets the
-    module's `pipe.sends` to what the schedule needs of the runtime
-    (`blocking` for GPipe; `buffered` for 1F1B, whose stage s sends micro-batch
-    i+1's activation while stage s+1 sends micro-batch i's gradient). Then
-    runs the checks of `gpipe-check-schedule`.
+    backwards, then the update) or `zbh1` (ZB-H1: 1F1B's stash bound, each
+    backward split into B and a W action, the micro-batch's weight-gradient
+    GEMMs, placed where the stage would wait). Each schedule's `stash_slots`
+    is the most micro-batches it keeps in flight (GPipe: M; 1F1B and ZB-H1:
+    min(K-s, M)). Sets the module's `pipe.sends` to what the schedule needs
+    of the runtime (`blocking` for GPipe; `buffered` for 1F1B and ZB-H1,
+    whose stage s sends micro-batch i+1's activation while stage s+1 sends
+    micro-batch i's gradient). Then runs the checks of
+    `gpipe-check-schedule`.
   }];
   let options = [
     Option<"schedule", "schedule", "std::string", "\"gpipe\"",
-           "the registered schedule: gpipe or 1f1b">,
+           "the registered schedule: gpipe, 1f1b or zbh1">,
   ];
   let dependentDialects = ["gpipe::pipeline::PipeDialect"];
 }

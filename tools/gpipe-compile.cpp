@@ -77,10 +77,11 @@ int main(int argc, char **argv) {
       "schedule",
       po::value(&o.schedule)->default_value("gpipe")->value_name("S"),
       "pipeline schedule: gpipe (all forwards, then all backwards in reverse, "
-      "then the update; every stage stashes M micro-batches) or 1f1b "
+      "then the update; every stage stashes M micro-batches), 1f1b "
       "(PipeDream-flush: K-1-s warm-up forwards on stage s, then one forward "
-      "and one backward in turn; stage s stashes at most K-s micro-batches; "
-      "CPU target only)")(
+      "and one backward in turn; stage s stashes at most K-s micro-batches) "
+      "or zbh1 (ZB-H1: 1F1B's memory, each backward split into B and W, the "
+      "weight-gradient GEMMs, which run where the stage would wait)")(
       "batchnorm",
       po::value(&o.batchnorm)->default_value("microbatch")->value_name("B"),
       "BatchNormalization's running statistics: microbatch (each "

@@ -17,7 +17,7 @@ and as K stages, each schedule, side by side in alternating rounds.
   python3 bench/gpu/pipeline_bench.py run --programs DIR [--mpi BUNDLE/mpi] \\
       [--steps 30 --warmup 5 --repeat 2] [--deadline S] [--out DIR]
 
-A config is kK_mM[_SCHEDULE] (1 stage has no schedule). run writes the MLP's
+A config is kK_mM[_SCHEDULE] (1 stage has no schedule; SCHEDULE gpipe, 1f1b or zbh1). run writes the MLP's
 weights (device_bench.py's, torch's seeded init) and data, runs every config in
 each round (the order reversed every other round), each for warmup + steps steps
 (`--log-json`: the loss stage's per-step ms, warmup dropped, median), and writes
@@ -41,13 +41,13 @@ import device_bench  # noqa: E402  (its path set-up also imports run.py)
 from device_bench import MlpBench, device_run  # noqa: E402
 
 DEFAULT_CONFIGS = "k1_m4,k2_m4_gpipe,k2_m4_1f1b,k1_m8,k2_m8_gpipe,k2_m8_1f1b,k4_m8_gpipe,k4_m8_1f1b"
-CONFIG = re.compile(r"^k(\d+)_m(\d+)(?:_(gpipe|1f1b))?$")
+CONFIG = re.compile(r"^k(\d+)_m(\d+)(?:_(gpipe|1f1b|zbh1))?$")
 
 
 def parse_config(c):
     m = CONFIG.match(c)
     if not m or (int(m.group(1)) > 1) != (m.group(3) is not None):
-        raise ValueError("config %r is not kK_mM (1 stage) or kK_mM_gpipe|1f1b" % c)
+        raise ValueError("config %r is not kK_mM (1 stage) or kK_mM_gpipe|1f1b|zbh1" % c)
     return int(m.group(1)), int(m.group(2)), m.group(3) or "gpipe"
 
 

@@ -1051,15 +1051,33 @@ int StageRun::runSteps() {
       }
       ctx.microbatch = a.microbatch;
       ctx.first_sample = rt_.miniFirst + a.microbatch * rt_.microRows;
-      if (a.kind == GP_FORWARD)
+      if (a.kind == GP_WEIGHT) {
+        // W actions in a row, of micro-batches in a row: one call, whose
+        // GEMMs cover their rows at once (the deferred operands of
+        // consecutive micro-batches are consecutive row blocks).
+        int32_t count = 1;
+        while (i + count < program_->num_actions &&
+               program_->actions[i + count].kind == GP_WEIGHT &&
+               program_->actions[i + count].microbatch ==
+                   a.microbatch + count)
+          ++count;
+        program_->weight(&ctx, a.microbatch, count);
+        i += count - 1;
+        // The trace shows each micro-batch's share, one after the other.
+        int64_t endNs = timingNowNs(), t = actionStartNs;
+        for (int32_t k = 0; k < count; ++k) {
+          int64_t next = actionStartNs + (endNs - actionStartNs) * (k + 1) / count;
+          timingAction(TimedKind::Weight, s, a.microbatch + k, t, next);
+          t = next;
+        }
+        continue;
+      } else if (a.kind == GP_FORWARD) {
         program_->forward(&ctx, a.microbatch);
-      else if (a.kind == GP_WEIGHT)
-        program_->weight(&ctx, a.microbatch);
-      else
+      } else {
         program_->backward(&ctx, a.microbatch);
-      timingAction(a.kind == GP_FORWARD  ? TimedKind::Forward
-                   : a.kind == GP_WEIGHT ? TimedKind::Weight
-                                         : TimedKind::Backward,
+      }
+      timingAction(a.kind == GP_FORWARD ? TimedKind::Forward
+                                        : TimedKind::Backward,
                    s, a.microbatch, actionStartNs, timingNowNs());
     }
     // Asynchronous targets finish the step's work here, and report its loss

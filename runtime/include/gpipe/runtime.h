@@ -138,10 +138,12 @@ struct gp_program {
                           // with a worker thread); 0: blocking sends
   int32_t num_states;     // optimizer state tensors (checkpoints)
   const gp_state_desc *states;
-  // Zero-bubble schedules: micro-batch mb's weight-gradient GEMMs, which its
-  // backward left (GP_WEIGHT actions); null when the schedule has none (the
-  // update then computes them over all micro-batches).
-  void (*weight)(gp_step_ctx *ctx, int64_t microbatch);
+  // Zero-bubble schedules: the weight-gradient GEMMs that the backwards of
+  // micro-batches first..first+count-1 left (GP_WEIGHT actions; the step
+  // loop runs consecutive W actions of consecutive micro-batches as one
+  // call, whose GEMMs then cover all their rows at once); null when the
+  // schedule has none (the update then computes them over all micro-batches).
+  void (*weight)(gp_step_ctx *ctx, int64_t first, int64_t count);
 };
 
 /// Entry point of every stage executable: parses the command line, joins the
