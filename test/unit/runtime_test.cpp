@@ -1654,6 +1654,53 @@ TEST(GpMain, TrainsLogsAndWritesWeights) {
       npyImage(npyDict("<f4", "(3,)"), rawBytes(std::vector<float>{1, 2, 3})));
 }
 
+// W actions (zero-bubble schedules): the program's weight function, for
+// consecutive micro-batches in a row one call over all of them.
+void toyWeight(gp_step_ctx *ctx, int64_t first, int64_t count) {
+  gTrace.push_back("s" + std::to_string(ctx->step) + " W" +
+                   std::to_string(first) + "x" + std::to_string(count));
+}
+
+TEST(GpMain, WeightActionsRunConsecutiveMicrobatchesAsOneCall) {
+  TempDir dir;
+  writeToyFiles(dir);
+  // W0 W1 in a row: one call (0, 2); W1 then W0: two calls.
+  const gp_action inRow[] = {{GP_FORWARD, 0},  {GP_FORWARD, 1},
+                             {GP_BACKWARD, 1}, {GP_BACKWARD, 0},
+                             {GP_WEIGHT, 0},   {GP_WEIGHT, 1},
+                             {GP_UPDATE, -1}};
+  const gp_action apart[] = {{GP_FORWARD, 0},  {GP_FORWARD, 1},
+                             {GP_BACKWARD, 1}, {GP_WEIGHT, 1},
+                             {GP_BACKWARD, 0}, {GP_WEIGHT, 0},
+                             {GP_UPDATE, -1}};
+  std::vector<std::string> args = {"--data", dir / "data", "--steps", "1",
+                                   "--weights-in", dir / "weights", "--trace",
+                                   dir / "trace.json"};
+  gp_program p = kToy;
+  p.weight = toyWeight;
+  p.actions = inRow;
+  p.num_actions = 7;
+  gTrace.clear();
+  RunResult r = runMain(p, args);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(gTrace, (std::vector<std::string>{"s1 F0", "s1 F1", "s1 B1",
+                                              "s1 B0", "s1 W0x2", "s1 U"}));
+  // The trace shows one "weight" span per micro-batch.
+  std::string trace = readText(dir / "trace.json");
+  size_t weights = 0;
+  for (size_t at = trace.find("\"name\":\"weight\""); at != std::string::npos;
+       at = trace.find("\"name\":\"weight\"", at + 1))
+    ++weights;
+  EXPECT_EQ(weights, 2u) << trace;
+  p.actions = apart;
+  gTrace.clear();
+  r = runMain(p, args);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(gTrace, (std::vector<std::string>{"s1 F0", "s1 F1", "s1 B1",
+                                              "s1 W1x1", "s1 B0", "s1 W0x1",
+                                              "s1 U"}));
+}
+
 TEST(GpMain, QuietDefaultsAndNanLoss) {
   TempDir dir;
   writeToyFiles(dir);
@@ -1913,6 +1960,14 @@ TEST(GpMain, InvalidPrograms) {
   EXPECT_NE(expectError(p, base).find("schedule entry 0"), std::string::npos);
   p = kToy;
   p.update = nullptr;
+  EXPECT_NE(expectError(p, base).find("schedule entry 4"), std::string::npos);
+  // A W action needs the program's weight function.
+  const gp_action weightless[] = {{GP_FORWARD, 0},  {GP_FORWARD, 1},
+                                  {GP_BACKWARD, 1}, {GP_BACKWARD, 0},
+                                  {GP_WEIGHT, 0},   {GP_UPDATE, -1}};
+  p = kToy;
+  p.actions = weightless;
+  p.num_actions = 6;
   EXPECT_NE(expectError(p, base).find("schedule entry 4"), std::string::npos);
   p = kToy;
   p.stage = 1; // a 1-stage pipeline has only stage 0
