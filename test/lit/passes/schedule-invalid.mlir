@@ -1,7 +1,8 @@
 // gpipe-check-schedule errors on hand-written modules: transfers that do not
 // pair up (no peer, another type, another micro-batch), schedules that
 // deadlock under blocking sends and receives (with a note at each blocked
-// transfer), and missing, duplicate or out-of-range schedules and peers.
+// transfer), and missing, duplicate or out-of-range schedules and peers; a W
+// action before its backward.
 // RUN: gpipe-opt %s --split-input-file --gpipe-check-schedule --verify-diagnostics
 
 // Deadlock: stage 0 sends tag 0 then tag 1, stage 1 receives tag 1 first.
@@ -373,4 +374,37 @@ module attributes {pipe.stages = 2 : i64} {
   }
   pipe.schedule stage 0 forward @f0 backward @e0 update @e0 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
   pipe.schedule stage 1 forward @f1 backward @e1 update @e1 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+}
+
+// -----
+
+// A hand-broken ZB-H1: stage 1 runs W0 before B0 (the weight-gradient GEMMs
+// need the operands B0 keeps). W actions have no transfers of their own; the
+// schedule's verifier names the action.
+module attributes {pipe.microbatches = 2 : i64, pipe.sends = "buffered", pipe.stages = 2 : i64} {
+  func.func @f0(%x: tensor<4xf32>) attributes {pipe.stage = 0 : i64} {
+    pipe.send %x to 1 tag 0 : tensor<4xf32>
+    return
+  }
+  func.func @b0() attributes {pipe.stage = 0 : i64} {
+    %g = pipe.recv from 1 tag 1 : tensor<4xf32>
+    return
+  }
+  func.func @f1() attributes {pipe.stage = 1 : i64} {
+    %x = pipe.recv from 0 tag 0 : tensor<4xf32>
+    return
+  }
+  func.func @b1(%g: tensor<4xf32>) attributes {pipe.stage = 1 : i64} {
+    pipe.send %g to 0 tag 1 : tensor<4xf32>
+    return
+  }
+  func.func @u0() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @u1() attributes {pipe.stage = 1 : i64} {
+    return
+  }
+  pipe.schedule stage 0 forward @f0 backward @b0 update @u0 actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<weight, mb = 0>, #pipe.action<backward, mb = 1>, #pipe.action<weight, mb = 1>, #pipe.action<update>]
+  // expected-error @+1 {{'pipe.schedule' op action #2: W0 comes before B0 (the weight gradient needs the backward's operands)}}
+  pipe.schedule stage 1 forward @f1 backward @b1 update @u1 actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<weight, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<backward, mb = 1>, #pipe.action<weight, mb = 1>, #pipe.action<update>]
 }
