@@ -151,10 +151,9 @@ def run(a):
 
     def table(state):
         lines = ["# pipeline_bench (%s): %d-layer MLP width %d, %d classes, batch %d, %s; "
-                 "%d warm-up + %d steps, %d rounds" % (state, cfg["layers"], cfg["width"],
-                                                       cfg["classes"], cfg["batch"],
-                                                       cfg["precision"], a.warmup, a.steps,
-                                                       a.repeat),
+                 "%d warm-up + %d steps, %d rounds; MPI single copy: %s"
+                 % (state, cfg["layers"], cfg["width"], cfg["classes"], cfg["batch"],
+                    cfg["precision"], a.warmup, a.steps, a.repeat, a.single_copy),
                  "", "| config | stages | M | schedule | ms/step (median) | throughput vs 1 "
                  "stage, same M | rounds (ms) | first losses |", "|---|---|---|---|---|---|---|---|"]
         base = {}
@@ -188,7 +187,8 @@ def run(a):
                 os.remove(log)
             try:
                 rc, secs = device_run.launch(cmds(c, log), env, a.timeout,
-                                             os.path.join(work, "run_%s_%d.log" % (c, r)), mpirun)
+                                             os.path.join(work, "run_%s_%d.log" % (c, r)), mpirun,
+                                             single_copy=a.single_copy)
             except Exception as e:  # noqa: BLE001 - recorded, the rounds go on
                 res[c]["fail"].append("round %d: %s" % (r, e))
                 continue
@@ -239,6 +239,9 @@ def main():
     r.add_argument("--mpi", help="a pack.py bundle's mpi/ folder, installed first")
     r.add_argument("--mpirun", default=None)
     r.add_argument("--dry-run", action="store_true")
+    r.add_argument("--single-copy", default="none",
+                   help="Open MPI's btl_vader_single_copy_mechanism for the stages (none, as "
+                        "the GPU check; cma where the machine allows cross-memory attach)")
     a = ap.parse_args()
     return pack(a) if a.cmd == "pack" else run(a)
 

@@ -300,13 +300,15 @@ def check_libs(exe, env):
                       env.get("LD_LIBRARY_PATH", "")))
 
 
-def mpirun_prefix(mpirun, env):
+def mpirun_prefix(mpirun, env, single_copy="none"):
     cmd = [mpirun, "--oversubscribe", "--bind-to", "none",
            # single host, no ssh/rsh needed (Open MPI 4.1's rsh launcher
            # refuses to start even a local job without one)
            "--mca", "plm", "isolated",
-           # Containers often forbid cross-process memory access (CMA).
-           "--mca", "btl_vader_single_copy_mechanism", "none"]
+           # Containers often forbid cross-process memory access (CMA):
+           # none unless the caller knows better (pipeline_bench.py
+           # --single-copy cma).
+           "--mca", "btl_vader_single_copy_mechanism", single_copy]
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
     for k in ["LD_LIBRARY_PATH"] + [k for k in env if k.startswith("GPIPE_")]:
@@ -367,7 +369,7 @@ def outcome(rc, secs):
     return "%s %d after %.1fs" % ("exit" if rc >= 0 else "signal", abs(rc), secs)
 
 
-def launch(stage_cmds, env, timeout, log, mpirun, exes=None):
+def launch(stage_cmds, env, timeout, log, mpirun, exes=None, single_copy="none"):
     """One stage: run it; several: one mpirun, one rank each. EXES (default
     each command's first word) are checked with ldd first."""
     for exe in exes or [sc[0] for sc in stage_cmds]:
@@ -375,7 +377,7 @@ def launch(stage_cmds, env, timeout, log, mpirun, exes=None):
     if len(stage_cmds) == 1:
         cmd = stage_cmds[0]
     else:
-        cmd = mpirun_prefix(mpirun, env)
+        cmd = mpirun_prefix(mpirun, env, single_copy)
         for i, sc in enumerate(stage_cmds):
             cmd += ([":"] if i else []) + ["-np", "1"] + sc
     return run_program(cmd, env, timeout, log)
