@@ -60,7 +60,8 @@ def run_once(a, out, steps, log_json):
             os.path.join(out, st["executable"]), "--weights-in",
             os.path.join(out, st.get("weights", "weights")), "--steps", str(steps),
             "--threads", "1", "--data", os.path.join(a.workdir, "data"), "--pipeline",
-            os.path.join(out, "pipeline.json"), "--log-json", log_json, "--quiet"]
+            os.path.join(out, "pipeline.json"), "--log-json", log_json, "--quiet",
+            "--report", log_json + ".report%d" % s]
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                        env=env_for(1), timeout=1800)
     if r.returncode != 0:
@@ -74,8 +75,14 @@ def run_once(a, out, steps, log_json):
         for m in re.finditer(r"gpipe-bench stage (\d+) maxrss (\d+)", text):
             rss[int(m.group(1))] = int(m.group(2))
     rows = [json.loads(l) for l in open(log_json) if l.strip()]
+    # The measured bubble: the share of the step each stage spent waiting for
+    # transfers (its --report, over all steps).
+    waits = []
+    for s in range(len(pj["stages"])):
+        rep = json.load(open(log_json + ".report%d" % s))
+        waits.append(rep["transfer_wait_ms"] / rep["step_ms"] if rep["step_ms"] else 0.0)
     return [rss.get(s, -1) for s in range(len(pj["stages"]))], \
-        [(row["loss"], row["ms"]) for row in rows]
+        [(row["loss"], row["ms"]) for row in rows], waits
 
 
 def main():
@@ -126,14 +133,16 @@ def main():
 
     ms = {s: [] for s in schedules}
     rss = {s: [] for s in schedules}
+    waits = {s: [] for s in schedules}
     curves = {}
     for rnd in range(a.repeat):
         order = schedules if rnd % 2 == 0 else schedules[::-1]
         for sched in order:
-            r, rows = run_once(a, os.path.join(a.workdir, "out_" + sched),
-                               a.warmup + a.steps,
-                               os.path.join(a.workdir, "log_%s.jsonl" % sched))
+            r, rows, w = run_once(a, os.path.join(a.workdir, "out_" + sched),
+                                  a.warmup + a.steps,
+                                  os.path.join(a.workdir, "log_%s.jsonl" % sched))
             rss[sched].append(r)
+            waits[sched].append(w)
             ms[sched].append(statistics.median(m for _, m in rows[a.warmup:]))
             curves.setdefault(sched, [l for l, _ in rows])
             print("round %d %-5s: %.2f ms/step, peak RSS per stage %s KiB"
@@ -149,16 +158,18 @@ def main():
     print("\nK = %d, M = %d, remat %s, batch %d, %d measured steps after %d warm-up, "
           "%d rounds\n" % (a.stages, a.microbatches, a.remat, a.batch_size, a.steps,
                            a.warmup, a.repeat))
-    print("| schedule | ms/step (median of rounds) | stage | peak RSS, median (MiB) "
+    print("| schedule | ms/step (median of rounds) | stage | measured bubble: transfer "
+          "waits, % of the step (median) | peak RSS, median (MiB) "
           "| predicted activations (in flight x per micro-batch) | arena (MiB) |")
-    print("|---|---:|---:|---:|---|---:|")
+    print("|---|---:|---:|---:|---:|---|---:|")
     for sched in schedules:
         for s in range(a.stages):
             med = statistics.median(r[s] for r in rss[sched]) / 1024.0
+            wait = statistics.median(w[s] for w in waits[sched])
             inflight, act, arena = predicted[sched][s]
-            print("| %s | %s | %d | %.1f | %d x = %.2f MiB | %.1f |"
-                  % (sched, "%.2f" % statistics.median(ms[sched]) if s == 0 else "", s, med,
-                     inflight, act / 2**20, arena / 2**20))
+            print("| %s | %s | %d | %.1f%% | %.1f | %d x = %.2f MiB | %.1f |"
+                  % (sched, "%.2f" % statistics.median(ms[sched]) if s == 0 else "", s,
+                     100 * wait, med, inflight, act / 2**20, arena / 2**20))
     for sched in schedules[1:]:
         ratios = [g / f for g, f in zip(ms["gpipe"], ms[sched])]
         print("\nstep time gpipe / %s per round: %s (median %.3f; > 1: %s faster)"
