@@ -4,6 +4,7 @@
 #include "dialects/pipe/PipeOps.h"
 #include "passes/Passes.h"
 #include "passes/Pipeline.h"
+#include "passes/schedules/Schedules.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -128,4 +129,85 @@ TEST(MemoryPlan, RematKeepsOnlyBoundaryInputs) {
   EXPECT_EQ(stage->memory.stashBytesPerMicrobatch, tensor + labels);
   // The backward recomputes the forward first.
   EXPECT_GT(stage->backwardFlops, stage->forwardFlops);
+}
+
+// Every registered schedule, for K in 1..8 and M in 1..16: each stage runs F
+// and B of every micro-batch once, B after F, W (if any) once per
+// micro-batch after its B, the update last; its stash stays within the bound
+// the schedule states (GPipe M, 1F1B and ZB-H1 min(K-s, M)); and all stages
+// together run to their end with buffered sends (F<i> on stage s waits for
+// stage s-1's F<i>, B<i> for stage s+1's B<i>), so the deadlock check of
+// gpipe-check-schedule can only confirm it.
+TEST(Schedules, EveryScheduleIsCompleteBoundedAndRuns) {
+  using gpipe::pipeline::ActionAttr;
+  using gpipe::pipeline::Phase;
+  mlir::MLIRContext ctx;
+  ctx.loadDialect<gpipe::pipeline::PipeDialect>();
+  for (const gpipe::schedules::Schedule &sched : gpipe::schedules::all())
+    for (int64_t k = 1; k <= 8; ++k)
+      for (int64_t m = 1; m <= 16; ++m) {
+        SCOPED_TRACE(sched.name.str() + " K " + std::to_string(k) + " M " +
+                     std::to_string(m));
+        gpipe::schedules::Table table = sched.generate(&ctx, k, m);
+        ASSERT_EQ(static_cast<int64_t>(table.size()), k);
+        bool anyWeight = false;
+        for (int64_t s = 0; s < k; ++s) {
+          const auto &acts = table[s];
+          ASSERT_FALSE(acts.empty());
+          EXPECT_EQ(acts.back().getPhase(), Phase::Update);
+          std::vector<int> f(m, 0), b(m, 0), w(m, 0);
+          int64_t live = 0, peak = 0;
+          for (size_t i = 0; i + 1 < acts.size(); ++i) {
+            ActionAttr a = acts[i];
+            ASSERT_NE(a.getPhase(), Phase::Update);
+            int64_t mb = *a.getMicrobatch();
+            ASSERT_LT(mb, m);
+            if (a.getPhase() == Phase::Forward) {
+              ++f[mb];
+              peak = std::max(peak, ++live);
+            } else if (a.getPhase() == Phase::Backward) {
+              EXPECT_EQ(f[mb], 1) << "B" << mb << " before F" << mb;
+              ++b[mb];
+              --live;
+            } else {
+              EXPECT_EQ(b[mb], 1) << "W" << mb << " before B" << mb;
+              ++w[mb];
+              anyWeight = true;
+            }
+          }
+          for (int64_t i = 0; i < m; ++i) {
+            EXPECT_EQ(f[i], 1);
+            EXPECT_EQ(b[i], 1);
+            EXPECT_EQ(w[i], sched.name == "zbh1" ? 1 : 0);
+          }
+          EXPECT_LE(peak, sched.name == "gpipe" ? m : std::min(k - s, m))
+              << "stage " << s;
+        }
+        EXPECT_EQ(anyWeight, sched.name == "zbh1");
+        // Buffered sends: run every stage as far as its inputs allow.
+        std::vector<size_t> pos(k, 0);
+        std::vector<std::vector<bool>> fDone(k, std::vector<bool>(m)),
+            bDone(k, std::vector<bool>(m));
+        for (bool progress = true; progress;) {
+          progress = false;
+          for (int64_t s = 0; s < k; ++s)
+            while (pos[s] < table[s].size()) {
+              ActionAttr a = table[s][pos[s]];
+              int64_t mb = a.getMicrobatch().value_or(0);
+              if (a.getPhase() == Phase::Forward) {
+                if (s > 0 && !fDone[s - 1][mb])
+                  break;
+                fDone[s][mb] = true;
+              } else if (a.getPhase() == Phase::Backward) {
+                if (s + 1 < k && !bDone[s + 1][mb])
+                  break;
+                bDone[s][mb] = true;
+              }
+              ++pos[s];
+              progress = true;
+            }
+        }
+        for (int64_t s = 0; s < k; ++s)
+          EXPECT_EQ(pos[s], table[s].size()) << "stage " << s << " stuck";
+      }
 }
