@@ -235,6 +235,8 @@ struct StageState {
     int64_t gOffset = 0, xOffset = 0;
   };
   llvm::MapVector<Operation *, DeferredGemm> deferred;
+  // The schedule has W actions: the deferred GEMMs run there, not in update.
+  bool weightActions = false;
   // The stash slots: micro-batch mb uses slot mb % stashSlots, at
   // stashBase + slot * stashBytes.
   int64_t stashBase = 0, stashBytes = 0, stashSlots = 1;
@@ -875,8 +877,8 @@ LogicalResult FuncEmitter::emitOp(Operation *op) {
 
 void FuncEmitter::emitDeferredGemm(nn::GemmOp o,
                                    const StageState::DeferredGemm &d) {
-  os << "  // weight gradient of '" << d.param
-     << "': operands kept for the update's GEMM\n";
+  os << "  // weight gradient of '" << d.param << "': operands kept for "
+     << (stage.weightActions ? "its W action's GEMM\n" : "the update's GEMM\n");
   os << copyCall("A + " + std::to_string(d.gOffset) + " + mb * " +
                      std::to_string(d.rows * d.gCols * 4) + "LL",
                  ptr(o.getA()), d.rows * d.gCols * 4);
@@ -1615,6 +1617,11 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
 
   StageState st;
   st.options = options;
+  // A schedule with W actions runs each micro-batch's weight-gradient GEMMs
+  // as their own action; otherwise the update runs them over all M.
+  st.weightActions = llvm::any_of(actions, [](pipeline::ActionAttr a) {
+    return a.getPhase() == pipeline::Phase::Weight;
+  });
   st.forward = forward;
   EmittedStage &result = st.result;
   int64_t numStages = pipeline::getNumStages(module);
@@ -1889,12 +1896,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
        << ");\n";
     return s;
   };
-  // A schedule with W actions runs each micro-batch's weight-gradient GEMMs
-  // as their own action; otherwise the update runs them over all M.
-  const bool weightActions =
-      llvm::any_of(actions, [](pipeline::ActionAttr a) {
-        return a.getPhase() == pipeline::Phase::Weight;
-      });
+  const bool weightActions = st.weightActions;
   if (!weightActions)
     for (auto &entry : st.deferred)
       ss << "  // weight gradient of '" << entry.second.param << "' over all "
