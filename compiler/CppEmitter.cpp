@@ -1713,8 +1713,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   result.backwardFlops = costOf(backward);
   result.updateFlops = costOf(update);
   for (auto &entry : st.deferred)
-    result.weightFlops +=
-        2 * entry.second.rows * entry.second.gCols * entry.second.xCols;
+    result.weightFlops += cast<nn::GemmOp>(entry.first).getFlops();
   result.flops =
       (result.forwardFlops + result.backwardFlops) * st.microbatches +
       result.updateFlops;
@@ -1896,15 +1895,14 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
        << ");\n";
     return s;
   };
-  const bool weightActions = st.weightActions;
-  if (!weightActions)
+  if (!st.weightActions)
     for (auto &entry : st.deferred)
       ss << "  // weight gradient of '" << entry.second.param << "' over all "
          << st.microbatches << " micro-batches\n"
          << deferredGemm(entry.second, false);
   ss << bodies[2];
   ss << clearAccumulators << "}\n\n";
-  if (weightActions) {
+  if (st.weightActions) {
     ss << "// W of micro-batches first..first+count-1: their weight-gradient\n"
        << "// GEMMs, from the operands their backwards kept\n"
        << "// (gpipe-split-weight-grad), in consecutive row blocks.\n"
@@ -1939,7 +1937,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
      << (options.cuda ? "GP_TARGET_CUDA" : "GP_TARGET_CPU") << ", "
      << st.scratchBytes << "LL, " << (st.initBody.empty() ? "nullptr" : "init")
      << ", " << (result.bufferedSends ? 1 : 0) << ", " << st.stateDescs.size()
-     << ", kStates, " << (weightActions ? "weight" : "nullptr") << "};\n\n"
+     << ", kStates, " << (st.weightActions ? "weight" : "nullptr") << "};\n\n"
      << "int main(int argc, char **argv) { return gp_main(argc, argv, "
         "&kProgram); }\n";
   return std::move(result);

@@ -73,13 +73,13 @@ def flop_costs(p, gflops):
     for s in p["stages"]:
         f = s["forward_flops_per_microbatch"]
         b = s["backward_flops_per_microbatch"]
-        w = s.get("weight_flops_per_microbatch", 0)
+        deferred = s.get("weight_flops_per_microbatch", 0)
         u = max(0, s["flops_per_step"] - M * (f + b))
+        w = deferred
         if not any(a.startswith("W") for a in s["schedule"]):
-            u, w = u + M * w, 0  # the update runs the deferred GEMMs
+            u, w = u + M * deferred, 0  # the update runs the deferred GEMMs
         costs.append({k: v / (gflops * 1e9) * 1e3
-                      for k, v in (("F", f), ("B", b - s.get("weight_flops_per_microbatch", 0)),
-                                   ("W", w), ("U", u))})
+                      for k, v in (("F", f), ("B", b - deferred), ("W", w), ("U", u))})
     return costs
 
 

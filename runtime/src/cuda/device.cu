@@ -261,7 +261,11 @@ void recvWorker(HostChannel *c) {
                 " from stage " + std::to_string(c->peer) + ": " +
                 cudaMessage(e));
     // Probe first, so that the end of the run (no more messages) can stop
-    // the worker; then receive (mpiRecv checks the size).
+    // the worker; then receive (mpiRecv checks the size). Sleeps of at most
+    // 100 us, not transport.cpp's Backoff (1 ms of sched_yield, then up to
+    // 256 us): with that, two stages on one H100 ran 1F1B at 0.80x and
+    // ZB-H1 at 0.79x of one stage's throughput, with this 0.86x and 0.85x
+    // (bench/gpu/README.md).
     int sleepUs = 1;
     while (!transportMessageWaiting(c->peer, c->tag)) {
       if (c->stop)
@@ -287,6 +291,28 @@ void startChannel(gp_step_ctx *ctx, HostChannel &c) {
   c.ctx.arena = ctx->arena;
   c.worker = std::thread(c.send ? sendWorker : recvWorker, &c);
   c.started = true;
+}
+
+/// The step loop's side of a host-staged channel's next message: waits on
+/// the host until its pinned buffer is free (send: the buffer's previous
+/// message is sent) or the message is in it (receive), calls
+/// `copy(buffer)` to enqueue the copy into or out of that buffer on
+/// `stream`, records the buffer's `copied` event after it, and hands the
+/// message to the worker (send) or the buffer back to it (receive).
+template <typename Copy>
+void stageMessage(gp_step_ctx *ctx, HostChannel &c, cudaStream_t stream,
+                  Copy copy) {
+  startChannel(ctx, c);
+  std::unique_lock<std::mutex> lock(c.mu);
+  const int64_t n = c.issued, size = static_cast<int64_t>(c.pinned.size());
+  waitForChannel(ctx, c, lock,
+                 [&] { return c.send ? c.done > n - size : c.done > n; });
+  size_t b = static_cast<size_t>(n % size);
+  copy(c.pinned[b]);
+  GP_CUDA_CHECK(cudaEventRecord(c.copied[b], stream));
+  c.issued = n + 1;
+  lock.unlock();
+  c.cv.notify_all();
 }
 
 /// Ends the channels' workers once every send is delivered (at most
@@ -1064,21 +1090,14 @@ extern "C" void gp_send(gp_step_ctx *ctx, int32_t peer, int32_t tag,
   if (host != gTransfers.hostSends.end()) {
     // Host-staged: the next pinned buffer once its last message is sent,
     // the copy into it on the communication stream, then the worker sends.
-    gpipe::cuda::HostChannel &c = *host->second;
-    gpipe::cuda::startChannel(ctx, c);
-    std::unique_lock<std::mutex> lock(c.mu);
-    const int64_t n = c.issued, size = static_cast<int64_t>(c.pinned.size());
-    gpipe::cuda::waitForChannel(ctx, c, lock, [&] { return c.done > n - size; });
-    size_t b = static_cast<size_t>(n % size);
-    GP_CUDA_CHECK(cudaStreamWaitEvent(gState.comm, gTransfers.computeDone, 0));
-    GP_CUDA_CHECK(cudaMemcpyAsync(c.pinned[b], s.device[k],
-                                  static_cast<size_t>(bytes),
-                                  cudaMemcpyDeviceToHost, gState.comm));
-    GP_CUDA_CHECK(cudaEventRecord(s.free[k], gState.comm));
-    GP_CUDA_CHECK(cudaEventRecord(c.copied[b], gState.comm));
-    c.issued = n + 1;
-    lock.unlock();
-    c.cv.notify_all();
+    gpipe::cuda::stageMessage(ctx, *host->second, gState.comm, [&](void *pinned) {
+      GP_CUDA_CHECK(
+          cudaStreamWaitEvent(gState.comm, gTransfers.computeDone, 0));
+      GP_CUDA_CHECK(cudaMemcpyAsync(pinned, s.device[k],
+                                    static_cast<size_t>(bytes),
+                                    cudaMemcpyDeviceToHost, gState.comm));
+      GP_CUDA_CHECK(cudaEventRecord(s.free[k], gState.comm));
+    });
     return;
   }
   GP_CUDA_CHECK(cudaStreamWaitEvent(gState.comm, gTransfers.computeDone, 0));
@@ -1106,18 +1125,12 @@ extern "C" void gp_recv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
     // Host-staged: wait (here, on the host) until the worker has received
     // the message, then copy it into the arena on the compute stream, after
     // every earlier reader of the destination.
-    gpipe::cuda::HostChannel &c = *host->second;
-    gpipe::cuda::startChannel(ctx, c);
-    std::unique_lock<std::mutex> lock(c.mu);
-    const int64_t n = c.issued, size = static_cast<int64_t>(c.pinned.size());
-    gpipe::cuda::waitForChannel(ctx, c, lock, [&] { return c.done > n; });
-    size_t b = static_cast<size_t>(n % size);
-    GP_CUDA_CHECK(cudaMemcpyAsync(buf, c.pinned[b], static_cast<size_t>(bytes),
-                                  cudaMemcpyHostToDevice, gState.compute));
-    GP_CUDA_CHECK(cudaEventRecord(c.copied[b], gState.compute));
-    c.issued = n + 1;
-    lock.unlock();
-    c.cv.notify_all();
+    gpipe::cuda::stageMessage(
+        ctx, *host->second, gState.compute, [&](void *pinned) {
+          GP_CUDA_CHECK(cudaMemcpyAsync(buf, pinned, static_cast<size_t>(bytes),
+                                        cudaMemcpyHostToDevice,
+                                        gState.compute));
+        });
     return;
   }
   // Compute enqueued so far may still read the destination.
