@@ -230,6 +230,7 @@ struct StageState {
   /// into row blocks of `gOffset` and `xOffset`, and the update runs one
   /// GEMM over all M micro-batches.
   struct DeferredGemm {
+    int64_t chunk = 0; // the model chunk whose backward deferred it
     std::string param;
     int64_t rows = 0, gCols = 0, xCols = 0; // per micro-batch: G [rows, gCols]
     int64_t gOffset = 0, xOffset = 0;
@@ -240,13 +241,19 @@ struct StageState {
   // The stash slots: micro-batch mb uses slot mb % stashSlots, at
   // stashBase + slot * stashBytes.
   int64_t stashBase = 0, stashBytes = 0, stashSlots = 1;
-  // The stage's forward function: its arguments are the graph inputs the
-  // stage reads, its results the stash its backward's arguments receive.
+  // The forward function of the chunk being emitted: its arguments are the
+  // graph inputs the chunk reads (inputs inputBase.. of the program's), its
+  // results the stash its backward's arguments receive.
   func::FuncOp forward;
+  int64_t inputBase = 0;
   int64_t microbatches = 1;
-  // The micro-batch of the stage's first forward and first backward action:
+  int64_t align = 64; // the memory plan's
+  // The micro-batch of the chunk's first forward and first backward action:
   // a `per_step` transfer runs there only.
   int64_t firstForward = 0, firstBackward = 0;
+  // The stage (MPI rank) that holds each virtual stage a pipe.send or
+  // pipe.recv names.
+  llvm::SmallVector<int64_t> stageOf;
   EmittedStage result;
 
   /// The gp_math of the GEMMs.
@@ -357,6 +364,8 @@ private:
   /// "if (mb == F) ": a per-step transfer of a forward or backward runs in
   /// the stage's first such action only.
   std::string perStepGuard(bool perStep) const;
+  std::string handoffCopy(Operation *op, Value v, bool perStep,
+                          bool toHandoff);
   LogicalResult emit(pipeline::ReportLossOp o);
   LogicalResult emit(pipeline::AccumulateGradOp o);
   /// A deferred weight-gradient GEMM: its operands are kept for the update.
@@ -530,7 +539,8 @@ FuncEmitter::lossNorm(Operation *op, Value labels,
                          "ignore_index must be a graph input read by the "
                          "loss's stage"),
            failure();
-  return "static_cast<double>(gp_count_labels(ctx, " + std::to_string(*input) +
+  return "static_cast<double>(gp_count_labels(ctx, " +
+         std::to_string(stage.inputBase + *input) +
          ", 1, " + std::to_string(*ignore) + "LL))";
 }
 
@@ -1450,18 +1460,52 @@ std::string FuncEmitter::perStepGuard(bool perStep) const {
          ") ";
 }
 
+/// A transfer between two chunks of the stage goes through its hand-off
+/// buffer in the arena (gpipe-plan-memory): the micro-batch's slot, or the
+/// only one for a value sent once per step or by the update.
+std::string FuncEmitter::handoffCopy(Operation *op, Value v, bool perStep,
+                                     bool toHandoff) {
+  pipeline::BufferAttr h = pipeline::getHandoff(op);
+  bool once =
+      perStep || pipeline::getPhase(func) == pipeline::Phase::Update;
+  std::string slot =
+      "A + " + std::to_string(h.getOffset()) + "LL" +
+      (once ? std::string()
+            : " + mb * " +
+                  std::to_string(llvm::alignTo(bytesOf(v), stage.align)) + "LL");
+  std::string value = ptr(v, toHandoff);
+  std::string dst = toHandoff ? slot : value, src = toHandoff ? value : slot;
+  std::string bytes = std::to_string(bytesOf(v));
+  return stage.options.cuda
+             ? "gp_cuda_check(cudaMemcpyAsync(" + dst + ", " + src + ", " +
+                   bytes + ", cudaMemcpyDeviceToDevice, gp_cuda_stream()));"
+             : "std::memcpy(" + dst + ", " + src + ", " + bytes + ");";
+}
+
 LogicalResult FuncEmitter::emit(pipeline::SendOp o) {
-  os << "  " << perStepGuard(o.getPerStep()) << "gp_send(ctx, " << o.getPeer()
-     << ", " << o.getTag() << ", " << ptr(o.getValue()) << ", "
-     << bytesOf(o.getValue()) << ");\n";
+  if (pipeline::getHandoff(o)) {
+    os << "  // to chunk (virtual stage " << o.getPeer() << "), tag " << o.getTag() << "\n  "
+       << perStepGuard(o.getPerStep())
+       << handoffCopy(o, o.getValue(), o.getPerStep(), true) << "\n";
+    return success();
+  }
+  os << "  " << perStepGuard(o.getPerStep()) << "gp_send(ctx, "
+     << stage.stageOf[o.getPeer()] << ", " << o.getTag() << ", "
+     << ptr(o.getValue()) << ", " << bytesOf(o.getValue()) << ");\n";
   return success();
 }
 
 LogicalResult FuncEmitter::emit(pipeline::RecvOp o) {
+  if (pipeline::getHandoff(o)) {
+    os << "  // from chunk (virtual stage " << o.getPeer() << "), tag "
+       << o.getTag() << "\n  " << perStepGuard(o.getPerStep())
+       << handoffCopy(o, o.getValue(), o.getPerStep(), false) << "\n";
+    return success();
+  }
   // A per-step receive's buffer is long-lived: later actions read it.
-  os << "  " << perStepGuard(o.getPerStep()) << "gp_recv(ctx, " << o.getPeer()
-     << ", " << o.getTag() << ", " << ptr(o.getValue(), false) << ", "
-     << bytesOf(o.getValue()) << ");\n";
+  os << "  " << perStepGuard(o.getPerStep()) << "gp_recv(ctx, "
+     << stage.stageOf[o.getPeer()] << ", " << o.getTag() << ", "
+     << ptr(o.getValue(), false) << ", " << bytesOf(o.getValue()) << ");\n";
   return success();
 }
 
@@ -1515,7 +1559,8 @@ LogicalResult FuncEmitter::run() {
   bool isForward = pipeline::getPhase(func) == pipeline::Phase::Forward;
   if (isForward)
     for (BlockArgument arg : block.getArguments())
-      os << "  gp_load_input(ctx, " << arg.getArgNumber() << ", mb, "
+      os << "  gp_load_input(ctx, " << stage.inputBase + arg.getArgNumber()
+         << ", mb, "
          << ptr(arg, false) << ");\n";
   for (auto &unit : units) {
     unitNodes = describeNodes(unit);
@@ -1557,44 +1602,53 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
                     const std::string &programName,
                     std::vector<std::string> &takenWeightFiles,
                     const std::string &buildId, const EmitOptions &options) {
-  func::FuncOp fns[3];
-  const pipeline::Phase phases[] = {pipeline::Phase::Forward,
-                                    pipeline::Phase::Backward,
-                                    pipeline::Phase::Update};
-  for (int k = 0; k < 3; ++k) {
-    for (auto f : module.getOps<func::FuncOp>())
-      if (pipeline::getStage(f) == stageIndex &&
-          pipeline::getPhase(f) == phases[k])
-        fns[k] = f;
-    if (!fns[k])
-      return module.emitError("stage ")
-                 << stageIndex << " has no "
-                 << pipeline::stringifyPhase(phases[k]) << " function",
-             failure();
-  }
   pipeline::ScheduleOp schedule;
-  for (auto s : module.getOps<pipeline::ScheduleOp>())
+  int64_t numStages = 0;
+  for (auto s : module.getOps<pipeline::ScheduleOp>()) {
+    ++numStages;
     if (static_cast<int64_t>(s.getStage()) == stageIndex)
       schedule = s;
+  }
   if (!schedule)
     return module.emitError("stage ") << stageIndex << " has no schedule",
            failure();
+  // Each chunk's forward, backward and update.
+  const int64_t numChunks = schedule.getNumChunks();
+  const pipeline::Phase phases[] = {pipeline::Phase::Forward,
+                                    pipeline::Phase::Backward,
+                                    pipeline::Phase::Update};
+  SmallVector<std::array<func::FuncOp, 3>> chunkFns(numChunks);
+  for (int64_t c = 0; c < numChunks; ++c)
+    for (int k = 0; k < 3; ++k) {
+      chunkFns[c][k] = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
+          schedule, schedule.getFunction(phases[k], c));
+      if (!chunkFns[c][k])
+        return schedule.emitError("stage ")
+                   << stageIndex << " has no "
+                   << pipeline::stringifyPhase(phases[k]) << " function "
+                   << schedule.getFunction(phases[k], c),
+               failure();
+    }
+  SmallVector<func::FuncOp> allFns;
+  for (auto &fns : chunkFns)
+    allFns.append(fns.begin(), fns.end());
   SmallVector<pipeline::ActionAttr> actions(schedule.getActionList());
-  auto firstOf = [&](pipeline::Phase phase) {
+  auto firstOf = [&](pipeline::Phase phase, int64_t chunk) {
     for (pipeline::ActionAttr a : actions)
-      if (a.getPhase() == phase)
+      if (a.getPhase() == phase && a.getChunk() == chunk)
         return a.getMicrobatch().value_or(0);
     return int64_t(0);
   };
-  auto [forward, backward, update] = std::tie(fns[0], fns[1], fns[2]);
   // Recomputation is ordinary ops by now (gpipe-inline-remat).
-  WalkResult remat = backward.walk([](pipeline::RematOp op) {
-    op.emitError("code generation needs lowered IR: run gpipe-lower "
-                 "(gpipe-inline-remat) first");
-    return WalkResult::interrupt();
-  });
-  if (remat.wasInterrupted())
-    return failure();
+  for (auto &fns : chunkFns) {
+    WalkResult remat = fns[1].walk([](pipeline::RematOp op) {
+      op.emitError("code generation needs lowered IR: run gpipe-lower "
+                   "(gpipe-inline-remat) first");
+      return WalkResult::interrupt();
+    });
+    if (remat.wasInterrupted())
+      return failure();
+  }
 
   // The memory plan (gpipe-plan-memory), for this target and precision.
   pipeline::MemoryPlanAttr plan = pipeline::getMemoryPlan(schedule);
@@ -1622,15 +1676,20 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   st.weightActions = llvm::any_of(actions, [](pipeline::ActionAttr a) {
     return a.getPhase() == pipeline::Phase::Weight;
   });
-  st.forward = forward;
+  // Where every virtual stage runs: the stage whose schedule names it.
+  st.stageOf.assign(pipeline::getNumStages(module), -1);
+  for (auto s : module.getOps<pipeline::ScheduleOp>())
+    for (int64_t c = 0; c < s.getNumChunks(); ++c)
+      if (auto f = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
+              s, s.getFunction(pipeline::Phase::Forward, c)))
+        if (std::optional<int64_t> v = pipeline::getStage(f);
+            v && *v >= 0 && *v < static_cast<int64_t>(st.stageOf.size()))
+          st.stageOf[*v] = static_cast<int64_t>(s.getStage());
   EmittedStage &result = st.result;
-  int64_t numStages = pipeline::getNumStages(module);
   st.microbatches = pipeline::getNumMicrobatches(module);
-  st.firstForward = firstOf(pipeline::Phase::Forward);
-  st.firstBackward = firstOf(pipeline::Phase::Backward);
   result.bufferedSends =
       pipeline::getSends(module) == pipeline::Sends::Buffered;
-  Block &fwd = forward.getBody().front();
+  Block &fwd = chunkFns[0][0].getBody().front();
   int64_t batch = 0;
   if (fwd.getNumArguments() && tensorType(fwd.getArgument(0)).getRank())
     batch = tensorType(fwd.getArgument(0)).getDimSize(0) * st.microbatches;
@@ -1642,6 +1701,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
         << what << " (run gpipe-lower, which runs gpipe-plan-memory)";
     return WalkResult::interrupt();
   };
+  for (auto [chunk, fns] : llvm::enumerate(chunkFns))
   for (func::FuncOp f : fns) {
     WalkResult walk = f.walk([&](Operation *op) -> WalkResult {
       if (auto p = dyn_cast<nn::ParamOp>(op)) {
@@ -1666,6 +1726,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
           return missing(op, "pipe.deferred_operands");
         auto gemm = acc.getGrad().getDefiningOp<nn::GemmOp>();
         StageState::DeferredGemm d;
+        d.chunk = static_cast<int64_t>(chunk);
         d.param = acc.getParam().str();
         d.rows = tensorType(gemm.getA()).getDimSize(0);
         d.gCols = tensorType(gemm.getA()).getDimSize(1);
@@ -1708,30 +1769,46 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   st.stashBase = plan.getStashBase();
   st.stashBytes = plan.getStashSlot();
   st.stashSlots = plan.getStashSlots();
+  st.align = plan.getAlign();
 
-  result.forwardFlops = costOf(forward);
-  result.backwardFlops = costOf(backward);
-  result.updateFlops = costOf(update);
-  for (auto &entry : st.deferred)
-    result.weightFlops += cast<nn::GemmOp>(entry.first).getFlops();
+  for (auto &fns : chunkFns) {
+    result.chunkForwardFlops.push_back(costOf(fns[0]));
+    result.chunkBackwardFlops.push_back(costOf(fns[1]));
+    result.chunkWeightFlops.push_back(0);
+    result.forwardFlops += costOf(fns[0]);
+    result.backwardFlops += costOf(fns[1]);
+    result.updateFlops += costOf(fns[2]);
+  }
+  for (auto &entry : st.deferred) {
+    int64_t flops = cast<nn::GemmOp>(entry.first).getFlops();
+    result.weightFlops += flops;
+    result.chunkWeightFlops[entry.second.chunk] += flops;
+  }
   result.flops =
       (result.forwardFlops + result.backwardFlops) * st.microbatches +
       result.updateFlops;
-  for (func::FuncOp f : fns)
+  std::set<int64_t> handoffs; // the hand-off buffers' offsets
+  for (func::FuncOp f : allFns)
     f.walk([&](Operation *op) {
+      // Between two chunks of this stage: through the arena, not the runtime.
+      if (pipeline::BufferAttr h = pipeline::getHandoff(op)) {
+        if (handoffs.insert(h.getOffset()).second)
+          result.memory.handoffBytes += h.getBytes();
+        return;
+      }
       EmittedTransfer t;
       t.phase = pipeline::stringifyPhase(*pipeline::getPhase(f)).str();
       if (auto s = dyn_cast<pipeline::SendOp>(op)) {
         t = {true,
              t.phase,
-             static_cast<int64_t>(s.getPeer()),
+             st.stageOf[s.getPeer()],
              static_cast<int64_t>(s.getTag()),
              bytesOf(s.getValue()),
              typeString(s.getValue().getType())};
       } else if (auto r = dyn_cast<pipeline::RecvOp>(op)) {
         t = {false,
              t.phase,
-             static_cast<int64_t>(r.getPeer()),
+             st.stageOf[r.getPeer()],
              static_cast<int64_t>(r.getTag()),
              bytesOf(r.getValue()),
              typeString(r.getValue().getType())};
@@ -1741,14 +1818,35 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
       result.transfers.push_back(t);
     });
   result.hasLoss = false;
-  forward.walk([&](pipeline::ReportLossOp) { result.hasLoss = true; });
+  for (auto &fns : chunkFns)
+    fns[0].walk([&](pipeline::ReportLossOp) { result.hasLoss = true; });
 
-  std::string bodies[3];
-  for (int k = 0; k < 3; ++k) {
-    FuncEmitter fe(st, fns[k]);
-    if (failed(fe.run()))
-      return failure();
-    bodies[k] = std::move(fe.body);
+  // The program's inputs: each chunk's forward arguments, chunk after chunk.
+  SmallVector<int64_t> inputBase;
+  for (auto &fns : chunkFns) {
+    inputBase.push_back(static_cast<int64_t>(result.inputs.size()));
+    for (BlockArgument arg : fns[0].getBody().front().getArguments()) {
+      auto name = nn::getInputName(fns[0], arg.getArgNumber());
+      auto t = tensorType(arg);
+      result.inputs.push_back(
+          {name ? name.getValue().str() : "", t.getElementType().isF32(),
+           std::vector<int64_t>(t.getShape().begin(), t.getShape().end())});
+    }
+  }
+
+  // Each chunk's forward, backward and update bodies.
+  SmallVector<std::array<std::string, 3>> bodies(numChunks);
+  for (int64_t c = 0; c < numChunks; ++c) {
+    st.forward = chunkFns[c][0];
+    st.inputBase = inputBase[c];
+    st.firstForward = firstOf(pipeline::Phase::Forward, c);
+    st.firstBackward = firstOf(pipeline::Phase::Backward, c);
+    for (int k = 0; k < 3; ++k) {
+      FuncEmitter fe(st, chunkFns[c][k]);
+      if (failed(fe.run()))
+        return failure();
+      bodies[c][k] = std::move(fe.body);
+    }
   }
 
   MemoryPlan &m = result.memory;
@@ -1770,24 +1868,21 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
       if (t.isSend && sent.insert({t.peer, t.tag}).second)
         m.sendStagingBytes += 2 * t.bytes;
   }
-  for (BlockArgument arg : fwd.getArguments())
-    m.inputBytes += bytesOf(arg);
+  for (const EmittedInput &in : result.inputs) {
+    int64_t elements = 1;
+    for (int64_t d : in.shape)
+      elements *= d;
+    m.inputBytes += elements * (in.isFloat ? 4 : 8);
+  }
 
   // Program description.
   std::string desc;
   llvm::raw_string_ostream ds(desc);
   ds << "static const gp_tensor_desc kInputs[] = {\n";
-  for (BlockArgument arg : fwd.getArguments()) {
-    auto name = nn::getInputName(forward, arg.getArgNumber());
-    auto t = tensorType(arg);
-    EmittedInput in{
-        name ? name.getValue().str() : "", t.getElementType().isF32(),
-        std::vector<int64_t>(t.getShape().begin(), t.getShape().end())};
+  for (const EmittedInput &in : result.inputs)
     ds << "  {\"" << in.name << "\", nullptr, "
-       << (in.isFloat ? "GP_F32" : "GP_I64") << ", " << t.getRank() << ", "
-       << st.shapeArray(t.getShape()) << ", 0},\n";
-    result.inputs.push_back(std::move(in));
-  }
+       << (in.isFloat ? "GP_F32" : "GP_I64") << ", " << in.shape.size() << ", "
+       << st.shapeArray(in.shape) << ", 0},\n";
   ds << "  {nullptr, nullptr, GP_F32, 0, nullptr, 0}\n};\n";
   ds << "static const gp_tensor_desc kParams[] = {\n";
   for (auto &[name, t] : st.paramOrder) {
@@ -1813,7 +1908,8 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
            : a.getPhase() == Phase::Backward ? "GP_BACKWARD"
            : a.getPhase() == Phase::Weight   ? "GP_WEIGHT"
                                              : "GP_UPDATE")
-       << ", " << a.getMicrobatch().value_or(-1) << "},\n";
+       << ", " << a.getMicrobatch().value_or(-1) << ", " << a.getChunk()
+       << "},\n";
     result.schedule.push_back(a.getShortName());
   }
   ds << "};\n";
@@ -1830,7 +1926,10 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   llvm::raw_string_ostream ss(src);
   ss << "// Generated by gpipe-compile: stage program '" << programName
      << "' (stage " << stageIndex << " of " << numStages << ", "
-     << st.microbatches << " micro-batch(es)). Do not edit.\n"
+     << st.microbatches << " micro-batch(es)"
+     << (numChunks > 1 ? ", " + std::to_string(numChunks) + " model chunks"
+                       : std::string())
+     << "). Do not edit.\n"
      << (options.cuda ? "#include \"gpipe/runtime_cuda.h\"\n"
                       : "#include \"gpipe/runtime.h\"\n")
      << "\n#include <cmath>\n#include <cstdint>\n#include <cstring>\n\n";
@@ -1842,17 +1941,34 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
       "  unsigned char *S = A + " + std::to_string(st.stashBase) + "LL + " +
       (slotPerMicrobatch ? std::string("mb") : "(mb % " + slots + "LL)") +
       " * " + std::to_string(st.stashBytes) + "LL;\n";
-  ss << "// Forward of micro-batch mb: keeps its stash in slot mb"
-     << (slotPerMicrobatch ? std::string() : " mod " + slots) << ".\n"
-     << "static void forward(gp_step_ctx *ctx, int64_t mb) {\n"
-     << "  unsigned char *A = ctx->arena;\n"
-     << stashPtr << "  (void)A;\n  (void)S;\n"
-     << bodies[0] << "}\n\n";
-  ss << "// Backward of micro-batch mb, from its stash.\n"
-     << "static void backward(gp_step_ctx *ctx, int64_t mb) {\n"
-     << "  unsigned char *A = ctx->arena;\n"
-     << stashPtr << "  (void)A;\n  (void)S;\n"
-     << bodies[1] << "}\n\n";
+  // One chunk: forward, backward, weight; several: forward_c0, ...
+  auto fnName = [&](StringRef base, int64_t c) {
+    return numChunks == 1 ? base.str() : (base + "_c" + Twine(c)).str();
+  };
+  auto ofChunk = [&](int64_t c) {
+    return numChunks == 1 ? std::string()
+                          : " of model chunk " + std::to_string(c) +
+                                " (virtual stage " +
+                                std::to_string(*pipeline::getStage(
+                                    chunkFns[c][0])) +
+                                ")";
+  };
+  for (int64_t c = 0; c < numChunks; ++c) {
+    ss << "// Forward" << ofChunk(c)
+       << " of micro-batch mb: keeps its stash in slot mb"
+       << (slotPerMicrobatch ? std::string() : " mod " + slots) << ".\n"
+       << "static void " << fnName("forward", c)
+       << "(gp_step_ctx *ctx, int64_t mb) {\n"
+       << "  unsigned char *A = ctx->arena;\n"
+       << stashPtr << "  (void)A;\n  (void)S;\n"
+       << bodies[c][0] << "}\n\n";
+    ss << "// Backward" << ofChunk(c) << " of micro-batch mb, from its stash.\n"
+       << "static void " << fnName("backward", c)
+       << "(gp_step_ctx *ctx, int64_t mb) {\n"
+       << "  unsigned char *A = ctx->arena;\n"
+       << stashPtr << "  (void)A;\n  (void)S;\n"
+       << bodies[c][1] << "}\n\n";
+  }
   ss << "// The optimizer update, once per mini-batch; then the gradient\n"
      << "// accumulators start again from zero.\n"
      << "static void update(gp_step_ctx *ctx) {\n"
@@ -1900,20 +2016,29 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
       ss << "  // weight gradient of '" << entry.second.param << "' over all "
          << st.microbatches << " micro-batches\n"
          << deferredGemm(entry.second, false);
-  ss << bodies[2];
+  // Every chunk's update, the last chunk first (gpipe-check-schedule checks
+  // the transfers in that order).
+  for (int64_t c = numChunks - 1; c >= 0; --c)
+    ss << (numChunks == 1 ? bodies[c][2]
+                          : "  { // update" + ofChunk(c) + "\n" +
+                                bodies[c][2] + "  }\n");
   ss << clearAccumulators << "}\n\n";
   if (st.weightActions) {
-    ss << "// W of micro-batches first..first+count-1: their weight-gradient\n"
-       << "// GEMMs, from the operands their backwards kept\n"
-       << "// (gpipe-split-weight-grad), in consecutive row blocks.\n"
-       << "static void weight(gp_step_ctx *ctx, int64_t first, int64_t count) "
-          "{\n"
-       << "  unsigned char *A = ctx->arena;\n  (void)A;\n  (void)first;\n"
-       << "  (void)count;\n";
-    for (auto &entry : st.deferred)
-      ss << "  // weight gradient of '" << entry.second.param << "'\n"
-         << deferredGemm(entry.second, true);
-    ss << "}\n\n";
+    for (int64_t c = 0; c < numChunks; ++c) {
+      ss << "// W" << ofChunk(c)
+         << " of micro-batches first..first+count-1: their\n"
+         << "// weight-gradient GEMMs, from the operands their backwards kept\n"
+         << "// (gpipe-split-weight-grad), in consecutive row blocks.\n"
+         << "static void " << fnName("weight", c)
+         << "(gp_step_ctx *ctx, int64_t first, int64_t count) {\n"
+         << "  unsigned char *A = ctx->arena;\n  (void)A;\n  (void)first;\n"
+         << "  (void)count;\n";
+      for (auto &entry : st.deferred)
+        if (entry.second.chunk == c)
+          ss << "  // weight gradient of '" << entry.second.param << "'\n"
+             << deferredGemm(entry.second, true);
+      ss << "}\n\n";
+    }
   }
   // bf16: the parameters' bf16 copies start from the loaded weights.
   for (auto &[name, t] : st.paramOrder)
@@ -1927,17 +2052,29 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
           "copies.\nstatic void init(gp_step_ctx *ctx) {\n"
        << "  unsigned char *A = ctx->arena;\n"
        << st.initBody << "}\n\n";
+  if (numChunks > 1) {
+    ss << "static const gp_chunk kChunks[] = {\n";
+    for (int64_t c = 0; c < numChunks; ++c)
+      ss << "  {" << fnName("forward", c) << ", " << fnName("backward", c)
+         << ", " << (st.weightActions ? fnName("weight", c) : "nullptr")
+         << "},\n";
+    ss << "};\n\n";
+  }
   ss << "static const gp_program kProgram = {\"" << programName << "\", "
      << stageIndex << ", " << numStages << ", " << st.microbatches << ", "
      << batch << "LL, " << result.inputs.size() << ", kInputs, "
      << result.params.size() << ", kParams, " << m.arenaBytes << "LL, "
-     << actions.size() << ", kActions, forward, backward, update, "
+     << actions.size() << ", kActions, " << fnName("forward", 0) << ", "
+     << fnName("backward", 0) << ", update, "
      << (result.hasLoss ? 1 : 0) << ", \"" << buildId << "\", "
      << result.transfers.size() << ", kTransfers, "
      << (options.cuda ? "GP_TARGET_CUDA" : "GP_TARGET_CPU") << ", "
      << st.scratchBytes << "LL, " << (st.initBody.empty() ? "nullptr" : "init")
      << ", " << (result.bufferedSends ? 1 : 0) << ", " << st.stateDescs.size()
-     << ", kStates, " << (st.weightActions ? "weight" : "nullptr") << "};\n\n"
+     << ", kStates, "
+     << (st.weightActions ? fnName("weight", 0) : std::string("nullptr"))
+     << ", " << numChunks << ", " << (numChunks > 1 ? "kChunks" : "nullptr")
+     << "};\n\n"
      << "int main(int argc, char **argv) { return gp_main(argc, argv, "
         "&kProgram); }\n";
   return std::move(result);

@@ -48,6 +48,9 @@ struct MemoryPlan {
   // (uploaded once), inside the arena.
   int64_t shadowBytes = 0;
   int64_t arenaConstantBytes = 0;
+  // Interleaved schedules: the arena buffers of the transfers between two
+  // chunks of the stage (a slot per micro-batch).
+  int64_t handoffBytes = 0;
   // CUDA, outside the arena: the kernels' scratch (bf16 GEMM operands) and
   // the double-buffered staging of the tensors this stage sends.
   int64_t scratchBytes = 0;
@@ -75,6 +78,9 @@ struct EmittedStage {
   // deferred (run by the update, or by W actions).
   int64_t weightFlops = 0;
   int64_t flops = 0; // one training step (all micro-batches)
+  // Per model chunk (one entry per chunk; forwardFlops etc. are their sums):
+  // one forward, backward and W action's FLOPs.
+  std::vector<int64_t> chunkForwardFlops, chunkBackwardFlops, chunkWeightFlops;
 };
 
 /// Emits the program of `stage` of the outlined, scheduled and lowered

@@ -3,6 +3,8 @@
 #include "passes/Passes.h"
 #include "passes/Utils.h"
 
+#include "llvm/ADT/SmallPtrSet.h"
+
 #include <map>
 
 namespace gpipe {
@@ -30,16 +32,27 @@ std::string str(BufferAttr b) {
 /// The checks of one stage.
 class StageChecker {
 public:
+  /// `chunks`: each model chunk's forward, backward and update.
   StageChecker(int64_t stage, pipeline::ScheduleOp schedule,
-               MemoryPlanAttr plan, std::array<func::FuncOp, 3> fns)
-      : stage(stage), schedule(schedule), plan(plan), fns(fns) {}
+               MemoryPlanAttr plan,
+               SmallVector<std::array<func::FuncOp, 3>> chunks)
+      : stage(stage), schedule(schedule), plan(plan), chunks(chunks) {
+    for (auto &c : chunks) {
+      fns.append(c.begin(), c.end());
+      forwards.insert(c[0]);
+      backwards.insert(c[1]);
+    }
+  }
 
   LogicalResult run() {
     for (func::FuncOp fn : fns)
       if (failed(collectLongLived(fn)))
         return failure();
-    if (failed(checkLongLived()) || failed(checkStash()))
+    if (failed(checkLongLived()))
       return failure();
+    for (auto &c : chunks)
+      if (failed(checkStash(c[0], c[1])))
+        return failure();
     for (func::FuncOp fn : fns)
       if (failed(checkTemporaries(fn)))
         return failure();
@@ -125,6 +138,25 @@ private:
                             b, op)))
             ok = failure();
       }
+      // A transfer between two chunks of this stage: its arena slots, one
+      // per micro-batch (one for a value sent once per step or by the
+      // update), shared by the pipe.send and the pipe.recv.
+      if (succeeded(ok) && isa<pipeline::SendOp, pipeline::RecvOp>(op))
+        if (BufferAttr h = pipeline::getHandoff(op)) {
+          auto send = dyn_cast<pipeline::SendOp>(op);
+          auto recv = dyn_cast<pipeline::RecvOp>(op);
+          Value v = send ? send.getValue() : recv.getValue();
+          int64_t tag = send ? send.getTag() : recv.getTag();
+          bool once = (send ? send.getPerStep() : recv.getPerStep()) ||
+                      pipeline::getPhase(fn) == Phase::Update;
+          int64_t need = (once ? 1 : microbatchesOf(op)) *
+                         alignUp(bytesOf(v), plan.getAlign());
+          ok = object("the hand-off of tag " + std::to_string(tag), h, op);
+          if (succeeded(ok) && h.getBytes() < need)
+            ok = op->emitError("stage ")
+                 << stage << ": the hand-off of tag " << tag << " at "
+                 << str(h) << " is smaller than its " << need << " bytes";
+        }
       return failed(ok) ? WalkResult::interrupt() : WalkResult::advance();
     });
     return failure(walk.wasInterrupted());
@@ -157,11 +189,11 @@ private:
   }
 
   /// The forward's stashed results and the backward's arguments agree.
-  LogicalResult checkStash() {
-    Block &fwd = fns[0].getBody().front(), &bwd = fns[1].getBody().front();
+  LogicalResult checkStash(func::FuncOp forward, func::FuncOp backward) {
+    Block &fwd = forward.getBody().front(), &bwd = backward.getBody().front();
     Operation *ret = fwd.getTerminator();
     if (ret->getNumOperands() != bwd.getNumArguments())
-      return fns[1].emitError("stage ")
+      return backward.emitError("stage ")
              << stage << ": the backward takes " << bwd.getNumArguments()
              << " arguments but the forward stashes " << ret->getNumOperands();
     for (auto [k, v] : llvm::enumerate(ret->getOperands())) {
@@ -171,7 +203,7 @@ private:
       if (auto recv = viewRoot(v).getDefiningOp<pipeline::RecvOp>();
           recv && recv.getPerStep()) {
         if (kept != read)
-          return fns[1].emitError("stage ")
+          return backward.emitError("stage ")
                  << stage << ": the per-step value #" << k << " is kept at "
                  << (kept ? str(kept) : "no buffer") << " but read at "
                  << (read ? str(read) : "no buffer");
@@ -184,7 +216,7 @@ private:
       };
       if (!inSlot(kept) || !inSlot(read) ||
           kept.getOffset() != read.getOffset())
-        return fns[1].emitError("stage ")
+        return backward.emitError("stage ")
                << stage << ": stashed value #" << k << " is kept at "
                << (kept ? str(kept) : "no buffer") << " but read at "
                << (read ? str(read) : "no buffer") << " (a slot has "
@@ -216,10 +248,10 @@ private:
       if (auto acc = dyn_cast<pipeline::AccumulateGradOp>(op);
           acc && acc.getInPlace())
         inPlace.insert(acc.getGrad());
-    if (fn == fns[0])
+    if (forwards.contains(fn))
       for (Value v : block.getTerminator()->getOperands())
         stashed.insert(viewRoot(v));
-    else if (fn == fns[1])
+    else if (backwards.contains(fn))
       for (BlockArgument arg : block.getArguments())
         stashed.insert(arg);
     const int64_t lo = plan.getTransientBase(),
@@ -240,7 +272,7 @@ private:
         // Only long-lived objects live there (checked by collectLongLived).
         Operation *def = v.getDefiningOp();
         if (perStep.contains(b) &&
-            (def ? isa<pipeline::RecvOp>(def) : fn == fns[1]))
+            (def ? isa<pipeline::RecvOp>(def) : backwards.contains(fn)))
           return success();
         if (!inPlace.contains(v) &&
             !(def &&
@@ -295,12 +327,14 @@ private:
   /// Reads the schedule: a forward never takes a slot still in use.
   LogicalResult checkSlots() {
     const int64_t slots = plan.getStashSlots();
-    std::vector<int64_t> holder(slots, -1); // micro-batch in each slot
+    // The micro-batch in each chunk's part of each slot.
+    std::vector<int64_t> holders(slots * chunks.size(), -1);
     for (ActionAttr a : schedule.getActionList()) {
       // W reads the deferred operands (their own buffers), not the stash.
       if (a.getPhase() == Phase::Update || a.getPhase() == Phase::Weight)
         continue;
       int64_t mb = *a.getMicrobatch(), slot = mb % slots;
+      int64_t *holder = &holders[a.getChunk() * slots];
       if (a.getPhase() == Phase::Forward) {
         if (holder[slot] >= 0)
           return schedule.emitError("stage ")
@@ -328,7 +362,9 @@ private:
   int64_t stage;
   pipeline::ScheduleOp schedule;
   MemoryPlanAttr plan;
-  std::array<func::FuncOp, 3> fns;
+  SmallVector<std::array<func::FuncOp, 3>> chunks;
+  SmallVector<func::FuncOp> fns; // every chunk's
+  llvm::SmallPtrSet<Operation *, 4> forwards, backwards;
   std::map<std::string, std::pair<BufferAttr, Operation *>> objects;
   // The buffers of values received once per step (pipe.recv per_step).
   llvm::DenseSet<BufferAttr> perStep;
@@ -340,19 +376,24 @@ struct CheckMemoryPass : gpipe::impl::CheckMemoryBase<CheckMemoryPass> {
     ModuleOp module = getOperation();
     if (module.getOps<pipeline::ScheduleOp>().empty())
       return; // not scheduled yet: no stages, no plan
-    for (int64_t s = 0, k = pipeline::getNumStages(module); s < k; ++s) {
-      pipeline::ScheduleOp schedule;
-      for (auto sched : module.getOps<pipeline::ScheduleOp>())
-        if (static_cast<int64_t>(sched.getStage()) == s)
-          schedule = sched;
-      std::array<func::FuncOp, 3> fns = {
-          findStageFunc(module, s, Phase::Forward),
-          findStageFunc(module, s, Phase::Backward),
-          findStageFunc(module, s, Phase::Update)};
-      if (!schedule || !fns[0] || !fns[1] || !fns[2]) {
-        module.emitError("stage ")
-            << s << " lacks its functions or its pipe.schedule";
-        return signalPassFailure();
+    for (auto schedule : module.getOps<pipeline::ScheduleOp>()) {
+      const int64_t s = static_cast<int64_t>(schedule.getStage());
+      SmallVector<std::array<func::FuncOp, 3>> chunks;
+      for (int64_t c = 0; c < schedule.getNumChunks(); ++c) {
+        std::array<func::FuncOp, 3> fns;
+        const Phase phases[] = {Phase::Forward, Phase::Backward,
+                                Phase::Update};
+        for (int i = 0; i < 3; ++i) {
+          fns[i] = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
+              schedule, schedule.getFunction(phases[i], c));
+          if (!fns[i]) {
+            schedule.emitError("stage ")
+                << s << " lacks its " << pipeline::stringifyPhase(phases[i])
+                << " function " << schedule.getFunction(phases[i], c);
+            return signalPassFailure();
+          }
+        }
+        chunks.push_back(fns);
       }
       MemoryPlanAttr plan = pipeline::getMemoryPlan(schedule);
       if (!plan) {
@@ -360,7 +401,7 @@ struct CheckMemoryPass : gpipe::impl::CheckMemoryBase<CheckMemoryPass> {
             << s << " has no memory plan (pipe.memory): run gpipe-plan-memory";
         return signalPassFailure();
       }
-      if (failed(StageChecker(s, schedule, plan, fns).run()))
+      if (failed(StageChecker(s, schedule, plan, chunks).run()))
         return signalPassFailure();
     }
   }

@@ -323,17 +323,27 @@ def Schedule : Pass<"gpipe-schedule", "mlir::ModuleOp"> {
     then one forward and one backward in turn, then the cool-down
     backwards, then the update) or `zbh1` (ZB-H1: 1F1B's stash bound, each
     backward split into B and a W action, the micro-batch's weight-gradient
-    GEMMs, placed where the stage would wait). Each schedule's `stash_slots`
-    is the most micro-batches it keeps in flight (GPipe: M; 1F1B and ZB-H1:
-    min(K-s, M)). Sets the module's `pipe.sends` to what the schedule needs
-    of the runtime (`blocking` for GPipe; `buffered` for 1F1B and ZB-H1,
-    whose stage s sends micro-batch i+1's activation while stage s+1 sends
-    micro-batch i's gradient). Then runs the checks of
-    `gpipe-check-schedule`.
+    GEMMs, placed where the stage would wait) or `interleaved`
+    (interleaved 1F1B with `virtual-stages` V >= 2 chunks per stage).
+
+    The module's `pipe.stages` pieces (gpipe-partition's, outlined by
+    gpipe-outline-stages) are the virtual stages; the schedule places them
+    on K = pipe.stages / V stages (executables): with V = 1 piece s is stage
+    s; interleaved puts pieces s, s+K, ..., s+(V-1)K on stage s as its chunks
+    0..V-1. Each stage's `pipe.schedule` names its chunks' functions.
+    Each schedule's `stash_slots` is the most micro-batches it keeps in
+    flight in one chunk (GPipe: M; 1F1B and ZB-H1: min(K-s, M)). Sets the
+    module's `pipe.sends` to what the schedule needs of the runtime
+    (`blocking` for GPipe; `buffered` for the others, whose stage s sends
+    micro-batch i+1's activation while stage s+1 sends micro-batch i's
+    gradient). The schedule's requirements on K, M and V are checked with
+    an error naming them. Then runs the checks of `gpipe-check-schedule`.
   }];
   let options = [
     Option<"schedule", "schedule", "std::string", "\"gpipe\"",
-           "the registered schedule: gpipe, 1f1b or zbh1">,
+           "the registered schedule: gpipe, 1f1b, zbh1 or interleaved">,
+    Option<"virtualStages", "virtual-stages", "int64_t", "1",
+           "model chunks per stage V (pipe.stages must be a multiple)">,
   ];
   let dependentDialects = ["gpipe::pipeline::PipeDialect"];
 }
@@ -341,9 +351,12 @@ def Schedule : Pass<"gpipe-schedule", "mlir::ModuleOp"> {
 def CheckSchedule : Pass<"gpipe-check-schedule", "mlir::ModuleOp"> {
   let summary = "Checks that the stages' schedules match and cannot deadlock";
   let description = [{
-    Expands each stage's `pipe.schedule` into its sequence of sends and
-    receives (those of each action's function, in order, tagged with the
-    action's micro-batch). Checks that every send has exactly one receive in
+    Checks that the stages' `pipe.schedule`s place every virtual stage
+    (0..pipe.stages-1) exactly once. Expands each stage's `pipe.schedule`
+    into its sequence of sends and receives (those of each action's
+    function, in order, tagged with the action's micro-batch and chunk; a
+    peer, a virtual stage, stands for the stage that holds it). Checks that
+    every send has exactly one receive in
     the peer stage with the same tag, micro-batch and type (and the
     reverse), then simulates all stages under the module's `pipe.sends`
     semantics: `blocking` (the default; rendezvous: a send completes only

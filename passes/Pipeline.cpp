@@ -18,7 +18,7 @@ void gpipe::buildCompilePipeline(OpPassManager &pm,
   mb.batchnorm = o.batchnorm;
   fpm.addPass(createMicrobatch(mb));
   PartitionOptions part;
-  part.stages = o.stages;
+  part.stages = o.stages * o.virtualStages;
   fpm.addPass(createPartition(part));
   fpm.addPass(createAutodiff());
   OptimizerOptions opt;
@@ -38,6 +38,7 @@ void gpipe::buildCompilePipeline(OpPassManager &pm,
   pm.addPass(createRemat(rm));
   ScheduleOptions sched;
   sched.schedule = o.schedule;
+  sched.virtualStages = o.virtualStages;
   pm.addPass(createSchedule(sched));
 }
 

@@ -42,6 +42,11 @@ struct CompilePipelineOptions
   Option<std::string> schedule{*this, "schedule",
                                llvm::cl::desc("a registered schedule name"),
                                llvm::cl::init("gpipe")};
+  Option<int64_t> virtualStages{
+      *this, "virtual-stages",
+      llvm::cl::desc("model chunks per stage V (the model is cut into K*V "
+                     "pieces)"),
+      llvm::cl::init(1)};
   Option<std::string> batchnorm{
       *this, "batchnorm",
       llvm::cl::desc("BatchNorm running statistics: microbatch or deferred"),

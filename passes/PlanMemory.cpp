@@ -22,28 +22,38 @@ using pipeline::Phase;
 
 namespace {
 
-/// A stage's three functions and its schedule, or a located error.
+/// A stage's functions (forward, backward and update of each of its model
+/// chunks) and its schedule, or a located error.
 struct StageFuncs {
-  func::FuncOp forward, backward, update;
+  SmallVector<func::FuncOp> forward, backward, update; // per chunk
   pipeline::ScheduleOp schedule;
-  std::array<func::FuncOp, 3> all() const {
-    return {forward, backward, update};
+  /// Every function, chunk by chunk: forward, backward, update.
+  SmallVector<func::FuncOp> all() const {
+    SmallVector<func::FuncOp> fns;
+    for (size_t c = 0; c < forward.size(); ++c)
+      fns.append({forward[c], backward[c], update[c]});
+    return fns;
   }
 };
 
-FailureOr<StageFuncs> stageFuncs(ModuleOp module, int64_t s) {
-  StageFuncs f{findStageFunc(module, s, Phase::Forward),
-               findStageFunc(module, s, Phase::Backward),
-               findStageFunc(module, s, Phase::Update),
-               {}};
-  for (auto sched : module.getOps<pipeline::ScheduleOp>())
-    if (static_cast<int64_t>(sched.getStage()) == s)
-      f.schedule = sched;
-  if (!f.forward || !f.backward || !f.update || !f.schedule)
-    return module.emitError("stage ")
-           << s
-           << " lacks its functions or its pipe.schedule; run "
-              "gpipe-outline-stages and gpipe-schedule first";
+FailureOr<StageFuncs> stageFuncs(pipeline::ScheduleOp sched) {
+  StageFuncs f;
+  f.schedule = sched;
+  for (int64_t c = 0; c < sched.getNumChunks(); ++c)
+    for (auto [phase, list] :
+         {std::pair{Phase::Forward, &f.forward},
+          std::pair{Phase::Backward, &f.backward},
+          std::pair{Phase::Update, &f.update}}) {
+      auto fn = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
+          sched, sched.getFunction(phase, c));
+      if (!fn)
+        return sched.emitError("stage ")
+               << sched.getStage() << " lacks its "
+               << pipeline::stringifyPhase(phase) << " function "
+               << sched.getFunction(phase, c)
+               << "; run gpipe-outline-stages and gpipe-schedule first";
+      list->push_back(fn);
+    }
   return f;
 }
 
@@ -52,8 +62,8 @@ struct Bf16ShadowsPass : gpipe::impl::Bf16ShadowsBase<Bf16ShadowsPass> {
     ModuleOp module = getOperation();
     if (module.getOps<pipeline::ScheduleOp>().empty())
       return; // not scheduled yet: no stages
-    for (int64_t s = 0, k = pipeline::getNumStages(module); s < k; ++s) {
-      FailureOr<StageFuncs> f = stageFuncs(module, s);
+    for (auto sched : module.getOps<pipeline::ScheduleOp>()) {
+      FailureOr<StageFuncs> f = stageFuncs(sched);
       if (failed(f))
         return signalPassFailure();
       llvm::StringSet<> readByGemm;
@@ -107,10 +117,11 @@ private:
 /// Plans one stage.
 class StagePlanner {
 public:
+  /// `stageOf`: the stage holding each virtual stage (a transfer's peer).
   StagePlanner(StageFuncs f, int64_t align, bool cuda, bool bf16,
-               int64_t microbatches)
-      : f(f), ctx(f.forward.getContext()), align(align), cuda(cuda), bf16(bf16),
-        microbatches(microbatches) {}
+               int64_t microbatches, ArrayRef<int64_t> stageOf)
+      : f(f), ctx(f.schedule.getContext()), align(align), cuda(cuda), bf16(bf16),
+        microbatches(microbatches), stageOf(stageOf) {}
   LogicalResult run(StringRef target, StringRef precision);
 
 private:
@@ -125,7 +136,9 @@ private:
     return b;
   }
   void planLongLived();
+  LogicalResult planHandoffs();
   LogicalResult planStash();
+  LogicalResult planStash(func::FuncOp forward, func::FuncOp backward);
   /// The temporaries of one function; returns their peak bytes.
   FailureOr<int64_t> planTemporaries(func::FuncOp func);
 
@@ -134,15 +147,13 @@ private:
   int64_t align;
   bool cuda, bf16;
   int64_t microbatches;
+  ArrayRef<int64_t> stageOf;
   int64_t cursor = 0;
   llvm::StringMap<BufferAttr> params, shadows, accumulators;
   int64_t parameterBytes = 0, optimizerBytes = 0, gradientBytes = 0,
           constantBytes = 0, shadowBytes = 0, scratchBytes = 0;
   int64_t clearedBegin = 0, clearedEnd = 0;
-  // The stash: each forward result's offset in a slot, and a slot's bytes.
-  llvm::SmallVector<int64_t> stashOffsetOfResult;
-  // ... or, for a per-step value, its long-lived buffer.
-  llvm::DenseMap<unsigned, BufferAttr> longLivedOfResult;
+  // The bytes of a stash slot (every chunk's results of one micro-batch).
   int64_t stashSlot = 0, transientBase = 0;
 };
 
@@ -169,7 +180,8 @@ void StagePlanner::planLongLived() {
       pipeline::setBuffer(r.getValue(), b);
     });
   // Optimizer state: SGD with momentum one buffer, Adam two.
-  f.update.walk([&](Operation *op) {
+  for (func::FuncOp update : f.update)
+  update.walk([&](Operation *op) {
     int buffers = 0;
     Value param;
     if (auto sgd = dyn_cast<pipeline::SGDUpdateOp>(op)) {
@@ -192,7 +204,8 @@ void StagePlanner::planLongLived() {
   // Deferred running statistics: each micro-batch's mean and variance, kept
   // until the step's last micro-batch combines them (counted with the
   // parameters, the model state they update).
-  f.forward.walk([&](nn::UpdateRunningStatsOp update) {
+  for (func::FuncOp forward : f.forward)
+  forward.walk([&](nn::UpdateRunningStatsOp update) {
     int64_t m = update.getMicrobatches();
     if (m <= 1)
       return;
@@ -203,7 +216,8 @@ void StagePlanner::planLongLived() {
   // Accumulators: first those a GEMM overwrites (gpipe-accumulate-in-place's
   // `overwrite`), then those the update clears.
   const int64_t accumulatorBegin = cursor;
-  f.backward.walk([&](pipeline::AccumulateGradOp acc) {
+  for (func::FuncOp backward : f.backward)
+  backward.walk([&](pipeline::AccumulateGradOp acc) {
     if (acc.getOverwrite() && !accumulators.count(acc.getParam()))
       accumulators[acc.getParam()] = permanent(bytesOf(acc.getGrad()));
   });
@@ -235,7 +249,8 @@ void StagePlanner::planLongLived() {
     });
   // Deferred weight-gradient GEMMs (gpipe-split-weight-grad): G and X of
   // every micro-batch, in row blocks.
-  f.backward.walk([&](pipeline::AccumulateGradOp acc) {
+  for (func::FuncOp backward : f.backward)
+  backward.walk([&](pipeline::AccumulateGradOp acc) {
     if (!acc.getDeferred())
       return;
     auto gemm = acc.getGrad().getDefiningOp<nn::GemmOp>();
@@ -292,7 +307,8 @@ void StagePlanner::planLongLived() {
         scratchBytes =
             std::max(scratchBytes, bf16Bytes(g.getA()) + bf16Bytes(g.getB()));
       });
-    f.backward.walk([&](pipeline::AccumulateGradOp acc) {
+    for (func::FuncOp backward : f.backward)
+    backward.walk([&](pipeline::AccumulateGradOp acc) {
       if (!acc.getDeferred())
         return;
       auto gemm = acc.getGrad().getDefiningOp<nn::GemmOp>();
@@ -307,10 +323,65 @@ void StagePlanner::planLongLived() {
   }
 }
 
+LogicalResult StagePlanner::planHandoffs() {
+  // A transfer between two of this stage's chunks (a skip connection over
+  // the chunks between them) goes through the arena: a slot per micro-batch,
+  // or one for a value sent once per step or by the update.
+  const int64_t self = static_cast<int64_t>(f.schedule.getStage());
+  auto local = [&](int64_t peer) {
+    return peer >= 0 && peer < static_cast<int64_t>(stageOf.size()) &&
+           stageOf[peer] == self;
+  };
+  llvm::DenseMap<int64_t, BufferAttr> byTag;
+  for (func::FuncOp fn : f.all())
+    fn.walk([&](pipeline::SendOp send) {
+      if (!local(send.getPeer()))
+        return;
+      bool once = send.getPerStep() ||
+                  pipeline::getPhase(fn) == pipeline::Phase::Update;
+      BufferAttr b =
+          permanent((once ? 1 : microbatches) * aligned(bytesOf(send.getValue())));
+      byTag[send.getTag()] = b;
+      pipeline::setHandoff(send, b);
+    });
+  for (func::FuncOp fn : f.all()) {
+    WalkResult walk = fn.walk([&](pipeline::RecvOp recv) {
+      if (!local(recv.getPeer()))
+        return WalkResult::advance();
+      BufferAttr b = byTag.lookup(recv.getTag());
+      if (!b) {
+        recv.emitError("stage ")
+            << self << " receives tag " << recv.getTag()
+            << " from its own chunk (virtual stage " << recv.getPeer()
+            << "), which sends no such tag";
+        return WalkResult::interrupt();
+      }
+      pipeline::setHandoff(recv, b);
+      return WalkResult::advance();
+    });
+    if (walk.wasInterrupted())
+      return failure();
+  }
+  return success();
+}
+
 LogicalResult StagePlanner::planStash() {
-  // One slot holds the forward's results, by storage root.
+  // One slot holds every chunk's forward results for one micro-batch, chunk
+  // after chunk, by storage root.
+  for (auto [forward, backward] : llvm::zip(f.forward, f.backward))
+    if (failed(planStash(forward, backward)))
+      return failure();
+  return success();
+}
+
+LogicalResult StagePlanner::planStash(func::FuncOp forward,
+                                      func::FuncOp backward) {
+  // The forward's results: each one's offset in the slot, or, for a per-step
+  // value, its long-lived buffer.
+  llvm::SmallVector<int64_t> stashOffsetOfResult;
+  llvm::DenseMap<unsigned, BufferAttr> longLivedOfResult;
   llvm::DenseMap<Value, int64_t> rootOffset;
-  for (Value v : f.forward.getBody().front().getTerminator()->getOperands()) {
+  for (Value v : forward.getBody().front().getTerminator()->getOperands()) {
     Value r = viewRoot(v);
     if (Operation *def = r.getDefiningOp();
         def && isa<nn::ParamOp, nn::ConstantOp>(def))
@@ -332,9 +403,9 @@ LogicalResult StagePlanner::planStash() {
     }
     stashOffsetOfResult.push_back(it->second);
   }
-  Block &bwd = f.backward.getBody().front();
+  Block &bwd = backward.getBody().front();
   if (bwd.getNumArguments() != stashOffsetOfResult.size())
-    return f.backward.emitError("the backward takes ")
+    return backward.emitError("the backward takes ")
            << bwd.getNumArguments() << " arguments but the forward stashes "
            << stashOffsetOfResult.size() << " values";
   for (BlockArgument arg : bwd.getArguments())
@@ -417,7 +488,7 @@ FailureOr<int64_t> StagePlanner::planTemporaries(func::FuncOp func) {
 
 LogicalResult StagePlanner::run(StringRef target, StringRef precision) {
   planLongLived();
-  if (failed(planStash()))
+  if (failed(planHandoffs()) || failed(planStash()))
     return failure();
   const int64_t stashBase = cursor;
   const int64_t stashSlots = f.schedule.getNumStashSlots();
@@ -461,18 +532,39 @@ struct PlanMemoryPass : gpipe::impl::PlanMemoryBase<PlanMemoryPass> {
     // CPU: a cache line; CUDA: what cuBLASLt's fastest kernels assume.
     const int64_t align = cuda ? 256 : 64;
     const int64_t m = pipeline::getNumMicrobatches(module);
-    for (int64_t s = 0, k = pipeline::getNumStages(module); s < k; ++s) {
-      FailureOr<StageFuncs> f = stageFuncs(module, s);
+    // The stage holding each virtual stage (the functions' pipe.stage).
+    SmallVector<int64_t> stageOf(pipeline::getNumStages(module), -1);
+    for (auto sched : module.getOps<pipeline::ScheduleOp>()) {
+      FailureOr<StageFuncs> f = stageFuncs(sched);
       if (failed(f))
         return signalPassFailure();
-      WalkResult remat = f->backward.walk([](pipeline::RematOp op) {
-        op.emitError("gpipe-plan-memory needs the recomputation inlined: run "
-                     "gpipe-inline-remat first");
-        return WalkResult::interrupt();
-      });
-      if (remat.wasInterrupted())
+      for (func::FuncOp fn : f->forward)
+        if (std::optional<int64_t> v = pipeline::getStage(fn);
+            v && *v >= 0 && *v < static_cast<int64_t>(stageOf.size()))
+          stageOf[*v] = static_cast<int64_t>(sched.getStage());
+    }
+    for (auto [v, s] : llvm::enumerate(stageOf))
+      if (s < 0) {
+        module.emitError("stage ")
+            << v
+            << " lacks its functions or its pipe.schedule; run "
+               "gpipe-outline-stages and gpipe-schedule first";
         return signalPassFailure();
-      StagePlanner planner(*f, align, cuda, precision == "bf16", m);
+      }
+    for (auto sched : module.getOps<pipeline::ScheduleOp>()) {
+      FailureOr<StageFuncs> f = stageFuncs(sched);
+      if (failed(f))
+        return signalPassFailure();
+      for (func::FuncOp backward : f->backward) {
+        WalkResult remat = backward.walk([](pipeline::RematOp op) {
+          op.emitError("gpipe-plan-memory needs the recomputation inlined: "
+                       "run gpipe-inline-remat first");
+          return WalkResult::interrupt();
+        });
+        if (remat.wasInterrupted())
+          return signalPassFailure();
+      }
+      StagePlanner planner(*f, align, cuda, precision == "bf16", m, stageOf);
       if (failed(planner.run(target, precision)))
         return signalPassFailure();
     }

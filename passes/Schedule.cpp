@@ -32,35 +32,71 @@ struct Transfer {
   Operation *op;
   ActionAttr action;
   bool perStep = false; // once per step (pipe.send/recv `per_step`)
+  int64_t virtualPeer = -1; // the peer as the op names it (a virtual stage)
+  bool chunked = false;     // the stages hold several chunks
 };
 
 std::string describe(const Transfer &t) {
   std::string s;
   llvm::raw_string_ostream os(s);
   os << "action " << t.action.getShortName() << " on "
-     << (t.isSend ? "pipe.send to" : "pipe.recv from") << " stage " << t.peer
-     << " (tag " << t.tag << ", " << t.type << ")";
+     << (t.isSend ? "pipe.send to" : "pipe.recv from") << " stage " << t.peer;
+  if (t.chunked)
+    os << " (virtual stage " << t.virtualPeer << ")";
+  os << " (tag " << t.tag << ", " << t.type << ")";
   return s;
 }
 
 /// Checks every stage's schedule of `module`; emits located errors.
 LogicalResult checkSchedules(ModuleOp module) {
-  int64_t k = pipeline::getNumStages(module);
-  if (k < 1 || k > (int64_t(1) << 16))
-    return module.emitError("pipe.stages must be in [1, 65536], got ") << k;
-  SmallVector<ScheduleOp> schedules(k);
-  for (auto sched : module.getOps<ScheduleOp>()) {
+  const int64_t n = pipeline::getNumStages(module);
+  if (n < 1 || n > (int64_t(1) << 16))
+    return module.emitError("pipe.stages must be in [1, 65536], got ") << n;
+  SmallVector<ScheduleOp> all(module.getOps<ScheduleOp>());
+  const int64_t k = static_cast<int64_t>(all.size());
+  SmallVector<ScheduleOp> schedules(std::max<int64_t>(k, n));
+  for (ScheduleOp sched : all) {
     int64_t s = static_cast<int64_t>(sched.getStage());
-    if (s < 0 || s >= k)
+    if (s < 0 || s >= std::max<int64_t>(k, 1) || s >= n)
       return sched.emitError("schedule of stage ")
-             << s << " but the module has " << k << " stages";
+             << s << " but the module has " << std::min(k, n) << " stages";
     if (schedules[s])
       return sched.emitError("stage ") << s << " has two schedules";
     schedules[s] = sched;
   }
-  for (int64_t s = 0; s < k; ++s)
-    if (!schedules[s])
-      return module.emitError("stage ") << s << " has no pipe.schedule";
+  schedules.resize(k);
+  if (k == 0)
+    return module.emitError("stage 0 has no pipe.schedule");
+  // Where each virtual stage (the functions' pipe.stage) runs.
+  SmallVector<int64_t> stageOf(n, -1);
+  bool chunked = false;
+  for (int64_t s = 0; s < k; ++s) {
+    ScheduleOp sched = schedules[s];
+    chunked |= sched.getNumChunks() > 1;
+    for (int64_t c = 0; c < sched.getNumChunks(); ++c) {
+      FlatSymbolRefAttr ref = sched.getFunction(Phase::Forward, c);
+      auto func =
+          SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(sched, ref);
+      if (!func)
+        return sched.emitError("no function ") << ref;
+      std::optional<int64_t> v = pipeline::getStage(func);
+      if (!v || *v < 0 || *v >= n)
+        return sched.emitError("chunk ")
+               << c << "'s function " << ref
+               << " is not one of the module's " << n
+               << " virtual stages (pipe.stages)";
+      if (stageOf[*v] >= 0)
+        return sched.emitError("virtual stage ")
+               << *v << " is placed on stage " << stageOf[*v] << " and on "
+               << "stage " << s;
+      stageOf[*v] = s;
+    }
+  }
+  for (int64_t v = 0; v < n; ++v)
+    if (stageOf[v] < 0)
+      return module.emitError(chunked ? "virtual stage " : "stage ")
+             << v << " has no pipe.schedule"
+             << (chunked ? " (no stage's schedule names its functions)" : "");
 
   // Expand each schedule into its transfers.
   SmallVector<SmallVector<Transfer>> transfers(k);
@@ -72,58 +108,67 @@ LogicalResult checkSchedules(ModuleOp module) {
       // W runs deferred weight-gradient GEMMs, no function: no transfers.
       if (a.getPhase() == Phase::Weight)
         continue;
-      FlatSymbolRefAttr ref =
-          a.getPhase() == Phase::Forward    ? sched.getForwardAttr()
-          : a.getPhase() == Phase::Backward ? sched.getBackwardAttr()
-                                            : sched.getUpdateAttr();
-      auto func =
-          SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(sched, ref);
-      if (!func)
-        return sched.emitError("no function ") << ref;
-      const int64_t microbatch = a.getMicrobatch().value_or(-1);
-      const bool first = ran.insert(func.getOperation()).second;
-      WalkResult walk = func.walk([&](Operation *op) {
-        Transfer t{false, 0, 0, microbatch, Type(), op, a};
-        bool perStep = false;
-        if (auto send = dyn_cast<pipeline::SendOp>(op)) {
-          t = {true,
-               static_cast<int64_t>(send.getPeer()),
-               static_cast<int64_t>(send.getTag()),
-               microbatch,
-               send.getValue().getType(),
-               op,
-               a};
-          perStep = send.getPerStep();
-        } else if (auto recv = dyn_cast<pipeline::RecvOp>(op)) {
-          t = {false,
-               static_cast<int64_t>(recv.getPeer()),
-               static_cast<int64_t>(recv.getTag()),
-               microbatch,
-               recv.getValue().getType(),
-               op,
-               a};
-          perStep = recv.getPerStep();
-        } else {
-          return WalkResult::advance();
-        }
-        // A per-step transfer runs in the function's first action only, for
-        // no micro-batch in particular.
-        if (perStep) {
-          if (!first)
+      // The update runs every chunk's update, the last chunk first.
+      SmallVector<FlatSymbolRefAttr> refs;
+      if (a.getPhase() == Phase::Update)
+        for (int64_t c = sched.getNumChunks() - 1; c >= 0; --c)
+          refs.push_back(sched.getFunction(Phase::Update, c));
+      else
+        refs.push_back(sched.getFunction(a.getPhase(), a.getChunk()));
+      for (FlatSymbolRefAttr ref : refs) {
+        auto func =
+            SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(sched, ref);
+        if (!func)
+          return sched.emitError("no function ") << ref;
+        const int64_t microbatch = a.getMicrobatch().value_or(-1);
+        const bool first = ran.insert(func.getOperation()).second;
+        WalkResult walk = func.walk([&](Operation *op) {
+          Transfer t{false, 0, 0, microbatch, Type(), op, a};
+          bool perStep = false;
+          if (auto send = dyn_cast<pipeline::SendOp>(op)) {
+            t = {true,
+                 static_cast<int64_t>(send.getPeer()),
+                 static_cast<int64_t>(send.getTag()),
+                 microbatch,
+                 send.getValue().getType(),
+                 op,
+                 a};
+            perStep = send.getPerStep();
+          } else if (auto recv = dyn_cast<pipeline::RecvOp>(op)) {
+            t = {false,
+                 static_cast<int64_t>(recv.getPeer()),
+                 static_cast<int64_t>(recv.getTag()),
+                 microbatch,
+                 recv.getValue().getType(),
+                 op,
+                 a};
+            perStep = recv.getPerStep();
+          } else {
             return WalkResult::advance();
-          t.microbatch = -1;
-          t.perStep = true;
-        }
-        if (t.peer >= k) {
-          op->emitError("stage ") << s << " names stage " << t.peer
-                                  << " but there are " << k << " stages";
-          return WalkResult::interrupt();
-        }
-        transfers[s].push_back(t);
-        return WalkResult::advance();
-      });
-      if (walk.wasInterrupted())
-        return failure();
+          }
+          // A per-step transfer runs in the function's first action only,
+          // for no micro-batch in particular.
+          if (perStep) {
+            if (!first)
+              return WalkResult::advance();
+            t.microbatch = -1;
+            t.perStep = true;
+          }
+          if (t.peer >= n) {
+            op->emitError("stage ")
+                << s << " names stage " << t.peer << " but there are " << n
+                << (chunked ? " virtual stages" : " stages");
+            return WalkResult::interrupt();
+          }
+          t.virtualPeer = t.peer;
+          t.peer = stageOf[t.peer];
+          t.chunked = chunked;
+          transfers[s].push_back(t);
+          return WalkResult::advance();
+        });
+        if (walk.wasInterrupted())
+          return failure();
+      }
     }
   }
 
@@ -253,29 +298,49 @@ struct SchedulePass : gpipe::impl::ScheduleBase<SchedulePass> {
       return signalPassFailure();
     }
     int64_t m = pipeline::getNumMicrobatches(module);
-    int64_t k = pipeline::getNumStages(module);
-    if (k < 1 || m < 1 || k > (int64_t(1) << 16) || m > (int64_t(1) << 20)) {
+    int64_t n = pipeline::getNumStages(module);
+    if (n < 1 || m < 1 || n > (int64_t(1) << 16) || m > (int64_t(1) << 20)) {
       module.emitError("pipe.stages and pipe.microbatches must be in [1, "
                        "2^16] and [1, 2^20], got ")
-          << k << " and " << m;
+          << n << " and " << m;
       return signalPassFailure();
     }
-    schedules::Table table = generator->generate(module.getContext(), k, m);
+    const int64_t v = virtualStages;
+    if (v < 1 || n % v != 0) {
+      module.emitError("virtual-stages (")
+          << v << ") must be >= 1 and divide the module's pipe.stages (" << n
+          << ", the pieces gpipe-partition cut)";
+      return signalPassFailure();
+    }
+    const int64_t k = n / v;
+    if (std::string why = generator->check(k, m, v); !why.empty()) {
+      module.emitError(why);
+      return signalPassFailure();
+    }
+    schedules::Table table = generator->generate(module.getContext(), k, m, v);
     OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
     for (int64_t s = 0; s < k; ++s) {
-      func::FuncOp f = findStageFunc(module, s, Phase::Forward);
-      func::FuncOp bw = findStageFunc(module, s, Phase::Backward);
-      func::FuncOp u = findStageFunc(module, s, Phase::Update);
-      if (!f || !bw || !u) {
-        module.emitError("stage ")
-            << s << " lacks its functions; run gpipe-outline-stages first";
-        return signalPassFailure();
+      SmallVector<Attribute> fns[3];
+      const Phase phases[] = {Phase::Forward, Phase::Backward, Phase::Update};
+      for (int64_t c = 0; c < v; ++c) {
+        int64_t piece = generator->virtualStage(k, v, s, c);
+        for (int i = 0; i < 3; ++i) {
+          func::FuncOp f = findStageFunc(module, piece, phases[i]);
+          if (!f) {
+            module.emitError("stage ")
+                << piece << " lacks its functions; run gpipe-outline-stages "
+                << "first";
+            return signalPassFailure();
+          }
+          fns[i].push_back(FlatSymbolRefAttr::get(f));
+        }
       }
-      // The stash holds the most micro-batches the schedule keeps in flight.
+      // The stash holds the most micro-batches the schedule keeps in flight
+      // in one chunk.
       int64_t slots = std::max<int64_t>(ScheduleOp::maxInFlight(table[s]), 1);
       auto op = ScheduleOp::create(
-          b, module.getLoc(), b.getI64IntegerAttr(s), FlatSymbolRefAttr::get(f),
-          FlatSymbolRefAttr::get(bw), FlatSymbolRefAttr::get(u),
+          b, module.getLoc(), b.getI64IntegerAttr(s), b.getArrayAttr(fns[0]),
+          b.getArrayAttr(fns[1]), b.getArrayAttr(fns[2]),
           b.getArrayAttr(
               SmallVector<Attribute>(table[s].begin(), table[s].end())),
           b.getI64IntegerAttr(slots));

@@ -80,8 +80,15 @@ int main(int argc, char **argv) {
       "then the update; every stage stashes M micro-batches), 1f1b "
       "(PipeDream-flush: K-1-s warm-up forwards on stage s, then one forward "
       "and one backward in turn; stage s stashes at most K-s micro-batches) "
-      "or zbh1 (ZB-H1: 1F1B's memory, each backward split into B and W, the "
-      "weight-gradient GEMMs, which run where the stage would wait)")(
+      "zbh1 (ZB-H1: 1F1B's memory, each backward split into B and W, the "
+      "weight-gradient GEMMs, which run where the stage would wait) or "
+      "interleaved (interleaved 1F1B: --virtual-stages V >= 2 chunks per "
+      "stage, stage s holds pieces s, s+K, ...; M a multiple of K)")(
+      "virtual-stages",
+      po::value(&o.virtualStages)->default_value(1)->value_name("V"),
+      "model chunks per stage: the graph is cut into K*V cost-balanced "
+      "pieces and each stage runs V of them (--schedule interleaved; 1 for "
+      "the other schedules)")(
       "batchnorm",
       po::value(&o.batchnorm)->default_value("microbatch")->value_name("B"),
       "BatchNormalization's running statistics: microbatch (each "

@@ -50,7 +50,12 @@ static LogicalResult stageToCpp(Operation *op, llvm::raw_ostream &os) {
     return module.emitError("not pipeline IR: the module has no pipe.stages "
                             "(run gpipe-compile --emit mlir or gpipe-opt "
                             "--gpipe-pipeline first)");
+  // The stages (executables): one per pipe.schedule; before scheduling,
+  // the module's pieces (the emitter then reports the missing schedule).
   int64_t stages = gpipe::pipeline::getNumStages(module);
+  if (auto scheduled = llvm::range_size(
+          module.getOps<gpipe::pipeline::ScheduleOp>()))
+    stages = static_cast<int64_t>(scheduled);
   if (stageIndex < 0 || stageIndex >= stages)
     return module.emitError("--stage ")
            << stageIndex.getValue() << " is out of range: the pipeline has "

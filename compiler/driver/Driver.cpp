@@ -66,9 +66,16 @@ LogicalResult validate(const CompileOptions &o) {
   if (o.batchnorm != "microbatch" && o.batchnorm != "deferred")
     return fail("--batchnorm must be microbatch or deferred, got '" +
                 o.batchnorm + "'");
-  if (const schedules::Schedule *s = schedules::lookup(o.schedule); !s)
+  const schedules::Schedule *sched = schedules::lookup(o.schedule);
+  if (!sched)
     return fail("--schedule must be one of " + schedules::names() + ", got '" +
                 o.schedule + "'");
+  if (o.virtualStages < 1)
+    return fail("--virtual-stages must be >= 1, got " +
+                llvm::Twine(o.virtualStages));
+  if (std::string why = sched->check(o.stages, o.microbatches, o.virtualStages);
+      !why.empty())
+    return fail(why);
   if (opt.kind != "sgd" && opt.kind != "adam" && opt.kind != "adamw")
     return fail("--optimizer must be sgd, adam or adamw, got '" + opt.kind +
                 "'");

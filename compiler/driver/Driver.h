@@ -30,6 +30,9 @@ struct CompileOptions {
   uint64_t seed = 0; // --seed: the random numbers of Dropout
   std::string remat = "auto"; // none | stage | auto
   std::string schedule = "gpipe";
+  /// Model chunks per stage (--virtual-stages V): the graph is cut into
+  /// K*V pieces; interleaved schedules place V of them on each stage.
+  int64_t virtualStages = 1;
   /// BatchNorm running statistics: microbatch or deferred.
   std::string batchnorm = "microbatch";
   OptimizerConfig optimizer;

@@ -21,6 +21,7 @@ void gpipe::driver::setPipelineOptions(CompilePipelineOptions &p,
   p.eps = o.optimizer.eps;
   p.remat = remat;
   p.schedule = o.schedule;
+  p.virtualStages = o.virtualStages;
   p.batchnorm = o.batchnorm;
 }
 

@@ -55,7 +55,8 @@ def Pipe_ActionAttr : AttrDef<Pipe_Dialect, "Action"> {
     ```
 
     Outside the IR (pipeline.json, --explain, diagnostics) an action is
-    written `F3`, `B0`, `W0`, `U` (`getShortName`).
+    written `F3`, `B0`, `W0`, `U` (`getShortName`), with its chunk appended
+    when not 0: `F3c1` is micro-batch 3's forward of chunk 1.
   }];
   let parameters = (ins EnumParameter<Pipe_Phase>:$phase,
                         OptionalParameter<"std::optional<int64_t>">:$microbatch,
@@ -73,8 +74,7 @@ def Pipe_ActionAttr : AttrDef<Pipe_Dialect, "Action"> {
     }]>
   ];
   let extraClassDeclaration = [{
-    /// "F3", "B0", "W0", "U" (the chunk is not shown: pipe.schedule only
-    /// accepts chunk 0).
+    /// "F3", "B0", "W0", "U"; "F3c1" for chunk 1.
     std::string getShortName() const;
   }];
 }

@@ -88,13 +88,15 @@ LogicalResult ActionAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 }
 
 std::string ActionAttr::getShortName() const {
+  std::string chunk =
+      getChunk() != 0 ? "c" + std::to_string(getChunk()) : std::string();
   switch (getPhase()) {
   case Phase::Forward:
-    return "F" + std::to_string(*getMicrobatch());
+    return "F" + std::to_string(*getMicrobatch()) + chunk;
   case Phase::Backward:
-    return "B" + std::to_string(*getMicrobatch());
+    return "B" + std::to_string(*getMicrobatch()) + chunk;
   case Phase::Weight:
-    return "W" + std::to_string(*getMicrobatch());
+    return "W" + std::to_string(*getMicrobatch()) + chunk;
   case Phase::Update:
     break;
   }
@@ -263,6 +265,11 @@ LogicalResult PipeDialect::verifyOperationAttribute(Operation *op,
   }
   if (name == getAccumulatorAttrHelper().getName()) {
     if (failed(onOp(isa<AccumulateGradOp>(op), "a pipe.accumulate_grad")))
+      return failure();
+    return arenaBuffer(value) ? success() : expected("an arena #pipe.buffer");
+  }
+  if (name == getHandoffAttrHelper().getName()) {
+    if (failed(onOp(isa<SendOp, RecvOp>(op), "a pipe.send or pipe.recv")))
       return failure();
     return arenaBuffer(value) ? success() : expected("an arena #pipe.buffer");
   }
@@ -512,6 +519,13 @@ BufferAttr gpipe::pipeline::getAccumulator(Operation *op) {
 }
 void gpipe::pipeline::setAccumulator(Operation *op, BufferAttr buffer) {
   PipeDialect::AccumulatorAttrHelper(op->getContext()).setAttr(op, buffer);
+}
+
+BufferAttr gpipe::pipeline::getHandoff(Operation *op) {
+  return getBufferAttr<PipeDialect::HandoffAttrHelper>(op);
+}
+void gpipe::pipeline::setHandoff(Operation *op, BufferAttr buffer) {
+  PipeDialect::HandoffAttrHelper(op->getContext()).setAttr(op, buffer);
 }
 
 SmallVector<BufferAttr> gpipe::pipeline::getState(Operation *op) {

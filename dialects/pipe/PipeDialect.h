@@ -101,6 +101,12 @@ void setShadow(mlir::Operation *op, BufferAttr buffer);
 BufferAttr getAccumulator(mlir::Operation *op);
 void setAccumulator(mlir::Operation *op, BufferAttr buffer);
 
+/// `pipe.handoff` on a pipe.send or pipe.recv between two model chunks of
+/// one stage: the arena buffer the value goes through (a slot of the
+/// value's bytes per micro-batch), or null for a transfer between stages.
+BufferAttr getHandoff(mlir::Operation *op);
+void setHandoff(mlir::Operation *op, BufferAttr buffer);
+
 /// `pipe.state` on an optimizer update: its state buffers, in the order the
 /// update reads them (SGD: the momentum; Adam: the two moments).
 llvm::SmallVector<BufferAttr> getState(mlir::Operation *op);

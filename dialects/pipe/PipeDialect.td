@@ -60,6 +60,10 @@ def Pipe_Dialect : Dialect {
     // A deferred weight-gradient GEMM's operands for all micro-batches, on
     // its pipe.accumulate_grad (two BufferAttrs: G, then X).
     "::mlir::ArrayAttr":$deferred_operands,
+    // A transfer between two model chunks of one stage (interleaved
+    // schedules), on its pipe.send and pipe.recv: the arena buffer it goes
+    // through, one slot per micro-batch (a BufferAttr).
+    "::mlir::Attribute":$handoff,
     // A stage's arena layout, on its pipe.schedule (a MemoryPlanAttr).
     "::mlir::Attribute":$memory
   );

@@ -150,6 +150,38 @@ LogicalResult RematOp::verify() {
 // ScheduleOp
 //===----------------------------------------------------------------------===//
 
+/// `@f` (one chunk) or `[@f0, @f1, ...]`.
+static ParseResult parseChunkSymbols(OpAsmParser &parser, ArrayAttr &symbols) {
+  SmallVector<Attribute> list;
+  auto one = [&]() -> ParseResult {
+    FlatSymbolRefAttr ref;
+    if (parser.parseAttribute(ref))
+      return failure();
+    list.push_back(ref);
+    return success();
+  };
+  if (succeeded(parser.parseOptionalLSquare())) {
+    if (parser.parseCommaSeparatedList(one) || parser.parseRSquare())
+      return failure();
+  } else if (one()) {
+    return failure();
+  }
+  symbols = parser.getBuilder().getArrayAttr(list);
+  return success();
+}
+
+static void printChunkSymbols(OpAsmPrinter &printer, Operation *,
+                              ArrayAttr symbols) {
+  if (symbols.size() == 1) {
+    printer.printAttribute(symbols[0]);
+    return;
+  }
+  printer << '[';
+  llvm::interleaveComma(symbols, printer,
+                        [&](Attribute a) { printer.printAttribute(a); });
+  printer << ']';
+}
+
 int64_t ScheduleOp::getNumMicrobatches() {
   if (auto module = (*this)->getParentOfType<ModuleOp>())
     return gpipe::pipeline::getNumMicrobatches(module);
@@ -162,21 +194,45 @@ int64_t ScheduleOp::getNumStashSlots() {
   return getNumMicrobatches();
 }
 
+FlatSymbolRefAttr ScheduleOp::getFunction(Phase phase, int64_t chunk) {
+  ArrayAttr list = phase == Phase::Forward    ? getForward()
+                   : phase == Phase::Backward ? getBackward()
+                   : phase == Phase::Update   ? getUpdate()
+                                              : ArrayAttr();
+  if (!list || chunk < 0 || chunk >= static_cast<int64_t>(list.size()))
+    return {};
+  return dyn_cast<FlatSymbolRefAttr>(list[chunk]);
+}
+
 int64_t ScheduleOp::maxInFlight(ArrayRef<ActionAttr> actions) {
-  int64_t live = 0, most = 0;
+  llvm::DenseMap<int64_t, int64_t> live;
+  int64_t most = 0;
   for (ActionAttr a : actions) {
     if (a.getPhase() == Phase::Forward)
-      most = std::max(most, ++live);
+      most = std::max(most, ++live[a.getChunk()]);
     else if (a.getPhase() == Phase::Backward)
-      --live;
+      --live[a.getChunk()];
   }
   return most;
+}
+
+/// "F3" for chunk 0, "F3c1" for chunk 1 (diagnostics).
+static std::string actionName(MLIRContext *ctx, Phase phase, int64_t mb,
+                              int64_t chunk) {
+  return ActionAttr::get(ctx, phase, mb, chunk).getShortName();
 }
 
 LogicalResult ScheduleOp::verify() {
   if (static_cast<int64_t>(getStage()) < 0)
     return emitOpError("stage must be >= 0, got ")
            << static_cast<int64_t>(getStage());
+  const int64_t chunks = getNumChunks();
+  if (chunks < 1 || static_cast<int64_t>(getBackward().size()) != chunks ||
+      static_cast<int64_t>(getUpdate().size()) != chunks)
+    return emitOpError("needs one forward, one backward and one update "
+                       "function per model chunk, got ")
+           << getForward().size() << ", " << getBackward().size() << " and "
+           << getUpdate().size();
   SmallVector<ActionAttr> actions(getActionList());
   for (auto [i, a] : llvm::enumerate(actions)) {
     // Parsed actions are verified already, ActionAttr::get's are not.
@@ -184,18 +240,24 @@ LogicalResult ScheduleOp::verify() {
             [&, i = i] { return emitOpError("action #") << i << ": "; },
             a.getPhase(), a.getMicrobatch(), a.getChunk())))
       return failure();
-    if (a.getChunk() != 0)
+    if (a.getChunk() >= chunks)
       return emitOpError("action #")
              << i << " runs model chunk " << a.getChunk()
-             << " but a stage has one (interleaved schedules are not "
-                "supported)";
+             << " but the stage holds " << chunks
+             << " (one forward, backward and update function per chunk)";
+    if (a.getPhase() == Phase::Update && a.getChunk() != 0)
+      return emitOpError("action #")
+             << i << ": the update runs every chunk's update; it names no "
+             << "chunk";
   }
   int64_t m = getNumMicrobatches();
   if (m < 1 || m > (int64_t(1) << 20))
     return emitOpError("the module's pipe.microbatches must be in [1, 2^20], "
                        "got ")
            << m;
-  SmallVector<int> forwardAt(m, -1), backwardAt(m, -1), weightAt(m, -1);
+  // Per chunk and micro-batch: where its F, B and W are.
+  const int64_t n = chunks * m;
+  SmallVector<int> forwardAt(n, -1), backwardAt(n, -1), weightAt(n, -1);
   int updates = 0, weights = 0;
   for (auto [i, a] : llvm::enumerate(actions)) {
     if (a.getPhase() == Phase::Update) {
@@ -204,7 +266,7 @@ LogicalResult ScheduleOp::verify() {
       ++updates;
       continue;
     }
-    int64_t mb = *a.getMicrobatch();
+    int64_t mb = *a.getMicrobatch(), c = a.getChunk();
     if (mb >= m)
       return emitOpError("action #")
              << i << " names micro-batch " << mb << " but there are " << m
@@ -212,32 +274,39 @@ LogicalResult ScheduleOp::verify() {
     auto &at = a.getPhase() == Phase::Forward    ? forwardAt
                : a.getPhase() == Phase::Backward ? backwardAt
                                                  : weightAt;
-    if (at[mb] >= 0)
+    const int64_t key = c * m + mb;
+    if (at[key] >= 0)
       return emitOpError("action #") << i << " repeats " << a.getShortName();
-    at[mb] = i;
-    if (a.getPhase() == Phase::Backward && forwardAt[mb] < 0)
+    at[key] = i;
+    if (a.getPhase() == Phase::Backward && forwardAt[key] < 0)
       return emitOpError("action #")
-             << i << ": B" << mb << " comes before F" << mb;
+             << i << ": " << a.getShortName() << " comes before "
+             << actionName(getContext(), Phase::Forward, mb, c);
     if (a.getPhase() == Phase::Weight) {
       ++weights;
       // W needs the operands its micro-batch's backward (I) keeps.
-      if (backwardAt[mb] < 0)
+      if (backwardAt[key] < 0)
         return emitOpError("action #")
-               << i << ": W" << mb << " comes before B" << mb
+               << i << ": " << a.getShortName() << " comes before "
+               << actionName(getContext(), Phase::Backward, mb, c)
                << " (the weight gradient needs the backward's operands)";
     }
   }
-  for (int64_t k = 0; k < m; ++k)
-    if (forwardAt[k] < 0 || backwardAt[k] < 0)
-      return emitOpError("micro-batch ")
-             << k << " lacks its "
-             << (forwardAt[k] < 0 ? "forward" : "backward");
+  for (int64_t c = 0; c < chunks; ++c)
+    for (int64_t k = 0; k < m; ++k)
+      if (forwardAt[c * m + k] < 0 || backwardAt[c * m + k] < 0)
+        return emitOpError("micro-batch ")
+               << k << (chunks > 1 ? " of chunk " + std::to_string(c) : "")
+               << " lacks its "
+               << (forwardAt[c * m + k] < 0 ? "forward" : "backward");
   // Either the backwards keep their weight gradients (no W), or every
   // micro-batch has its W.
-  for (int64_t k = 0; weights > 0 && k < m; ++k)
+  for (int64_t k = 0; weights > 0 && k < n; ++k)
     if (weightAt[k] < 0)
       return emitOpError("micro-batch ")
-             << k << " lacks its weight-gradient action W" << k
+             << k % m << (chunks > 1 ? " of chunk " + std::to_string(k / m) : "")
+             << " lacks its weight-gradient action "
+             << actionName(getContext(), Phase::Weight, k % m, k / m)
              << ": a schedule with W actions needs one per micro-batch";
   if (updates != 1)
     return emitOpError("needs exactly one update action 'U'");
@@ -246,19 +315,22 @@ LogicalResult ScheduleOp::verify() {
     if (slots < 1 || slots > m)
       return emitOpError("stash_slots must be in [1, ")
              << m << "] (the micro-batches), got " << slots;
-    // Micro-batch i stashes in slot i mod slots: that slot's previous
-    // micro-batch must have run its backward.
-    SmallVector<int64_t> holder(slots, -1);
+    // Micro-batch i of a chunk stashes in its slot i mod slots: that slot's
+    // previous micro-batch must have run its backward.
+    SmallVector<int64_t> holder(chunks * slots, -1);
     for (auto [i, a] : llvm::enumerate(actions)) {
       if (a.getPhase() == Phase::Update)
         continue;
       int64_t mb = *a.getMicrobatch();
-      int64_t &h = holder[mb % slots];
+      int64_t &h = holder[a.getChunk() * slots + mb % slots];
       if (a.getPhase() == Phase::Forward) {
         if (h >= 0)
           return emitOpError("action #")
-                 << i << " F" << mb << " needs stash slot " << mb % slots
-                 << " of " << slots << ", still held by micro-batch " << h
+                 << i << " " << a.getShortName() << " needs stash slot "
+                 << mb % slots << " of " << slots
+                 << (chunks > 1 ? " of chunk " + std::to_string(a.getChunk())
+                                : std::string())
+                 << ", still held by micro-batch " << h
                  << " (whose backward has not run)";
         h = mb;
       } else if (a.getPhase() == Phase::Backward) {
@@ -270,16 +342,35 @@ LogicalResult ScheduleOp::verify() {
 }
 
 LogicalResult ScheduleOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
-  for (auto [what, ref] :
-       {std::pair<StringRef, FlatSymbolRefAttr>{"forward", getForwardAttr()},
-        {"backward", getBackwardAttr()},
-        {"update", getUpdateAttr()}}) {
-    auto func = symbolTable.lookupNearestSymbolFrom<func::FuncOp>(*this, ref);
-    if (!func)
-      return emitOpError() << what << " function " << ref << " does not exist";
-    if (gpipe::pipeline::getStage(func) != static_cast<int64_t>(getStage()))
-      return emitOpError() << what << " function " << ref
-                           << " does not belong to stage " << getStage();
+  const int64_t chunks = getNumChunks();
+  for (int64_t c = 0; c < chunks; ++c) {
+    std::optional<int64_t> virtualStage;
+    for (Phase phase : {Phase::Forward, Phase::Backward, Phase::Update}) {
+      FlatSymbolRefAttr ref = getFunction(phase, c);
+      StringRef what = stringifyPhase(phase);
+      auto func =
+          symbolTable.lookupNearestSymbolFrom<func::FuncOp>(*this, ref);
+      if (!func)
+        return emitOpError() << what << " function " << ref
+                             << " does not exist";
+      std::optional<int64_t> s = gpipe::pipeline::getStage(func);
+      if (chunks == 1 && s != static_cast<int64_t>(getStage()))
+        return emitOpError() << what << " function " << ref
+                             << " does not belong to stage " << getStage();
+      if (!s || (virtualStage && *virtualStage != *s))
+        return emitOpError()
+               << what << " function " << ref << " of chunk " << c
+               << " does not belong to the virtual stage of the chunk's "
+               << (virtualStage ? "forward" : "other functions") << " ("
+               << (virtualStage ? std::to_string(*virtualStage)
+                                : std::string("none"))
+               << ")";
+      virtualStage = s;
+      if (std::optional<Phase> has = gpipe::pipeline::getPhase(func);
+          has && *has != phase)
+        return emitOpError() << what << " function " << ref << " is not a "
+                             << what << " function (pipe.phase)";
+    }
   }
   return success();
 }

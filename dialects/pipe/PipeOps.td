@@ -200,20 +200,32 @@ def Pipe_ScheduleOp : Pipe_Op<"schedule", [
     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "the ordered actions a stage runs for one mini-batch";
   let description = [{
-    `$actions` lists, in order, the forward (`#pipe.action<forward, mb = m>`)
-    and backward (`#pipe.action<backward, mb = m>`) of every micro-batch m in
-    [0, M) and the optimizer update (`#pipe.action<update>`, last), where M is
-    the module's `pipe.microbatches` (1 if absent). Each micro-batch's forward
-    comes before its backward; every action runs model chunk 0 (a stage has
-    one forward and one backward function). `$forward`, `$backward` and
-    `$update` name the stage's functions; the sends and receives of an action
-    are those of its function, in order. The `gpipe-check-schedule` pass
-    checks that all stages' schedules together pair every send with one
-    receive and cannot deadlock.
+    `$actions` lists, in order, what stage `$stage` (an executable, an MPI
+    rank) runs for one mini-batch: the forward (`#pipe.action<forward, mb =
+    m>`) and backward (`#pipe.action<backward, mb = m>`) of every micro-batch
+    m in [0, M) of every model chunk it holds, and the optimizer update
+    (`#pipe.action<update>`, last), where M is the module's
+    `pipe.microbatches` (1 if absent). Each (chunk, micro-batch)'s forward
+    comes before its backward.
 
-    `$stash_slots` (default M) is how many micro-batches' stashes the stage
-    keeps: micro-batch m uses slot `m mod stash_slots`. The verifier checks
-    that no micro-batch's forward reuses a slot whose backward has not run.
+    A stage holds one model chunk, or several (interleaved schedules: a
+    chunk is a virtual stage, a piece of the model that gpipe-partition cut
+    and gpipe-outline-stages outlined). `$forward`, `$backward` and `$update`
+    name each chunk's functions, one symbol per chunk (written `@f` for one
+    chunk, `[@f0, @f1]` for several); the functions of chunk c belong to one
+    virtual stage (their `pipe.stage`), which is this stage itself when it
+    holds one chunk. An action with `chunk = c` runs chunk c's function; the
+    update action runs every chunk's update function, from the last chunk to
+    the first. The sends and receives of an action are those of its
+    function, in order; a send's or receive's peer is a virtual stage. The
+    `gpipe-check-schedule` pass checks that all stages' schedules together
+    place every virtual stage once, pair every send with one receive and
+    cannot deadlock.
+
+    `$stash_slots` (default M) is how many micro-batches' stashes each chunk
+    keeps: micro-batch m of a chunk uses its slot `m mod stash_slots`. The
+    verifier checks that no forward reuses a slot whose backward has not
+    run.
 
     ```mlir
     pipe.schedule stage 0 forward @stage0_forward backward @stage0_backward
@@ -224,14 +236,23 @@ def Pipe_ScheduleOp : Pipe_Op<"schedule", [
         update @stage1_update actions [#pipe.action<forward, mb = 0>,
         #pipe.action<backward, mb = 0>, #pipe.action<forward, mb = 1>,
         #pipe.action<backward, mb = 1>, #pipe.action<update>] stash_slots 1
+    // Two chunks: virtual stages 0 and 2 of four.
+    pipe.schedule stage 0 forward [@stage0_forward, @stage2_forward]
+        backward [@stage0_backward, @stage2_backward]
+        update [@stage0_update, @stage2_update]
+        actions [#pipe.action<forward, mb = 0>,
+        #pipe.action<forward, mb = 0, chunk = 1>, ...]
     ```
   }];
-  let arguments = (ins I64Attr:$stage, FlatSymbolRefAttr:$forward,
-                   FlatSymbolRefAttr:$backward, FlatSymbolRefAttr:$update,
+  let arguments = (ins I64Attr:$stage, FlatSymbolRefArrayAttr:$forward,
+                   FlatSymbolRefArrayAttr:$backward,
+                   FlatSymbolRefArrayAttr:$update,
                    Pipe_ActionArrayAttr:$actions,
                    OptionalAttr<I64Attr>:$stash_slots);
   let assemblyFormat = [{
-    `stage` $stage `forward` $forward `backward` $backward `update` $update
+    `stage` $stage `forward` custom<ChunkSymbols>($forward)
+    `backward` custom<ChunkSymbols>($backward)
+    `update` custom<ChunkSymbols>($update)
     `actions` $actions (`stash_slots` $stash_slots^)? attr-dict
   }];
   let hasVerifier = 1;
@@ -242,8 +263,13 @@ def Pipe_ScheduleOp : Pipe_Op<"schedule", [
     int64_t getNumMicrobatches();
     /// `stash_slots`, or M when absent.
     int64_t getNumStashSlots();
-    /// The most micro-batches whose forward has run and backward not, at
-    /// any point of `actions`.
+    /// The model chunks this stage holds (the length of `forward`).
+    int64_t getNumChunks() { return getForward().size(); }
+    /// Chunk `chunk`'s function of `phase` (forward, backward or update;
+    /// the weight phase has none), as named here.
+    ::mlir::FlatSymbolRefAttr getFunction(Phase phase, int64_t chunk);
+    /// The most micro-batches of one chunk whose forward has run and
+    /// backward not, at any point of `actions`.
     static int64_t maxInFlight(::llvm::ArrayRef<ActionAttr> actions);
   }];
 }

@@ -8,7 +8,8 @@ namespace schedules {
 using pipeline::ActionAttr;
 using pipeline::Phase;
 
-Table generateGPipe(mlir::MLIRContext *ctx, int64_t k, int64_t m) {
+Table generateGPipe(mlir::MLIRContext *ctx, int64_t k, int64_t m,
+                    int64_t /*v: one chunk*/) {
   Table table(k);
   for (auto &actions : table) {
     for (int64_t i = 0; i < m; ++i)

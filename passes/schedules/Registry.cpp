@@ -9,18 +9,23 @@ static const Schedule kSchedules[] = {
     {"gpipe",
      "GPipe: every micro-batch's forward, then their backwards in reverse "
      "order, then the update; every stage stashes all M micro-batches",
-     Sends::Blocking, generateGPipe},
+     Sends::Blocking, 1, 1, nullptr, generateGPipe},
     {"1f1b",
      "1F1B (PipeDream-flush): K-1-s warm-up forwards on stage s, then one "
      "forward and one backward in turn, then the remaining backwards; stage "
      "s stashes at most K-s micro-batches",
-     Sends::Buffered, generateOneFOneB},
+     Sends::Buffered, 1, 1, nullptr, generateOneFOneB},
     {"zbh1",
      "ZB-H1 (zero bubble, 1F1B's memory): backwards split into B (input "
      "gradient) and W (weight-gradient GEMMs, their own actions), the W's "
      "run where a stage would wait; stage s stashes at most K-s "
      "micro-batches",
-     Sends::Buffered, generateZBH1},
+     Sends::Buffered, 1, 1, nullptr, generateZBH1},
+    {"interleaved",
+     "interleaved 1F1B (Megatron-LM): --virtual-stages V >= 2 model chunks "
+     "per stage (stage s holds pieces s, s+K, ...), the bubble V times "
+     "smaller for V times the transfers; M a multiple of K",
+     Sends::Buffered, 2, 64, requireInterleaved, generateInterleaved},
 };
 
 llvm::ArrayRef<Schedule> all() { return kSchedules; }
@@ -30,6 +35,20 @@ const Schedule *lookup(llvm::StringRef name) {
     if (s.name == name)
       return &s;
   return nullptr;
+}
+
+std::string Schedule::check(int64_t k, int64_t m, int64_t v) const {
+  if (v < minChunks || v > maxChunks) {
+    if (maxChunks == 1)
+      return "--schedule " + name.str() +
+             " runs one model chunk per stage: --virtual-stages must be 1, "
+             "got " +
+             std::to_string(v) + " (--schedule interleaved runs several)";
+    return "--schedule " + name.str() + " needs --virtual-stages in [" +
+           std::to_string(minChunks) + ", " + std::to_string(maxChunks) +
+           "], got " + std::to_string(v);
+  }
+  return requirements ? requirements(k, m, v) : std::string();
 }
 
 std::string names() {

@@ -27,8 +27,29 @@ struct Schedule {
   llvm::StringRef name;        // the --schedule value
   llvm::StringRef description; // one line, for --help and errors
   Sends sends;                 // what the schedule needs of the runtime
-  /// The actions of stages 0..k-1 for m micro-batches (k, m >= 1).
-  Table (*generate)(mlir::MLIRContext *ctx, int64_t k, int64_t m);
+  /// The model chunks per stage it runs (--virtual-stages V): V in
+  /// [minChunks, maxChunks].
+  int64_t minChunks = 1, maxChunks = 1;
+  /// What else it needs of K, M and V: an error message naming them, or
+  /// empty. Null: nothing else.
+  std::string (*requirements)(int64_t k, int64_t m, int64_t v) = nullptr;
+  /// The actions of stages 0..k-1 for m micro-batches and v chunks per
+  /// stage (k, m, v >= 1, the requirements met); chunk c of stage s is the
+  /// virtual stage virtualStage(k, v, s, c).
+  Table (*generate)(mlir::MLIRContext *ctx, int64_t k, int64_t m,
+                    int64_t v) = nullptr;
+  /// Which virtual stage (a piece of the model, in order) chunk c of stage s
+  /// is. Null: the interleaved placement c*k + s (stage s holds pieces s,
+  /// s + k, s + 2k, ...).
+  int64_t (*place)(int64_t k, int64_t v, int64_t s, int64_t c) = nullptr;
+
+  int64_t virtualStage(int64_t k, int64_t v, int64_t s, int64_t c) const {
+    return place ? place(k, v, s, c) : c * k + s;
+  }
+  /// Empty when the schedule can run K stages, M micro-batches and V chunks
+  /// per stage; else why not, naming --schedule, --stages, --microbatches or
+  /// --virtual-stages.
+  std::string check(int64_t k, int64_t m, int64_t v) const;
 };
 
 /// Every registered schedule, in registration order.
@@ -39,9 +60,13 @@ const Schedule *lookup(llvm::StringRef name);
 std::string names();
 
 // The generators (one file each).
-Table generateGPipe(mlir::MLIRContext *ctx, int64_t k, int64_t m);
-Table generateOneFOneB(mlir::MLIRContext *ctx, int64_t k, int64_t m);
-Table generateZBH1(mlir::MLIRContext *ctx, int64_t k, int64_t m);
+Table generateGPipe(mlir::MLIRContext *ctx, int64_t k, int64_t m, int64_t v);
+Table generateOneFOneB(mlir::MLIRContext *ctx, int64_t k, int64_t m,
+                       int64_t v);
+Table generateZBH1(mlir::MLIRContext *ctx, int64_t k, int64_t m, int64_t v);
+Table generateInterleaved(mlir::MLIRContext *ctx, int64_t k, int64_t m,
+                          int64_t v);
+std::string requireInterleaved(int64_t k, int64_t m, int64_t v);
 
 } // namespace schedules
 } // namespace gpipe

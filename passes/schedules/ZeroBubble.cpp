@@ -26,7 +26,8 @@ namespace schedules {
 using pipeline::ActionAttr;
 using pipeline::Phase;
 
-Table generateZBH1(mlir::MLIRContext *ctx, int64_t k, int64_t m) {
+Table generateZBH1(mlir::MLIRContext *ctx, int64_t k, int64_t m,
+                   int64_t /*v: one chunk*/) {
   constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
   // When (in unit steps) micro-batch i's forward / backward ends on stage s.
   std::vector<std::vector<int64_t>> forwardEnd(k, std::vector<int64_t>(m, kNever));

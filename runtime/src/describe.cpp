@@ -17,7 +17,8 @@ std::string actionName(const gp_action &a) {
   return (a.kind == GP_FORWARD   ? "F"
           : a.kind == GP_WEIGHT ? "W"
                                 : "B") +
-         std::to_string(a.microbatch);
+         std::to_string(a.microbatch) +
+         (a.chunk != 0 ? "c" + std::to_string(a.chunk) : std::string());
 }
 
 } // namespace

@@ -26,6 +26,7 @@ std::atomic<uint64_t> gProgress{0};
 std::atomic<int64_t> gStep{0};
 std::atomic<int32_t> gKind{kNotInStep};
 std::atomic<int32_t> gMicrobatch{0};
+std::atomic<int32_t> gChunk{0}; // the action's model chunk
 std::atomic<const char *> gPhase{"starting"};
 // The transfer being waited for: peer stage (-1: none), receive or send.
 std::atomic<int32_t> gWaitPeer{-1};
@@ -41,14 +42,18 @@ constexpr auto kInterval = std::chrono::milliseconds(500);
 
 bool writeHeartbeat() {
   char doing[160];
+  char chunk[32] = "";
+  if (int32_t c = gChunk.load(); c > 0)
+    std::snprintf(chunk, sizeof chunk, " of chunk %d", c);
   int32_t kind = gKind.load();
   long long step = static_cast<long long>(gStep.load());
   if (kind == GP_FORWARD || kind == GP_BACKWARD || kind == GP_WEIGHT)
-    std::snprintf(doing, sizeof doing, "step %lld, %s of micro-batch %d", step,
+    std::snprintf(doing, sizeof doing, "step %lld, %s of micro-batch %d%s",
+                  step,
                   kind == GP_FORWARD    ? "forward"
                   : kind == GP_BACKWARD ? "backward"
                                         : "weight gradients",
-                  gMicrobatch.load());
+                  gMicrobatch.load(), chunk);
   else if (kind == GP_UPDATE)
     std::snprintf(doing, sizeof doing, "step %lld, optimizer update", step);
   else
@@ -122,6 +127,7 @@ void heartbeatPhase(const char *phase) {
 void heartbeatAction(int64_t step, const gp_action &a) {
   gStep = step;
   gMicrobatch = a.microbatch;
+  gChunk = a.chunk;
   gKind = static_cast<int32_t>(a.kind);
   ++gProgress;
 }

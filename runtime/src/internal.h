@@ -16,6 +16,20 @@
 
 namespace gpipe {
 
+/// The functions an action of model chunk `chunk` runs: chunks[chunk]'s of
+/// a program holding several, else the program's own.
+struct ChunkFns {
+  void (*forward)(gp_step_ctx *, int64_t) = nullptr;
+  void (*backward)(gp_step_ctx *, int64_t) = nullptr;
+  void (*weight)(gp_step_ctx *, int64_t, int64_t) = nullptr;
+};
+inline ChunkFns chunkFns(const gp_program &p, int32_t chunk) {
+  if (p.num_chunks > 1 && p.chunks)
+    return {p.chunks[chunk].forward, p.chunks[chunk].backward,
+            p.chunks[chunk].weight};
+  return {p.forward, p.backward, p.weight};
+}
+
 /// One graph input of this stage: its mapped data file and row geometry.
 struct InputData {
   std::string path;
@@ -174,7 +188,7 @@ void timingInit(int32_t stage, bool trace, int64_t steps,
 /// A schedule action (or the step's end: deviceStepEnd) of micro-batch
 /// `microbatch` (-1: none) in step `step`, from t0 to t1.
 void timingAction(TimedKind kind, int64_t step, int64_t microbatch, int64_t t0,
-                  int64_t t1);
+                  int64_t t1, int32_t chunk = 0);
 /// Time blocked in a send or receive (Send / Recv) with stage `peer`,
 /// inside the action ctx describes.
 void timingTransfer(TimedKind kind, const gp_step_ctx *ctx, int32_t peer,

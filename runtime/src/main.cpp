@@ -423,21 +423,26 @@ int StageRun::checkProgram() {
     return error("invalid program: batch size " + std::to_string(p.batch_size) +
                  " is not a positive multiple of the " +
                  std::to_string(p.microbatches) + " micro-batch(es)");
+  if (p.num_chunks < 0 || (p.num_chunks > 1 && !p.chunks))
+    return error("invalid program description");
+  const int32_t chunks = std::max<int32_t>(p.num_chunks, 1);
   for (int32_t i = 0; i < p.num_actions; ++i) {
     const gp_action &a = p.actions[i];
-    bool ok;
+    bool ok = a.chunk >= 0 && a.chunk < chunks;
+    const ChunkFns f = ok ? chunkFns(p, a.chunk) : ChunkFns{};
     switch (a.kind) {
     case GP_FORWARD:
-      ok = p.forward && a.microbatch >= 0 && a.microbatch < p.microbatches;
+      ok = ok && f.forward && a.microbatch >= 0 && a.microbatch < p.microbatches;
       break;
     case GP_BACKWARD:
-      ok = p.backward && a.microbatch >= 0 && a.microbatch < p.microbatches;
+      ok = ok && f.backward && a.microbatch >= 0 &&
+           a.microbatch < p.microbatches;
       break;
     case GP_WEIGHT:
-      ok = p.weight && a.microbatch >= 0 && a.microbatch < p.microbatches;
+      ok = ok && f.weight && a.microbatch >= 0 && a.microbatch < p.microbatches;
       break;
     case GP_UPDATE:
-      ok = p.update != nullptr;
+      ok = ok && a.chunk == 0 && p.update != nullptr;
       break;
     default:
       ok = false;
@@ -446,7 +451,7 @@ int StageRun::checkProgram() {
       return error("invalid program: schedule entry " + std::to_string(i) +
                    " (kind " + std::to_string(static_cast<int>(a.kind)) +
                    ", micro-batch " + std::to_string(a.microbatch) +
-                   ") is malformed");
+                   ", chunk " + std::to_string(a.chunk) + ") is malformed");
   }
   int64_t microRows = p.batch_size / p.microbatches;
   for (int32_t i = 0; i < p.num_inputs; ++i) {
@@ -687,12 +692,18 @@ int StageRun::evaluate(int64_t step, gp_step_ctx &ctx, FILE *log) {
     for (InputData &in : rt_.inputs)
       in.cur = in.file.data() + rt_.miniFirst * in.rowBytes;
     ctx.loss = 0.0;
-    for (int64_t mb = 0; mb < program_->microbatches; ++mb) {
+    // The schedule's forwards, in its order (with buffered sends or not,
+    // they cannot deadlock where the whole schedule does not).
+    for (int32_t i = 0; i < program_->num_actions; ++i) {
+      const gp_action &a = program_->actions[i];
+      if (a.kind != GP_FORWARD)
+        continue;
+      const int64_t mb = a.microbatch;
       ctx.microbatch = mb;
       ctx.first_sample = rt_.miniFirst + mb * rt_.microRows;
       int64_t t = timingNowNs();
-      program_->forward(&ctx, mb);
-      timingAction(TimedKind::Eval, step, mb, t, timingNowNs());
+      chunkFns(*program_, a.chunk).forward(&ctx, mb);
+      timingAction(TimedKind::Eval, step, mb, t, timingNowNs(), a.chunk);
     }
     if (!deviceStepEnd(ctx, err))
       err = "evaluation after step " + std::to_string(step) + ": " + err;
@@ -1051,34 +1062,37 @@ int StageRun::runSteps() {
       }
       ctx.microbatch = a.microbatch;
       ctx.first_sample = rt_.miniFirst + a.microbatch * rt_.microRows;
+      const ChunkFns fns = chunkFns(*program_, a.chunk);
       if (a.kind == GP_WEIGHT) {
-        // W actions in a row, of micro-batches in a row: one call, whose
-        // GEMMs cover their rows at once (the deferred operands of
-        // consecutive micro-batches are consecutive row blocks).
+        // W actions in a row, of micro-batches in a row of one chunk: one
+        // call, whose GEMMs cover their rows at once (the deferred operands
+        // of consecutive micro-batches are consecutive row blocks).
         int32_t count = 1;
         while (i + count < program_->num_actions &&
                program_->actions[i + count].kind == GP_WEIGHT &&
+               program_->actions[i + count].chunk == a.chunk &&
                program_->actions[i + count].microbatch ==
                    a.microbatch + count)
           ++count;
-        program_->weight(&ctx, a.microbatch, count);
+        fns.weight(&ctx, a.microbatch, count);
         i += count - 1;
         // The trace shows each micro-batch's share, one after the other.
         int64_t endNs = timingNowNs(), t = actionStartNs;
         for (int32_t k = 0; k < count; ++k) {
           int64_t next = actionStartNs + (endNs - actionStartNs) * (k + 1) / count;
-          timingAction(TimedKind::Weight, s, a.microbatch + k, t, next);
+          timingAction(TimedKind::Weight, s, a.microbatch + k, t, next,
+                       a.chunk);
           t = next;
         }
         continue;
       } else if (a.kind == GP_FORWARD) {
-        program_->forward(&ctx, a.microbatch);
+        fns.forward(&ctx, a.microbatch);
       } else {
-        program_->backward(&ctx, a.microbatch);
+        fns.backward(&ctx, a.microbatch);
       }
       timingAction(a.kind == GP_FORWARD ? TimedKind::Forward
                                         : TimedKind::Backward,
-                   s, a.microbatch, actionStartNs, timingNowNs());
+                   s, a.microbatch, actionStartNs, timingNowNs(), a.chunk);
     }
     // Asynchronous targets finish the step's work here, and report its loss
     // (and may load the next mini-batch while it runs).

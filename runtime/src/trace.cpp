@@ -16,6 +16,7 @@ struct TimingEvent {
   int64_t t0 = 0, t1 = 0, step = 0, bytes = 0;
   TimedKind kind = TimedKind::Forward;
   int32_t microbatch = -1, peer = -1;
+  int32_t chunk = 0; // the model chunk of an action (interleaved schedules)
 };
 
 struct Timing {
@@ -84,7 +85,7 @@ void timingInit(int32_t stage, bool trace, int64_t steps,
 }
 
 void timingAction(TimedKind kind, int64_t step, int64_t microbatch, int64_t t0,
-                  int64_t t1) {
+                  int64_t t1, int32_t chunk) {
   if (kind == TimedKind::StepEnd)
     gTiming.stepEndNs += t1 - t0;
   else
@@ -95,6 +96,7 @@ void timingAction(TimedKind kind, int64_t step, int64_t microbatch, int64_t t0,
   e.step = step;
   e.kind = kind;
   e.microbatch = static_cast<int32_t>(microbatch);
+  e.chunk = chunk;
   record(e);
 }
 
@@ -151,6 +153,8 @@ bool timingWriteTrace(const std::string &path, std::string &err) {
         static_cast<double>(e.t1 - e.t0) / 1e3, static_cast<long long>(e.step));
     if (e.kind != TimedKind::Update && e.kind != TimedKind::StepEnd)
       std::fprintf(f, ",\"microbatch\":%d", e.microbatch);
+    if (e.chunk > 0)
+      std::fprintf(f, ",\"chunk\":%d", e.chunk);
     if (e.peer >= 0)
       std::fprintf(f, ",\"peer\":%d,\"bytes\":%lld", e.peer,
                    static_cast<long long>(e.bytes));

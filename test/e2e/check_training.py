@@ -170,6 +170,9 @@ def parse_args(argv):
                          "(default: on when --stages > 1 or --microbatches > 1)")
     cs.add_argument("--no-compare-single", dest="compare_single", action="store_false",
                     help="do not run the 1-stage comparison")
+    ap.add_argument("--virtual-stages", type=int, default=None,
+                    help="gpipe-compile --virtual-stages (model chunks per stage, "
+                         "--schedule interleaved)")
     ap.add_argument("--target", choices=["cpu", "cuda"], default="cpu",
                     help="gpipe-compile --target of the run under test; with cuda the "
                     "reference program (--compare-single) is the same configuration "
@@ -318,6 +321,8 @@ def pipeline_flags(a):
         f += ["--remat", a.remat]
     if a.schedule is not None:
         f += ["--schedule", a.schedule]
+    if a.virtual_stages is not None:
+        f += ["--virtual-stages", str(a.virtual_stages)]
     if a.batchnorm is not None:
         f += ["--batchnorm", a.batchnorm]
     return f
@@ -671,8 +676,10 @@ def reference_flags(a):
     if a.target == "cuda":
         return pipeline_flags(a) + target_flags(a, "cpu")
     if a.schedule not in (None, "gpipe"):
-        return [f for f in pipeline_flags(a) if f != a.schedule and f != "--schedule"] \
-            + ["--schedule", "gpipe"] + target_flags(a, "cpu")
+        # The same K stages and M micro-batches under GPipe (one chunk each).
+        g = argparse.Namespace(**vars(a))
+        g.schedule, g.virtual_stages = "gpipe", None
+        return pipeline_flags(g) + target_flags(a, "cpu")
     return single_flags(a) + target_flags(a, "cpu")
 
 
@@ -1126,6 +1133,8 @@ def run_check(a):
         cfg += " freeze=%s" % a.freeze
     if a.schedule is not None:
         cfg += " schedule=%s" % a.schedule
+    if a.virtual_stages is not None:
+        cfg += " virtual-stages=%d" % a.virtual_stages
     if a.batchnorm is not None:
         cfg += " batchnorm=%s" % a.batchnorm
     if a.batchnorm_model:

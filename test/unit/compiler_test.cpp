@@ -131,83 +131,116 @@ TEST(MemoryPlan, RematKeepsOnlyBoundaryInputs) {
   EXPECT_GT(stage->backwardFlops, stage->forwardFlops);
 }
 
-// Every registered schedule, for K in 1..8 and M in 1..16: each stage runs F
-// and B of every micro-batch once, B after F, W (if any) once per
-// micro-batch after its B, the update last; its stash stays within the bound
-// the schedule states (GPipe M, 1F1B and ZB-H1 min(K-s, M)); and all stages
-// together run to their end with buffered sends (F<i> on stage s waits for
-// stage s-1's F<i>, B<i> for stage s+1's B<i>), so the deadlock check of
-// gpipe-check-schedule can only confirm it.
+// Every registered schedule, for K in 1..8, M in 1..16 and V (chunks per
+// stage) in what it accepts up to 4: each stage runs F and B of every
+// (chunk, micro-batch) once, B after F, W (if any) once per micro-batch
+// after its B, the update last; its stash stays within the bound the
+// schedule states (GPipe M, 1F1B and ZB-H1 min(K-s, M) micro-batches;
+// interleaved min((K-1-s)*2 + (V-1)*K + 1, M*V) forwards over its chunks);
+// and all stages together run to their end with buffered sends (F<i> of
+// virtual stage p waits for virtual stage p-1's F<i>, B<i> for p+1's B<i>),
+// so the deadlock check of gpipe-check-schedule can only confirm it. The
+// requirements a schedule refuses are the ones it states.
 TEST(Schedules, EveryScheduleIsCompleteBoundedAndRuns) {
   using gpipe::pipeline::ActionAttr;
   using gpipe::pipeline::Phase;
   mlir::MLIRContext ctx;
   ctx.loadDialect<gpipe::pipeline::PipeDialect>();
+  int runs = 0;
   for (const gpipe::schedules::Schedule &sched : gpipe::schedules::all())
-    for (int64_t k = 1; k <= 8; ++k)
-      for (int64_t m = 1; m <= 16; ++m) {
-        SCOPED_TRACE(sched.name.str() + " K " + std::to_string(k) + " M " +
-                     std::to_string(m));
-        gpipe::schedules::Table table = sched.generate(&ctx, k, m);
-        ASSERT_EQ(static_cast<int64_t>(table.size()), k);
-        bool anyWeight = false;
-        for (int64_t s = 0; s < k; ++s) {
-          const auto &acts = table[s];
-          ASSERT_FALSE(acts.empty());
-          EXPECT_EQ(acts.back().getPhase(), Phase::Update);
-          std::vector<int> f(m, 0), b(m, 0), w(m, 0);
-          int64_t live = 0, peak = 0;
-          for (size_t i = 0; i + 1 < acts.size(); ++i) {
-            ActionAttr a = acts[i];
-            ASSERT_NE(a.getPhase(), Phase::Update);
-            int64_t mb = *a.getMicrobatch();
-            ASSERT_LT(mb, m);
-            if (a.getPhase() == Phase::Forward) {
-              ++f[mb];
-              peak = std::max(peak, ++live);
-            } else if (a.getPhase() == Phase::Backward) {
-              EXPECT_EQ(f[mb], 1) << "B" << mb << " before F" << mb;
-              ++b[mb];
-              --live;
-            } else {
-              EXPECT_EQ(b[mb], 1) << "W" << mb << " before B" << mb;
-              ++w[mb];
-              anyWeight = true;
-            }
-          }
-          for (int64_t i = 0; i < m; ++i) {
-            EXPECT_EQ(f[i], 1);
-            EXPECT_EQ(b[i], 1);
-            EXPECT_EQ(w[i], sched.name == "zbh1" ? 1 : 0);
-          }
-          EXPECT_LE(peak, sched.name == "gpipe" ? m : std::min(k - s, m))
-              << "stage " << s;
-        }
-        EXPECT_EQ(anyWeight, sched.name == "zbh1");
-        // Buffered sends: run every stage as far as its inputs allow.
-        std::vector<size_t> pos(k, 0);
-        std::vector<std::vector<bool>> fDone(k, std::vector<bool>(m)),
-            bDone(k, std::vector<bool>(m));
-        for (bool progress = true; progress;) {
-          progress = false;
+    for (int64_t v = 1; v <= 4; ++v)
+      for (int64_t k = 1; k <= 8; ++k)
+        for (int64_t m = 1; m <= 16; ++m) {
+          SCOPED_TRACE(sched.name.str() + " K " + std::to_string(k) + " M " +
+                       std::to_string(m) + " V " + std::to_string(v));
+          std::string why = sched.check(k, m, v);
+          const bool interleaved = sched.name == "interleaved";
+          const bool ok = interleaved ? v >= 2 && k >= 2 && m % k == 0 : v == 1;
+          EXPECT_EQ(why.empty(), ok) << why;
+          if (!why.empty())
+            continue;
+          ++runs;
+          gpipe::schedules::Table table = sched.generate(&ctx, k, m, v);
+          ASSERT_EQ(static_cast<int64_t>(table.size()), k);
+          // Each (stage, chunk)'s virtual stage: every one of 0..KV-1 once.
+          std::vector<int> placed(k * v, 0);
           for (int64_t s = 0; s < k; ++s)
-            while (pos[s] < table[s].size()) {
-              ActionAttr a = table[s][pos[s]];
-              int64_t mb = a.getMicrobatch().value_or(0);
-              if (a.getPhase() == Phase::Forward) {
-                if (s > 0 && !fDone[s - 1][mb])
-                  break;
-                fDone[s][mb] = true;
-              } else if (a.getPhase() == Phase::Backward) {
-                if (s + 1 < k && !bDone[s + 1][mb])
-                  break;
-                bDone[s][mb] = true;
-              }
-              ++pos[s];
-              progress = true;
+            for (int64_t c = 0; c < v; ++c) {
+              int64_t p = sched.virtualStage(k, v, s, c);
+              ASSERT_GE(p, 0);
+              ASSERT_LT(p, k * v);
+              ++placed[p];
             }
+          for (int count : placed)
+            ASSERT_EQ(count, 1);
+          bool anyWeight = false;
+          for (int64_t s = 0; s < k; ++s) {
+            const auto &acts = table[s];
+            ASSERT_FALSE(acts.empty());
+            EXPECT_EQ(acts.back().getPhase(), Phase::Update);
+            EXPECT_EQ(acts.back().getChunk(), 0);
+            std::vector<int> f(m * v, 0), b(m * v, 0), w(m * v, 0);
+            int64_t live = 0, peak = 0;
+            for (size_t i = 0; i + 1 < acts.size(); ++i) {
+              ActionAttr a = acts[i];
+              ASSERT_NE(a.getPhase(), Phase::Update);
+              int64_t mb = *a.getMicrobatch();
+              ASSERT_LT(mb, m);
+              ASSERT_LT(a.getChunk(), v);
+              int64_t key = a.getChunk() * m + mb;
+              if (a.getPhase() == Phase::Forward) {
+                ++f[key];
+                peak = std::max(peak, ++live);
+              } else if (a.getPhase() == Phase::Backward) {
+                EXPECT_EQ(f[key], 1) << a.getShortName() << " before its F";
+                ++b[key];
+                --live;
+              } else {
+                EXPECT_EQ(b[key], 1) << a.getShortName() << " before its B";
+                ++w[key];
+                anyWeight = true;
+              }
+            }
+            for (int64_t i = 0; i < m * v; ++i) {
+              EXPECT_EQ(f[i], 1);
+              EXPECT_EQ(b[i], 1);
+              EXPECT_EQ(w[i], sched.name == "zbh1" ? 1 : 0);
+            }
+            const int64_t bound =
+                sched.name == "gpipe" ? m
+                : interleaved ? std::min((k - 1 - s) * 2 + (v - 1) * k + 1, m * v)
+                              : std::min(k - s, m);
+            EXPECT_LE(peak, bound) << "stage " << s;
+          }
+          EXPECT_EQ(anyWeight, sched.name == "zbh1");
+          // Buffered sends: run every stage as far as its inputs allow.
+          const int64_t n = k * v;
+          std::vector<size_t> pos(k, 0);
+          std::vector<std::vector<bool>> fDone(n, std::vector<bool>(m)),
+              bDone(n, std::vector<bool>(m));
+          for (bool progress = true; progress;) {
+            progress = false;
+            for (int64_t s = 0; s < k; ++s)
+              while (pos[s] < table[s].size()) {
+                ActionAttr a = table[s][pos[s]];
+                int64_t mb = a.getMicrobatch().value_or(0);
+                int64_t p = sched.virtualStage(k, v, s, a.getChunk());
+                if (a.getPhase() == Phase::Forward) {
+                  if (p > 0 && !fDone[p - 1][mb])
+                    break;
+                  fDone[p][mb] = true;
+                } else if (a.getPhase() == Phase::Backward) {
+                  if (p + 1 < n && !bDone[p + 1][mb])
+                    break;
+                  bDone[p][mb] = true;
+                }
+                ++pos[s];
+                progress = true;
+              }
+          }
+          for (int64_t s = 0; s < k; ++s)
+            EXPECT_EQ(pos[s], table[s].size()) << "stage " << s << " stuck";
         }
-        for (int64_t s = 0; s < k; ++s)
-          EXPECT_EQ(pos[s], table[s].size()) << "stage " << s << " stuck";
-      }
+  // 3 one-chunk schedules x 8 x 16, and interleaved's V 2..4 for K >= 2.
+  EXPECT_GT(runs, 3 * 8 * 16);
 }

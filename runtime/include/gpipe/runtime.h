@@ -78,6 +78,16 @@ enum gp_action_kind : int32_t {
 struct gp_action {
   gp_action_kind kind;
   int32_t microbatch; // forward/backward/weight: which micro-batch; update: -1
+  int32_t chunk;      // forward/backward/weight: which model chunk (0 when
+                      // the stage holds one); update: 0 (it updates all)
+};
+
+/// One model chunk's functions (a stage holding several: interleaved
+/// schedules). They share the stage's arena.
+struct gp_chunk {
+  void (*forward)(gp_step_ctx *ctx, int64_t microbatch);
+  void (*backward)(gp_step_ctx *ctx, int64_t microbatch);
+  void (*weight)(gp_step_ctx *ctx, int64_t first, int64_t count); // or null
 };
 
 /// One tensor crossing the stage's boundary, as the compiler checked it and
@@ -144,6 +154,12 @@ struct gp_program {
   // call, whose GEMMs then cover all their rows at once); null when the
   // schedule has none (the update then computes them over all micro-batches).
   void (*weight)(gp_step_ctx *ctx, int64_t first, int64_t count);
+  // Interleaved schedules: the stage holds num_chunks > 1 model chunks and
+  // an action of chunk c runs chunks[c]'s function (forward, backward and
+  // weight above are chunk 0's); update runs every chunk's update. 0 or 1:
+  // one chunk, chunks null.
+  int32_t num_chunks;
+  const gp_chunk *chunks;
 };
 
 /// Entry point of every stage executable: parses the command line, joins the

@@ -41,11 +41,11 @@
 // S0: static const gp_tensor_desc kParams[] = {
 // S0-NEXT: {"w", "w.npy", GP_F32, 2, shape1, 0},
 // S0: static const gp_action kActions[] = {
-// S0-NEXT: {GP_FORWARD, 0},
-// S0-NEXT: {GP_FORWARD, 1},
-// S0-NEXT: {GP_BACKWARD, 1},
-// S0-NEXT: {GP_BACKWARD, 0},
-// S0-NEXT: {GP_UPDATE, -1},
+// S0-NEXT: {GP_FORWARD, 0, 0},
+// S0-NEXT: {GP_FORWARD, 1, 0},
+// S0-NEXT: {GP_BACKWARD, 1, 0},
+// S0-NEXT: {GP_BACKWARD, 0, 0},
+// S0-NEXT: {GP_UPDATE, -1, 0},
 // S0-NEXT: };
 // S0: static const gp_transfer kTransfers[] = {
 // S0-NEXT: {1, 0, 1, 0, 24LL},
@@ -69,7 +69,7 @@
 // S0-NEXT: // pipe.sgd_update
 // S0-NEXT: gp_sgd_update(((float *)(A + 0)), ((const float *)(A + 64)), nullptr, 9, 0.1f, 0.0f, 0.0f, 0, ctx->step);
 // S0-NEXT: std::memset(A + 64, 0, 64);
-// S0: static const gp_program kProgram = {"stage0", 0, 2, 2, 4LL, 1, kInputs, 1, kParams, 448LL, 5, kActions, forward, backward, update, 0, "", 2, kTransfers, GP_TARGET_CPU, 0LL, nullptr, 0, 0, kStates, nullptr};
+// S0: static const gp_program kProgram = {"stage0", 0, 2, 2, 4LL, 1, kInputs, 1, kParams, 448LL, 5, kActions, forward, backward, update, 0, "", 2, kTransfers, GP_TARGET_CPU, 0LL, nullptr, 0, 0, kStates, nullptr, 1, nullptr};
 
 // S1-LABEL: static void forward(
 // S1: unsigned char *S = A + 0LL + mb * 128LL;

@@ -3,7 +3,7 @@
 // RUN: not gpipe-opt %s --gpipe-schedule=schedule=zb 2>&1 | FileCheck %s --check-prefix=KIND
 // RUN: not gpipe-opt %s --gpipe-schedule 2>&1 | FileCheck %s --check-prefix=FUNCS
 
-// KIND: error: unknown schedule 'zb' (registered: gpipe, 1f1b, zbh1)
+// KIND: error: unknown schedule 'zb' (registered: gpipe, 1f1b, zbh1, interleaved)
 // FUNCS: error: stage 1 lacks its functions; run gpipe-outline-stages first
 module attributes {pipe.stages = 2 : i64} {
   func.func @f() attributes {pipe.phase = "forward", pipe.stage = 0 : i64} {

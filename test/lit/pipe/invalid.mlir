@@ -585,14 +585,97 @@ module {
 
 // -----
 
-// pipe.schedule: a stage has one forward and one backward function, so every
-// action runs model chunk 0 (no interleaved schedules yet).
+// pipe.schedule: an action's chunk names one of the stage's chunks (one
+// forward, backward and update function each).
 module {
   func.func @s() attributes {pipe.stage = 0 : i64} {
     return
   }
-  // expected-error @+1 {{'pipe.schedule' op action #1 runs model chunk 1 but a stage has one (interleaved schedules are not supported)}}
+  // expected-error @+1 {{'pipe.schedule' op action #1 runs model chunk 1 but the stage holds 1 (one forward, backward and update function per chunk)}}
   pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0, chunk = 1>, #pipe.action<update>]
+}
+
+// -----
+
+// pipe.schedule: as many forward, backward and update functions as chunks.
+module {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op needs one forward, one backward and one update function per model chunk, got 2, 1 and 2}}
+  pipe.schedule stage 0 forward [@s, @s] backward @s update [@s, @s] actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+}
+
+// -----
+
+// pipe.schedule: each chunk's micro-batches run their forward and backward.
+module {
+  func.func @a() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @b() attributes {pipe.stage = 2 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op micro-batch 0 of chunk 1 lacks its backward}}
+  pipe.schedule stage 0 forward [@a, @b] backward [@a, @b] update [@a, @b] actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 0, chunk = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+}
+
+// -----
+
+// pipe.schedule: a chunk's backward after its own forward.
+module {
+  func.func @a() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @b() attributes {pipe.stage = 2 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op action #1: B0c1 comes before F0c1}}
+  pipe.schedule stage 0 forward [@a, @b] backward [@a, @b] update [@a, @b] actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0, chunk = 1>, #pipe.action<forward, mb = 0, chunk = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+}
+
+// -----
+
+// pipe.schedule: the update names no chunk (it runs every chunk's update).
+module {
+  func.func @a() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @b() attributes {pipe.stage = 2 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op action #4: the update runs every chunk's update; it names no chunk}}
+  pipe.schedule stage 0 forward [@a, @b] backward [@a, @b] update [@a, @b] actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 0, chunk = 1>, #pipe.action<backward, mb = 0, chunk = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update, chunk = 1>]
+}
+
+// -----
+
+// pipe.schedule: a chunk's functions belong to one virtual stage.
+module {
+  func.func @a() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @b() attributes {pipe.stage = 2 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op backward function @a of chunk 1 does not belong to the virtual stage of the chunk's forward (2)}}
+  pipe.schedule stage 0 forward [@a, @b] backward [@a, @a] update [@a, @b] actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 0, chunk = 1>, #pipe.action<backward, mb = 0, chunk = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+}
+
+// -----
+
+// pipe.schedule: each chunk's stash slots (micro-batch m of chunk c in the
+// chunk's slot m mod stash_slots): chunk 1's F1 may take its slot after B0
+// of chunk 1, chunk 0's may not.
+module attributes {pipe.microbatches = 2 : i64} {
+  func.func @a() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @b() attributes {pipe.stage = 2 : i64} {
+    return
+  }
+  // expected-error @+1 {{'pipe.schedule' op action #4 F1 needs stash slot 0 of 1 of chunk 0, still held by micro-batch 0 (whose backward has not run)}}
+  pipe.schedule stage 0 forward [@a, @b] backward [@a, @b] update [@a, @b] actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 0, chunk = 1>, #pipe.action<backward, mb = 0, chunk = 1>, #pipe.action<forward, mb = 1, chunk = 1>, #pipe.action<forward, mb = 1>, #pipe.action<backward, mb = 1, chunk = 1>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>] stash_slots 1
 }
 
 // -----

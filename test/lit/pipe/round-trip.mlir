@@ -192,8 +192,35 @@ module @single {
   pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 }
 
+// Two model chunks per stage (interleaved): a stage's schedule names each
+// chunk's functions, as a list.
+// CHECK-LABEL: module @chunks
+// CHECK: pipe.schedule stage 0 forward [@f0, @f2] backward [@b0, @b2] update [@u0, @u2] actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 0, chunk = 1>, #pipe.action<backward, mb = 0, chunk = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+module @chunks attributes {pipe.stages = 4 : i64} {
+  func.func @f0() attributes {pipe.phase = "forward", pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @b0() attributes {pipe.phase = "backward", pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @u0() attributes {pipe.phase = "update", pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @f2() attributes {pipe.phase = "forward", pipe.stage = 2 : i64} {
+    return
+  }
+  func.func @b2() attributes {pipe.phase = "backward", pipe.stage = 2 : i64} {
+    return
+  }
+  func.func @u2() attributes {pipe.phase = "update", pipe.stage = 2 : i64} {
+    return
+  }
+  pipe.schedule stage 0 forward [@f0, @f2] backward [@b0, @b2] update [@u0, @u2] actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 0, chunk = 1>, #pipe.action<backward, mb = 0, chunk = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+}
+
 // #pipe.action on its own: mb and chunk in either order, the chunk printed
-// only when nonzero (pipe.schedule itself accepts chunk 0 only).
+// only when nonzero (pipe.schedule accepts chunks it holds, and an update
+// of chunk 0 only).
 // CHECK-LABEL: func.func @actions() attributes {actions = [#pipe.action<forward, mb = 3>, #pipe.action<backward, mb = 0, chunk = 1>, #pipe.action<update, chunk = 2>, #pipe.action<update>]}
 func.func @actions() attributes {actions = [#pipe.action<forward, mb = 3, chunk = 0>, #pipe.action<backward, chunk = 1, mb = 0>, #pipe.action<update, chunk = 2>, #pipe.action<update>]} {
   return
