@@ -1772,6 +1772,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   st.align = plan.getAlign();
 
   for (auto &fns : chunkFns) {
+    result.virtualStages.push_back(pipeline::getStage(fns[0]).value_or(-1));
     result.chunkForwardFlops.push_back(costOf(fns[0]));
     result.chunkBackwardFlops.push_back(costOf(fns[1]));
     result.chunkWeightFlops.push_back(0);

@@ -81,6 +81,7 @@ struct EmittedStage {
   // Per model chunk (one entry per chunk; forwardFlops etc. are their sums):
   // one forward, backward and W action's FLOPs.
   std::vector<int64_t> chunkForwardFlops, chunkBackwardFlops, chunkWeightFlops;
+  std::vector<int64_t> virtualStages; // each chunk's piece of the model
 };
 
 /// Emits the program of `stage` of the outlined, scheduled and lowered

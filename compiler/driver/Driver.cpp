@@ -239,7 +239,7 @@ int gpipe::compile(const CompileOptions &o) {
   }
   std::vector<EmittedStage> stages;
   std::vector<std::string> names, takenFiles;
-  std::vector<func::FuncOp> forwards;
+  std::vector<SmallVector<func::FuncOp>> forwards; // per stage, per chunk
   for (int64_t s = 0; s < o.stages; ++s) {
     names.push_back("stage" + std::to_string(s));
     EmitOptions eo;
@@ -250,11 +250,13 @@ int gpipe::compile(const CompileOptions &o) {
         emitStageCpp(module, s, names.back(), takenFiles, buildId, eo);
     if (failed(stage))
       return cleanupAndFail();
+    forwards.emplace_back();
+    for (int64_t piece : stage->virtualStages)
+      for (auto f : module.getOps<func::FuncOp>())
+        if (pipeline::getStage(f) == piece &&
+            pipeline::getPhase(f) == pipeline::Phase::Forward)
+          forwards.back().push_back(f);
     stages.push_back(std::move(*stage));
-    for (auto f : module.getOps<func::FuncOp>())
-      if (pipeline::getStage(f) == s &&
-          pipeline::getPhase(f) == pipeline::Phase::Forward)
-        forwards.push_back(f);
   }
 
   // Initial weights, the model (for --save-onnx), the plan, the sources.

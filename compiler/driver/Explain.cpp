@@ -11,18 +11,25 @@ using namespace mlir;
 
 namespace gpipe::driver {
 
-void explainStage(int64_t index, func::FuncOp forward,
+void explainStage(int64_t index, ArrayRef<func::FuncOp> forwards,
                   const EmittedStage &stage, const std::string &remat,
                   int64_t microbatches, bool cuda) {
   const MemoryPlan &m = stage.memory;
   llvm::raw_ostream &os = llvm::outs();
-  llvm::SmallVector<Operation *> ops;
-  forward.walk([&](Operation *op) {
-    if (isa<nn::NNDialect>(op->getDialect()) &&
-        !isa<nn::ParamOp, nn::ConstantOp, nn::ReshapeOp>(op))
-      ops.push_back(op);
-  });
-  os << "stage " << index << " (rank " << index << "): " << ops.size()
+  // Each chunk's forward ops.
+  llvm::SmallVector<llvm::SmallVector<Operation *>> chunkOps;
+  size_t numOps = 0;
+  for (func::FuncOp forward : forwards) {
+    chunkOps.emplace_back();
+    forward.walk([&](Operation *op) {
+      if (isa<nn::NNDialect>(op->getDialect()) &&
+          !isa<nn::ParamOp, nn::ConstantOp, nn::ReshapeOp>(op))
+        chunkOps.back().push_back(op);
+    });
+    numOps += chunkOps.back().size();
+  }
+  func::FuncOp forward = forwards.front();
+  os << "stage " << index << " (rank " << index << "): " << numOps
      << " forward ops, " << stage.params.size() << " parameters, "
      << llvm::format("%.6g", stage.forwardFlops / 1e6) << " MFLOP forward + "
      << llvm::format("%.6g", stage.backwardFlops / 1e6)
@@ -50,7 +57,16 @@ void explainStage(int64_t index, func::FuncOp forward,
       os << " " << in.name;
     os << "\n";
   }
-  os << "  forward ops:\n";
+  for (auto [c, ops] : llvm::enumerate(chunkOps)) {
+  if (forwards.size() > 1)
+    os << "  forward ops of chunk " << c << " (virtual stage "
+       << (c < stage.virtualStages.size() ? stage.virtualStages[c] : -1)
+       << ", " << llvm::format("%.6g", stage.chunkForwardFlops[c] / 1e6)
+       << " MFLOP forward + "
+       << llvm::format("%.6g", stage.chunkBackwardFlops[c] / 1e6)
+       << " MFLOP backward per micro-batch):\n";
+  else
+    os << "  forward ops:\n";
   for (Operation *op : ops) {
     std::string type;
     llvm::raw_string_ostream ts(type);
@@ -66,8 +82,10 @@ void explainStage(int64_t index, func::FuncOp forward,
       os << "  node '" << name.getName().getValue() << "'";
     os << "\n";
   }
+  }
   // Batch normalization's statistics reduce over the batch: what the
   // micro-batching makes of them.
+  for (func::FuncOp forward : forwards)
   forward.walk([&](nn::UpdateRunningStatsOp u) {
     auto bn = u.getMean().getDefiningOp<nn::BatchNormOp>();
     auto name = dyn_cast<NameLoc>(u->getLoc());
@@ -114,6 +132,10 @@ void explainStage(int64_t index, func::FuncOp forward,
     os << " + constants " << m.arenaConstantBytes;
   if (cuda || m.shadowBytes)
     os << " + bf16 copies " << m.shadowBytes;
+  if (m.handoffBytes) {
+    os << " + hand-offs between chunks " << m.handoffBytes;
+    parts += m.handoffBytes;
+  }
   os << " + alignment " << m.arenaBytes - parts << "\n";
   if (cuda)
     os << "  device memory outside the arena: bf16 scratch " << m.scratchBytes

@@ -10,10 +10,11 @@
 
 namespace gpipe::driver {
 
-/// Prints stage `index`: its parameters, its forward ops with their ONNX
-/// node, result type and cost, the tensors crossing its boundaries, its
-/// schedule and its memory plan.
-void explainStage(int64_t index, mlir::func::FuncOp forward,
+/// Prints stage `index`: its parameters, its forward ops (`forwards`: each
+/// model chunk's forward function) with their ONNX node, result type and
+/// cost, the tensors crossing its boundaries, its schedule and its memory
+/// plan.
+void explainStage(int64_t index, llvm::ArrayRef<mlir::func::FuncOp> forwards,
                   const EmittedStage &stage, const std::string &remat,
                   int64_t microbatches, bool cuda);
 

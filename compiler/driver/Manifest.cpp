@@ -44,6 +44,10 @@ manifest::Stage stageOf(int64_t index, const EmittedStage &stage) {
     out.boundaries.push_back(
         {t.isSend ? "send" : "recv", t.phase, t.peer, t.tag, t.type, t.bytes});
   out.schedule = stage.schedule;
+  out.virtualStages = stage.virtualStages;
+  out.chunkForwardFlops = stage.chunkForwardFlops;
+  out.chunkBackwardFlops = stage.chunkBackwardFlops;
+  out.chunkWeightFlops = stage.chunkWeightFlops;
   return out;
 }
 
@@ -69,6 +73,7 @@ makeManifest(const CompileOptions &o, const ImportedModel &model,
   m.microbatchSize = model.batchSize / o.microbatches;
   m.remat = remat;
   m.schedule = o.schedule;
+  m.virtualStages = o.virtualStages;
   m.loss = model.lossName;
   for (size_t i = 0; i < stages.size(); ++i)
     if (stages[i].hasLoss)

@@ -100,7 +100,7 @@ void fieldsOf(B &b, F &&f, const Manifest &) {
 }
 
 template <class S, class F, IfIs<S, Stage> = 0>
-void fieldsOf(S &s, F &&f, const Manifest &) {
+void fieldsOf(S &s, F &&f, const Manifest &top) {
   f("index", s.index, Presence::Always);
   f("rank", s.rank, Presence::Always);
   f("executable", s.executable, Presence::Required);
@@ -117,6 +117,14 @@ void fieldsOf(S &s, F &&f, const Manifest &) {
   f("memory", s.memory, Presence::Always);
   f("boundaries", s.boundaries, Presence::Always);
   f("schedule", s.schedule, Presence::Always);
+  const bool chunked = top.virtualStages > 1;
+  f("virtual_stages", s.virtualStages, writtenIf(chunked));
+  f("chunk_forward_flops_per_microbatch", s.chunkForwardFlops,
+    writtenIf(chunked));
+  f("chunk_backward_flops_per_microbatch", s.chunkBackwardFlops,
+    writtenIf(chunked));
+  f("chunk_weight_flops_per_microbatch", s.chunkWeightFlops,
+    writtenIf(chunked));
 }
 
 template <class M, class F, IfIs<M, Manifest> = 0>
@@ -134,6 +142,7 @@ void fieldsOf(M &m, F &&f, const Manifest &) {
   f("microbatch_size", m.microbatchSize, Presence::Always);
   f("remat", m.remat, Presence::Always);
   f("schedule", m.schedule, Presence::Always);
+  f("virtual_stages", m.virtualStages, writtenIf(m.virtualStages > 1));
   f("loss", m.loss, Presence::Always);
   f("loss_stage", m.lossStage, Presence::Always);
   f("optimizer", m.optimizer, Presence::Always);

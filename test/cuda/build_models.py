@@ -7,7 +7,9 @@ stage and as 2 stages x 2 micro-batches (1 for models that cannot be split);
 resnet18 (the largest: 20 convolutions and BatchNorms, slow to compile) only as
 one stage, and with batch 8 (its 2 x 2 form adds no op that vgg_bn's does not);
 the 2-stage forms in turn with --schedule gpipe, 1f1b (whose programs ask the
-runtime for buffered sends) and zbh1 (W actions: a weight function),
+runtime for buffered sends), zbh1 (W actions: a weight function) and
+interleaved --virtual-stages 2 (two model chunks per stage: a chunk table, and
+hand-off copies where a skip connection joins two chunks of one stage),
 then checks the stage executables
 (sm_90 SASS, NCCL and cuBLASLt linked) with check_cuda_binaries.py. Every op the
 CPU target supports thus goes through nvcc: generated kernels, cuBLASLt GEMMs,
@@ -58,12 +60,13 @@ def main():
     mine = names[shard::shards]
     print("models %d/%d: %s" % (shard, shards, " ".join(mine)), flush=True)
     for name in mine:
-        schedule = ("gpipe", "1f1b", "zbh1")[names.index(name) % 3]
+        schedule = (["gpipe"], ["1f1b"], ["zbh1"],
+                    ["interleaved", "--virtual-stages", "2"])[names.index(name) % 4]
         onnx_path = os.path.join(work, name + ".onnx")
         models.export_named(name, onnx_path, batch_size=8 if name in ONE_STAGE_ONLY else 16)
         for flags in (["--precision", "fp32"],
                       ["--stages", "2", "--microbatches", "2", "--precision", "bf16",
-                       "--schedule", schedule]):
+                       "--schedule"] + schedule):
             if name in ONE_STAGE_ONLY and "--stages" in flags:
                 continue
             out = os.path.join(work, name + ("_k1" if "--stages" not in flags else "_k2"))

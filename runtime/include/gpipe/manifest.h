@@ -82,7 +82,13 @@ struct Stage {
   std::vector<Param> params;
   Memory memory;
   std::vector<Boundary> boundaries;
-  std::vector<std::string> schedule; // "F0", ..., "B0", "W0", "U"
+  std::vector<std::string> schedule; // "F0", ..., "B0", "W0", "U"; "F0c1"
+  // Interleaved schedules (written when virtual_stages > 1): the virtual
+  // stage (piece of the model) of each of the stage's chunks, and one
+  // action's FLOPs per chunk (the *_flops_per_microbatch above are their
+  // sums).
+  std::vector<int64_t> virtualStages;
+  std::vector<int64_t> chunkForwardFlops, chunkBackwardFlops, chunkWeightFlops;
 };
 
 /// The whole of pipeline.json. The reader leaves a field that is absent
@@ -100,6 +106,7 @@ struct Manifest {
   int64_t batchSize = 0, microbatches = 0, microbatchSize = 0;
   std::string remat;    // none | stage
   std::string schedule; // the schedule's name
+  int64_t virtualStages = 1; // model chunks per stage (--virtual-stages)
   std::string loss;     // the graph output trained
   int64_t lossStage = -1;
   Optimizer optimizer;

@@ -408,3 +408,79 @@ module attributes {pipe.microbatches = 2 : i64, pipe.sends = "buffered", pipe.st
   // expected-error @+1 {{'pipe.schedule' op action #2: W0 comes before B0 (the weight gradient needs the backward's operands)}}
   pipe.schedule stage 1 forward @f1 backward @b1 update @u1 actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<weight, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<backward, mb = 1>, #pipe.action<weight, mb = 1>, #pipe.action<update>]
 }
+
+// -----
+
+// Two chunks per stage (pieces 0 and 2 on stage 0, 1 and 3 on stage 1),
+// buffered sends: stage 0 runs chunk 1's forward (piece 2, which receives
+// from piece 1 on stage 1) before chunk 0's (piece 0, whose send piece 1
+// waits for): a cycle even with buffered sends. Peers are pieces; the
+// messages name the stage holding each.
+module attributes {pipe.stages = 4 : i64, pipe.sends = "buffered"} {
+  func.func @p0(%x: tensor<4xf32>) attributes {pipe.stage = 0 : i64, pipe.phase = "forward"} {
+    pipe.send %x to 1 tag 0 : tensor<4xf32>
+    return
+  }
+  func.func @p1() attributes {pipe.stage = 1 : i64, pipe.phase = "forward"} {
+    // expected-note @+1 {{stage 1 blocks in action F0 on pipe.recv from stage 0 (virtual stage 0) (tag 0, tensor<4xf32>)}}
+    %x = pipe.recv from 0 tag 0 : tensor<4xf32>
+    pipe.send %x to 2 tag 1 : tensor<4xf32>
+    return
+  }
+  func.func @p2() attributes {pipe.stage = 2 : i64, pipe.phase = "forward"} {
+    // expected-note @+1 {{stage 0 blocks in action F0c1 on pipe.recv from stage 1 (virtual stage 1) (tag 1, tensor<4xf32>)}}
+    %x = pipe.recv from 1 tag 1 : tensor<4xf32>
+    return
+  }
+  func.func @p3() attributes {pipe.stage = 3 : i64, pipe.phase = "forward"} {
+    return
+  }
+  func.func @e0() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @e1() attributes {pipe.stage = 1 : i64} {
+    return
+  }
+  func.func @e2() attributes {pipe.stage = 2 : i64} {
+    return
+  }
+  func.func @e3() attributes {pipe.stage = 3 : i64} {
+    return
+  }
+  // expected-error @+1 {{the schedule deadlocks even with buffered sends: stage 0 blocks in action F0c1 on pipe.recv from stage 1 (virtual stage 1) (tag 1, tensor<4xf32>)}}
+  pipe.schedule stage 0 forward [@p0, @p2] backward [@e0, @e2] update [@e0, @e2] actions [#pipe.action<forward, mb = 0, chunk = 1>, #pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0, chunk = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+  pipe.schedule stage 1 forward [@p1, @p3] backward [@e1, @e3] update [@e1, @e3] actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 0, chunk = 1>, #pipe.action<backward, mb = 0, chunk = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+}
+
+// -----
+
+// Every piece on exactly one stage: piece 1 is named by both schedules.
+module attributes {pipe.stages = 2 : i64} {
+  func.func @p0() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @p1() attributes {pipe.stage = 1 : i64} {
+    return
+  }
+  pipe.schedule stage 0 forward [@p0, @p1] backward [@p0, @p1] update [@p0, @p1] actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 0, chunk = 1>, #pipe.action<backward, mb = 0, chunk = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+  // expected-error @+1 {{virtual stage 1 is placed on stage 0 and on stage 1}}
+  pipe.schedule stage 1 forward @p1 backward @p1 update @p1 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+}
+
+// -----
+
+// ... and piece 3 of 4 on none.
+// expected-error @+1 {{virtual stage 3 has no pipe.schedule (no stage's schedule names its functions)}}
+module attributes {pipe.stages = 4 : i64} {
+  func.func @p0() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @p1() attributes {pipe.stage = 1 : i64} {
+    return
+  }
+  func.func @p2() attributes {pipe.stage = 2 : i64} {
+    return
+  }
+  pipe.schedule stage 0 forward [@p0, @p2] backward [@p0, @p2] update [@p0, @p2] actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 0, chunk = 1>, #pipe.action<backward, mb = 0, chunk = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+  pipe.schedule stage 1 forward @p1 backward @p1 update @p1 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+}

@@ -17,6 +17,15 @@
 // The driver's whole pipeline on the example MLP, K = 3, M = 4 and M = 1:
 // RUN: gpipe-compile %examples/mlp.onnx --emit mlir -o - --stages 3 --microbatches 4 | FileCheck %s --check-prefix=M4
 // RUN: gpipe-compile %examples/mlp.onnx --emit mlir -o - --stages 3 --microbatches 1 --remat none | FileCheck %s --check-prefix=M1
+// Interleaved (K = 2, V = 2, M = 4): four pieces, stage s holding pieces s
+// and s+2 as its chunks 0 and 1; the micro-batches in groups of K, chunk 0's
+// forwards then chunk 1's, backwards chunk 1 first; stage s starts with
+// (K-1-s)*2 + (V-1)*K warm-up forwards.
+// RUN: gpipe-compile %examples/mlp.onnx --emit mlir -o - --stages 2 --microbatches 4 --schedule interleaved --virtual-stages 2 | FileCheck %s --check-prefix=IL
+// IL: module attributes {pipe.batch_size = 32 : i64, pipe.microbatches = 4 : i64, pipe.remat = "stage", pipe.schedule = "interleaved", pipe.sends = "buffered", pipe.stages = 4 : i64}
+// IL: pipe.schedule stage 0 forward [@stage0_forward, @stage2_forward] backward [@stage0_backward, @stage2_backward] update [@stage0_update, @stage2_update] actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<forward, mb = 0, chunk = 1>, #pipe.action<forward, mb = 1, chunk = 1>, #pipe.action<forward, mb = 2>, #pipe.action<backward, mb = 0, chunk = 1>, #pipe.action<forward, mb = 3>, #pipe.action<backward, mb = 1, chunk = 1>, #pipe.action<forward, mb = 2, chunk = 1>, #pipe.action<backward, mb = 0>, #pipe.action<forward, mb = 3, chunk = 1>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 2, chunk = 1>, #pipe.action<backward, mb = 3, chunk = 1>, #pipe.action<backward, mb = 2>, #pipe.action<backward, mb = 3>, #pipe.action<update>] stash_slots 4
+// IL-NEXT: pipe.schedule stage 1 forward [@stage1_forward, @stage3_forward] backward [@stage1_backward, @stage3_backward] update [@stage1_update, @stage3_update] actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<forward, mb = 0, chunk = 1>, #pipe.action<backward, mb = 0, chunk = 1>, #pipe.action<forward, mb = 1, chunk = 1>, #pipe.action<backward, mb = 1, chunk = 1>, #pipe.action<forward, mb = 2>, #pipe.action<backward, mb = 0>, #pipe.action<forward, mb = 3>, #pipe.action<backward, mb = 1>, #pipe.action<forward, mb = 2, chunk = 1>, #pipe.action<backward, mb = 2, chunk = 1>, #pipe.action<forward, mb = 3, chunk = 1>, #pipe.action<backward, mb = 3, chunk = 1>, #pipe.action<backward, mb = 2>, #pipe.action<backward, mb = 3>, #pipe.action<update>] stash_slots 3
+// IL-NEXT: }
 
 // M4: module attributes {pipe.batch_size = 32 : i64, pipe.microbatches = 4 : i64, pipe.remat = "stage", pipe.schedule = "gpipe", pipe.sends = "blocking", pipe.stages = 3 : i64}
 // M4: pipe.schedule stage 0 forward @stage0_forward backward @stage0_backward update @stage0_update actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<forward, mb = 2>, #pipe.action<forward, mb = 3>, #pipe.action<backward, mb = 3>, #pipe.action<backward, mb = 2>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
