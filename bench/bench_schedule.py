@@ -1,10 +1,13 @@
 #!/usr/bin/python3
-"""GPipe vs 1F1B vs ZB-H1: step time and peak resident memory of each stage process.
+"""GPipe vs 1F1B vs ZB-H1 vs interleaved 1F1B: step time and peak resident memory of each
+stage process.
 
 Model: test/e2e/models.py mlp_deep (as bench_step.py and bench_pipeline.py): 8 x (Linear
 1024 -> 1024 + ReLU) + Linear 1024 -> 10, cross-entropy, batch 256, SGD lr 0.01. One export,
 compiled with the same --stages K --microbatches M --remat R, once per schedule of
---schedules (default gpipe,1f1b,zbh1). All must give GPipe's loss curve (1e-5 relative).
+--schedules (default gpipe,1f1b,zbh1,interleaved; interleaved with --virtual-stages V,
+default 2: the model cut into K*V pieces). All must give GPipe's loss curve (1e-5
+relative).
 
 Each run starts the K stage programs itself, under Open MPI's mpirun (as gpipe-run does),
 with every rank wrapped in /usr/bin/time so that each stage process reports its peak resident
@@ -17,7 +20,7 @@ Beside the measurements, the compiler's own prediction of each stage's activatio
 Usage:
   /usr/bin/python3 bench/bench_schedule.py --bin build/bin [--stages 2] [--microbatches 8]
       [--remat none] [--steps 20] [--warmup 3] [--repeat 3] [--workdir DIR]
-      [--schedules gpipe,1f1b,zbh1]
+      [--schedules gpipe,1f1b,zbh1,interleaved] [--virtual-stages 2]
 """
 
 import argparse
@@ -40,7 +43,7 @@ import numpy as np  # noqa: E402
 
 from bench_step import cpu_model, env_for, sh  # noqa: E402
 
-SCHEDULES = ("gpipe", "1f1b", "zbh1")
+SCHEDULES = ("gpipe", "1f1b", "zbh1", "interleaved")
 
 
 def run_once(a, out, steps, log_json):
@@ -98,6 +101,8 @@ def main():
     ap.add_argument("--workdir", default="/tmp/gpipe_bench_schedule")
     ap.add_argument("--schedules", default=",".join(SCHEDULES),
                     help="the schedules compared with gpipe (always included)")
+    ap.add_argument("--virtual-stages", type=int, default=2,
+                    help="model chunks per stage of --schedule interleaved")
     a = ap.parse_args()
     schedules = ["gpipe"] + [s for s in a.schedules.split(",") if s and s != "gpipe"]
     import models  # noqa: E402
@@ -124,7 +129,9 @@ def main():
         subprocess.run([os.path.join(a.bin, "gpipe-compile"), model_path, "-o", out,
                         "--batch-size", str(a.batch_size), "--stages", str(a.stages),
                         "--microbatches", str(a.microbatches), "--remat", a.remat,
-                        "--schedule", sched, "--optimizer", "sgd", "--lr", "0.01"],
+                        "--schedule", sched, "--optimizer", "sgd", "--lr", "0.01"]
+                       + (["--virtual-stages", str(a.virtual_stages)]
+                          if sched == "interleaved" else []),
                        check=True, stdout=subprocess.DEVNULL)
         pj = json.load(open(os.path.join(out, "pipeline.json")))
         predicted[sched] = [(st["memory"]["in_flight_microbatches"],
@@ -145,7 +152,7 @@ def main():
             waits[sched].append(w)
             ms[sched].append(statistics.median(m for _, m in rows[a.warmup:]))
             curves.setdefault(sched, [l for l, _ in rows])
-            print("round %d %-5s: %.2f ms/step, peak RSS per stage %s KiB"
+            print("round %d %-11s: %.2f ms/step, peak RSS per stage %s KiB"
                   % (rnd + 1, sched, ms[sched][-1], ", ".join(map(str, r))), flush=True)
 
     worst = 0.0
@@ -156,8 +163,10 @@ def main():
         print("\nloss curves: %s vs gpipe, worst relative difference %.2e (%s)"
               % (sched, w, "ok" if w <= 1e-5 else "DIFFER"))
     print("\nK = %d, M = %d, remat %s, batch %d, %d measured steps after %d warm-up, "
-          "%d rounds\n" % (a.stages, a.microbatches, a.remat, a.batch_size, a.steps,
-                           a.warmup, a.repeat))
+          "%d rounds%s\n" % (a.stages, a.microbatches, a.remat, a.batch_size, a.steps,
+                             a.warmup, a.repeat,
+                             ", interleaved V = %d" % a.virtual_stages
+                             if "interleaved" in schedules else ""))
     print("| schedule | ms/step (median of rounds) | stage | measured bubble: transfer "
           "waits, % of the step (median) | peak RSS, median (MiB) "
           "| predicted activations (in flight x per micro-batch) | arena (MiB) |")
