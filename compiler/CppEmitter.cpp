@@ -222,7 +222,6 @@ struct StageState {
     int64_t offset;
   };
   std::vector<StateDesc> stateDescs;
-  llvm::StringMap<int64_t> accumulator;
   // The update clears the accumulators in [clearedBegin, clearedEnd).
   int64_t clearedBegin = 0, clearedEnd = 0;
   /// A weight gradient dW = G^T X whose GEMM waits for the update
@@ -234,6 +233,7 @@ struct StageState {
     std::string param;
     int64_t rows = 0, gCols = 0, xCols = 0; // per micro-batch: G [rows, gCols]
     int64_t gOffset = 0, xOffset = 0;
+    int64_t accOffset = 0; // the parameter's accumulator (its chunk's)
   };
   llvm::MapVector<Operation *, DeferredGemm> deferred;
   // The schedule has W actions: the deferred GEMMs run there, not in update.
@@ -984,7 +984,8 @@ LogicalResult FuncEmitter::emit(nn::GatherOp o) {
   // Indices read from a data file (token ids) are checked on the host, so
   // a bad one is an error naming the input and sample, not a zero row.
   if (BlockArgument arg = dataInputOf(func, o.getIndices()))
-    os << "  gp_check_input_indices(ctx, " << arg.getArgNumber() << ", mb, "
+    os << "  gp_check_input_indices(ctx, "
+       << stage.inputBase + arg.getArgNumber() << ", mb, "
        << rows << ");\n";
   os << "  gp_gather(" << ptr(o.getTable()) << ", " << ptr(o.getIndices())
      << ", " << ptr(o.getOutput(), false) << ", " << n << ", " << rows << ", "
@@ -1371,7 +1372,8 @@ LogicalResult FuncEmitter::emitLoss(LossOp o, StringRef fn,
   // Checked on the host, in the data file's rows (a device arena is not
   // readable from the host).
   if (BlockArgument arg = dataInputOf(func, o.getLabels()))
-    os << "  gp_check_input_labels(ctx, " << arg.getArgNumber() << ", mb, "
+    os << "  gp_check_input_labels(ctx, " << stage.inputBase + arg.getArgNumber()
+       << ", mb, "
        << lt.getDimSize(1) << ", " << ignoreArgs(o.getIgnoreIndex()) << ");\n";
   FailureOr<std::string> norm = lossNorm(o, o.getLabels(), o.getIgnoreIndex(),
                                          o.getSum(), o.getMicrobatches());
@@ -1521,7 +1523,7 @@ LogicalResult FuncEmitter::emit(pipeline::AccumulateGradOp o) {
       tensorType(o.getGrad()).getShape(),
       {{"acc", "float", false,
         "((float *)(A + " +
-            std::to_string(stage.accumulator.lookup(o.getParam())) + "))"},
+            std::to_string(pipeline::getAccumulator(o).getOffset()) + "))"},
        {"g", "float", true, ptr(o.getGrad())}},
       /*flat=*/true, "      acc[i] += g[i];\n");
   return success();
@@ -1717,7 +1719,6 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
         pipeline::BufferAttr b = pipeline::getAccumulator(op);
         if (!b)
           return missing(op, "pipe.accumulator");
-        st.accumulator[acc.getParam()] = b.getOffset();
         if (!acc.getDeferred())
           return WalkResult::advance();
         SmallVector<pipeline::BufferAttr> ops =
@@ -1728,6 +1729,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
         StageState::DeferredGemm d;
         d.chunk = static_cast<int64_t>(chunk);
         d.param = acc.getParam().str();
+        d.accOffset = b.getOffset();
         d.rows = tensorType(gemm.getA()).getDimSize(0);
         d.gCols = tensorType(gemm.getA()).getDimSize(1);
         d.xCols = tensorType(gemm.getB()).getDimSize(1);
@@ -1735,10 +1737,8 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
         d.xOffset = ops[1].getOffset();
         st.deferred[gemm] = d;
       } else if (auto acc = dyn_cast<pipeline::AccumulatedGradOp>(op)) {
-        pipeline::BufferAttr b = pipeline::getBuffer(acc.getGrad());
-        if (!b)
+        if (!pipeline::getBuffer(acc.getGrad()))
           return missing(op, "pipe.buffer");
-        st.accumulator[acc.getParam()] = b.getOffset();
       } else if (isa<pipeline::SGDUpdateOp, pipeline::AdamUpdateOp,
                      nn::UpdateRunningStatsOp>(op)) {
         for (pipeline::BufferAttr b : pipeline::getState(op))
@@ -2004,7 +2004,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
        << d.xCols << ", " << rows << ", 1.0f, (const float *)(A + "
        << at(d.gOffset, d.gCols) << "), " << d.gCols
        << ", (const float *)(A + " << at(d.xOffset, d.xCols) << "), " << d.xCols
-       << ", 1.0f, (float *)(A + " << st.accumulator.lookup(d.param) << "), "
+       << ", 1.0f, (float *)(A + " << d.accOffset << "), "
        << d.xCols
        << (ex ? std::string(", nullptr, 0, ") + st.mathMode() +
                     ", nullptr, nullptr"

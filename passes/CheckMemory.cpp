@@ -77,6 +77,13 @@ private:
   }
 
   LogicalResult collectLongLived(func::FuncOp fn) {
+    // Accumulators are per chunk (a weight tied between two chunks of the
+    // stage has one in each).
+    std::string ofChunk;
+    if (chunks.size() > 1)
+      for (auto [c, fns] : llvm::enumerate(chunks))
+        if (llvm::is_contained(fns, fn))
+          ofChunk = " of chunk " + std::to_string(c);
     WalkResult walk = fn.walk([&](Operation *op) -> WalkResult {
       LogicalResult ok = success();
       if (auto p = dyn_cast<nn::ParamOp>(op)) {
@@ -91,7 +98,7 @@ private:
       } else if (auto acc = dyn_cast<pipeline::AccumulateGradOp>(op)) {
         std::string name = ("'" + acc.getParam() + "'").str();
         BufferAttr b = pipeline::getAccumulator(op);
-        ok = object("the accumulator of " + name, b, op);
+        ok = object("the accumulator of " + name + ofChunk, b, op);
         if (succeeded(ok) && acc.getInPlace() &&
             pipeline::getBuffer(acc.getGrad()) != b)
           ok = acc.emitError("stage ")
@@ -108,7 +115,8 @@ private:
             ok = failure();
         }
       } else if (auto acc = dyn_cast<pipeline::AccumulatedGradOp>(op)) {
-        ok = object(("the accumulator of '" + acc.getParam() + "'").str(),
+        ok = object(("the accumulator of '" + acc.getParam() + "'").str() +
+                        ofChunk,
                     pipeline::getBuffer(acc.getGrad()), op);
       } else if (auto recv = dyn_cast<pipeline::RecvOp>(op);
                  recv && recv.getPerStep()) {

@@ -214,13 +214,19 @@ void StagePlanner::planLongLived() {
     pipeline::setState(update, {b});
   });
   // Accumulators: first those a GEMM overwrites (gpipe-accumulate-in-place's
-  // `overwrite`), then those the update clears.
+  // `overwrite`), then those the update clears. One per parameter and chunk:
+  // the chunk that uses a weight tied to another chunk of the stage sums its
+  // own share, which its update hands to the owner's.
+  auto key = [](func::FuncOp fn, StringRef name) {
+    return (Twine(pipeline::getStage(fn).value_or(-1)) + "/" + name).str();
+  };
   const int64_t accumulatorBegin = cursor;
   for (func::FuncOp backward : f.backward)
-  backward.walk([&](pipeline::AccumulateGradOp acc) {
-    if (acc.getOverwrite() && !accumulators.count(acc.getParam()))
-      accumulators[acc.getParam()] = permanent(bytesOf(acc.getGrad()));
-  });
+    backward.walk([&](pipeline::AccumulateGradOp acc) {
+      std::string k = key(backward, acc.getParam());
+      if (acc.getOverwrite() && !accumulators.count(k))
+        accumulators[k] = permanent(bytesOf(acc.getGrad()));
+    });
   clearedBegin = cursor;
   for (func::FuncOp fn : f.all())
     fn.walk([&](Operation *op) {
@@ -235,17 +241,19 @@ void StagePlanner::planLongLived() {
       } else {
         return;
       }
-      if (!accumulators.count(name))
-        accumulators[name] = permanent(bytesOf(v));
+      std::string k = key(fn, name);
+      if (!accumulators.count(k))
+        accumulators[k] = permanent(bytesOf(v));
     });
   clearedEnd = cursor;
   gradientBytes = cursor - accumulatorBegin;
   for (func::FuncOp fn : f.all())
     fn.walk([&](Operation *op) {
       if (auto a = dyn_cast<pipeline::AccumulateGradOp>(op))
-        pipeline::setAccumulator(a, accumulators.lookup(a.getParam()));
+        pipeline::setAccumulator(a, accumulators.lookup(key(fn, a.getParam())));
       else if (auto a = dyn_cast<pipeline::AccumulatedGradOp>(op))
-        pipeline::setBuffer(a.getGrad(), accumulators.lookup(a.getParam()));
+        pipeline::setBuffer(a.getGrad(),
+                            accumulators.lookup(key(fn, a.getParam())));
     });
   // Deferred weight-gradient GEMMs (gpipe-split-weight-grad): G and X of
   // every micro-batch, in row blocks.

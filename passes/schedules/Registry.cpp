@@ -26,6 +26,12 @@ static const Schedule kSchedules[] = {
      "per stage (stage s holds pieces s, s+K, ...), the bubble V times "
      "smaller for V times the transfers; M a multiple of K",
      Sends::Buffered, 2, 64, requireInterleaved, generateInterleaved},
+    {"zbv",
+     "ZB-V (zero bubble in a V): --virtual-stages 2, stage s holds pieces s "
+     "and 2K-1-s (stage 0 the first and the loss), backwards split into B "
+     "and W as zbh1, the W's where the stage would wait; at most 2K pieces' "
+     "stashes per stage (1F1B's stage-0 memory)",
+     Sends::Buffered, 2, 2, nullptr, generateZBV, placeV},
 };
 
 llvm::ArrayRef<Schedule> all() { return kSchedules; }
@@ -43,7 +49,10 @@ std::string Schedule::check(int64_t k, int64_t m, int64_t v) const {
       return "--schedule " + name.str() +
              " runs one model chunk per stage: --virtual-stages must be 1, "
              "got " +
-             std::to_string(v) + " (--schedule interleaved runs several)";
+             std::to_string(v) + " (interleaved and zbv run several)";
+    if (minChunks == maxChunks)
+      return "--schedule " + name.str() + " needs --virtual-stages " +
+             std::to_string(minChunks) + ", got " + std::to_string(v);
     return "--schedule " + name.str() + " needs --virtual-stages in [" +
            std::to_string(minChunks) + ", " + std::to_string(maxChunks) +
            "], got " + std::to_string(v);

@@ -155,7 +155,11 @@ TEST(Schedules, EveryScheduleIsCompleteBoundedAndRuns) {
                        std::to_string(m) + " V " + std::to_string(v));
           std::string why = sched.check(k, m, v);
           const bool interleaved = sched.name == "interleaved";
-          const bool ok = interleaved ? v >= 2 && k >= 2 && m % k == 0 : v == 1;
+          const bool zbv = sched.name == "zbv";
+          const bool weights = sched.name == "zbh1" || zbv;
+          const bool ok = interleaved ? v >= 2 && k >= 2 && m % k == 0
+                          : zbv       ? v == 2
+                                      : v == 1;
           EXPECT_EQ(why.empty(), ok) << why;
           if (!why.empty())
             continue;
@@ -204,15 +208,16 @@ TEST(Schedules, EveryScheduleIsCompleteBoundedAndRuns) {
             for (int64_t i = 0; i < m * v; ++i) {
               EXPECT_EQ(f[i], 1);
               EXPECT_EQ(b[i], 1);
-              EXPECT_EQ(w[i], sched.name == "zbh1" ? 1 : 0);
+              EXPECT_EQ(w[i], weights ? 1 : 0);
             }
             const int64_t bound =
                 sched.name == "gpipe" ? m
                 : interleaved ? std::min((k - 1 - s) * 2 + (v - 1) * k + 1, m * v)
+                : zbv         ? std::min(2 * k, 2 * m)
                               : std::min(k - s, m);
             EXPECT_LE(peak, bound) << "stage " << s;
           }
-          EXPECT_EQ(anyWeight, sched.name == "zbh1");
+          EXPECT_EQ(anyWeight, weights);
           // Buffered sends: run every stage as far as its inputs allow.
           const int64_t n = k * v;
           std::vector<size_t> pos(k, 0);
