@@ -42,6 +42,13 @@ static double estimateCost(Operation *op, const llvm::DenseSet<Value> &active) {
   return t * (1 + gradients);
 }
 
+/// The value whose storage `v` is a view of (through nn.reshape), or `v`.
+static Value viewRootOf(Value v) {
+  while (auto r = v.getDefiningOp<nn::ReshapeOp>())
+    v = r.getInput();
+  return v;
+}
+
 /// Cuts `cost` into `k` contiguous non-empty groups minimising the largest
 /// group's sum; returns the first index of each group.
 static SmallVector<size_t> balancedCuts(ArrayRef<double> cost, int64_t k) {
@@ -138,6 +145,21 @@ void PartitionPass::runOnOperation() {
       ++stage;
     for (Operation *op : unit)
       pipeline::setStage(op, stage);
+  }
+  // A view of a graph input computes nothing and reads nothing another stage
+  // computed: it goes with its first user (a loss's labels then stay a graph
+  // input of the loss's stage, which counts them for an ignore_index), not
+  // with the op before it. Users first: walk backwards.
+  for (Operation &op : llvm::reverse(block)) {
+    auto view = dyn_cast<nn::ReshapeOp>(op);
+    if (!view || !isa<BlockArgument>(viewRootOf(view.getInput())))
+      continue;
+    std::optional<int64_t> first;
+    for (Operation *user : view->getUsers())
+      if (std::optional<int64_t> s = pipeline::getStage(user))
+        first = first ? std::min(*first, *s) : *s;
+    if (first)
+      pipeline::setStage(view, *first);
   }
   // Parameters live on the stage of their users; a parameter used on
   // several stages (tied weights) is owned by the first, which sends its

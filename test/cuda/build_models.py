@@ -9,7 +9,9 @@ one stage, and with batch 8 (its 2 x 2 form adds no op that vgg_bn's does not);
 the 2-stage forms in turn with --schedule gpipe, 1f1b (whose programs ask the
 runtime for buffered sends), zbh1 (W actions: a weight function) and
 interleaved --virtual-stages 2 (two model chunks per stage: a chunk table, and
-hand-off copies where a skip connection joins two chunks of one stage),
+hand-off copies where a skip connection joins two chunks of one stage) and zbv
+--virtual-stages 2 (chunks in a V: hand-offs on the last stage, W actions per
+chunk),
 then checks the stage executables
 (sm_90 SASS, NCCL and cuBLASLt linked) with check_cuda_binaries.py. Every op the
 CPU target supports thus goes through nvcc: generated kernels, cuBLASLt GEMMs,
@@ -61,7 +63,8 @@ def main():
     print("models %d/%d: %s" % (shard, shards, " ".join(mine)), flush=True)
     for name in mine:
         schedule = (["gpipe"], ["1f1b"], ["zbh1"],
-                    ["interleaved", "--virtual-stages", "2"])[names.index(name) % 4]
+                    ["interleaved", "--virtual-stages", "2"],
+                    ["zbv", "--virtual-stages", "2"])[names.index(name) % 5]
         onnx_path = os.path.join(work, name + ".onnx")
         models.export_named(name, onnx_path, batch_size=8 if name in ONE_STAGE_ONLY else 16)
         for flags in (["--precision", "fp32"],

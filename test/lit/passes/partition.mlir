@@ -198,3 +198,24 @@ func.func @ties(%x: tensor<8x8xf32>, %labels: tensor<8xi64>) -> (tensor<f32> {nn
   %loss = nn.softmax_cross_entropy %b, %labels : tensor<8x8xf32>, tensor<8xi64>
   return %loss : tensor<f32>
 }
+
+// -----
+
+// A view of a graph input goes with its first user, not with the op before
+// it: the labels' reshape stays on the loss's stage (which then reads the
+// labels itself, as a loss with ignore_index needs), where the op before it
+// (the second tanh) is cut onto the stage before.
+// K3-LABEL: func.func @input_view(
+// K3-NEXT: nn.tanh {{.+}} {pipe.stage = 0 : i64}
+// K3-NEXT: nn.tanh {{.+}} {pipe.stage = 1 : i64}
+// K3-NEXT: nn.reshape %{{.+}} {pipe.stage = 2 : i64} : tensor<2x4xi64> -> tensor<8xi64>
+// K3-NEXT: nn.softmax_cross_entropy {{.+}} {ignore_index = -100 : i64, pipe.stage = 2 : i64}
+// K4-NOT: func.func @input_view(
+// expected-error @+1 {{cannot split 3 compute ops into 4 stages}}
+func.func @input_view(%x: tensor<8x8xf32>, %labels: tensor<2x4xi64>) -> (tensor<f32> {nn.loss}) {
+  %a = nn.tanh %x : tensor<8x8xf32>
+  %b = nn.tanh %a : tensor<8x8xf32>
+  %l = nn.reshape %labels : tensor<2x4xi64> -> tensor<8xi64>
+  %loss = nn.softmax_cross_entropy %b, %l {ignore_index = -100 : i64} : tensor<8x8xf32>, tensor<8xi64>
+  return %loss : tensor<f32>
+}
