@@ -1,12 +1,12 @@
 #!/usr/bin/python3
-"""GPipe vs 1F1B vs ZB-H1 vs interleaved 1F1B vs ZB-V: step time and peak resident memory of each
+"""GPipe vs 1F1B vs ZB-H1 vs interleaved 1F1B vs ZB-V vs BFPP: step time and peak resident memory of each
 stage process.
 
 Model: test/e2e/models.py mlp_deep (as bench_step.py and bench_pipeline.py): 8 x (Linear
 1024 -> 1024 + ReLU) + Linear 1024 -> 10, cross-entropy, batch 256, SGD lr 0.01. One export,
 compiled with the same --stages K --microbatches M --remat R, once per schedule of
---schedules (default gpipe,1f1b,zbh1,interleaved,zbv; interleaved with --virtual-stages V,
-default 2: the model cut into K*V pieces; zbv with 2). All must give GPipe's loss curve (1e-5
+--schedules (default gpipe,1f1b,zbh1,interleaved,zbv,bfpp; interleaved and bfpp with
+--virtual-stages V, default 2: the model cut into K*V pieces; zbv with 2). All must give GPipe's loss curve (1e-5
 relative).
 
 Each run starts the K stage programs itself, under Open MPI's mpirun (as gpipe-run does),
@@ -20,7 +20,7 @@ Beside the measurements, the compiler's own prediction of each stage's activatio
 Usage:
   /usr/bin/python3 bench/bench_schedule.py --bin build/bin [--stages 2] [--microbatches 8]
       [--remat none] [--steps 20] [--warmup 3] [--repeat 3] [--workdir DIR]
-      [--schedules gpipe,1f1b,zbh1,interleaved,zbv] [--virtual-stages 2]
+      [--schedules gpipe,1f1b,zbh1,interleaved,zbv,bfpp] [--virtual-stages 2]
 """
 
 import argparse
@@ -43,7 +43,7 @@ import numpy as np  # noqa: E402
 
 from bench_step import cpu_model, env_for, sh  # noqa: E402
 
-SCHEDULES = ("gpipe", "1f1b", "zbh1", "interleaved", "zbv")
+SCHEDULES = ("gpipe", "1f1b", "zbh1", "interleaved", "zbv", "bfpp")
 
 
 def run_once(a, out, steps, log_json):
@@ -131,7 +131,7 @@ def main():
                         "--microbatches", str(a.microbatches), "--remat", a.remat,
                         "--schedule", sched, "--optimizer", "sgd", "--lr", "0.01"]
                        + (["--virtual-stages", str(a.virtual_stages)]
-                          if sched == "interleaved" else [])
+                          if sched in ("interleaved", "bfpp") else [])
                        + (["--virtual-stages", "2"] if sched == "zbv" else []),
                        check=True, stdout=subprocess.DEVNULL)
         pj = json.load(open(os.path.join(out, "pipeline.json")))
@@ -166,8 +166,8 @@ def main():
     print("\nK = %d, M = %d, remat %s, batch %d, %d measured steps after %d warm-up, "
           "%d rounds%s\n" % (a.stages, a.microbatches, a.remat, a.batch_size, a.steps,
                              a.warmup, a.repeat,
-                             ", interleaved V = %d" % a.virtual_stages
-                             if "interleaved" in schedules else ""))
+                             ", interleaved/bfpp V = %d" % a.virtual_stages
+                             if {"interleaved", "bfpp"} & set(schedules) else ""))
     print("| schedule | ms/step (median of rounds) | stage | measured bubble: transfer "
           "waits, % of the step (median) | peak RSS, median (MiB) "
           "| predicted activations (in flight x per micro-batch) | arena (MiB) |")

@@ -325,13 +325,15 @@ def Schedule : Pass<"gpipe-schedule", "mlir::ModuleOp"> {
     backward split into B and a W action, the micro-batch's weight-gradient
     GEMMs, placed where the stage would wait), `interleaved`
     (interleaved 1F1B with `virtual-stages` V >= 2 chunks per stage) or
-    `zbv` (ZB-V: V = 2 chunks per stage in a V, B and W split as zbh1).
+    `zbv` (ZB-V: V = 2 chunks per stage in a V, B and W split as zbh1) or
+    `bfpp` (breadth-first: interleaved's placement, GPipe's order chunk by
+    chunk).
 
     The module's `pipe.stages` pieces (gpipe-partition's, outlined by
     gpipe-outline-stages) are the virtual stages; the schedule places them
     on K = pipe.stages / V stages (executables): with V = 1 piece s is stage
     s; interleaved puts pieces s, s+K, ..., s+(V-1)K on stage s as its chunks
-    0..V-1, zbv pieces s and 2K-1-s. Each stage's `pipe.schedule` names its
+    0..V-1 (bfpp likewise), zbv pieces s and 2K-1-s. Each stage's `pipe.schedule` names its
     chunks' functions.
     Each schedule's `stash_slots` is the most micro-batches it keeps in
     flight in one chunk (GPipe: M; 1F1B and ZB-H1: min(K-s, M)). Sets the
@@ -343,7 +345,8 @@ def Schedule : Pass<"gpipe-schedule", "mlir::ModuleOp"> {
   }];
   let options = [
     Option<"schedule", "schedule", "std::string", "\"gpipe\"",
-           "the registered schedule: gpipe, 1f1b, zbh1, interleaved or zbv">,
+           "the registered schedule: gpipe, 1f1b, zbh1, interleaved, zbv or "
+           "bfpp">,
     Option<"virtualStages", "virtual-stages", "int64_t", "1",
            "model chunks per stage V (pipe.stages must be a multiple)">,
   ];

@@ -83,14 +83,15 @@ int main(int argc, char **argv) {
       "zbh1 (ZB-H1: 1F1B's memory, each backward split into B and W, the "
       "weight-gradient GEMMs, which run where the stage would wait), "
       "interleaved (interleaved 1F1B: --virtual-stages V >= 2 chunks per "
-      "stage, stage s holds pieces s, s+K, ...; M a multiple of K) or zbv "
+      "stage, stage s holds pieces s, s+K, ...; M a multiple of K), zbv "
       "(ZB-V: --virtual-stages 2, stage s holds pieces s and 2K-1-s, B and W "
-      "split as zbh1)")(
+      "split as zbh1) or bfpp (breadth-first: interleaved's placement, "
+      "GPipe's order chunk by chunk)")(
       "virtual-stages",
       po::value(&o.virtualStages)->default_value(1)->value_name("V"),
       "model chunks per stage: the graph is cut into K*V cost-balanced "
-      "pieces and each stage runs V of them (--schedule interleaved; 2 for "
-      "zbv; 1 for the other schedules)")(
+      "pieces and each stage runs V of them (--schedule interleaved or "
+      "bfpp; 2 for zbv; 1 for the other schedules)")(
       "batchnorm",
       po::value(&o.batchnorm)->default_value("microbatch")->value_name("B"),
       "BatchNormalization's running statistics: microbatch (each "

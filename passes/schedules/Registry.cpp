@@ -32,6 +32,12 @@ static const Schedule kSchedules[] = {
      "and W as zbh1, the W's where the stage would wait; at most 2K pieces' "
      "stashes per stage (1F1B's stage-0 memory)",
      Sends::Buffered, 2, 2, nullptr, generateZBV, placeV},
+    {"bfpp",
+     "breadth-first (looped BFS): --virtual-stages V >= 2 chunks per stage "
+     "placed as interleaved's, GPipe's order chunk by chunk (every "
+     "micro-batch's forward through chunk 0, then chunk 1, ..., backwards "
+     "the last chunk first); GPipe's memory, interleaved's bubble, any M",
+     Sends::Buffered, 2, 64, nullptr, generateBreadthFirst},
 };
 
 llvm::ArrayRef<Schedule> all() { return kSchedules; }
@@ -49,7 +55,7 @@ std::string Schedule::check(int64_t k, int64_t m, int64_t v) const {
       return "--schedule " + name.str() +
              " runs one model chunk per stage: --virtual-stages must be 1, "
              "got " +
-             std::to_string(v) + " (interleaved and zbv run several)";
+             std::to_string(v) + " (interleaved, zbv and bfpp run several)";
     if (minChunks == maxChunks)
       return "--schedule " + name.str() + " needs --virtual-stages " +
              std::to_string(minChunks) + ", got " + std::to_string(v);

@@ -68,6 +68,8 @@ Table generateInterleaved(mlir::MLIRContext *ctx, int64_t k, int64_t m,
                           int64_t v);
 std::string requireInterleaved(int64_t k, int64_t m, int64_t v);
 Table generateZBV(mlir::MLIRContext *ctx, int64_t k, int64_t m, int64_t v);
+Table generateBreadthFirst(mlir::MLIRContext *ctx, int64_t k, int64_t m,
+                           int64_t v);
 int64_t placeV(int64_t k, int64_t v, int64_t s, int64_t c);
 
 } // namespace schedules

@@ -156,9 +156,11 @@ TEST(Schedules, EveryScheduleIsCompleteBoundedAndRuns) {
           std::string why = sched.check(k, m, v);
           const bool interleaved = sched.name == "interleaved";
           const bool zbv = sched.name == "zbv";
+          const bool bfpp = sched.name == "bfpp";
           const bool weights = sched.name == "zbh1" || zbv;
           const bool ok = interleaved ? v >= 2 && k >= 2 && m % k == 0
                           : zbv       ? v == 2
+                          : bfpp      ? v >= 2
                                       : v == 1;
           EXPECT_EQ(why.empty(), ok) << why;
           if (!why.empty())
@@ -212,6 +214,7 @@ TEST(Schedules, EveryScheduleIsCompleteBoundedAndRuns) {
             }
             const int64_t bound =
                 sched.name == "gpipe" ? m
+                : bfpp        ? m * v
                 : interleaved ? std::min((k - 1 - s) * 2 + (v - 1) * k + 1, m * v)
                 : zbv         ? std::min(2 * k, 2 * m)
                               : std::min(k - s, m);
@@ -246,6 +249,6 @@ TEST(Schedules, EveryScheduleIsCompleteBoundedAndRuns) {
           for (int64_t s = 0; s < k; ++s)
             EXPECT_EQ(pos[s], table[s].size()) << "stage " << s << " stuck";
         }
-  // 3 one-chunk schedules x 8 x 16, and interleaved's V 2..4 for K >= 2.
+  // 3 one-chunk schedules x 8 x 16, and the chunked schedules' V.
   EXPECT_GT(runs, 3 * 8 * 16);
 }
