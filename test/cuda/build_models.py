@@ -11,7 +11,7 @@ runtime for buffered sends), zbh1 (W actions: a weight function) and
 interleaved --virtual-stages 2 (two model chunks per stage: a chunk table, and
 hand-off copies where a skip connection joins two chunks of one stage) and zbv
 --virtual-stages 2 (chunks in a V: hand-offs on the last stage, W actions per
-chunk),
+chunk) and bfpp --virtual-stages 2,
 then checks the stage executables
 (sm_90 SASS, NCCL and cuBLASLt linked) with check_cuda_binaries.py. Every op the
 CPU target supports thus goes through nvcc: generated kernels, cuBLASLt GEMMs,
@@ -64,7 +64,8 @@ def main():
     for name in mine:
         schedule = (["gpipe"], ["1f1b"], ["zbh1"],
                     ["interleaved", "--virtual-stages", "2"],
-                    ["zbv", "--virtual-stages", "2"])[names.index(name) % 5]
+                    ["zbv", "--virtual-stages", "2"],
+                    ["bfpp", "--virtual-stages", "2"])[names.index(name) % 6]
         onnx_path = os.path.join(work, name + ".onnx")
         models.export_named(name, onnx_path, batch_size=8 if name in ONE_STAGE_ONLY else 16)
         for flags in (["--precision", "fp32"],
