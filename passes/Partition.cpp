@@ -25,7 +25,21 @@ constexpr double kBytesPerSecond = 20e9;
 struct PartitionPass : gpipe::impl::PartitionBase<PartitionPass> {
   using PartitionBase::PartitionBase;
   void runOnOperation() override;
+
+private:
+  /// The first unit of each stage from `cuts` (split points by hand), or a
+  /// located error naming the split point.
+  LogicalResult handCuts(func::FuncOp func,
+                         ArrayRef<SmallVector<Operation *>> units,
+                         SmallVector<size_t> &starts);
 };
+
+/// The ONNX node an op was imported from (its NameLoc), or "".
+StringRef nodeName(Operation *op) {
+  if (auto name = dyn_cast<NameLoc>(op->getLoc()))
+    return name.getName().getValue();
+  return "";
+}
 
 } // namespace
 
@@ -78,6 +92,56 @@ static SmallVector<size_t> balancedCuts(ArrayRef<double> cost, int64_t k) {
     i = from[j][i];
   }
   return starts;
+}
+
+LogicalResult PartitionPass::handCuts(func::FuncOp func,
+                                      ArrayRef<SmallVector<Operation *>> units,
+                                      SmallVector<size_t> &starts) {
+  const size_t want = static_cast<size_t>(stages) - 1;
+  if (cuts.size() != want)
+    return func.emitError("the split points name ")
+           << cuts.size() << " node(s), but " << static_cast<int64_t>(stages)
+           << " stages need " << want;
+  starts.assign(1, 0);
+  std::string previous;
+  for (const std::string &cut : cuts) {
+    // The node itself, else the first node under the module path.
+    std::string under = (cut.front() == '/' ? "" : "/") + cut + "/";
+    std::optional<size_t> at;
+    Operation *found = nullptr;
+    for (int exact = 1; exact >= 0 && !at; --exact)
+      for (auto [u, unit] : llvm::enumerate(units)) {
+        for (Operation *op : unit) {
+          StringRef name = nodeName(op);
+          if (exact ? name == cut : name.starts_with(under)) {
+            at = u;
+            found = op;
+            break;
+          }
+        }
+        if (at)
+          break;
+      }
+    if (!at)
+      return func.emitError("split point '")
+             << cut << "': no node of that name, and none under '" << under
+             << "'";
+    if (found != units[*at].front())
+      return found->emitError("split point '")
+             << cut
+             << "' computes nothing (a view goes with the op before it): "
+                "split at a node that computes";
+    if (*at <= starts.back())
+      return found->emitError("split point '")
+             << cut << "' is not after "
+             << (previous.empty() ? std::string("the first op of the graph")
+                                  : "split point '" + previous + "'")
+             << ": split points go in program order, and every stage needs "
+                "at least one op";
+    starts.push_back(*at);
+    previous = cut;
+  }
+  return success();
 }
 
 void PartitionPass::runOnOperation() {
@@ -137,7 +201,12 @@ void PartitionPass::runOnOperation() {
     for (Operation *op : unit)
       cost.back() += estimateCost(op, active);
   }
-  SmallVector<size_t> starts = balancedCuts(cost, stages);
+  SmallVector<size_t> starts;
+  if (cuts.empty()) {
+    starts = balancedCuts(cost, stages);
+  } else if (failed(handCuts(func, units, starts))) {
+    return signalPassFailure();
+  }
 
   int64_t stage = 0;
   for (auto [i, unit] : llvm::enumerate(units)) {

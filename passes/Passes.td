@@ -140,12 +140,21 @@ def Partition : Pass<"gpipe-partition", "mlir::func::FuncOp"> {
     that needs a gradient (depends on a parameter) for the backward.
     Reshapes compute nothing and stay with the op before them, as does an
     `nn.update_running_stats` with its batch normalization. The loss is on
-    the last stage. Each op gets `pipe.stage`;
-    parameters get the stage of their users (a parameter used on two stages
-    is an error).
+    the last stage. A view of a graph input goes with its first user. Each
+    op gets `pipe.stage`; parameters get the stage of their first user.
+
+    `cuts` (a list of ONNX node names, or module paths such as `fc2` or
+    `blocks.3`, which name the first node under `/fc2/` or `/blocks.3/`)
+    gives the split points by hand instead: piece i+1 starts with the
+    compute op of cuts[i] (its unit: a node's views ride with it). There
+    must be `stages - 1` of them, each naming an op that computes something,
+    in program order; each is checked with an error naming it.
   }];
   let options = [
     Option<"stages", "stages", "int64_t", "1", "number of pipeline stages K">,
+    ListOption<"cuts", "cuts", "std::string",
+               "split points by hand: the node (or module path) each stage "
+               "after the first starts with">,
   ];
   let dependentDialects = ["gpipe::pipeline::PipeDialect"];
 }

@@ -19,6 +19,7 @@ void gpipe::buildCompilePipeline(OpPassManager &pm,
   fpm.addPass(createMicrobatch(mb));
   PartitionOptions part;
   part.stages = o.stages * o.virtualStages;
+  part.cuts.assign(o.partition.begin(), o.partition.end());
   fpm.addPass(createPartition(part));
   fpm.addPass(createAutodiff());
   OptimizerOptions opt;

@@ -42,6 +42,11 @@ struct CompilePipelineOptions
   Option<std::string> schedule{*this, "schedule",
                                llvm::cl::desc("a registered schedule name"),
                                llvm::cl::init("gpipe")};
+  ListOption<std::string> partition{
+      *this, "partition",
+      llvm::cl::desc("split points by hand: the node (or module path) each "
+                     "piece after the first starts with (gpipe-partition's "
+                     "cuts)")};
   Option<int64_t> virtualStages{
       *this, "virtual-stages",
       llvm::cl::desc("model chunks per stage V (the model is cut into K*V "

@@ -20,6 +20,7 @@ static const char *kUsage =
 int main(int argc, char **argv) {
   gpipe::CompileOptions o;
   std::string betas = "0.9,0.999";
+  std::string partition;
   int64_t batch = 0;
   po::options_description general("Options");
   general.add_options()("help,h", "print this help and exit")(
@@ -92,6 +93,12 @@ int main(int argc, char **argv) {
       "model chunks per stage: the graph is cut into K*V cost-balanced "
       "pieces and each stage runs V of them (--schedule interleaved or "
       "bfpp; 2 for zbv; 1 for the other schedules)")(
+      "partition", po::value(&partition)->value_name("NODES"),
+      "split points by hand, comma-separated: the ONNX node (e.g. "
+      "/fc2/Gemm) or module path (e.g. fc2, blocks.3: its first node) each "
+      "stage after the first starts with, K-1 of them (K*V-1 with "
+      "--virtual-stages), in graph order; default: the cost-balanced "
+      "partition")(
       "batchnorm",
       po::value(&o.batchnorm)->default_value("microbatch")->value_name("B"),
       "BatchNormalization's running statistics: microbatch (each "
@@ -151,6 +158,24 @@ int main(int argc, char **argv) {
   }
   if (vm.count("batch-size"))
     o.batchSize = batch;
+  if (vm.count("partition")) {
+    std::istringstream in(partition);
+    for (std::string node; std::getline(in, node, ',');) {
+      if (node.empty()) {
+        std::cerr << "gpipe-compile: error: --partition takes node names "
+                     "separated by commas, got '"
+                  << partition << "'\n";
+        return 2;
+      }
+      o.partition.push_back(node);
+    }
+    if (o.partition.empty() || partition.back() == ',') {
+      std::cerr << "gpipe-compile: error: --partition takes node names "
+                   "separated by commas, got '"
+                << partition << "'\n";
+      return 2;
+    }
+  }
   {
     std::istringstream in(betas);
     char comma = 0;

@@ -73,6 +73,16 @@ LogicalResult validate(const CompileOptions &o) {
   if (o.virtualStages < 1)
     return fail("--virtual-stages must be >= 1, got " +
                 llvm::Twine(o.virtualStages));
+  if (!o.partition.empty() &&
+      int64_t(o.partition.size()) != o.stages * o.virtualStages - 1)
+    return fail("--partition names " + llvm::Twine(o.partition.size()) +
+                " split point(s), but " +
+                (o.virtualStages > 1
+                     ? "--stages " + std::to_string(o.stages) +
+                           " x --virtual-stages " +
+                           std::to_string(o.virtualStages) + " pieces need "
+                     : "--stages " + std::to_string(o.stages) + " needs ") +
+                llvm::Twine(o.stages * o.virtualStages - 1));
   if (std::string why = sched->check(o.stages, o.microbatches, o.virtualStages);
       !why.empty())
     return fail(why);

@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace gpipe {
 
@@ -33,6 +34,9 @@ struct CompileOptions {
   /// Model chunks per stage (--virtual-stages V): the graph is cut into
   /// K*V pieces; interleaved schedules place V of them on each stage.
   int64_t virtualStages = 1;
+  /// --partition: the split points by hand (node names or module paths),
+  /// K*V-1 of them; empty: the cost-balanced partition.
+  std::vector<std::string> partition;
   /// BatchNorm running statistics: microbatch or deferred.
   std::string batchnorm = "microbatch";
   OptimizerConfig optimizer;

@@ -22,6 +22,7 @@ void gpipe::driver::setPipelineOptions(CompilePipelineOptions &p,
   p.remat = remat;
   p.schedule = o.schedule;
   p.virtualStages = o.virtualStages;
+  p.partition = o.partition;
   p.batchnorm = o.batchnorm;
 }
 

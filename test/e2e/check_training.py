@@ -170,6 +170,9 @@ def parse_args(argv):
                          "(default: on when --stages > 1 or --microbatches > 1)")
     cs.add_argument("--no-compare-single", dest="compare_single", action="store_false",
                     help="do not run the 1-stage comparison")
+    ap.add_argument("--partition", default=None, metavar="NODES",
+                    help="gpipe-compile --partition (split points by hand); the GPipe "
+                         "reference of a schedule keeps them (with one chunk per stage)")
     ap.add_argument("--virtual-stages", type=int, default=None,
                     help="gpipe-compile --virtual-stages (model chunks per stage, "
                          "--schedule interleaved)")
@@ -323,6 +326,8 @@ def pipeline_flags(a):
         f += ["--schedule", a.schedule]
     if a.virtual_stages is not None:
         f += ["--virtual-stages", str(a.virtual_stages)]
+    if a.partition is not None:
+        f += ["--partition", a.partition]
     if a.batchnorm is not None:
         f += ["--batchnorm", a.batchnorm]
     return f
@@ -679,6 +684,8 @@ def reference_flags(a):
         # The same K stages and M micro-batches under GPipe (one chunk each).
         g = argparse.Namespace(**vars(a))
         g.schedule, g.virtual_stages = "gpipe", None
+        if (a.virtual_stages or 1) > 1:
+            g.partition = None  # K*V-1 split points, not K stages' cuts
         return pipeline_flags(g) + target_flags(a, "cpu")
     return single_flags(a) + target_flags(a, "cpu")
 
@@ -1135,6 +1142,8 @@ def run_check(a):
         cfg += " schedule=%s" % a.schedule
     if a.virtual_stages is not None:
         cfg += " virtual-stages=%d" % a.virtual_stages
+    if a.partition is not None:
+        cfg += " partition=%s" % a.partition
     if a.batchnorm is not None:
         cfg += " batchnorm=%s" % a.batchnorm
     if a.batchnorm_model:
