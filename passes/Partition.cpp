@@ -1,4 +1,5 @@
 // gpipe-partition: cuts the forward graph into K cost-balanced stages.
+#include "passes/PartitionCuts.h"
 #include "passes/Passes.h"
 
 #include "llvm/ADT/DenseMap.h"
@@ -61,37 +62,6 @@ static Value viewRootOf(Value v) {
   while (auto r = v.getDefiningOp<nn::ReshapeOp>())
     v = r.getInput();
   return v;
-}
-
-/// Cuts `cost` into `k` contiguous non-empty groups minimising the largest
-/// group's sum; returns the first index of each group.
-static SmallVector<size_t> balancedCuts(ArrayRef<double> cost, int64_t k) {
-  size_t n = cost.size();
-  SmallVector<double> prefix(n + 1, 0.0);
-  for (size_t i = 0; i < n; ++i)
-    prefix[i + 1] = prefix[i] + cost[i];
-  const double inf = std::numeric_limits<double>::infinity();
-  // best[j][i]: the smallest maximum over the first i ops in j groups.
-  std::vector<std::vector<double>> best(k + 1, std::vector<double>(n + 1, inf));
-  std::vector<std::vector<size_t>> from(k + 1, std::vector<size_t>(n + 1, 0));
-  best[0][0] = 0.0;
-  for (int64_t j = 1; j <= k; ++j)
-    for (size_t i = j; i <= n; ++i)
-      for (size_t p = j - 1; p < i; ++p) {
-        double v = std::max(best[j - 1][p], prefix[i] - prefix[p]);
-        // Ties keep the later cut: the earlier group takes the extra ops.
-        if (v <= best[j][i]) {
-          best[j][i] = v;
-          from[j][i] = p;
-        }
-      }
-  SmallVector<size_t> starts(k);
-  size_t i = n;
-  for (int64_t j = k; j >= 1; --j) {
-    starts[j - 1] = from[j][i];
-    i = from[j][i];
-  }
-  return starts;
 }
 
 LogicalResult PartitionPass::handCuts(func::FuncOp func,
@@ -203,7 +173,8 @@ void PartitionPass::runOnOperation() {
   }
   SmallVector<size_t> starts;
   if (cuts.empty()) {
-    starts = balancedCuts(cost, stages);
+    // Enough units for `stages` groups was checked above: a cut exists.
+    starts = *balancedCuts(cost, stages);
   } else if (failed(handCuts(func, units, starts))) {
     return signalPassFailure();
   }

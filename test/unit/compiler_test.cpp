@@ -2,6 +2,7 @@
 #include "compiler/CppEmitter.h"
 #include "dialects/nn/NNOps.h"
 #include "dialects/pipe/PipeOps.h"
+#include "passes/PartitionCuts.h"
 #include "passes/Passes.h"
 #include "passes/Pipeline.h"
 #include "passes/schedules/Schedules.h"
@@ -13,6 +14,9 @@
 #include "mlir/Pass/PassManager.h"
 
 #include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
 
 using namespace mlir;
 
@@ -251,4 +255,92 @@ TEST(Schedules, EveryScheduleIsCompleteBoundedAndRuns) {
         }
   // 3 one-chunk schedules x 8 x 16, and the chunked schedules' V.
   EXPECT_GT(runs, 3 * 8 * 16);
+}
+
+// The partition's cut search against brute force: on random chains of 1..9
+// units with integer costs (exact sums), for k in 1..4, with and without a
+// per-group limit (here a "memory" per unit and a budget, group j's memory
+// also scaled by a per-group factor as a schedule's in-flight count would),
+// balancedCuts finds a cut of the smallest possible bottleneck among those
+// that fit, its groups fit, and it reports no cut exactly when none fits.
+TEST(Partition, CutsEqualBruteForce) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> costOf(0, 9), memOf(1, 5);
+  int checked = 0, infeasible = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const size_t n = 1 + trial % 9;
+    std::vector<double> cost(n), mem(n);
+    for (size_t i = 0; i < n; ++i) {
+      cost[i] = costOf(rng);
+      mem[i] = memOf(rng);
+    }
+    for (int64_t k = 1; k <= 4; ++k)
+      for (int limited = 0; limited < 2; ++limited) {
+        const double budget = limited ? 4 + trial % 7 : 0;
+        auto groupMem = [&](int64_t g, size_t b, size_t e) {
+          double m = 0;
+          for (size_t i = b; i < e; ++i)
+            m += mem[i];
+          return m * (1 + 0.5 * double(g % 2));
+        };
+        auto fits = [&](int64_t g, size_t b, size_t e) {
+          return !limited || groupMem(g, b, e) <= budget;
+        };
+        // Brute force: every choice of k-1 cut positions among 1..n-1.
+        double bestBrute = -1;
+        std::vector<size_t> starts(k);
+        std::function<void(int64_t, size_t)> walk = [&](int64_t g,
+                                                         size_t from) {
+          if (g == k) {
+            double worst = 0;
+            for (int64_t j = 0; j < k; ++j) {
+              size_t b = starts[j], e = j + 1 < k ? starts[j + 1] : n;
+              if (!fits(j, b, e))
+                return;
+              double sum = 0;
+              for (size_t i = b; i < e; ++i)
+                sum += cost[i];
+              worst = std::max(worst, sum);
+            }
+            if (bestBrute < 0 || worst < bestBrute)
+              bestBrute = worst;
+            return;
+          }
+          for (size_t b = from; b + (k - g) <= n; ++b) {
+            starts[g] = b;
+            walk(g + 1, b + 1);
+          }
+        };
+        if (static_cast<size_t>(k) <= n) {
+          starts[0] = 0;
+          walk(1, 1);
+        }
+        std::optional<llvm::SmallVector<size_t>> got =
+            gpipe::balancedCuts(cost, k, fits);
+        SCOPED_TRACE("n " + std::to_string(n) + " k " + std::to_string(k) +
+                     (limited ? " budget " + std::to_string(budget) : ""));
+        ASSERT_EQ(got.has_value(), bestBrute >= 0);
+        if (!got) {
+          ++infeasible;
+          continue;
+        }
+        ASSERT_EQ(got->size(), static_cast<size_t>(k));
+        EXPECT_EQ((*got)[0], 0u);
+        double worst = 0;
+        for (int64_t j = 0; j < k; ++j) {
+          size_t b = (*got)[j], e = j + 1 < k ? (*got)[j + 1] : n;
+          ASSERT_LT(b, e) << "group " << j << " is empty";
+          EXPECT_TRUE(fits(j, b, e)) << "group " << j << " does not fit";
+          double sum = 0;
+          for (size_t i = b; i < e; ++i)
+            sum += cost[i];
+          worst = std::max(worst, sum);
+        }
+        EXPECT_EQ(worst, bestBrute);
+        ++checked;
+      }
+  }
+  // Both outcomes were exercised.
+  EXPECT_GT(checked, 1000);
+  EXPECT_GT(infeasible, 50);
 }
