@@ -1,10 +1,12 @@
 // gpipe-partition: cuts the forward graph into K cost-balanced stages.
 #include "passes/PartitionCuts.h"
 #include "passes/Passes.h"
+#include "passes/Utils.h"
 
 #include "llvm/ADT/DenseMap.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace gpipe {
@@ -28,6 +30,12 @@ struct PartitionPass : gpipe::impl::PartitionBase<PartitionPass> {
   void runOnOperation() override;
 
 private:
+  /// The balanced cut whose every stage's estimated memory fits
+  /// `memoryPerStage`, or an error naming the budget.
+  LogicalResult cutsWithinBudget(func::FuncOp func,
+                                 ArrayRef<SmallVector<Operation *>> units,
+                                 ArrayRef<double> cost,
+                                 SmallVector<size_t> &starts);
   /// The first unit of each stage from `cuts` (split points by hand), or a
   /// located error naming the split point.
   LogicalResult handCuts(func::FuncOp func,
@@ -62,6 +70,124 @@ static Value viewRootOf(Value v) {
   while (auto r = v.getDefiningOp<nn::ReshapeOp>())
     v = r.getInput();
   return v;
+}
+
+static int64_t tensorBytes(Value v) {
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  if (!t || !t.hasStaticShape())
+    return 0;
+  return t.getNumElements() * ((t.getElementTypeBitWidth() + 7) / 8);
+}
+
+LogicalResult
+PartitionPass::cutsWithinBudget(func::FuncOp func,
+                                ArrayRef<SmallVector<Operation *>> units,
+                                ArrayRef<double> cost,
+                                SmallVector<size_t> &starts) {
+  const size_t n = units.size();
+  llvm::DenseMap<Operation *, size_t> unitOf;
+  for (auto [u, unit] : llvm::enumerate(units))
+    for (Operation *op : unit)
+      unitOf[op] = u;
+  // Per unit: the parameters it uses first (with gradient and states), what
+  // its ops compute, and the values it reads from earlier units or the
+  // graph's inputs (parameters, constants and their views excluded).
+  const double perParam = 2.0 + double(optimizerStates);
+  std::vector<double> params(n, 0.0), computed(n, 0.0);
+  std::vector<SmallVector<std::pair<Value, size_t>>> reads(n);
+  llvm::DenseSet<Operation *> counted;
+  const int64_t m = std::max<int64_t>(1, pipeline::getNumMicrobatches(func));
+  for (auto [u, unit] : llvm::enumerate(units))
+    for (Operation *op : unit) {
+      if (!isa<nn::ReshapeOp>(op))
+        for (Value r : op->getResults())
+          computed[u] += double(tensorBytes(r));
+      // A weight's gradient GEMM deferred over the micro-batches
+      // (gpipe-split-weight-grad, with M > 1) keeps every micro-batch's
+      // input and output gradient until the update.
+      if (auto gemm = dyn_cast<nn::GemmOp>(op); gemm && m > 1 &&
+                                                  paramOf(gemm.getB()))
+        params[u] += double(m) * double(tensorBytes(gemm.getA()) +
+                                        tensorBytes(gemm.getResult()));
+      for (Value v : op->getOperands()) {
+        Value root = viewRootOf(v);
+        Operation *def = root.getDefiningOp();
+        if (auto p = dyn_cast_or_null<nn::ParamOp>(def)) {
+          if (counted.insert(def).second)
+            params[u] += perParam * double(tensorBytes(root));
+          continue;
+        }
+        if (isa_and_nonnull<nn::ConstantOp>(def))
+          continue;
+        size_t from = def ? unitOf.lookup(def) : 0;
+        if (!def || from < u)
+          reads[u].push_back({root, def ? from : size_t(0)});
+      }
+    }
+  // stash[b][e]: one micro-batch's stash of units [b, e).
+  std::vector<std::vector<double>> stash(n, std::vector<double>(n + 1, 0.0));
+  std::vector<double> paramSum(n + 1, 0.0);
+  for (size_t i = 0; i < n; ++i)
+    paramSum[i + 1] = paramSum[i] + params[i];
+  for (size_t b = 0; b < n; ++b) {
+    llvm::DenseSet<Value> seen;
+    double bytes = 0;
+    for (size_t e = b; e < n; ++e) {
+      for (auto [v, from] : reads[e])
+        if ((!v.getDefiningOp() || from < b) && seen.insert(v).second)
+          bytes += double(tensorBytes(v));
+      if (remat == "none")
+        bytes += computed[e];
+      stash[b][e + 1] = bytes;
+    }
+  }
+  auto inflight = [&](int64_t group) {
+    return group < static_cast<int64_t>(inFlight.size()) ? inFlight[group] : m;
+  };
+  auto estimate = [&](int64_t group, size_t b, size_t e) {
+    return paramSum[e] - paramSum[b] + double(inflight(group)) * stash[b][e];
+  };
+  const double budget = double(memoryPerStage);
+  std::optional<SmallVector<size_t>> found = balancedCuts(
+      cost, stages, [&](int64_t group, size_t b, size_t e) {
+        return estimate(group, b, e) <= budget;
+      });
+  if (!found) {
+    // The smallest budget some cut fits (its fullest stage's estimate), by
+    // bisection, for the message.
+    auto fitsUnder = [&](double limit) {
+      return balancedCuts(cost, stages,
+                          [&](int64_t g, size_t b, size_t e) {
+                            return estimate(g, b, e) <= limit;
+                          })
+          .has_value();
+    };
+    double lo = budget, hi = std::max(budget, 1.0);
+    while (!fitsUnder(hi))
+      hi *= 2;
+    for (int k = 0; k < 60 && hi - lo > 1; ++k) {
+      double mid = (lo + hi) / 2;
+      (fitsUnder(mid) ? hi : lo) = mid;
+    }
+    // The fullest stage of the cut that fits there, exactly.
+    SmallVector<size_t> best = *balancedCuts(
+        cost, stages,
+        [&](int64_t g, size_t b, size_t e) { return estimate(g, b, e) <= hi; });
+    double fullest = 0;
+    for (int64_t g = 0; g < stages; ++g)
+      fullest = std::max(fullest, estimate(g, best[g],
+                                           g + 1 < stages ? best[g + 1] : n));
+    hi = fullest;
+    return func.emitError("no partition into ")
+           << static_cast<int64_t>(stages) << " stages fits --memory-per-stage "
+           << static_cast<int64_t>(memoryPerStage)
+           << " bytes: the smallest estimate of a partition's fullest stage is "
+           << static_cast<int64_t>(std::ceil(hi))
+           << " bytes (raise the budget, add stages"
+           << (remat == "none" ? ", or use --remat stage)" : ")");
+  }
+  starts = *found;
+  return success();
 }
 
 LogicalResult PartitionPass::handCuts(func::FuncOp func,
@@ -172,7 +298,10 @@ void PartitionPass::runOnOperation() {
       cost.back() += estimateCost(op, active);
   }
   SmallVector<size_t> starts;
-  if (cuts.empty()) {
+  if (cuts.empty() && memoryPerStage > 0) {
+    if (failed(cutsWithinBudget(func, units, cost, starts)))
+      return signalPassFailure();
+  } else if (cuts.empty()) {
     // Enough units for `stages` groups was checked above: a cut exists.
     starts = *balancedCuts(cost, stages);
   } else if (failed(handCuts(func, units, starts))) {

@@ -149,12 +149,30 @@ def Partition : Pass<"gpipe-partition", "mlir::func::FuncOp"> {
     compute op of cuts[i] (its unit: a node's views ride with it). There
     must be `stages - 1` of them, each naming an op that computes something,
     in program order; each is checked with an error naming it.
+
+    `memory-per-stage` (bytes) keeps only the cuts whose every stage's
+    estimated memory fits: its parameters (each counted on the first stage
+    using it) with their gradient and `optimizer-states` state tensors, plus
+    its stash times the stage's `in-flight` micro-batches; the stash is the
+    values the stage reads from before it (with `remat` stage), and also
+    every value its ops compute (with none). An estimate, before autodiff:
+    gpipe-compile checks the planned arenas against the budget afterwards.
+    When no cut fits, an error names the budget and the smallest estimate.
   }];
   let options = [
     Option<"stages", "stages", "int64_t", "1", "number of pipeline stages K">,
     ListOption<"cuts", "cuts", "std::string",
                "split points by hand: the node (or module path) each stage "
                "after the first starts with">,
+    Option<"memoryPerStage", "memory-per-stage", "int64_t", "0",
+           "bytes each stage's estimated memory must fit (0: no limit)">,
+    ListOption<"inFlight", "in-flight", "int64_t",
+               "micro-batches each stage keeps in flight under the schedule "
+               "(default: all M)">,
+    Option<"optimizerStates", "optimizer-states", "int64_t", "0",
+           "optimizer state tensors per parameter (SGD momentum 1, Adam 2)">,
+    Option<"remat", "remat", "std::string", "\"stage\"",
+           "stage or none: what the stash estimate keeps">,
   ];
   let dependentDialects = ["gpipe::pipeline::PipeDialect"];
 }

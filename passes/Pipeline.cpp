@@ -20,6 +20,10 @@ void gpipe::buildCompilePipeline(OpPassManager &pm,
   PartitionOptions part;
   part.stages = o.stages * o.virtualStages;
   part.cuts.assign(o.partition.begin(), o.partition.end());
+  part.memoryPerStage = o.memoryPerStage;
+  part.inFlight.assign(o.inFlight.begin(), o.inFlight.end());
+  part.optimizerStates = o.optimizer == "sgd" ? (o.momentum > 0 ? 1 : 0) : 2;
+  part.remat = o.remat;
   fpm.addPass(createPartition(part));
   fpm.addPass(createAutodiff());
   OptimizerOptions opt;

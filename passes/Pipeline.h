@@ -47,6 +47,15 @@ struct CompilePipelineOptions
       llvm::cl::desc("split points by hand: the node (or module path) each "
                      "piece after the first starts with (gpipe-partition's "
                      "cuts)")};
+  Option<int64_t> memoryPerStage{
+      *this, "memory-per-stage",
+      llvm::cl::desc("bytes each stage's estimated memory must fit (0: no "
+                     "limit; gpipe-partition)"),
+      llvm::cl::init(0)};
+  ListOption<int64_t> inFlight{
+      *this, "in-flight",
+      llvm::cl::desc("micro-batches each stage keeps in flight under the "
+                     "schedule (gpipe-partition's memory estimate)")};
   Option<int64_t> virtualStages{
       *this, "virtual-stages",
       llvm::cl::desc("model chunks per stage V (the model is cut into K*V "

@@ -5,6 +5,7 @@
 #include <boost/program_options.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 
@@ -21,6 +22,7 @@ int main(int argc, char **argv) {
   gpipe::CompileOptions o;
   std::string betas = "0.9,0.999";
   std::string partition;
+  std::string memoryPerStage;
   int64_t batch = 0;
   po::options_description general("Options");
   general.add_options()("help,h", "print this help and exit")(
@@ -99,6 +101,12 @@ int main(int argc, char **argv) {
       "stage after the first starts with, K-1 of them (K*V-1 with "
       "--virtual-stages), in graph order; default: the cost-balanced "
       "partition")(
+      "memory-per-stage", po::value(&memoryPerStage)->value_name("SIZE"),
+      "memory budget of each stage (bytes, or with a suffix: 512MiB, 24GiB, "
+      "1.5GB): the partition keeps only cuts whose every stage's estimated "
+      "memory (parameters, gradients, optimizer state, the stash times the "
+      "schedule's in-flight micro-batches) fits, and each stage's planned "
+      "arena is checked against it")(
       "batchnorm",
       po::value(&o.batchnorm)->default_value("microbatch")->value_name("B"),
       "BatchNormalization's running statistics: microbatch (each "
@@ -158,6 +166,29 @@ int main(int argc, char **argv) {
   }
   if (vm.count("batch-size"))
     o.batchSize = batch;
+  if (vm.count("memory-per-stage")) {
+    // A number with an optional binary (KiB, MiB, GiB) or decimal (KB, MB,
+    // GB) suffix.
+    static const std::pair<const char *, double> kUnits[] = {
+        {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+        {"KB", 1e3},     {"MB", 1e6},        {"GB", 1e9},
+        {"B", 1.0},      {"", 1.0}};
+    char *end = nullptr;
+    double v = std::strtod(memoryPerStage.c_str(), &end);
+    std::string unit = end ? std::string(end) : std::string();
+    double scale = 0;
+    for (auto &[name, factor] : kUnits)
+      if (unit == name)
+        scale = factor;
+    if (end == memoryPerStage.c_str() || scale == 0 || !(v > 0) ||
+        v * scale > 9.0e18) {
+      std::cerr << "gpipe-compile: error: --memory-per-stage must be a "
+                   "positive size such as 24GiB, 512MiB or 1000000, got '"
+                << memoryPerStage << "'\n";
+      return 2;
+    }
+    o.memoryPerStage = static_cast<int64_t>(v * scale);
+  }
   if (vm.count("partition")) {
     std::istringstream in(partition);
     for (std::string node; std::getline(in, node, ',');) {

@@ -83,6 +83,14 @@ LogicalResult validate(const CompileOptions &o) {
                            std::to_string(o.virtualStages) + " pieces need "
                      : "--stages " + std::to_string(o.stages) + " needs ") +
                 llvm::Twine(o.stages * o.virtualStages - 1));
+  if (o.memoryPerStage < 0)
+    return fail("--memory-per-stage must be positive");
+  if (o.memoryPerStage > 0 && o.virtualStages > 1)
+    return fail("--memory-per-stage needs one model chunk per stage "
+                "(--virtual-stages 1) for now");
+  if (o.memoryPerStage > 0 && !o.partition.empty())
+    return fail("--memory-per-stage chooses the partition: it cannot be "
+                "combined with --partition");
   if (std::string why = sched->check(o.stages, o.microbatches, o.virtualStages);
       !why.empty())
     return fail(why);
@@ -260,6 +268,17 @@ int gpipe::compile(const CompileOptions &o) {
         emitStageCpp(module, s, names.back(), takenFiles, buildId, eo);
     if (failed(stage))
       return cleanupAndFail();
+    // The partition met the budget by an estimate; the planned arena is
+    // what the stage allocates (the runtime adds its own overhead).
+    if (o.memoryPerStage > 0 && stage->memory.arenaBytes > o.memoryPerStage) {
+      errorLine() << o.modelPath << ": stage " << s << "'s planned arena is "
+                  << stage->memory.arenaBytes
+                  << " bytes, over --memory-per-stage " << o.memoryPerStage
+                  << " (the partition's estimate fitted; raise the budget"
+                  << (remat == "none" ? ", add stages, or use --remat stage)\n"
+                                      : " or add stages)\n");
+      return cleanupAndFail();
+    }
     forwards.emplace_back();
     for (int64_t piece : stage->virtualStages)
       for (auto f : module.getOps<func::FuncOp>())

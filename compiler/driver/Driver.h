@@ -37,6 +37,8 @@ struct CompileOptions {
   /// --partition: the split points by hand (node names or module paths),
   /// K*V-1 of them; empty: the cost-balanced partition.
   std::vector<std::string> partition;
+  /// --memory-per-stage: bytes each stage must fit (0: no limit).
+  int64_t memoryPerStage = 0;
   /// BatchNorm running statistics: microbatch or deferred.
   std::string batchnorm = "microbatch";
   OptimizerConfig optimizer;

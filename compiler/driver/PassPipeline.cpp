@@ -3,6 +3,9 @@
 #include "compiler/driver/PassPipeline.h"
 
 #include "passes/Pipeline.h"
+#include "passes/schedules/Schedules.h"
+
+#include <algorithm>
 
 using namespace mlir;
 
@@ -23,6 +26,17 @@ void gpipe::driver::setPipelineOptions(CompilePipelineOptions &p,
   p.schedule = o.schedule;
   p.virtualStages = o.virtualStages;
   p.partition = o.partition;
+  p.memoryPerStage = o.memoryPerStage;
+  if (o.memoryPerStage > 0)
+    if (const schedules::Schedule *s = schedules::lookup(o.schedule)) {
+      // Each stage's micro-batches in flight under the schedule.
+      mlir::MLIRContext ctx;
+      ctx.loadDialect<pipeline::PipeDialect>();
+      for (auto &actions :
+           s->generate(&ctx, o.stages, o.microbatches, o.virtualStages))
+        p.inFlight.push_back(std::max<int64_t>(
+            1, pipeline::ScheduleOp::maxInFlight(actions)));
+    }
   p.batchnorm = o.batchnorm;
 }
 
