@@ -9,7 +9,8 @@ On a 4-layer MLP (test/e2e/models.py mlp_deep_small), 100 samples in mini-batche
      + --resume for 8 more, bit for bit: trained weights, the step-16 checkpoints (parameters
      and optimizer state), and the 16 losses of the --log-json log;
   2. the 4-stage step-8 checkpoint resumed by a 2-stage x 4-micro-batch pipeline of the same
-     model ends within 1e-5 (relative) of the uninterrupted 4-stage run;
+     model ends within 1e-5 (relative) of the uninterrupted 4-stage run, and so does one
+     resumed by 2 stages x 2 model chunks (interleaved);
   3. a save killed half-way (GPIPE_TEST_KILL_IN_CHECKPOINT) leaves the previous checkpoint
      loadable: --resume continues from it and ends bit for bit where the uninterrupted run
      did; the interrupted save is removed;
@@ -161,6 +162,26 @@ def main():
     check(mk2["stages"] == 2 and tk2.keys() == tensors(step(
         os.path.join(work, "ck_full_adam"), 2 * HALF))[0].keys(),
         "adam: the 2-stage checkpoint holds the same named tensors")
+
+    # 2b. ... and by 2 stages holding two model chunks each (interleaved: the same 4 pieces).
+    out = os.path.join(work, "k2_il_adam")
+    r = run([compile_bin, model, "-o", out, "--batch-size", str(B), "--stages", "2",
+             "--microbatches", "2", "--schedule", "interleaved", "--virtual-stages", "2",
+             "--optimizer", "adam", "--lr", "0.01"])
+    check(r.returncode == 0, "gpipe-compile k2_il_adam")
+    ck_il = os.path.join(work, "ck_il")
+    os.makedirs(ck_il)
+    shutil.copytree(step(os.path.join(work, "ck_half_adam"), HALF), step(ck_il, HALF))
+    r = train(out, 2 * HALF, ck_il, "k2_il", ["--resume"])
+    wi = weights(os.path.join(work, "w_k2_il"))
+    worst = max(float(np.abs(wf[f] - wi[f]).max() / max(np.abs(wf[f]).max(), 1e-30))
+                for f in wf) if wf.keys() == wi.keys() else float("inf")
+    check(r.returncode == 0 and worst <= 1e-5,
+          "adam: the 4-stage step-%d checkpoint resumed by 2 stages x 2 chunks (interleaved) "
+          "within 1e-5 of the K=4 run (worst relative error %.3e)" % (HALF, worst))
+    ti, _ = tensors(step(ck_il, 2 * HALF))
+    check(ti.keys() == tk2.keys(), "adam: the interleaved checkpoint holds the same named "
+          "tensors (every chunk's parameters and optimizer state)")
 
     # 3. A save killed half-way.
     k4 = os.path.join(work, "k4_sgd")

@@ -4,7 +4,7 @@
 usage: check_eval.py BIN_DIR WORK_DIR
 
 For models with Dropout (mlp_dropout) and BatchNorm (bn1d_mlp, vgg_bn), as 2 stages x 2
-micro-batches and as 1 stage: train 6 steps with --eval-every 3 and --checkpoint-every 3; the
+micro-batches (also interleaved and ZB-V, two model chunks per stage) and as 1 stage: train 6 steps with --eval-every 3 and --checkpoint-every 3; the
 eval loss logged after step 3 and after step 6 must equal, within 1e-5 (relative), torch's
 module.eval() loss on the held-out data (the mean over its mini-batches) with the weights and
 running statistics of the step-3 and step-6 checkpoints. Also: the evaluation leaves the
@@ -75,9 +75,17 @@ def main():
     cases = [("mlp_dropout", 2, 2, ["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9"]),
              ("bn1d_mlp", 2, 2, ["--optimizer", "adam", "--lr", "0.01"]),
              ("bn1d_mlp", 1, 1, ["--optimizer", "sgd", "--lr", "0.1"]),
-             ("vgg_bn", 2, 2, ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9"])]
+             ("vgg_bn", 2, 2, ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9"]),
+             # Two model chunks per stage: the evaluation runs the schedule's forwards in its
+             # order, the checkpoints hold every chunk's tensors.
+             ("mlp_dropout", 2, 2, ["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9",
+                                    "--schedule", "interleaved", "--virtual-stages", "2"]),
+             ("bn1d_mlp", 2, 2, ["--optimizer", "adam", "--lr", "0.01",
+                                 "--schedule", "zbv", "--virtual-stages", "2"])]
     for name, k, m, opt in cases:
         tag = "%s_k%d_m%d" % (name, k, m)
+        if "--schedule" in opt:
+            tag += "_" + opt[opt.index("--schedule") + 1]
         wd = os.path.join(work, tag)
         train_dir, eval_dir = os.path.join(wd, "train"), os.path.join(wd, "eval")
         os.makedirs(train_dir)
