@@ -19,7 +19,8 @@ using pipeline::ActionAttr;
 using pipeline::Phase;
 
 Table generateBreadthFirst(mlir::MLIRContext *ctx, int64_t k, int64_t m,
-                           int64_t v) {
+                           int64_t v,
+                           const Costs & /*a fixed order*/) {
   Table table(k);
   for (auto &actions : table) {
     for (int64_t c = 0; c < v; ++c)
