@@ -287,46 +287,6 @@ LogicalResult checkSchedules(ModuleOp module) {
   return failure();
 }
 
-/// Each piece's estimated F, B and W time: the FLOPs of its forward, of its
-/// backward less W, and of W, the weight-gradient GEMMs (`dW = G^T X`, an
-/// nn.gemm with transA whose result a pipe.accumulate_grad adds up) that
-/// gpipe-split-weight-grad defers when M > 1. Empty when a piece has no
-/// functions or computes nothing (equal costs then).
-schedules::Costs estimateCosts(ModuleOp module, int64_t n) {
-  schedules::Costs costs;
-  auto flops = [](Operation *op) -> double {
-    auto c = dyn_cast<nn::CostOpInterface>(op);
-    return c ? double(c.getFlops()) : 0.0;
-  };
-  const bool deferred = pipeline::getNumMicrobatches(module) > 1;
-  for (int64_t p = 0; p < n; ++p) {
-    func::FuncOp f = findStageFunc(module, p, Phase::Forward);
-    func::FuncOp b = findStageFunc(module, p, Phase::Backward);
-    if (!f || !b)
-      return {};
-    double fwd = 0, bwd = 0, w = 0;
-    f.walk([&](Operation *op) { fwd += flops(op); });
-    b.walk([&](Operation *op) {
-      bwd += flops(op);
-      auto gemm = dyn_cast<nn::GemmOp>(op);
-      if (deferred && gemm && gemm.getTransA() && !gemm.getTransB() &&
-          llvm::any_of(gemm->getUsers(), [](Operation *u) {
-            return isa<pipeline::AccumulateGradOp>(u);
-          }))
-        w += flops(op);
-    });
-    costs.forward.push_back(fwd);
-    costs.backward.push_back(bwd - w);
-    costs.weight.push_back(w);
-  }
-  double total = 0;
-  for (int64_t p = 0; p < n; ++p)
-    total += costs.forward[p] + costs.backward[p] + costs.weight[p];
-  if (total <= 0)
-    return {};
-  return costs;
-}
-
 struct SchedulePass : gpipe::impl::ScheduleBase<SchedulePass> {
   using ScheduleBase::ScheduleBase;
   void runOnOperation() override {
@@ -357,8 +317,7 @@ struct SchedulePass : gpipe::impl::ScheduleBase<SchedulePass> {
       module.emitError(why);
       return signalPassFailure();
     }
-    schedules::Table table =
-        generator->generate(module.getContext(), k, m, v, estimateCosts(module, n));
+    schedules::Table table = generator->generate(module.getContext(), k, m, v);
     OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
     for (int64_t s = 0; s < k; ++s) {
       SmallVector<Attribute> fns[3];

@@ -33,8 +33,7 @@ void gpipe::driver::setPipelineOptions(CompilePipelineOptions &p,
       mlir::MLIRContext ctx;
       ctx.loadDialect<pipeline::PipeDialect>();
       for (auto &actions :
-           s->generate(&ctx, o.stages, o.microbatches, o.virtualStages,
-                       schedules::Costs()))
+           s->generate(&ctx, o.stages, o.microbatches, o.virtualStages))
         p.inFlight.push_back(std::max<int64_t>(
             1, pipeline::ScheduleOp::maxInFlight(actions)));
     }

@@ -19,8 +19,7 @@ using pipeline::ActionAttr;
 using pipeline::Phase;
 
 Table generateBreadthFirst(mlir::MLIRContext *ctx, int64_t k, int64_t m,
-                           int64_t v,
-                           const Costs & /*a fixed order*/) {
+                           int64_t v) {
   Table table(k);
   for (auto &actions : table) {
     for (int64_t c = 0; c < v; ++c)

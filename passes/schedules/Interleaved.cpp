@@ -37,8 +37,7 @@ std::string requireInterleaved(int64_t k, int64_t m, int64_t v) {
 }
 
 Table generateInterleaved(mlir::MLIRContext *ctx, int64_t k, int64_t m,
-                          int64_t v,
-                          const Costs & /*a fixed order*/) {
+                          int64_t v) {
   const int64_t total = m * v; // forwards (and backwards) per stage
   const int64_t group = k * v; // actions of one group of K micro-batches
   // The i-th forward (backward) of a stage: its micro-batch and chunk.

@@ -17,8 +17,7 @@ using pipeline::ActionAttr;
 using pipeline::Phase;
 
 Table generateOneFOneB(mlir::MLIRContext *ctx, int64_t k, int64_t m,
-                       int64_t /*v: one chunk*/,
-                       const Costs & /*a fixed order*/) {
+                       int64_t /*v: one chunk*/) {
   Table table(k);
   for (int64_t s = 0; s < k; ++s) {
     auto &actions = table[s];

@@ -8,16 +8,13 @@
 // weight-gradient GEMMs, gpipe-split-weight-grad's), and the W's fill what
 // would be waits.
 //
-// Built by simulating the pipeline with each piece's estimated costs of F,
-// B and W (gpipe-schedule's, from the compiler's FLOPs; equal costs, the
-// paper's assumption, when it has none): whenever a stage is free it runs,
-// in this order of preference, the B whose gradient has arrived (the oldest
+// Built by simulating the pipeline with equal costs for every piece's F, B
+// and W (the paper's assumption): whenever a stage is free it runs, in this
+// order of preference, the B whose gradient has arrived (the oldest
 // micro-batch first, then chunk 1), the F whose input has arrived (chunk 1
 // first, the oldest micro-batch first) if the stage holds fewer than 2K
 // pieces' stashes (K micro-batches of both chunks: 1F1B's stage-0 memory,
 // the same on every stage), or its oldest pending W. The update comes last.
-// It does so with equal costs and with the estimates, and keeps the order
-// whose step is shorter under the estimates.
 // Sends must not block: Sends::Buffered.
 #include "passes/schedules/Schedules.h"
 
@@ -40,35 +37,33 @@ int64_t placeV(int64_t k, int64_t /*v*/, int64_t s, int64_t c) {
 /// The simulation with at most `limit` stashes per stage; empty when it
 /// stalls (every stage full of stashes whose gradients cannot arrive).
 static Table simulateZBV(mlir::MLIRContext *ctx, int64_t k, int64_t m,
-                         int64_t limit, const Costs &costs) {
-  constexpr double kNever = std::numeric_limits<double>::infinity();
+                         int64_t limit) {
+  constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
   const int64_t n = 2 * k; // pieces
   auto chunkOf = [&](int64_t p) { return p < k ? int64_t(0) : int64_t(1); };
-  // When micro-batch i's forward / backward of piece p ends.
-  std::vector<std::vector<double>> forwardEnd(n,
-                                              std::vector<double>(m, kNever));
-  std::vector<std::vector<double>> backwardEnd(n,
-                                               std::vector<double>(m, kNever));
+  // When (in unit steps) micro-batch i's forward / backward of piece p ends.
+  std::vector<std::vector<int64_t>> forwardEnd(n,
+                                               std::vector<int64_t>(m, kNever));
+  std::vector<std::vector<int64_t>> backwardEnd(
+      n, std::vector<int64_t>(m, kNever));
   std::vector<int64_t> nextF(n, 0), nextB(n, 0);
   std::vector<std::deque<std::pair<int64_t, int64_t>>> pendingW(k);
   std::vector<int64_t> live(k, 0); // stashes held: F done, B not yet
-  std::vector<double> freeAt(k, 0.0);
   Table table(k);
   int64_t left = 3 * n * m;
-  for (double now = 0.0; left > 0;) {
+  for (int64_t t = 0; left > 0; ++t) {
+    bool ran = false;
     for (int64_t s = 0; s < k; ++s) {
-      if (freeAt[s] > now)
-        continue;
       const int64_t pieces[2] = {s, 2 * k - 1 - s}; // chunks 0 and 1
       auto backwardReady = [&](int64_t p) {
         int64_t b = nextB[p];
         return b < nextF[p] &&
-               (p == n - 1 ? forwardEnd[p][b] : backwardEnd[p + 1][b]) <= now;
+               (p == n - 1 ? forwardEnd[p][b] : backwardEnd[p + 1][b]) <= t;
       };
       auto forwardReady = [&](int64_t p) {
         int64_t f = nextF[p];
         return f < m && live[s] < limit &&
-               (p == 0 || forwardEnd[p - 1][f] <= now);
+               (p == 0 || forwardEnd[p - 1][f] <= t);
       };
       // B: the oldest micro-batch, then chunk 1.
       int64_t pick = -1;
@@ -80,10 +75,11 @@ static Table simulateZBV(mlir::MLIRContext *ctx, int64_t k, int64_t m,
         int64_t b = nextB[pick]++;
         table[s].push_back(
             ActionAttr::get(ctx, Phase::Backward, b, chunkOf(pick)));
-        freeAt[s] = backwardEnd[pick][b] = now + costs.b(pick);
+        backwardEnd[pick][b] = t + 1;
         pendingW[s].push_back({pick, b});
         --live[s];
         --left;
+        ran = true;
         continue;
       }
       // F: chunk 1 first (it drains towards the loss), the oldest first.
@@ -95,9 +91,10 @@ static Table simulateZBV(mlir::MLIRContext *ctx, int64_t k, int64_t m,
         int64_t f = nextF[pick]++;
         table[s].push_back(
             ActionAttr::get(ctx, Phase::Forward, f, chunkOf(pick)));
-        freeAt[s] = forwardEnd[pick][f] = now + costs.f(pick);
+        forwardEnd[pick][f] = t + 1;
         ++live[s];
         --left;
+        ran = true;
         continue;
       }
       if (!pendingW[s].empty()) {
@@ -105,56 +102,35 @@ static Table simulateZBV(mlir::MLIRContext *ctx, int64_t k, int64_t m,
         pendingW[s].pop_front();
         table[s].push_back(
             ActionAttr::get(ctx, Phase::Weight, mb, chunkOf(p)));
-        freeAt[s] = now + costs.w(p);
         --left;
+        ran = true;
       }
     }
-    double next = kNever;
-    for (double t : freeAt)
-      if (t > now)
-        next = std::min(next, t);
-    // Nothing runs and nothing can: the stashes fill the stages.
-    if (next == kNever) {
-      if (left > 0)
+    // Nothing ran and nothing is running (every action ends at t + 1): no
+    // later step can run anything either.
+    if (!ran && left > 0) {
+      bool running = false;
+      for (int64_t p = 0; p < n && !running; ++p)
+        for (int64_t i = 0; i < m && !running; ++i)
+          running = (forwardEnd[p][i] != kNever && forwardEnd[p][i] > t) ||
+                    (backwardEnd[p][i] != kNever && backwardEnd[p][i] > t);
+      if (!running)
         return {};
-      break;
     }
-    now = next;
   }
   for (int64_t s = 0; s < k; ++s)
     table[s].push_back(ActionAttr::get(ctx, Phase::Update));
   return table;
 }
 
-/// The simulation's order with `costs`, under the least stash limit that
-/// does not stall.
-static Table orderZBV(mlir::MLIRContext *ctx, int64_t k, int64_t m,
-                      const Costs &costs) {
+Table generateZBV(mlir::MLIRContext *ctx, int64_t k, int64_t m,
+                  int64_t /*v: two chunks*/) {
   // 2K stashes (K micro-batches of both chunks, each half a stage), or more
   // where that stalls; with 2M nothing waits for memory and the
   // dependencies (acyclic) always let some stage run.
   for (int64_t limit = std::min(2 * k, 2 * m);; ++limit)
-    if (Table table = simulateZBV(ctx, k, m, limit, costs); !table.empty())
+    if (Table table = simulateZBV(ctx, k, m, limit); !table.empty())
       return table;
-}
-
-Table generateZBV(mlir::MLIRContext *ctx, int64_t k, int64_t m,
-                  int64_t /*v: two chunks*/, const Costs &costs) {
-  // With equal costs and with the estimates: the shorter step under the
-  // estimates (theirs on a tie).
-  Table equal = orderZBV(ctx, k, m, Costs());
-  if (costs.forward.empty())
-    return equal;
-  // Within the stated bound only: with uneven costs the greedy choices can
-  // fill a stage with stashes whose gradients wait on it (a stall).
-  Table fitted = simulateZBV(ctx, k, m, std::min(2 * k, 2 * m), costs);
-  if (fitted.empty())
-    return equal;
-  const Schedule &self = *lookup("zbv");
-  return replayStepTime(fitted, 2, costs, self) <=
-                 replayStepTime(equal, 2, costs, self)
-             ? fitted
-             : equal;
 }
 
 } // namespace schedules
