@@ -201,6 +201,9 @@ bool timingWriteTrace(const std::string &path, std::string &err);
 /// One JSON object: steps, summed step / compute / transfer-wait / step-end
 /// milliseconds, peak resident memory (getrusage), `deviceMemoryBytes` (-1:
 /// unknown). On failure sets `err`.
+/// Notes the process's resident memory now (before the arena is allocated):
+/// the report's start_rss_bytes.
+void timingNoteStartRss();
 bool timingWriteReport(const std::string &path, int64_t deviceMemoryBytes,
                        std::string &err);
 

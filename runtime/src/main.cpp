@@ -973,6 +973,7 @@ int StageRun::runSteps() {
       !transportUseBufferedSends(*program_, err))
     return error(err);
   // The arena, allocated once and zeroed: nothing is allocated in the steps.
+  timingNoteStartRss();
   arena_ = deviceAllocArena(program_->arena_bytes, err);
   if (!arena_)
     return error(err);

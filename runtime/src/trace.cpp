@@ -8,6 +8,7 @@
 #include <cstring>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 namespace gpipe {
 namespace {
@@ -28,6 +29,10 @@ struct Timing {
   int64_t firstStep = 0, lastStep = 0, steps = 0;
   int64_t stepNs = 0, actionNs = 0, transferNs = 0, stepEndNs = 0;
 } gTiming;
+
+/// The resident memory before the arena (timingNoteStartRss; -1: unknown).
+/// Apart from gTiming, which the step loop resets.
+int64_t gStartRssBytes = -1;
 
 const char *kindName(TimedKind k) {
   switch (k) {
@@ -177,6 +182,17 @@ bool timingWriteTrace(const std::string &path, std::string &err) {
   return ok;
 }
 
+void timingNoteStartRss() {
+  // /proc/self/statm: size resident shared ... in pages.
+  FILE *f = std::fopen("/proc/self/statm", "r");
+  long long size = 0, resident = 0;
+  if (f && std::fscanf(f, "%lld %lld", &size, &resident) == 2)
+    gStartRssBytes =
+        resident * static_cast<long long>(::sysconf(_SC_PAGESIZE));
+  if (f)
+    std::fclose(f);
+}
+
 bool timingWriteReport(const std::string &path, int64_t deviceMemoryBytes,
                        std::string &err) {
   struct rusage ru;
@@ -193,13 +209,14 @@ bool timingWriteReport(const std::string &path, int64_t deviceMemoryBytes,
       f,
       "{\"stage\":%d,\"steps\":%lld,\"first_step\":%lld,\"last_step\":%lld,"
       "\"step_ms\":%.3f,\"compute_ms\":%.3f,\"transfer_wait_ms\":%.3f,"
-      "\"step_end_ms\":%.3f,\"max_rss_bytes\":%lld,"
+      "\"step_end_ms\":%.3f,\"max_rss_bytes\":%lld,\"start_rss_bytes\":%lld,"
       "\"device_memory_bytes\":%lld,\"trace_events\":%lld,"
       "\"trace_dropped\":%lld}\n",
       t.stage, static_cast<long long>(t.steps),
       static_cast<long long>(t.firstStep), static_cast<long long>(t.lastStep),
       ms(t.stepNs), ms(t.actionNs - t.transferNs), ms(t.transferNs),
       ms(t.stepEndNs), static_cast<long long>(ru.ru_maxrss) * 1024,
+      static_cast<long long>(gStartRssBytes),
       static_cast<long long>(deviceMemoryBytes),
       static_cast<long long>(t.events.size()),
       static_cast<long long>(t.dropped));

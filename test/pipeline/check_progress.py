@@ -24,9 +24,10 @@ import check_pipeline as cp  # noqa: E402  (the toy pipelines and data)
 
 STEPS, M = 5, cp.M
 # A report row: stage, step ms, compute ms, wait ms, wait %, RSS MiB,
-# predicted MiB.
+# predicted MiB, start MiB (resident before the arena), rest MiB (peak - start -
+# predicted).
 ROW_RE = re.compile(r"^\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)%"
-                    r"\s+([\d.]+)\s+([\d.]+)$")
+                    r"\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(-?[\d.]+)$")
 
 
 def report_rows(stderr):
@@ -167,10 +168,12 @@ def main():
         cp.check(rows is not None and sorted(rows) == list(range(k)),
                  "trace %d: a report row per stage" % k, detail)
         for s, v in (rows or {}).items():
-            step_ms, compute_ms, wait_ms, _, rss, _ = v
+            step_ms, compute_ms, wait_ms, _, rss, predicted, start, rest = v
             cp.check(step_ms > 0 and rss > 0 and
-                     compute_ms + wait_ms <= step_ms * 1.01 + 0.1,
-                     "trace %d: stage %d report numbers" % (k, s), str(v))
+                     compute_ms + wait_ms <= step_ms * 1.01 + 0.1 and
+                     0 < start <= rss and abs(rss - start - predicted - rest) < 0.2,
+                     "trace %d: stage %d report numbers (peak = start + predicted + rest)"
+                     % (k, s), str(v))
         check_trace(trace, k, "trace %d" % k)
         cp.check(not os.path.exists(out + "/trained") or
                  not any(n.endswith(".trace") for n in os.listdir(out)),

@@ -255,11 +255,20 @@ void printStageReport(const manifest::Manifest &m,
       std::snprintf(buf, sizeof buf, v >= 10 ? "%.1f" : "%.3f", v);
       return std::string(buf);
     };
+    // The peak split: the process before its arena (code, libraries, MPI,
+    // measured at start-up), the arena (predicted), and the rest (data
+    // pages, the math libraries' buffers, message buffers).
+    const double start = num("start_rss_bytes");
+    std::string startText = start >= 0 ? mib(start) : "-",
+                restText = start >= 0 && num("max_rss_bytes") >= 0
+                               ? mib(num("max_rss_bytes") - start - predicted)
+                               : "-";
     int n = std::snprintf(
-        row, sizeof row, "  %5zu  %10s  %10s  %10s  %5.1f%%  %12s  %13s",
+        row, sizeof row, "  %5zu  %10s  %10s  %10s  %5.1f%%  %12s  %13s  %9s  %8s",
         s, ms(stepMs).c_str(), ms(num("compute_ms")).c_str(), ms(waitMs).c_str(),
         stepMs > 0 ? 100.0 * waitMs / stepMs : 0.0,
-        mib(num("max_rss_bytes")).c_str(), mib(predicted).c_str());
+        mib(num("max_rss_bytes")).c_str(), mib(predicted).c_str(),
+        startText.c_str(), restText.c_str());
     if (cuda && n > 0 && static_cast<size_t>(n) < sizeof row)
       std::snprintf(row + n, sizeof row - static_cast<size_t>(n), "  %12s",
                     num("device_memory_bytes") >= 0
@@ -270,7 +279,7 @@ void printStageReport(const manifest::Manifest &m,
   os << "gpipe-run: stage report, steps " << first << ".." << last
      << " (ms summed over the steps; wait = blocked in transfers)\n"
      << "  stage     step ms  compute ms     wait ms  wait %  peak RSS MiB  "
-        "predicted MiB"
+        "predicted MiB  start MiB  rest MiB"
      << (cuda ? "  GPU used MiB" : "") << "\n";
   for (const std::string &r : rows)
     os << r << "\n";
