@@ -1735,19 +1735,24 @@ TEST(GpMain, ReportAndTrace) {
                      dir / "trace", "--quiet"});
   ASSERT_EQ(r.rc, 0) << r.err;
   std::string report = readText(dir / "report");
-  long long stage = -1, steps = -1, first = -1, last = -1, rss = -1, device = 0,
-            events = -1, dropped = -1;
+  long long stage = -1, steps = -1, first = -1, last = -1, rss = -1,
+            startRss = -1, device = 0, events = -1, dropped = -1;
   double stepMs = -1, computeMs = -1, waitMs = -1, endMs = -1;
   ASSERT_EQ(std::sscanf(report.c_str(),
                         "{\"stage\":%lld,\"steps\":%lld,\"first_step\":%lld,"
                         "\"last_step\":%lld,\"step_ms\":%lf,\"compute_ms\":%lf,"
                         "\"transfer_wait_ms\":%lf,\"step_end_ms\":%lf,"
-                        "\"max_rss_bytes\":%lld,\"device_memory_bytes\":%lld,"
+                        "\"max_rss_bytes\":%lld,\"start_rss_bytes\":%lld,"
+                        "\"device_memory_bytes\":%lld,"
                         "\"trace_events\":%lld,\"trace_dropped\":%lld}",
                         &stage, &steps, &first, &last, &stepMs, &computeMs,
-                        &waitMs, &endMs, &rss, &device, &events, &dropped),
-            12)
+                        &waitMs, &endMs, &rss, &startRss, &device, &events,
+                        &dropped),
+            13)
       << report;
+  // Resident before the arena: some, and no more than the peak.
+  EXPECT_GT(startRss, 1 << 20);
+  EXPECT_LE(startRss, rss);
   EXPECT_EQ(stage, 0);
   EXPECT_EQ(steps, 3);
   EXPECT_EQ(first, 1);
