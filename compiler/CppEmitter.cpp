@@ -1616,21 +1616,11 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
            failure();
   // Each chunk's forward, backward and update.
   const int64_t numChunks = schedule.getNumChunks();
-  const pipeline::Phase phases[] = {pipeline::Phase::Forward,
-                                    pipeline::Phase::Backward,
-                                    pipeline::Phase::Update};
-  SmallVector<std::array<func::FuncOp, 3>> chunkFns(numChunks);
-  for (int64_t c = 0; c < numChunks; ++c)
-    for (int k = 0; k < 3; ++k) {
-      chunkFns[c][k] = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
-          schedule, schedule.getFunction(phases[k], c));
-      if (!chunkFns[c][k])
-        return schedule.emitError("stage ")
-                   << stageIndex << " has no "
-                   << pipeline::stringifyPhase(phases[k]) << " function "
-                   << schedule.getFunction(phases[k], c),
-               failure();
-    }
+  FailureOr<SmallVector<std::array<func::FuncOp, 3>>> found =
+      schedule.lookupChunkFunctions();
+  if (failed(found))
+    return failure();
+  SmallVector<std::array<func::FuncOp, 3>> chunkFns = std::move(*found);
   SmallVector<func::FuncOp> allFns;
   for (auto &fns : chunkFns)
     allFns.append(fns.begin(), fns.end());
@@ -1679,14 +1669,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
     return a.getPhase() == pipeline::Phase::Weight;
   });
   // Where every virtual stage runs: the stage whose schedule names it.
-  st.stageOf.assign(pipeline::getNumStages(module), -1);
-  for (auto s : module.getOps<pipeline::ScheduleOp>())
-    for (int64_t c = 0; c < s.getNumChunks(); ++c)
-      if (auto f = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
-              s, s.getFunction(pipeline::Phase::Forward, c)))
-        if (std::optional<int64_t> v = pipeline::getStage(f);
-            v && *v >= 0 && *v < static_cast<int64_t>(st.stageOf.size()))
-          st.stageOf[*v] = static_cast<int64_t>(s.getStage());
+  st.stageOf = pipeline::stagesOfPieces(module);
   EmittedStage &result = st.result;
   st.microbatches = pipeline::getNumMicrobatches(module);
   result.bufferedSends =

@@ -386,30 +386,16 @@ struct CheckMemoryPass : gpipe::impl::CheckMemoryBase<CheckMemoryPass> {
       return; // not scheduled yet: no stages, no plan
     for (auto schedule : module.getOps<pipeline::ScheduleOp>()) {
       const int64_t s = static_cast<int64_t>(schedule.getStage());
-      SmallVector<std::array<func::FuncOp, 3>> chunks;
-      for (int64_t c = 0; c < schedule.getNumChunks(); ++c) {
-        std::array<func::FuncOp, 3> fns;
-        const Phase phases[] = {Phase::Forward, Phase::Backward,
-                                Phase::Update};
-        for (int i = 0; i < 3; ++i) {
-          fns[i] = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
-              schedule, schedule.getFunction(phases[i], c));
-          if (!fns[i]) {
-            schedule.emitError("stage ")
-                << s << " lacks its " << pipeline::stringifyPhase(phases[i])
-                << " function " << schedule.getFunction(phases[i], c);
-            return signalPassFailure();
-          }
-        }
-        chunks.push_back(fns);
-      }
+      auto chunks = schedule.lookupChunkFunctions();
+      if (failed(chunks))
+        return signalPassFailure();
       MemoryPlanAttr plan = pipeline::getMemoryPlan(schedule);
       if (!plan) {
         schedule.emitError("stage ")
             << s << " has no memory plan (pipe.memory): run gpipe-plan-memory";
         return signalPassFailure();
       }
-      if (failed(StageChecker(s, schedule, plan, chunks).run()))
+      if (failed(StageChecker(s, schedule, plan, *chunks).run()))
         return signalPassFailure();
     }
   }

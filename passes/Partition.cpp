@@ -65,18 +65,15 @@ static double estimateCost(Operation *op, const llvm::DenseSet<Value> &active) {
   return t * (1 + gradients);
 }
 
-/// The value whose storage `v` is a view of (through nn.reshape), or `v`.
-static Value viewRootOf(Value v) {
-  while (auto r = v.getDefiningOp<nn::ReshapeOp>())
-    v = r.getInput();
-  return v;
-}
 
-static int64_t tensorBytes(Value v) {
-  auto t = dyn_cast<RankedTensorType>(v.getType());
-  if (!t || !t.hasStaticShape())
-    return 0;
-  return t.getNumElements() * ((t.getElementTypeBitWidth() + 7) / 8);
+
+/// The lowest stage among `op`'s users, or nullopt when none has one.
+static std::optional<int64_t> firstUserStage(Operation *op) {
+  std::optional<int64_t> first;
+  for (Operation *user : op->getUsers())
+    if (std::optional<int64_t> s = pipeline::getStage(user))
+      first = first ? std::min(*first, *s) : *s;
+  return first;
 }
 
 LogicalResult
@@ -101,20 +98,20 @@ PartitionPass::cutsWithinBudget(func::FuncOp func,
     for (Operation *op : unit) {
       if (!isa<nn::ReshapeOp>(op))
         for (Value r : op->getResults())
-          computed[u] += double(tensorBytes(r));
+          computed[u] += double(bytesOf(r));
       // A weight's gradient GEMM deferred over the micro-batches
       // (gpipe-split-weight-grad, with M > 1) keeps every micro-batch's
       // input and output gradient until the update.
       if (auto gemm = dyn_cast<nn::GemmOp>(op); gemm && m > 1 &&
                                                   paramOf(gemm.getB()))
-        params[u] += double(m) * double(tensorBytes(gemm.getA()) +
-                                        tensorBytes(gemm.getResult()));
+        params[u] += double(m) * double(bytesOf(gemm.getA()) +
+                                        bytesOf(gemm.getResult()));
       for (Value v : op->getOperands()) {
-        Value root = viewRootOf(v);
+        Value root = viewRoot(v);
         Operation *def = root.getDefiningOp();
         if (auto p = dyn_cast_or_null<nn::ParamOp>(def)) {
           if (counted.insert(def).second)
-            params[u] += perParam * double(tensorBytes(root));
+            params[u] += perParam * double(bytesOf(root));
           continue;
         }
         if (isa_and_nonnull<nn::ConstantOp>(def))
@@ -135,7 +132,7 @@ PartitionPass::cutsWithinBudget(func::FuncOp func,
     for (size_t e = b; e < n; ++e) {
       for (auto [v, from] : reads[e])
         if ((!v.getDefiningOp() || from < b) && seen.insert(v).second)
-          bytes += double(tensorBytes(v));
+          bytes += double(bytesOf(v));
       if (remat == "none")
         bytes += computed[e];
       stash[b][e + 1] = bytes;
@@ -321,13 +318,9 @@ void PartitionPass::runOnOperation() {
   // with the op before it. Users first: walk backwards.
   for (Operation &op : llvm::reverse(block)) {
     auto view = dyn_cast<nn::ReshapeOp>(op);
-    if (!view || !isa<BlockArgument>(viewRootOf(view.getInput())))
+    if (!view || !isa<BlockArgument>(viewRoot(view.getInput())))
       continue;
-    std::optional<int64_t> first;
-    for (Operation *user : view->getUsers())
-      if (std::optional<int64_t> s = pipeline::getStage(user))
-        first = first ? std::min(*first, *s) : *s;
-    if (first)
+    if (std::optional<int64_t> first = firstUserStage(view))
       pipeline::setStage(view, *first);
   }
   // Parameters live on the stage of their users; a parameter used on
@@ -337,11 +330,7 @@ void PartitionPass::runOnOperation() {
     auto param = dyn_cast<nn::ParamOp>(op);
     if (!param)
       continue;
-    std::optional<int64_t> at;
-    for (Operation *user : param->getUsers())
-      if (std::optional<int64_t> s = pipeline::getStage(user))
-        at = at ? std::min(*at, *s) : *s;
-    if (at)
+    if (std::optional<int64_t> at = firstUserStage(param))
       pipeline::setStage(param, *at);
   }
   pipeline::setNumStages(func, stages);

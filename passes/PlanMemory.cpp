@@ -37,23 +37,17 @@ struct StageFuncs {
 };
 
 FailureOr<StageFuncs> stageFuncs(pipeline::ScheduleOp sched) {
+  auto chunks = sched.lookupChunkFunctions(
+      "; run gpipe-outline-stages and gpipe-schedule first");
+  if (failed(chunks))
+    return failure();
   StageFuncs f;
   f.schedule = sched;
-  for (int64_t c = 0; c < sched.getNumChunks(); ++c)
-    for (auto [phase, list] :
-         {std::pair{Phase::Forward, &f.forward},
-          std::pair{Phase::Backward, &f.backward},
-          std::pair{Phase::Update, &f.update}}) {
-      auto fn = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
-          sched, sched.getFunction(phase, c));
-      if (!fn)
-        return sched.emitError("stage ")
-               << sched.getStage() << " lacks its "
-               << pipeline::stringifyPhase(phase) << " function "
-               << sched.getFunction(phase, c)
-               << "; run gpipe-outline-stages and gpipe-schedule first";
-      list->push_back(fn);
-    }
+  for (auto &fns : *chunks) {
+    f.forward.push_back(fns[0]);
+    f.backward.push_back(fns[1]);
+    f.update.push_back(fns[2]);
+  }
   return f;
 }
 
@@ -540,17 +534,15 @@ struct PlanMemoryPass : gpipe::impl::PlanMemoryBase<PlanMemoryPass> {
     // CPU: a cache line; CUDA: what cuBLASLt's fastest kernels assume.
     const int64_t align = cuda ? 256 : 64;
     const int64_t m = pipeline::getNumMicrobatches(module);
-    // The stage holding each virtual stage (the functions' pipe.stage).
-    SmallVector<int64_t> stageOf(pipeline::getNumStages(module), -1);
+    SmallVector<StageFuncs> stages;
     for (auto sched : module.getOps<pipeline::ScheduleOp>()) {
       FailureOr<StageFuncs> f = stageFuncs(sched);
       if (failed(f))
         return signalPassFailure();
-      for (func::FuncOp fn : f->forward)
-        if (std::optional<int64_t> v = pipeline::getStage(fn);
-            v && *v >= 0 && *v < static_cast<int64_t>(stageOf.size()))
-          stageOf[*v] = static_cast<int64_t>(sched.getStage());
+      stages.push_back(*f);
     }
+    // The stage holding each virtual stage (a transfer's peer).
+    SmallVector<int64_t> stageOf = pipeline::stagesOfPieces(module);
     for (auto [v, s] : llvm::enumerate(stageOf))
       if (s < 0) {
         module.emitError("stage ")
@@ -559,11 +551,8 @@ struct PlanMemoryPass : gpipe::impl::PlanMemoryBase<PlanMemoryPass> {
                "gpipe-outline-stages and gpipe-schedule first";
         return signalPassFailure();
       }
-    for (auto sched : module.getOps<pipeline::ScheduleOp>()) {
-      FailureOr<StageFuncs> f = stageFuncs(sched);
-      if (failed(f))
-        return signalPassFailure();
-      for (func::FuncOp backward : f->backward) {
+    for (StageFuncs &f : stages) {
+      for (func::FuncOp backward : f.backward) {
         WalkResult remat = backward.walk([](pipeline::RematOp op) {
           op.emitError("gpipe-plan-memory needs the recomputation inlined: "
                        "run gpipe-inline-remat first");
@@ -572,7 +561,7 @@ struct PlanMemoryPass : gpipe::impl::PlanMemoryBase<PlanMemoryPass> {
         if (remat.wasInterrupted())
           return signalPassFailure();
       }
-      StagePlanner planner(*f, align, cuda, precision == "bf16", m, stageOf);
+      StagePlanner planner(f, align, cuda, precision == "bf16", m, stageOf);
       if (failed(planner.run(target, precision)))
         return signalPassFailure();
     }

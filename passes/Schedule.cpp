@@ -54,19 +54,19 @@ LogicalResult checkSchedules(ModuleOp module) {
     return module.emitError("pipe.stages must be in [1, 65536], got ") << n;
   SmallVector<ScheduleOp> all(module.getOps<ScheduleOp>());
   const int64_t k = static_cast<int64_t>(all.size());
-  SmallVector<ScheduleOp> schedules(std::max<int64_t>(k, n));
+  if (k == 0)
+    return module.emitError("stage 0 has no pipe.schedule");
+  // Stages 0..k-1, each holding at least one of the n pieces.
+  SmallVector<ScheduleOp> schedules(k);
   for (ScheduleOp sched : all) {
     int64_t s = static_cast<int64_t>(sched.getStage());
-    if (s < 0 || s >= std::max<int64_t>(k, 1) || s >= n)
+    if (s < 0 || s >= std::min(k, n))
       return sched.emitError("schedule of stage ")
              << s << " but the module has " << std::min(k, n) << " stages";
     if (schedules[s])
       return sched.emitError("stage ") << s << " has two schedules";
     schedules[s] = sched;
   }
-  schedules.resize(k);
-  if (k == 0)
-    return module.emitError("stage 0 has no pipe.schedule");
   // Where each virtual stage (the functions' pipe.stage) runs.
   SmallVector<int64_t> stageOf(n, -1);
   bool chunked = false;

@@ -204,6 +204,36 @@ FlatSymbolRefAttr ScheduleOp::getFunction(Phase phase, int64_t chunk) {
   return dyn_cast<FlatSymbolRefAttr>(list[chunk]);
 }
 
+func::FuncOp ScheduleOp::lookupFunction(Phase phase, int64_t chunk) {
+  FlatSymbolRefAttr ref = getFunction(phase, chunk);
+  return ref ? SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(*this, ref)
+             : func::FuncOp();
+}
+
+FailureOr<SmallVector<std::array<func::FuncOp, 3>>>
+ScheduleOp::lookupChunkFunctions(StringRef hint) {
+  SmallVector<std::array<func::FuncOp, 3>> chunks(getNumChunks());
+  const Phase phases[] = {Phase::Forward, Phase::Backward, Phase::Update};
+  for (auto [c, fns] : llvm::enumerate(chunks))
+    for (int k = 0; k < 3; ++k)
+      if (!(fns[k] = lookupFunction(phases[k], c)))
+        return emitError("stage ")
+               << getStage() << " lacks its " << stringifyPhase(phases[k])
+               << " function " << getFunction(phases[k], c) << hint;
+  return chunks;
+}
+
+SmallVector<int64_t> gpipe::pipeline::stagesOfPieces(ModuleOp module) {
+  SmallVector<int64_t> stageOf(getNumStages(module), -1);
+  for (auto sched : module.getOps<ScheduleOp>())
+    for (int64_t c = 0; c < sched.getNumChunks(); ++c)
+      if (func::FuncOp f = sched.lookupFunction(Phase::Forward, c))
+        if (std::optional<int64_t> v = getStage(f);
+            v && *v >= 0 && *v < static_cast<int64_t>(stageOf.size()))
+          stageOf[*v] = static_cast<int64_t>(sched.getStage());
+  return stageOf;
+}
+
 int64_t ScheduleOp::maxInFlight(ArrayRef<ActionAttr> actions) {
   llvm::DenseMap<int64_t, int64_t> live;
   int64_t most = 0;

@@ -268,6 +268,14 @@ def Pipe_ScheduleOp : Pipe_Op<"schedule", [
     /// Chunk `chunk`'s function of `phase` (forward, backward or update;
     /// the weight phase has none), as named here.
     ::mlir::FlatSymbolRefAttr getFunction(Phase phase, int64_t chunk);
+    /// That function itself, or null when it does not exist.
+    ::mlir::func::FuncOp lookupFunction(Phase phase, int64_t chunk);
+    /// Each chunk's forward, backward and update functions; when one does
+    /// not exist, a located error "stage S lacks its PHASE function @f"
+    /// (then `hint`) and failure.
+    ::mlir::FailureOr<
+        ::llvm::SmallVector<std::array<::mlir::func::FuncOp, 3>>>
+    lookupChunkFunctions(::llvm::StringRef hint = "");
     /// The most micro-batches of one chunk whose forward has run and
     /// backward not, at any point of `actions`.
     static int64_t maxInFlight(::llvm::ArrayRef<ActionAttr> actions);
