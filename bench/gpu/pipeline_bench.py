@@ -17,7 +17,8 @@ and as K stages, each schedule, side by side in alternating rounds.
   python3 bench/gpu/pipeline_bench.py run --programs DIR [--mpi BUNDLE/mpi] \\
       [--steps 30 --warmup 5 --repeat 2] [--deadline S] [--out DIR]
 
-A config is kK_mM[_SCHEDULE] (1 stage has no schedule; SCHEDULE gpipe, 1f1b or zbh1). run writes the MLP's
+A config is kK_mM[_SCHEDULE] (1 stage has no schedule; SCHEDULE gpipe, 1f1b, zbh1, or il, zbv, bfpp: the
+interleaved, ZB-V and breadth-first schedules with 2 chunks per stage, --virtual-stages 2). run writes the MLP's
 weights (device_bench.py's, torch's seeded init) and data, runs every config in
 each round (the order reversed every other round), each for warmup + steps steps
 (`--log-json`: the loss stage's per-step ms, warmup dropped, median), and writes
@@ -41,13 +42,16 @@ import device_bench  # noqa: E402  (its path set-up also imports run.py)
 from device_bench import MlpBench, device_run  # noqa: E402
 
 DEFAULT_CONFIGS = "k1_m4,k2_m4_gpipe,k2_m4_1f1b,k1_m8,k2_m8_gpipe,k2_m8_1f1b,k4_m8_gpipe,k4_m8_1f1b"
-CONFIG = re.compile(r"^k(\d+)_m(\d+)(?:_(gpipe|1f1b|zbh1))?$")
+CONFIG = re.compile(r"^k(\d+)_m(\d+)(?:_(gpipe|1f1b|zbh1|il|zbv|bfpp))?$")
+# config suffix -> (--schedule, --virtual-stages)
+SCHEDULES = {"gpipe": ("gpipe", 1), "1f1b": ("1f1b", 1), "zbh1": ("zbh1", 1),
+             "il": ("interleaved", 2), "zbv": ("zbv", 2), "bfpp": ("bfpp", 2)}
 
 
 def parse_config(c):
     m = CONFIG.match(c)
     if not m or (int(m.group(1)) > 1) != (m.group(3) is not None):
-        raise ValueError("config %r is not kK_mM (1 stage) or kK_mM_gpipe|1f1b|zbh1" % c)
+        raise ValueError("config %r is not kK_mM (1 stage) or kK_mM_%s" % (c, "|".join(SCHEDULES)))
     return int(m.group(1)), int(m.group(2)), m.group(3) or "gpipe"
 
 
@@ -63,11 +67,13 @@ def pack(a):
     device_bench.must(MlpBench.export_cmd(cfg, model_dir))
     for c in configs:
         k, m, sched = parse_config(c)
+        schedule, chunks = SCHEDULES[sched]
         d = os.path.join(out, c)
         t0 = time.monotonic()
         device_bench.must([os.path.join(a.bin, "gpipe-compile"),
                            os.path.join(model_dir, "model.onnx"), "-o", d, "--lr", repr(a.lr),
-                           "--stages", str(k), "--microbatches", str(m), "--schedule", sched,
+                           "--stages", str(k), "--microbatches", str(m), "--schedule", schedule,
+                           "--virtual-stages", str(chunks),
                            "--remat", "none"]
                           + (["--target", "cuda", "--cuda-arch", a.cuda_arch]
                              + device_bench.PRECISION_FLAGS[a.precision]
