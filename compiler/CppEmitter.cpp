@@ -10,8 +10,10 @@
 // Reshapes are views of their input's buffer.
 #include "compiler/CppEmitter.h"
 
+#include "dialects/nn/CostModel.h"
 #include "dialects/nn/NNOps.h"
 #include "dialects/pipe/PipeOps.h"
+#include "passes/CostTable.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/IRMapping.h"
@@ -22,6 +24,7 @@
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -211,6 +214,24 @@ struct StageState {
   std::string globals;
   llvm::raw_string_ostream gs{globals};
   int counter = 0;
+  // --profile: the timed units' initializers (kProfileUnits), and the
+  // function being emitted ("forward", ...) and its chunk.
+  std::vector<std::string> profileUnits;
+  std::string profileOps; // their ops' arrays (kProfileOps<i>)
+  std::string profileFunction = "forward";
+  int64_t profileChunk = 0;
+  /// A new timed unit of `ops` in the current function; its index.
+  int32_t addProfileUnit(ArrayRef<Operation *> ops);
+  /// `body` between a timer's start and gp_profile_add for a new unit of
+  /// `ops`, or `body` alone without --profile.
+  std::string timed(ArrayRef<Operation *> ops, const std::string &body) {
+    if (!options.profile)
+      return body;
+    int32_t id = addProfileUnit(ops);
+    std::string t = "gp_t" + std::to_string(id);
+    return "  const int64_t " + t + " = gp_profile_now();\n" + body +
+           "  gp_profile_add(" + std::to_string(id) + ", " + t + ");\n";
+  }
   // The memory plan's offsets (gpipe-plan-memory), by parameter name or op.
   llvm::StringMap<int64_t> paramOffset;
   std::vector<std::pair<std::string, RankedTensorType>> paramOrder;
@@ -1552,6 +1573,37 @@ static std::string describeNodes(ArrayRef<Operation *> unit) {
   return literal + "\"";
 }
 
+/// `text` as a C string literal.
+static std::string cLiteral(StringRef text) {
+  std::string literal = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\')
+      literal += '\\';
+    literal += static_cast<unsigned char>(c) < 0x20 ? ' ' : c;
+  }
+  return literal + "\"";
+}
+
+int32_t StageState::addProfileUnit(ArrayRef<Operation *> ops) {
+  const int32_t id = static_cast<int32_t>(profileUnits.size());
+  const std::string name = "kProfileOps" + std::to_string(id);
+  llvm::raw_string_ostream gs(profileOps);
+  gs << "static const gp_profile_op " << name << "[] = {\n";
+  for (Operation *op : ops) {
+    auto loc = dyn_cast<NameLoc>(op->getLoc());
+    char estimate[32];
+    std::snprintf(estimate, sizeof estimate, "%.6g", nn::analyticSeconds(op));
+    gs << "  {" << cLiteral(loc ? loc.getName().getValue() : StringRef())
+       << ", " << cLiteral(op->getName().getStringRef()) << ", "
+       << cLiteral(opSignature(op)) << ", " << estimate << "},\n";
+  }
+  gs << "};\n";
+  profileUnits.push_back("  {" + cLiteral(profileFunction) + ", " +
+                         std::to_string(profileChunk) + ", " +
+                         std::to_string(ops.size()) + ", " + name + "},\n");
+  return id;
+}
+
 LogicalResult FuncEmitter::run() {
   if (!func.getBody().hasOneBlock())
     return func.emitError("code generation needs a single-block function");
@@ -1566,9 +1618,36 @@ LogicalResult FuncEmitter::run() {
          << ptr(arg, false) << ");\n";
   for (auto &unit : units) {
     unitNodes = describeNodes(unit);
+    // --profile: a timer around each unit that computes (transfers and
+    // hand-offs, which wait for other stages or copy, are not timed).
+    std::optional<int32_t> timer;
+    size_t bodyMark = 0, opsMark = 0, codeMark = 0;
+    if (stage.options.profile &&
+        !llvm::all_of(unit, [](Operation *op) {
+          return isa<pipeline::SendOp, pipeline::RecvOp>(op);
+        })) {
+      bodyMark = body.size();
+      opsMark = stage.profileOps.size();
+      timer = stage.addProfileUnit(unit);
+      os << "  const int64_t gp_t" << *timer << " = gp_profile_now();\n";
+      codeMark = body.size();
+    }
+    // A unit that emitted no code (a parameter, a view) is not timed.
+    auto timerEnd = [&] {
+      if (!timer)
+        return;
+      if (body.size() == codeMark) {
+        body.resize(bodyMark);
+        stage.profileUnits.pop_back();
+        stage.profileOps.resize(opsMark);
+        return;
+      }
+      os << "  gp_profile_add(" << *timer << ", gp_t" << *timer << ");\n";
+    };
     if (unit.size() == 1) {
       if (failed(emitOp(unit.front())))
         return failure();
+      timerEnd();
       continue;
     }
     os << "  // fused:";
@@ -1582,6 +1661,7 @@ LogicalResult FuncEmitter::run() {
       emitGemm(gemm, cast<nn::ReluOp>(unit.back()));
     else
       emitElementwise(unit);
+    timerEnd();
   }
   return success();
 }
@@ -1590,6 +1670,62 @@ static int64_t costOf(func::FuncOp func) {
   int64_t flops = 0;
   func.walk([&](nn::CostOpInterface op) { flops += op.getFlops(); });
   return flops;
+}
+
+/// The stage's seconds per step by the cost table: per function, the table's
+/// time of every node an op of it comes from (once per node: the table sums
+/// a node's ops), and the analytic model on the table's scale for ops whose
+/// node the table lacks.
+static void
+predictStepSeconds(const CostTable &table,
+                   ArrayRef<std::array<func::FuncOp, 3>> chunkFns,
+                   const llvm::MapVector<Operation *,
+                                         StageState::DeferredGemm> &deferred,
+                   int64_t microbatches, EmittedStage &result) {
+  std::array<double, 4> seconds = {0, 0, 0, 0};
+  double analytic = 0;
+  auto add = [&](Operation *op, int phase, llvm::StringSet<> &seen,
+                 double calls) {
+    if (isa<pipeline::SendOp, pipeline::RecvOp>(op))
+      return;
+    auto name = dyn_cast<NameLoc>(op->getLoc());
+    auto it = name ? table.nodes.find(name.getName().getValue())
+                   : table.nodes.end();
+    if (it == table.nodes.end()) {
+      double t = nn::analyticSeconds(op) * calls * table.scale;
+      seconds[phase] += t;
+      analytic += t;
+      return;
+    }
+    if (!seen.insert(it->getKey()).second)
+      return;
+    const NodeCost &c = it->getValue();
+    seconds[phase] += phase == 0   ? c.forward
+                      : phase == 1 ? c.backward
+                      : phase == 2 ? c.weight
+                                   : c.update;
+  };
+  for (std::array<func::FuncOp, 3> fns : chunkFns) {
+    llvm::StringSet<> seen[4];
+    fns[0].walk([&](Operation *op) {
+      if (op != fns[0])
+        add(op, 0, seen[0], double(microbatches));
+    });
+    fns[1].walk([&](Operation *op) {
+      if (op != fns[1] && !deferred.count(op))
+        add(op, 1, seen[1], double(microbatches));
+    });
+    fns[2].walk([&](Operation *op) {
+      if (op != fns[2])
+        add(op, 3, seen[3], 1.0);
+    });
+  }
+  llvm::StringSet<> seenWeight;
+  for (auto &entry : deferred)
+    add(entry.first, 2, seenWeight, double(microbatches));
+  result.predictedSeconds.assign(seconds.begin(), seconds.end());
+  double total = seconds[0] + seconds[1] + seconds[2] + seconds[3];
+  result.predictedAnalyticShare = total > 0 ? analytic / total : 0;
 }
 
 static std::string typeString(Type t) {
@@ -1771,6 +1907,9 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   result.flops =
       (result.forwardFlops + result.backwardFlops) * st.microbatches +
       result.updateFlops;
+  if (options.costs)
+    predictStepSeconds(*options.costs, chunkFns, st.deferred, st.microbatches,
+                       result);
   std::set<int64_t> handoffs; // the hand-off buffers' offsets
   for (func::FuncOp f : allFns)
     f.walk([&](Operation *op) {
@@ -1826,6 +1965,8 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
     st.firstForward = firstOf(pipeline::Phase::Forward, c);
     st.firstBackward = firstOf(pipeline::Phase::Backward, c);
     for (int k = 0; k < 3; ++k) {
+      st.profileFunction = k == 0 ? "forward" : k == 1 ? "backward" : "update";
+      st.profileChunk = c;
       FuncEmitter fe(st, chunkFns[c][k]);
       if (failed(fe.run()))
         return failure();
@@ -1972,7 +2113,8 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   const bool ex = options.cuda || options.bf16; // gp_gemm_ex, not gp_gemm
   // dW += G^T X over the deferred operands' rows: all M micro-batches', or
   // (`someBlocks`) the row blocks of micro-batches first..first+count-1.
-  auto deferredGemm = [&](const StageState::DeferredGemm &d, bool someBlocks) {
+  auto deferredGemm = [&](Operation *gemm, const StageState::DeferredGemm &d,
+                          bool someBlocks) {
     auto at = [&](int64_t offset, int64_t cols) {
       return std::to_string(offset) +
              (someBlocks
@@ -1993,13 +2135,17 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
                     ", nullptr, nullptr"
               : std::string())
        << ");\n";
-    return s;
+    // Timed as "weight" also when the update runs it: the cost table keeps
+    // a node's deferred GEMMs apart from the optimizer's update.
+    st.profileFunction = "weight";
+    st.profileChunk = d.chunk;
+    return st.timed({gemm}, s);
   };
   if (!st.weightActions)
     for (auto &entry : st.deferred)
       ss << "  // weight gradient of '" << entry.second.param << "' over all "
          << st.microbatches << " micro-batches\n"
-         << deferredGemm(entry.second, false);
+         << deferredGemm(entry.first, entry.second, false);
   // Every chunk's update, the last chunk first (gpipe-check-schedule checks
   // the transfers in that order).
   for (int64_t c = numChunks - 1; c >= 0; --c)
@@ -2020,7 +2166,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
       for (auto &entry : st.deferred)
         if (entry.second.chunk == c)
           ss << "  // weight gradient of '" << entry.second.param << "'\n"
-             << deferredGemm(entry.second, true);
+             << deferredGemm(entry.first, entry.second, true);
       ss << "}\n\n";
     }
   }
@@ -2044,6 +2190,13 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
          << "},\n";
     ss << "};\n\n";
   }
+  if (!st.profileUnits.empty()) {
+    ss << "// --profile: the timed units.\n" << st.profileOps
+       << "static const gp_profile_unit kProfileUnits[] = {\n";
+    for (const std::string &u : st.profileUnits)
+      ss << u;
+    ss << "};\n\n";
+  }
   ss << "static const gp_program kProgram = {\"" << programName << "\", "
      << stageIndex << ", " << numStages << ", " << st.microbatches << ", "
      << batch << "LL, " << result.inputs.size() << ", kInputs, "
@@ -2058,7 +2211,8 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
      << ", kStates, "
      << (st.weightActions ? fnName("weight", 0) : std::string("nullptr"))
      << ", " << numChunks << ", " << (numChunks > 1 ? "kChunks" : "nullptr")
-     << "};\n\n"
+     << ", " << st.profileUnits.size() << ", "
+     << (st.profileUnits.empty() ? "nullptr" : "kProfileUnits") << "};\n\n"
      << "int main(int argc, char **argv) { return gp_main(argc, argv, "
         "&kProgram); }\n";
   return std::move(result);

@@ -62,6 +62,10 @@ struct EmitOptions {
   bool cuda = false;      // CUDA C++ on the CUDA runtime, else C++ on the CPU
   bool bf16 = false;      // GEMMs on bf16 operands (CUDA; fp32 elsewhere)
   bool allowTf32 = false; // fp32 GEMMs may round their inputs to TF32 (CUDA)
+  bool profile = false;   // time every unit of generated code (--profile)
+  // --costs: the measured cost table the stage's step time is predicted
+  // from (EmittedStage::predictedSeconds), or null.
+  const struct CostTable *costs = nullptr;
 };
 
 struct EmittedStage {
@@ -82,6 +86,11 @@ struct EmittedStage {
   // one forward, backward and W action's FLOPs.
   std::vector<int64_t> chunkForwardFlops, chunkBackwardFlops, chunkWeightFlops;
   std::vector<int64_t> virtualStages; // each chunk's piece of the model
+  // With EmitOptions::costs: the predicted seconds per step of the stage's
+  // forwards, backwards, W actions (or deferred GEMMs) and update, and the
+  // share of them from the analytic model (ops the table lacks).
+  std::vector<double> predictedSeconds;
+  double predictedAnalyticShare = 0;
 };
 
 /// Emits the program of `stage` of the outlined, scheduled and lowered

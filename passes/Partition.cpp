@@ -1,7 +1,10 @@
 // gpipe-partition: cuts the forward graph into K cost-balanced stages.
+#include "passes/CostTable.h"
 #include "passes/PartitionCuts.h"
 #include "passes/Passes.h"
 #include "passes/Utils.h"
+
+#include "dialects/nn/CostModel.h"
 
 #include "llvm/ADT/DenseMap.h"
 
@@ -19,11 +22,6 @@ using namespace gpipe;
 
 namespace {
 
-// A first cost model: a 100 GFLOP/s core, 20 GB/s of memory bandwidth, and
-// a backward that costs one forward per operand that needs a gradient (one
-// that depends on a parameter): a GEMM on the data input skips its dX.
-constexpr double kFlopsPerSecond = 100e9;
-constexpr double kBytesPerSecond = 20e9;
 
 struct PartitionPass : gpipe::impl::PartitionBase<PartitionPass> {
   using PartitionBase::PartitionBase;
@@ -41,6 +39,12 @@ private:
   LogicalResult handCuts(func::FuncOp func,
                          ArrayRef<SmallVector<Operation *>> units,
                          SmallVector<size_t> &starts);
+  /// Each unit's seconds per step from the cost table `costs` (`cost`
+  /// replaced), or a located error when the table cannot be read.
+  LogicalResult measuredCosts(func::FuncOp func,
+                              ArrayRef<SmallVector<Operation *>> units,
+                              const llvm::DenseSet<Value> &active,
+                              SmallVector<double> &cost);
 };
 
 /// The ONNX node an op was imported from (its NameLoc), or "".
@@ -52,20 +56,65 @@ StringRef nodeName(Operation *op) {
 
 } // namespace
 
-/// Estimated seconds of one op's forward and backward; `active` holds the
-/// values that depend on a parameter.
+/// Estimated seconds of one op's forward and backward by the analytic model
+/// (nn::analyticSeconds for the forward), plus one forward per operand that
+/// needs a gradient (depends on a parameter: a GEMM on the data input skips
+/// its dX); `active` holds the values that depend on a parameter.
 static double estimateCost(Operation *op, const llvm::DenseSet<Value> &active) {
-  auto cost = dyn_cast<nn::CostOpInterface>(op);
-  if (!cost)
-    return 0.0;
-  double t = std::max(cost.getFlops() / kFlopsPerSecond,
-                      cost.getBytesAccessed() / kBytesPerSecond);
+  double t = nn::analyticSeconds(op);
   int64_t gradients = llvm::count_if(
       op->getOperands(), [&](Value v) { return active.contains(v); });
   return t * (1 + gradients);
 }
 
 
+
+LogicalResult
+PartitionPass::measuredCosts(func::FuncOp func,
+                             ArrayRef<SmallVector<Operation *>> units,
+                             const llvm::DenseSet<Value> &active,
+                             SmallVector<double> &cost) {
+  std::string err;
+  std::optional<CostTable> table = loadCostTable(costs, err);
+  if (!table)
+    return func.emitError("cost table: ") << err;
+  const double m =
+      double(std::max<int64_t>(1, pipeline::getNumMicrobatches(func)));
+  llvm::DenseMap<Operation *, size_t> unitOf;
+  for (auto [u, unit] : llvm::enumerate(units))
+    for (Operation *op : unit)
+      unitOf[op] = u;
+  for (auto [u, unit] : llvm::enumerate(units)) {
+    cost[u] = 0;
+    for (Operation *op : unit) {
+      if (std::optional<NodeCost> c = table->lookup(op)) {
+        cost[u] += c->total();
+        continue;
+      }
+      // Not in the table: the analytic estimate, per step, on this
+      // machine's scale.
+      cost[u] += estimateCost(op, active) * m * table->scale;
+    }
+  }
+  // A parameter's update (and whatever the table keys by its name) goes
+  // with the unit of its first user.
+  for (Operation &op : func.getBody().front()) {
+    auto param = dyn_cast<nn::ParamOp>(op);
+    auto name = param ? dyn_cast<NameLoc>(param->getLoc()) : NameLoc();
+    if (!name)
+      continue;
+    auto it = table->nodes.find(name.getName().getValue());
+    if (it == table->nodes.end())
+      continue;
+    std::optional<size_t> first;
+    for (Operation *user : param->getUsers())
+      if (auto at = unitOf.find(user); at != unitOf.end())
+        first = first ? std::min(*first, at->second) : at->second;
+    if (first)
+      cost[*first] += it->second.total();
+  }
+  return success();
+}
 
 /// The lowest stage among `op`'s users, or nullopt when none has one.
 static std::optional<int64_t> firstUserStage(Operation *op) {
@@ -294,6 +343,8 @@ void PartitionPass::runOnOperation() {
     for (Operation *op : unit)
       cost.back() += estimateCost(op, active);
   }
+  if (!costs.empty() && failed(measuredCosts(func, units, active, cost)))
+    return signalPassFailure();
   SmallVector<size_t> starts;
   if (cuts.empty() && memoryPerStage > 0) {
     if (failed(cutsWithinBudget(func, units, cost, starts)))

@@ -158,6 +158,17 @@ def Partition : Pass<"gpipe-partition", "mlir::func::FuncOp"> {
     every value its ops compute (with none). An estimate, before autodiff:
     gpipe-compile checks the planned arenas against the budget afterwards.
     When no cut fits, an error names the budget and the smallest estimate.
+
+    `costs` (a cost table: `gpipe-run --profile FILE` of a `gpipe-compile
+    --profile` build) replaces the analytic model: each op costs what its
+    node took per step in the table (forward, backward, weight gradient,
+    and the update of the parameters it uses first), found by node name
+    when the table's forward signature for that name is the op's, else the
+    mean of the table's nodes of the op's signature, else the analytic
+    estimate times M times the table's measured-over-analytic ratio (a
+    backward's recomputation is in the table when it was profiled with the
+    same remat mode). A table that cannot be read is an error naming the
+    file and line.
   }];
   let options = [
     Option<"stages", "stages", "int64_t", "1", "number of pipeline stages K">,
@@ -173,6 +184,9 @@ def Partition : Pass<"gpipe-partition", "mlir::func::FuncOp"> {
            "optimizer state tensors per parameter (SGD momentum 1, Adam 2)">,
     Option<"remat", "remat", "std::string", "\"stage\"",
            "stage or none: what the stash estimate keeps">,
+    Option<"costs", "costs", "std::string", "\"\"",
+           "a measured cost table (JSON lines) the cuts balance instead of "
+           "the analytic model">,
   ];
   let dependentDialects = ["gpipe::pipeline::PipeDialect"];
 }

@@ -24,6 +24,7 @@ void gpipe::buildCompilePipeline(OpPassManager &pm,
   part.inFlight.assign(o.inFlight.begin(), o.inFlight.end());
   part.optimizerStates = o.optimizer == "sgd" ? (o.momentum > 0 ? 1 : 0) : 2;
   part.remat = o.remat;
+  part.costs = o.costs;
   fpm.addPass(createPartition(part));
   fpm.addPass(createAutodiff());
   OptimizerOptions opt;

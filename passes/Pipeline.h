@@ -56,6 +56,10 @@ struct CompilePipelineOptions
       *this, "in-flight",
       llvm::cl::desc("micro-batches each stage keeps in flight under the "
                      "schedule (gpipe-partition's memory estimate)")};
+  Option<std::string> costs{
+      *this, "costs",
+      llvm::cl::desc("a measured cost table (gpipe-partition's costs)"),
+      llvm::cl::init("")};
   Option<int64_t> virtualStages{
       *this, "virtual-stages",
       llvm::cl::desc("model chunks per stage V (the model is cut into K*V "

@@ -114,6 +114,15 @@ int main(int argc, char **argv) {
       "mean and variance, as torch called once per micro-batch) or deferred "
       "(normalization as before; the running statistics updated once per "
       "step from the whole mini-batch's, as torchgpipe's DeferredBatchNorm)")(
+      "profile", po::bool_switch(&o.profile),
+      "CPU target: time every unit of generated code; the stage programs "
+      "then take --profile FILE (gpipe-run --profile FILE) and write the "
+      "measured times there, the cost table of --costs")(
+      "costs", po::value(&o.costs)->value_name("FILE"),
+      "a cost table (gpipe-run --profile FILE of a --profile build, "
+      "gpipe-profile): the partition balances the measured times of the "
+      "ops instead of the analytic FLOP and byte model, and pipeline.json "
+      "and --explain predict each stage's step time from them")(
       "explain", po::bool_switch(&o.explain),
       "print each stage's ops, parameters, FLOPs and memory plan")(
       "cxx", po::value(&o.cxx)->value_name("PATH"),

@@ -27,6 +27,11 @@ static llvm::cl::opt<bool>
     allowTf32("allow-tf32",
               llvm::cl::desc("CUDA, fp32: GEMMs may round inputs to TF32"),
               llvm::cl::init(false));
+static llvm::cl::opt<bool>
+    profile("profile",
+            llvm::cl::desc("time every unit of generated code (the CPU "
+                           "target's gpipe-compile --profile)"),
+            llvm::cl::init(false));
 static llvm::cl::opt<std::string>
     buildId("build-id",
             llvm::cl::desc("the compile's identifier the program checks "
@@ -64,6 +69,7 @@ static LogicalResult stageToCpp(Operation *op, llvm::raw_ostream &os) {
   options.cuda = target == "cuda";
   options.bf16 = precision == "bf16";
   options.allowTf32 = allowTf32;
+  options.profile = profile;
   std::vector<std::string> takenFiles;
   for (int64_t s = 0; s <= stageIndex; ++s) {
     FailureOr<gpipe::EmittedStage> stage = gpipe::emitStageCpp(

@@ -12,6 +12,7 @@
 #include "compiler/importer/OnnxImporter.h"
 #include "dialects/nn/NNOps.h"
 #include "dialects/pipe/PipeOps.h"
+#include "passes/CostTable.h"
 #include "passes/schedules/Schedules.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -85,6 +86,9 @@ LogicalResult validate(const CompileOptions &o) {
                 llvm::Twine(o.stages * o.virtualStages - 1));
   if (o.memoryPerStage < 0)
     return fail("--memory-per-stage must be positive");
+  if (o.profile && o.target != "cpu")
+    return fail("--profile needs the CPU target for now (CUDA kernels run "
+                "asynchronously: their units would need events)");
   if (o.memoryPerStage > 0 && o.virtualStages > 1)
     return fail("--memory-per-stage needs one model chunk per stage "
                 "(--virtual-stages 1) for now");
@@ -241,6 +245,7 @@ int gpipe::compile(const CompileOptions &o) {
       mix(o.allowTf32 ? "tf32" : "");
     }
     mix(model->originalModel);
+    mix(o.profile ? "profile" : "");
     buildId = llvm::utohexstr(h, /*LowerCase=*/true);
   }
   // Below the pipeline IR: what code generation reads (gpipe-lower). The
@@ -255,6 +260,17 @@ int gpipe::compile(const CompileOptions &o) {
     if (failed(lower.run(module)))
       return cleanupAndFail();
   }
+  // --costs: the table the partition balanced (gpipe-partition read it
+  // already), for each stage's predicted step time.
+  std::optional<CostTable> costs;
+  if (!o.costs.empty()) {
+    std::string err;
+    costs = loadCostTable(o.costs, err);
+    if (!costs) {
+      errorLine() << err << "\n";
+      return cleanupAndFail();
+    }
+  }
   std::vector<EmittedStage> stages;
   std::vector<std::string> names, takenFiles;
   std::vector<SmallVector<func::FuncOp>> forwards; // per stage, per chunk
@@ -264,6 +280,8 @@ int gpipe::compile(const CompileOptions &o) {
     eo.cuda = o.target == "cuda";
     eo.bf16 = o.precision == "bf16";
     eo.allowTf32 = o.allowTf32;
+    eo.profile = o.profile;
+    eo.costs = costs ? &*costs : nullptr;
     FailureOr<EmittedStage> stage =
         emitStageCpp(module, s, names.back(), takenFiles, buildId, eo);
     if (failed(stage))

@@ -50,6 +50,8 @@ struct CompileOptions {
   std::string nvcc;               // CUDA compiler (default: the build's)
   std::string compilerLauncher;   // e.g. ccache: runs each stage's compile
   bool explain = false;           // print the stage plan (ops, memory, cost)
+  bool profile = false;           // --profile: timers in the stage programs
+  std::string costs;              // --costs FILE: a measured cost table
   bool verbose = false;           // print the build commands
 };
 

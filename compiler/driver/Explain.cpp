@@ -35,6 +35,18 @@ void explainStage(int64_t index, ArrayRef<func::FuncOp> forwards,
      << llvm::format("%.6g", stage.backwardFlops / 1e6)
      << " MFLOP backward per micro-batch, "
      << llvm::format("%.6g", stage.flops / 1e6) << " MFLOP per step\n";
+  if (!stage.predictedSeconds.empty()) {
+    const std::vector<double> &t = stage.predictedSeconds;
+    os << "  predicted (--costs): "
+       << llvm::format("%.3f", 1e3 * (t[0] + t[1] + t[2] + t[3]))
+       << " ms of compute per step: forward "
+       << llvm::format("%.3f", 1e3 * t[0]) << ", backward "
+       << llvm::format("%.3f", 1e3 * t[1]) << ", weight gradients "
+       << llvm::format("%.3f", 1e3 * t[2]) << ", update "
+       << llvm::format("%.3f", 1e3 * t[3]) << " ms ("
+       << llvm::format("%.0f", 100 * stage.predictedAnalyticShare)
+       << "% from the analytic model: ops the table lacks)\n";
+  }
   auto module = forward->getParentOfType<ModuleOp>();
   os << "  parameters:\n";
   for (const EmittedParam &p : stage.params) {

@@ -48,6 +48,8 @@ manifest::Stage stageOf(int64_t index, const EmittedStage &stage) {
   out.chunkForwardFlops = stage.chunkForwardFlops;
   out.chunkBackwardFlops = stage.chunkBackwardFlops;
   out.chunkWeightFlops = stage.chunkWeightFlops;
+  out.predictedSeconds = stage.predictedSeconds;
+  out.predictedAnalyticShare = stage.predictedAnalyticShare;
   return out;
 }
 
@@ -72,6 +74,8 @@ makeManifest(const CompileOptions &o, const ImportedModel &model,
   m.microbatches = o.microbatches;
   m.microbatchSize = model.batchSize / o.microbatches;
   m.remat = remat;
+  m.costs = o.costs;
+  m.profile = o.profile;
   m.schedule = o.schedule;
   m.virtualStages = o.virtualStages;
   m.loss = model.lossName;

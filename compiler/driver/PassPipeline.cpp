@@ -27,6 +27,7 @@ void gpipe::driver::setPipelineOptions(CompilePipelineOptions &p,
   p.virtualStages = o.virtualStages;
   p.partition = o.partition;
   p.memoryPerStage = o.memoryPerStage;
+  p.costs = o.costs;
   if (o.memoryPerStage > 0)
     if (const schedules::Schedule *s = schedules::lookup(o.schedule)) {
       // Each stage's micro-batches in flight under the schedule.

@@ -208,6 +208,24 @@ bool timingWriteReport(const std::string &path, int64_t deviceMemoryBytes,
                        std::string &err);
 
 //===----------------------------------------------------------------------===//
+// Per-unit timers of a --profile build (profile.cpp): gp_profile_add sums
+// each unit's time while counting is on.
+//===----------------------------------------------------------------------===//
+
+/// Sizes the sums for `program`'s profile units; counting off.
+void profileInit(const gp_program &program);
+/// Turns counting on or off (off during evaluation and the warm-up step).
+void profileCount(bool on);
+/// Forgets the sums so far (after the warm-up step).
+void profileRestart();
+/// One more step in the sums (while counting).
+void profileStepDone();
+/// The cost table: one JSON line of the program and the counted steps, then
+/// one per unit (its ops, calls, summed seconds). On failure sets `err`.
+bool profileWrite(const std::string &path, const gp_program &program,
+                  int64_t threads, std::string &err);
+
+//===----------------------------------------------------------------------===//
 // Heartbeat file (heartbeat.cpp), for gpipe-run's watchdog: pid, host, a
 // liveness counter, a progress counter and what the stage is doing.
 //===----------------------------------------------------------------------===//

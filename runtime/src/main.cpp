@@ -95,6 +95,12 @@ const char kUsage[] =
     "  --trace FILE        record every action and transfer wait; write them "
     "to FILE\n"
     "                      at the end (Chrome trace events, one per line)\n"
+    "  --profile FILE      (a gpipe-compile --profile build) write the time of "
+    "each\n"
+    "                      unit of generated code, summed over the steps after "
+    "the\n"
+    "                      first, to FILE: the cost table of gpipe-compile "
+    "--costs\n"
     "  --heartbeat FILE    rewrite FILE every 0.5 s with the pid, host and "
     "progress\n"
     "                      (gpipe-run's watchdog); the stage also dies with "
@@ -122,6 +128,7 @@ struct Options {
   std::string pipeline;
   std::string report; // --report: the end-of-run numbers
   std::string trace;  // --trace: this stage's events
+  std::string profile; // --profile: the per-unit times (a --profile build)
   std::string heartbeat;
   std::string onNan = "stop"; // --on-nan stop | skip | continue
   int64_t threads = 1;
@@ -185,7 +192,7 @@ bool parseArgs(int argc, char **argv, Options &opt, std::string &err) {
         flag != "--checkpoint-every" && flag != "--keep" &&
         flag != "--resume-from" && flag != "--seed" && flag != "--eval-data" &&
         flag != "--eval-every" && flag != "--report" && flag != "--trace" &&
-        flag != "--heartbeat" && flag != "--on-nan") {
+        flag != "--profile" && flag != "--heartbeat" && flag != "--on-nan") {
       if (arg.rfind("-", 0) == 0)
         err = "unknown flag '" + flag + "' (see --help)";
       else
@@ -271,6 +278,8 @@ bool parseArgs(int argc, char **argv, Options &opt, std::string &err) {
       opt.report = value;
     } else if (flag == "--trace") {
       opt.trace = value;
+    } else if (flag == "--profile") {
+      opt.profile = value;
     } else if (flag == "--heartbeat") {
       opt.heartbeat = value;
     } else if (flag == "--on-nan") {
@@ -953,6 +962,12 @@ int StageRun::runSteps() {
   if (opt_.onNan == "skip" && program_->target != GP_TARGET_CPU)
     return error("--on-nan skip needs the CPU target: a CUDA stage knows the "
                  "step's loss only after its update is queued");
+  if (!opt_.profile.empty() && program_->num_profile_units <= 0) {
+    error("--profile " + opt_.profile +
+          ": this program has no timers (compile it with gpipe-compile "
+          "--profile)");
+    return 2;
+  }
   if (program_->num_inputs > 0 && !opt_.haveData) {
     error("--data DIR is required: the program has " +
           std::to_string(program_->num_inputs) + " graph input(s)");
@@ -1035,6 +1050,10 @@ int StageRun::runSteps() {
                      program_->num_stages > 1 ? 2 * program_->num_actions : 0));
   double totalMs = 0.0;
   const int64_t stepsRun = std::max<int64_t>(0, opt_.steps - firstStep_ + 1);
+  // --profile: every step is timed; the first one's sums (first touches of
+  // the arena, the math libraries' set-up) are dropped when more follow.
+  profileInit(*program_);
+  profileCount(!opt_.profile.empty());
   for (int64_t s = firstStep_; s <= opt_.steps; ++s) {
     // Stages without data files (middle stages) still count steps; their
     // first_sample is relative to an unknown mini-batch and unused.
@@ -1104,6 +1123,9 @@ int StageRun::runSteps() {
     int64_t stepDoneNs = timingNowNs();
     timingAction(TimedKind::StepEnd, s, -1, stepEndNs, stepDoneNs);
     timingStep(s, stepStartNs, stepDoneNs);
+    profileStepDone();
+    if (s == firstStep_ && s < opt_.steps)
+      profileRestart();
     auto t1 = std::chrono::steady_clock::now();
     double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
     totalMs += ms;
@@ -1118,9 +1140,12 @@ int StageRun::runSteps() {
     auto due = [&](int64_t every) {
       return (every > 0 && s % every == 0) || s == opt_.steps;
     };
-    if (evalBatches_ > 0 && due(opt_.evalEvery))
+    if (evalBatches_ > 0 && due(opt_.evalEvery)) {
+      profileCount(false);
       if (int rc = evaluate(s, ctx, log))
         return rc;
+      profileCount(!opt_.profile.empty());
+    }
     if (!opt_.checkpointDir.empty() && due(opt_.checkpointEvery))
       if (int rc = saveCheckpoint(s))
         return rc;
@@ -1139,6 +1164,9 @@ int StageRun::runSteps() {
                  stepsRun ? totalMs / static_cast<double>(stepsRun) : 0.0,
                  deviceDescription().c_str());
   if (!opt_.trace.empty() && !timingWriteTrace(opt_.trace, err))
+    return error(err);
+  if (!opt_.profile.empty() &&
+      !profileWrite(opt_.profile, *program_, opt_.threads, err))
     return error(err);
   if (!opt_.report.empty() &&
       !timingWriteReport(opt_.report, deviceMemoryInUse(), err))

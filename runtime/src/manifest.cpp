@@ -125,6 +125,10 @@ void fieldsOf(S &s, F &&f, const Manifest &top) {
     writtenIf(chunked));
   f("chunk_weight_flops_per_microbatch", s.chunkWeightFlops,
     writtenIf(chunked));
+  f("predicted_seconds_per_step", s.predictedSeconds,
+    writtenIf(!s.predictedSeconds.empty()));
+  f("predicted_analytic_share", s.predictedAnalyticShare,
+    writtenIf(!s.predictedSeconds.empty()));
 }
 
 template <class M, class F, IfIs<M, Manifest> = 0>
@@ -141,6 +145,8 @@ void fieldsOf(M &m, F &&f, const Manifest &) {
   f("microbatches", m.microbatches, Presence::Always);
   f("microbatch_size", m.microbatchSize, Presence::Always);
   f("remat", m.remat, Presence::Always);
+  f("costs", m.costs, writtenIf(!m.costs.empty()));
+  f("profile", m.profile, writtenIf(m.profile));
   f("schedule", m.schedule, Presence::Always);
   f("virtual_stages", m.virtualStages, writtenIf(m.virtualStages > 1));
   f("loss", m.loss, Presence::Always);
@@ -251,6 +257,9 @@ const char *expected(const std::vector<std::string> &) {
 }
 const char *expected(const std::vector<int64_t> &) {
   return "an array of integers";
+}
+const char *expected(const std::vector<double> &) {
+  return "an array of numbers";
 }
 const char *expected(const std::array<double, 2> &) {
   return "an array of two numbers";

@@ -484,10 +484,12 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
     return statusDir + "/stage" + std::to_string(s) + ".status";
   };
   // Each stage's end-of-run numbers, and its events with --trace.
-  std::vector<std::string> reportFiles, traceFiles;
+  std::vector<std::string> reportFiles, traceFiles, profileFiles;
   for (size_t s = 0; s < numStages; ++s) {
     reportFiles.push_back(statusDir + "/stage" + std::to_string(s) + ".report");
     traceFiles.push_back(statusDir + "/stage" + std::to_string(s) + ".trace");
+    profileFiles.push_back(statusDir + "/stage" + std::to_string(s) +
+                           ".profile");
   }
   auto heartbeatPath = [&](size_t s) {
     return statusDir + "/stage" + std::to_string(s) + ".hb";
@@ -546,6 +548,8 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
     }
     if (!o.trace.empty())
       a.insert(a.end(), {"--trace", traceFiles[s]});
+    if (!o.profile.empty())
+      a.insert(a.end(), {"--profile", profileFiles[s]});
     if (o.quiet)
       a.push_back("--quiet");
     return a;
@@ -718,6 +722,8 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
   if (!o.quiet)
     printStageReport(m, reportFiles, std::cerr);
   if (!o.trace.empty() && !mergeTraces(traceFiles, o.trace, err))
+    return fail(err);
+  if (!o.profile.empty() && !joinProfiles(profileFiles, o.profile, err))
     return fail(err);
   return 0;
 }

@@ -22,6 +22,7 @@ struct LaunchOptions {
   std::string weightsOut; // where the trained weights go
   std::string hostfile;   // --hostfile: run under mpirun on those hosts
   std::string trace;      // --trace: the merged Chrome trace, may be empty
+  std::string profile;    // --profile: the stages' cost tables, joined
   std::vector<std::string> mpirunArgs;
   std::string checkpointDir; // --checkpoint-dir
   std::string resumeFrom;    // the checkpoint --resume starts from

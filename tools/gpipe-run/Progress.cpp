@@ -286,6 +286,29 @@ void printStageReport(const manifest::Manifest &m,
   os.flush();
 }
 
+bool joinProfiles(const std::vector<std::string> &stageFiles,
+                  const std::string &path, std::string &err) {
+  std::ofstream out(path, std::ios::trunc);
+  if (!out) {
+    err = "cannot write profile file " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  for (const std::string &file : stageFiles) {
+    std::ifstream in(file);
+    if (!in) {
+      err = "no profile from a stage (" + file + ")";
+      return false;
+    }
+    out << in.rdbuf();
+  }
+  out.close();
+  if (!out) {
+    err = "cannot write profile file " + path;
+    return false;
+  }
+  return true;
+}
+
 bool mergeTraces(const std::vector<std::string> &stageFiles,
                  const std::string &path, std::string &err) {
   std::ofstream out(path, std::ios::trunc);

@@ -73,6 +73,11 @@ void printStageReport(const manifest::Manifest &m,
                       const std::vector<std::string> &reportFiles,
                       std::ostream &os);
 
+/// Joins the stages' --profile files (JSON lines) into one at `path`, stage
+/// by stage. On failure sets `err`.
+bool joinProfiles(const std::vector<std::string> &stageFiles,
+                  const std::string &path, std::string &err);
+
 /// Joins the stages' --trace files (one Chrome trace event per line) into
 /// one Chrome trace JSON ({"traceEvents": [...]}) at `path`. On failure sets
 /// `err`.

@@ -164,6 +164,10 @@ int main(int argc, char **argv) {
       "when stdout is not a terminal, print the loss line of every N-th "
       "step (and of the last); on a terminal one progress line is updated "
       "in place")(
+      "profile", po::value(&o.profile)->value_name("FILE"),
+      "(a gpipe-compile --profile build) write every stage's measured time "
+      "per unit of generated code, summed over the steps after the first, "
+      "to FILE: the cost table of gpipe-compile --costs")(
       "trace", po::value(&o.trace)->value_name("FILE"),
       "write a Chrome trace (open it in ui.perfetto.dev) of every stage's "
       "actions and transfer waits")(
@@ -238,11 +242,14 @@ int main(int argc, char **argv) {
 
   // Checked before training: a trace file that cannot be written would
   // otherwise only fail at the end.
-  if (!o.trace.empty()) {
-    std::FILE *f = std::fopen(o.trace.c_str(), "w");
+  for (auto [what, file] : {std::pair{"trace", &o.trace},
+                             std::pair{"profile", &o.profile}}) {
+    if (file->empty())
+      continue;
+    std::FILE *f = std::fopen(file->c_str(), "w");
     if (!f)
-      return run::fail("cannot write trace file " + o.trace + ": " +
-                       std::strerror(errno));
+      return run::fail(std::string("cannot write ") + what + " file " +
+                       *file + ": " + std::strerror(errno));
     std::fclose(f);
   }
 
@@ -253,6 +260,10 @@ int main(int argc, char **argv) {
       err += "; is " + o.out + " a gpipe-compile output directory?";
     return run::fail(err);
   }
+  if (!o.profile.empty() && !m.profile)
+    return run::fail("--profile " + o.profile + ": " + o.out +
+                     " has no timers (compile it with gpipe-compile "
+                     "--profile)");
   if (o.weightsOut.empty())
     o.weightsOut = o.out + "/trained";
   if (o.onNan == "skip" && m.target == "cuda")

@@ -89,6 +89,11 @@ struct Stage {
   // sums).
   std::vector<int64_t> virtualStages;
   std::vector<int64_t> chunkForwardFlops, chunkBackwardFlops, chunkWeightFlops;
+  // gpipe-compile --costs: the predicted seconds per step of the stage's
+  // forwards, backwards, weight-gradient GEMMs and update (written when
+  // present), and the share of them the analytic model predicted.
+  std::vector<double> predictedSeconds;
+  double predictedAnalyticShare = 0;
 };
 
 /// The whole of pipeline.json. The reader leaves a field that is absent
@@ -105,6 +110,8 @@ struct Manifest {
   std::vector<int64_t> cudaArch;
   int64_t batchSize = 0, microbatches = 0, microbatchSize = 0;
   std::string remat;    // none | stage
+  std::string costs;    // --costs: the cost table the predictions are from
+  bool profile = false; // --profile: the stages have timers
   std::string schedule; // the schedule's name
   int64_t virtualStages = 1; // model chunks per stage (--virtual-stages)
   std::string loss;     // the graph output trained

@@ -160,7 +160,33 @@ struct gp_program {
   // one chunk, chunks null.
   int32_t num_chunks;
   const gp_chunk *chunks;
+  // gpipe-compile --profile: the timed units of generated code (each calls
+  // gp_profile_add with its index); 0 and null in other builds.
+  int32_t num_profile_units;
+  const struct gp_profile_unit *profile_units;
 };
+
+/// gpipe-compile --profile (CPU target): one op of a timed unit, as the
+/// cost table (--profile FILE of the stage program) names it.
+struct gp_profile_op {
+  const char *node;      // the ONNX node (or parameter) the op comes from
+  const char *op;        // "nn.gemm"
+  const char *signature; // "nn.gemm(f32[32x64], f32[64x64]) -> f32[32x64]"
+  double estimate;       // the compiler's analytic seconds (splits the
+                         // unit's measured time between its ops)
+};
+/// One timed unit: a fused group of ops (or one op, or a deferred
+/// weight-gradient GEMM) of a stage function.
+struct gp_profile_unit {
+  const char *function; // "forward", "backward", "weight" or "update"
+  int32_t chunk;
+  int32_t num_ops;
+  const gp_profile_op *ops;
+};
+/// CLOCK_MONOTONIC nanoseconds, for gp_profile_add.
+int64_t gp_profile_now(void);
+/// Adds the time since `t0` (gp_profile_now) to unit `unit`.
+void gp_profile_add(int32_t unit, int64_t t0);
 
 /// Entry point of every stage executable: parses the command line, joins the
 /// other stages (MPI, when num_stages > 1), loads weights and data, runs the

@@ -1,0 +1,70 @@
+// A measured cost table: what a --profile build's units took on this machine
+// (gpipe-run --profile FILE), read back per ONNX node, for gpipe-partition
+// (--costs) and the driver's per-stage time predictions.
+#ifndef GPIPE_PASSES_COSTTABLE_H
+#define GPIPE_PASSES_COSTTABLE_H
+
+#include "mlir/IR/Operation.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace gpipe {
+
+/// Seconds per optimizer step that one node's ops took, by the function they
+/// ran in: its forward, its backward (input and weight gradients computed
+/// there), its deferred weight-gradient GEMMs (W actions, or the update when
+/// the schedule has none) and the optimizer update (keyed by parameter).
+struct NodeCost {
+  double forward = 0, backward = 0, weight = 0, update = 0;
+  double total() const { return forward + backward + weight + update; }
+  NodeCost &operator+=(const NodeCost &o) {
+    forward += o.forward;
+    backward += o.backward;
+    weight += o.weight;
+    update += o.update;
+    return *this;
+  }
+};
+
+struct CostTable {
+  std::string path;
+  std::string target; // "cpu"
+  int64_t threads = 0, microbatches = 0, batchSize = 0;
+  /// By node (or parameter) name.
+  llvm::StringMap<NodeCost> nodes;
+  /// A node's forward signature ("nn.gemm(tensor<...>, ...) -> ..."), for
+  /// reuse across models: the mean cost of the nodes of that signature.
+  llvm::StringMap<std::string> signatureOf;
+  llvm::StringMap<std::pair<NodeCost, int64_t>> bySignature;
+  /// Measured over analytic seconds, over every timed op with an estimate:
+  /// what an op the table lacks is predicted with.
+  double scale = 1.0;
+  /// Seconds per step of units whose ops name no node.
+  double unattributed = 0;
+
+  /// The measured cost of the node that `op` (a forward op of the training
+  /// step) comes from: by its name when the table's signature for that name
+  /// is `op`'s, else the mean of the table's nodes with `op`'s signature.
+  std::optional<NodeCost> lookup(mlir::Operation *op) const;
+  /// Seconds per step of the samples of one micro-batch in the table
+  /// (batchSize / microbatches rows).
+  int64_t microbatchRows() const {
+    return microbatches > 0 ? batchSize / microbatches : 0;
+  }
+};
+
+/// Reads a cost table (JSON lines: per stage a header, then one line per
+/// timed unit). On failure returns nullopt with `err` naming the file and
+/// line.
+std::optional<CostTable> loadCostTable(llvm::StringRef path, std::string &err);
+
+/// "nn.gemm(tensor<32x64xf32>, tensor<64x64xf32>) -> tensor<32x64xf32>".
+std::string opSignature(mlir::Operation *op);
+
+} // namespace gpipe
+
+#endif

@@ -1,0 +1,48 @@
+"""Checks a gpipe-run --profile cost table, the predictions a --costs compile
+wrote, and that the profiled program trained the plain one's weights:
+usage: profile.test.py COSTS PROF_PIPELINE COSTED_PIPELINE PROF_W PLAIN_W STEPS."""
+import glob
+import json
+import os
+import sys
+
+costs, prof_pj, costed_pj, prof_w, plain_w, steps = sys.argv[1:7]
+steps = int(steps)
+lines = [json.loads(l) for l in open(costs) if l.strip()]
+desc = json.load(open(prof_pj))
+M = desc["microbatches"]
+for st in desc["stages"]:
+    s = st["index"]
+    head = [l for l in lines if "gpipe_profile" in l and l["stage"] == s]
+    assert len(head) == 1, head
+    assert head[0]["steps"] == steps - 1, head[0]
+    assert head[0]["microbatches"] == M and head[0]["target"] == "cpu", head[0]
+    assert head[0]["build_id"] == desc["build_id"], (head[0], desc["build_id"])
+    units = [l for l in lines if "unit" in l and l["stage"] == s]
+    assert [u["unit"] for u in units] == list(range(len(units)))
+    kinds = sorted({u["function"] for u in units})
+    assert kinds == ["backward", "forward", "update", "weight"], kinds
+    for u in units:
+        assert u["seconds"] > 0 and u["ops"], u
+        for op in u["ops"]:
+            assert op["op"].startswith(("nn.", "pipe.")) and op["signature"], op
+    fwd = {u["calls"] for u in units if u["function"] == "forward"}
+    assert fwd == {(steps - 1) * M}, fwd
+    upd = {u["calls"] for u in units if u["function"] == "update"}
+    assert upd == {steps - 1}, upd
+    print("stage %d: %d steps counted, %d units (%s), every forward unit called %d times"
+          % (s, steps - 1, len(units), ", ".join(sorted(kinds, key=["forward", "backward", "update", "weight"].index)),
+             (steps - 1) * M))
+costed = json.load(open(costed_pj))
+for st in costed["stages"]:
+    t = st["predicted_seconds_per_step"]
+    assert len(t) == 4 and all(x > 0 for x in t[:3]) and t[3] >= 0, t
+    assert st["predicted_analytic_share"] == 0, st["predicted_analytic_share"]
+print("predicted: %d stages, each forward, backward, weight and update > 0 but the update, costs = %s"
+      % (len(costed["stages"]), costed["costs"]))
+a = sorted(os.path.basename(f) for f in glob.glob(os.path.join(prof_w, "*.npy")))
+b = sorted(os.path.basename(f) for f in glob.glob(os.path.join(plain_w, "*.npy")))
+assert a == b and a, (a, b)
+for f in a:
+    assert open(os.path.join(prof_w, f), "rb").read() == open(os.path.join(plain_w, f), "rb").read(), f
+print("weights: %d parameters equal bit for bit" % len(a))
