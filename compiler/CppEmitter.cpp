@@ -2211,8 +2211,11 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
      << ", kStates, "
      << (st.weightActions ? fnName("weight", 0) : std::string("nullptr"))
      << ", " << numChunks << ", " << (numChunks > 1 ? "kChunks" : "nullptr")
-     << ", " << st.profileUnits.size() << ", "
-     << (st.profileUnits.empty() ? "nullptr" : "kProfileUnits") << "};\n\n"
+     << (st.profileUnits.empty()
+             ? std::string()
+             : ", " + std::to_string(st.profileUnits.size()) +
+                   ", kProfileUnits")
+     << "};\n\n"
      << "int main(int argc, char **argv) { return gp_main(argc, argv, "
         "&kProgram); }\n";
   return std::move(result);
