@@ -1593,9 +1593,14 @@ int32_t StageState::addProfileUnit(ArrayRef<Operation *> ops) {
     auto loc = dyn_cast<NameLoc>(op->getLoc());
     char estimate[32];
     std::snprintf(estimate, sizeof estimate, "%.6g", nn::analyticSeconds(op));
+    // In a backward, a deferred weight-gradient GEMM only copies its
+    // operands (the GEMM itself is a "weight" unit).
+    const bool copies =
+        profileFunction == "backward" && deferred.count(op) != 0;
     gs << "  {" << cLiteral(loc ? loc.getName().getValue() : StringRef())
        << ", " << cLiteral(op->getName().getStringRef()) << ", "
-       << cLiteral(opSignature(op)) << ", " << estimate << "},\n";
+       << cLiteral(copies ? deferredCopySignature(op) : opSignature(op))
+       << ", " << estimate << "},\n";
   }
   gs << "};\n";
   profileUnits.push_back("  {" + cLiteral(profileFunction) + ", " +
@@ -1672,57 +1677,67 @@ static int64_t costOf(func::FuncOp func) {
   return flops;
 }
 
-/// The stage's seconds per step by the cost table: per function, the table's
-/// time of every node an op of it comes from (once per node: the table sums
-/// a node's ops), and the analytic model on the table's scale for ops whose
-/// node the table lacks.
+/// The stage's seconds per step by the cost table: per op of each of its
+/// functions, what one op like it (its node, its signature) took in the
+/// table's function of that name, and the analytic model on the table's
+/// scale for ops the table lacks.
 static void
 predictStepSeconds(const CostTable &table,
                    ArrayRef<std::array<func::FuncOp, 3>> chunkFns,
                    const llvm::MapVector<Operation *,
                                          StageState::DeferredGemm> &deferred,
                    int64_t microbatches, EmittedStage &result) {
+  static constexpr const char *kFunction[] = {"forward", "backward", "weight",
+                                              "update"};
   std::array<double, 4> seconds = {0, 0, 0, 0};
   double analytic = 0;
-  auto add = [&](Operation *op, int phase, llvm::StringSet<> &seen,
-                 double calls) {
+  auto fallback = [&](int phase, double t) {
+    seconds[phase] += t;
+    analytic += t;
+  };
+  // A weight-gradient GEMM is deferred (a "weight" unit) or not (in the
+  // backward) by how its parameter is used, which may differ between the
+  // profiled compile and this one: either entry predicts the other.
+  auto add = [&](Operation *op, int phase, double calls) {
     if (isa<pipeline::SendOp, pipeline::RecvOp>(op))
       return;
-    auto name = dyn_cast<NameLoc>(op->getLoc());
-    auto it = name ? table.nodes.find(name.getName().getValue())
-                   : table.nodes.end();
-    if (it == table.nodes.end()) {
-      double t = nn::analyticSeconds(op) * calls * table.scale;
-      seconds[phase] += t;
-      analytic += t;
+    if (std::optional<double> t = table.lookupOp(op, kFunction[phase])) {
+      seconds[phase] += *t;
       return;
     }
-    if (!seen.insert(it->getKey()).second)
-      return;
-    const NodeCost &c = it->getValue();
-    seconds[phase] += phase == 0   ? c.forward
-                      : phase == 1 ? c.backward
-                      : phase == 2 ? c.weight
-                                   : c.update;
+    if (isa<nn::GemmOp>(op) && (phase == 1 || phase == 2))
+      if (std::optional<double> t =
+              table.lookupOp(op, kFunction[phase == 1 ? 2 : 1])) {
+        seconds[phase] += *t;
+        return;
+      }
+    fallback(phase, nn::analyticSeconds(op) * calls * table.scale);
   };
-  for (std::array<func::FuncOp, 3> fns : chunkFns) {
-    llvm::StringSet<> seen[4];
-    fns[0].walk([&](Operation *op) {
-      if (op != fns[0])
-        add(op, 0, seen[0], double(microbatches));
-    });
-    fns[1].walk([&](Operation *op) {
-      if (op != fns[1] && !deferred.count(op))
-        add(op, 1, seen[1], double(microbatches));
-    });
-    fns[2].walk([&](Operation *op) {
-      if (op != fns[2])
-        add(op, 3, seen[3], 1.0);
-    });
-  }
-  llvm::StringSet<> seenWeight;
+  for (std::array<func::FuncOp, 3> fns : chunkFns)
+    for (int k = 0; k < 3; ++k)
+      fns[k].walk([&](Operation *op) {
+        if (op == fns[k])
+          return;
+        if (k != 1 || !deferred.count(op))
+          return add(op, k == 2 ? 3 : k, k == 2 ? 1.0 : double(microbatches));
+        // A deferred GEMM's backward copies its operands (a copy's bytes,
+        // read and written, when the table has no such copies).
+        auto name = dyn_cast<NameLoc>(op->getLoc());
+        if (std::optional<double> t =
+                name ? table.lookupOp(name.getName().getValue(), "backward",
+                                      deferredCopySignature(op))
+                     : std::nullopt) {
+          seconds[1] += *t;
+          return;
+        }
+        const StageState::DeferredGemm &d = deferred.lookup(op);
+        fallback(1, 2.0 * 4.0 * double(d.rows * (d.gCols + d.xCols)) /
+                        nn::kAnalyticBytesPerSecond * double(microbatches) *
+                        table.scale);
+      });
+  // The deferred GEMMs themselves: the W actions or the update.
   for (auto &entry : deferred)
-    add(entry.first, 2, seenWeight, double(microbatches));
+    add(entry.first, 2, double(microbatches));
   result.predictedSeconds.assign(seconds.begin(), seconds.end());
   double total = seconds[0] + seconds[1] + seconds[2] + seconds[3];
   result.predictedAnalyticShare = total > 0 ? analytic / total : 0;

@@ -48,6 +48,27 @@ std::optional<gpipe::NodeCost> gpipe::CostTable::lookup(Operation *op) const {
   return mean;
 }
 
+std::string gpipe::deferredCopySignature(Operation *gemm) {
+  return "operands of " + opSignature(gemm);
+}
+
+std::optional<double> gpipe::CostTable::lookupOp(Operation *op,
+                                                 llvm::StringRef function) const {
+  auto name = dyn_cast<NameLoc>(op->getLoc());
+  if (!name)
+    return std::nullopt;
+  return lookupOp(name.getName().getValue(), function, opSignature(op));
+}
+
+std::optional<double>
+gpipe::CostTable::lookupOp(llvm::StringRef node, llvm::StringRef function,
+                           llvm::StringRef signature) const {
+  auto it = ops.find(opKey(node, function, signature));
+  if (it == ops.end() || it->second.second == 0)
+    return std::nullopt;
+  return it->second.first / double(it->second.second);
+}
+
 std::optional<gpipe::CostTable> gpipe::loadCostTable(llvm::StringRef path,
                                                      std::string &err) {
   auto buffer = llvm::MemoryBuffer::getFile(path);
@@ -136,6 +157,10 @@ std::optional<gpipe::CostTable> gpipe::loadCostTable(llvm::StringRef path,
         table.unattributed += share;
         continue;
       }
+      auto &[opSeconds, opCount] = table.ops[CostTable::opKey(
+          node, *function, op->getString("signature").value_or(""))];
+      opSeconds += share;
+      ++opCount;
       NodeCost &c = table.nodes[node];
       (*function == "forward"    ? c.forward
        : *function == "backward" ? c.backward

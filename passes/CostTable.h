@@ -40,6 +40,22 @@ struct CostTable {
   /// reuse across models: the mean cost of the nodes of that signature.
   llvm::StringMap<std::string> signatureOf;
   llvm::StringMap<std::pair<NodeCost, int64_t>> bySignature;
+  /// Per op of the profiled program, keyed by opKey(node, function,
+  /// signature): the seconds per step of the ops with that key, and how many
+  /// there were (a node's backward may hold two alike GEMMs).
+  llvm::StringMap<std::pair<double, int64_t>> ops;
+  static std::string opKey(llvm::StringRef node, llvm::StringRef function,
+                           llvm::StringRef signature) {
+    return (node + "\x1f" + function + "\x1f" + signature).str();
+  }
+  /// The seconds per step of one op like `op` (its node, its signature) in
+  /// `function` ("forward", "backward", "weight", "update"), or nullopt.
+  std::optional<double> lookupOp(mlir::Operation *op,
+                                 llvm::StringRef function) const;
+  /// The same for an op of `node` with `signature` as the table wrote it.
+  std::optional<double> lookupOp(llvm::StringRef node,
+                                 llvm::StringRef function,
+                                 llvm::StringRef signature) const;
   /// Measured over analytic seconds, over every timed op with an estimate:
   /// what an op the table lacks is predicted with.
   double scale = 1.0;
@@ -64,6 +80,9 @@ std::optional<CostTable> loadCostTable(llvm::StringRef path, std::string &err);
 
 /// "nn.gemm(tensor<32x64xf32>, tensor<64x64xf32>) -> tensor<32x64xf32>".
 std::string opSignature(mlir::Operation *op);
+/// What a cost table calls the backward's copies of a deferred weight-gradient
+/// GEMM's operands (gpipe-split-weight-grad): "operands of " + the signature.
+std::string deferredCopySignature(mlir::Operation *gemm);
 
 } // namespace gpipe
 
