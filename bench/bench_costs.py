@@ -6,7 +6,8 @@ partition.
 
 Per model (five, below), one export (torch, test/e2e/models.py's modules at bench sizes),
 then:
-  1. profile: gpipe-compile --stages 1 --microbatches M --remat R --profile, then
+  1. profile: gpipe-compile --stages S --microbatches M --remat R --profile (S:
+     --profile-stages, 1 by default; 2: the FLOP partition's pipeline), then
      gpipe-run --steps P --profile costs.jsonl --threads 1 (the first step is not counted);
   2. compile the 2-stage pipeline twice, with the FLOP partition (no --costs) and with
      --costs costs.jsonl (same M, R, schedule gpipe);
@@ -154,8 +155,8 @@ def bench_model(a, name, out_lines):
     common = ["--batch-size", str(batch), "--microbatches", str(a.microbatches),
               "--remat", a.remat] + OPTIMIZER.get(name, [])
     env = env_for(1)
-    t_prof = run([gc, onnx_path, "-o", os.path.join(wd, "prof"), "--stages", "1", "--profile"]
-                 + common, log=log)
+    t_prof = run([gc, onnx_path, "-o", os.path.join(wd, "prof"), "--stages",
+                  str(a.profile_stages), "--profile"] + common, log=log)
     costs = os.path.join(wd, "costs.jsonl")
     run([gr, os.path.join(wd, "prof"), "--data", ddir, "--steps", str(a.profile_steps),
          "--threads", "1", "--profile", costs, "-q"], env=env, log=log)
@@ -214,6 +215,9 @@ def main():
     ap.add_argument("--microbatches", type=int, default=4)
     ap.add_argument("--remat", default="none")
     ap.add_argument("--profile-steps", type=int, default=6)
+    ap.add_argument("--profile-stages", type=int, default=1,
+                    help="stages of the profiled program (2: its FLOP partition, each stage "
+                         "timed while the other computes too)")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=2)
