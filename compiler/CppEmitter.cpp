@@ -1711,6 +1711,12 @@ predictStepSeconds(const CostTable &table,
         seconds[phase] += *t;
         return;
       }
+    // The same node's ops of that kind at other shapes (another M).
+    if (std::optional<double> t =
+            table.lookupScaled(op, kFunction[phase], calls)) {
+      seconds[phase] += *t;
+      return;
+    }
     fallback(phase, nn::analyticSeconds(op) * calls * table.scale);
   };
   for (std::array<func::FuncOp, 3> fns : chunkFns)

@@ -1,6 +1,8 @@
 // Reading a measured cost table (CostTable.h).
 #include "passes/CostTable.h"
 
+#include "dialects/nn/CostModel.h"
+
 #include "mlir/IR/Location.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/JSON.h"
@@ -27,18 +29,33 @@ std::string gpipe::opSignature(Operation *op) {
   return s;
 }
 
-std::optional<gpipe::NodeCost> gpipe::CostTable::lookup(Operation *op) const {
+std::optional<gpipe::NodeCost>
+gpipe::CostTable::lookup(Operation *op, int64_t microbatches) const {
   std::string sig = opSignature(op);
-  if (auto name = dyn_cast<NameLoc>(op->getLoc())) {
-    auto it = nodes.find(name.getName().getValue());
-    auto known = signatureOf.find(name.getName().getValue());
-    if (it != nodes.end() && known != signatureOf.end() &&
-        known->second == sig)
+  auto name = dyn_cast<NameLoc>(op->getLoc());
+  auto it = name ? nodes.find(name.getName().getValue()) : nodes.end();
+  if (it != nodes.end()) {
+    auto known = signatureOf.find(it->getKey());
+    if (known != signatureOf.end() && known->second == sig)
       return it->second;
   }
   auto same = bySignature.find(sig);
-  if (same == bySignature.end() || same->second.second == 0)
-    return std::nullopt;
+  if (same == bySignature.end() || same->second.second == 0) {
+    // The node at other shapes (another micro-batch size).
+    auto w = it != nodes.end() ? forwardEstimate.find(it->getKey())
+                               : forwardEstimate.end();
+    double now = nn::analyticSeconds(op) * double(microbatches);
+    if (w == forwardEstimate.end() || !(w->second > 0) || !(now > 0) ||
+        this->microbatches <= 0)
+      return std::nullopt;
+    double ratio = now / (w->second * double(this->microbatches));
+    NodeCost c = it->second;
+    c.forward *= ratio;
+    c.backward *= ratio;
+    c.weight *= ratio;
+    c.update *= ratio;
+    return c;
+  }
   NodeCost mean = same->second.first;
   double n = double(same->second.second);
   mean.forward /= n;
@@ -67,6 +84,22 @@ gpipe::CostTable::lookupOp(llvm::StringRef node, llvm::StringRef function,
   if (it == ops.end() || it->second.second == 0)
     return std::nullopt;
   return it->second.first / double(it->second.second);
+}
+
+std::optional<double>
+gpipe::CostTable::lookupScaled(Operation *op, llvm::StringRef function,
+                               double callsPerStep) const {
+  auto name = dyn_cast<NameLoc>(op->getLoc());
+  if (!name)
+    return std::nullopt;
+  auto it = opsByName.find(opKey(name.getName().getValue(), function,
+                                 op->getName().getStringRef()));
+  if (it == opsByName.end() || !(it->second.second > 0))
+    return std::nullopt;
+  double estimate = nn::analyticSeconds(op) * callsPerStep;
+  if (!(estimate > 0))
+    return std::nullopt;
+  return it->second.first * estimate / it->second.second;
 }
 
 std::optional<gpipe::CostTable> gpipe::loadCostTable(llvm::StringRef path,
@@ -114,6 +147,8 @@ std::optional<gpipe::CostTable> gpipe::loadCostTable(llvm::StringRef path,
       table.threads = o->getInteger("threads").value_or(0);
       table.microbatches = o->getInteger("microbatches").value_or(0);
       table.batchSize = o->getInteger("batch_size").value_or(0);
+      table.runtimeBytes = std::max<int64_t>(
+          table.runtimeBytes, o->getInteger("runtime_bytes").value_or(0));
       if (auto t = o->getString("target"))
         table.target = t->str();
       continue;
@@ -161,6 +196,10 @@ std::optional<gpipe::CostTable> gpipe::loadCostTable(llvm::StringRef path,
           node, *function, op->getString("signature").value_or(""))];
       opSeconds += share;
       ++opCount;
+      auto &[kindSeconds, kindEstimate] = table.opsByName[CostTable::opKey(
+          node, *function, op->getString("op").value_or(""))];
+      kindSeconds += share;
+      kindEstimate += estimate * callsPerStep;
       NodeCost &c = table.nodes[node];
       (*function == "forward"    ? c.forward
        : *function == "backward" ? c.backward
@@ -171,6 +210,7 @@ std::optional<gpipe::CostTable> gpipe::loadCostTable(llvm::StringRef path,
         if (!table.signatureOf.count(node) || estimate > w) {
           w = estimate;
           table.signatureOf[node] = op->getString("signature").value_or("").str();
+          table.forwardEstimate[node] = estimate;
         }
       }
     }

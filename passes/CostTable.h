@@ -61,11 +61,30 @@ struct CostTable {
   double scale = 1.0;
   /// Seconds per step of units whose ops name no node.
   double unattributed = 0;
+  /// The profiled programs' largest resident memory besides their arena
+  /// (0: not in the table).
+  int64_t runtimeBytes = 0;
+  /// Per op kind of a node, keyed by opKey(node, function, op name): the
+  /// seconds per step and the analytic estimate per step of those ops, for
+  /// ops at other shapes (another M): the seconds scaled by the estimates.
+  llvm::StringMap<std::pair<double, double>> opsByName;
+  /// The seconds per step of `op` in `function` from the table's ops of the
+  /// same node and op name at other shapes, run `callsPerStep` times.
+  std::optional<double> lookupScaled(mlir::Operation *op,
+                                     llvm::StringRef function,
+                                     double callsPerStep) const;
 
-  /// The measured cost of the node that `op` (a forward op of the training
-  /// step) comes from: by its name when the table's signature for that name
-  /// is `op`'s, else the mean of the table's nodes with `op`'s signature.
-  std::optional<NodeCost> lookup(mlir::Operation *op) const;
+  /// The analytic seconds of each node's forward op that names its
+  /// signature (per call).
+  llvm::StringMap<double> forwardEstimate;
+
+  /// The measured cost per step of the node that `op` (a forward op of the
+  /// training step, run `microbatches` times a step) comes from: by its name
+  /// when the table's signature for that name is `op`'s, else the mean of
+  /// the table's nodes with `op`'s signature, else by its name at other
+  /// shapes, scaled by the analytic estimates.
+  std::optional<NodeCost> lookup(mlir::Operation *op,
+                                 int64_t microbatches) const;
   /// Seconds per step of the samples of one micro-batch in the table
   /// (batchSize / microbatches rows).
   int64_t microbatchRows() const {

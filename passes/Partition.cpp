@@ -87,7 +87,8 @@ PartitionPass::measuredCosts(func::FuncOp func,
   for (auto [u, unit] : llvm::enumerate(units)) {
     cost[u] = 0;
     for (Operation *op : unit) {
-      if (std::optional<NodeCost> c = table->lookup(op)) {
+      if (std::optional<NodeCost> c =
+              table->lookup(op, static_cast<int64_t>(m))) {
         cost[u] += c->total();
         continue;
       }

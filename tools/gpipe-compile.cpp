@@ -123,6 +123,15 @@ int main(int argc, char **argv) {
       "gpipe-profile): the partition balances the measured times of the "
       "ops instead of the analytic FLOP and byte model, and pipeline.json "
       "and --explain predict each stage's step time from them")(
+      "auto", po::bool_switch(&o.autoConfig),
+      "choose --microbatches (powers of 2 dividing the batch, up to 32), "
+      "--schedule (every registered one that accepts them; 2 chunks per "
+      "stage where it needs several) and --remat (none or stage) for the "
+      "given --stages: every candidate is planned, its step predicted by "
+      "simulating its schedule with each stage's predicted action times "
+      "(--costs, else the analytic model), and the fastest whose every "
+      "stage's arena plus the runtime's memory fits --memory-per-stage is "
+      "compiled; --explain lists them all")(
       "explain", po::bool_switch(&o.explain),
       "print each stage's ops, parameters, FLOPs and memory plan")(
       "cxx", po::value(&o.cxx)->value_name("PATH"),
@@ -175,6 +184,16 @@ int main(int argc, char **argv) {
   }
   if (vm.count("batch-size"))
     o.batchSize = batch;
+  if (o.autoConfig)
+    for (const char *chosen :
+         {"microbatches", "schedule", "virtual-stages", "remat", "partition"})
+      if (vm.count(chosen) && !vm[chosen].defaulted()) {
+        std::cerr << "gpipe-compile: error: --auto chooses --microbatches, "
+                     "--schedule, --virtual-stages, --remat and the "
+                     "partition: leave out --"
+                  << chosen << "\n";
+        return 2;
+      }
   if (vm.count("memory-per-stage")) {
     // A number with an optional binary (KiB, MiB, GiB) or decimal (KB, MB,
     // GB) suffix.

@@ -3,6 +3,7 @@
 #include "compiler/driver/Driver.h"
 
 #include "compiler/CppEmitter.h"
+#include "compiler/driver/Auto.h"
 #include "compiler/driver/Diagnostics.h"
 #include "compiler/driver/Explain.h"
 #include "compiler/driver/Manifest.h"
@@ -20,6 +21,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/Process.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -134,9 +136,11 @@ std::string printModule(ModuleOp module) {
 
 } // namespace
 
-int gpipe::compile(const CompileOptions &o) {
-  if (failed(validate(o)))
+int gpipe::compile(const CompileOptions &options) {
+  if (failed(validate(options)))
     return 2;
+  // --auto replaces M, the schedule, its chunks and remat below.
+  CompileOptions o = options;
   if (!llvm::sys::fs::exists(o.modelPath)) {
     errorLine() << o.modelPath << ": no such file\n";
     return 1;
@@ -164,6 +168,58 @@ int gpipe::compile(const CompileOptions &o) {
   if (o.emit == "import" && toStdout) {
     llvm::outs() << printModule(module);
     return 0;
+  }
+  // --costs: the table the partition balances (gpipe-partition reads it
+  // too), for --auto's choice and each stage's predicted step time.
+  std::optional<CostTable> costs;
+  if (!o.costs.empty()) {
+    std::string err;
+    costs = loadCostTable(o.costs, err);
+    if (!costs) {
+      errorLine() << err << "\n";
+      return 1;
+    }
+  }
+  if (o.autoConfig) {
+    CostTable none; // the analytic model, at scale 1
+    FailureOr<std::vector<driver::AutoCandidate>> chosen =
+        driver::chooseConfiguration(module, o, model->batchSize,
+                                    costs ? *costs : none);
+    if (failed(chosen))
+      return 1;
+    const driver::AutoCandidate &best = chosen->front();
+    o.microbatches = best.microbatches;
+    o.schedule = best.schedule;
+    o.virtualStages = best.virtualStages;
+    o.remat = best.remat;
+    const int64_t runtimeBytes = costs && costs->runtimeBytes > 0
+                                     ? costs->runtimeBytes
+                                     : driver::kDefaultRuntimeBytes;
+    if (o.explain)
+      driver::explainChoice(*chosen, o, runtimeBytes);
+    int64_t peak = *std::max_element(best.stagePeakBytes.begin(),
+                                     best.stagePeakBytes.end());
+    llvm::errs() << "gpipe-compile: --auto: --microbatches "
+                 << best.microbatches << " --schedule " << best.schedule;
+    if (best.virtualStages > 1)
+      llvm::errs() << " --virtual-stages " << best.virtualStages;
+    llvm::errs() << " --remat " << best.remat << ": predicted "
+                 << llvm::format("%.3f", 1e3 * best.stepSeconds)
+                 << " ms per step, fullest stage " << (peak >> 20) << " MiB";
+    if (o.memoryPerStage > 0)
+      llvm::errs() << " of " << (o.memoryPerStage >> 20) << " MiB";
+    llvm::errs() << " (" << chosen->size() << " configurations planned, "
+                 << llvm::count_if(*chosen,
+                                   [](const driver::AutoCandidate &c) {
+                                     return !c.rejected.empty();
+                                   })
+                 << " rejected; --explain lists them)\n";
+    // The partition the chosen plan had: within the budget less the runtime
+    // memory (one chunk per stage), the arenas checked against that.
+    o.memoryPerStage =
+        o.memoryPerStage > 0 && o.virtualStages == 1
+            ? std::max<int64_t>(1, o.memoryPerStage - runtimeBytes)
+            : 0;
   }
   if (model->batchSize % o.microbatches != 0) {
     errorLine() << "--microbatches " << o.microbatches
@@ -259,17 +315,6 @@ int gpipe::compile(const CompileOptions &o) {
     buildLoweringPipeline(lower, lo);
     if (failed(lower.run(module)))
       return cleanupAndFail();
-  }
-  // --costs: the table the partition balanced (gpipe-partition read it
-  // already), for each stage's predicted step time.
-  std::optional<CostTable> costs;
-  if (!o.costs.empty()) {
-    std::string err;
-    costs = loadCostTable(o.costs, err);
-    if (!costs) {
-      errorLine() << err << "\n";
-      return cleanupAndFail();
-    }
   }
   std::vector<EmittedStage> stages;
   std::vector<std::string> names, takenFiles;

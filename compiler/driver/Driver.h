@@ -52,6 +52,9 @@ struct CompileOptions {
   bool explain = false;           // print the stage plan (ops, memory, cost)
   bool profile = false;           // --profile: timers in the stage programs
   std::string costs;              // --costs FILE: a measured cost table
+  /// --auto: choose M, the schedule, its chunks and remat (compiler/driver/
+  /// Auto.h) instead of taking them from the options.
+  bool autoConfig = false;
   bool verbose = false;           // print the build commands
 };
 

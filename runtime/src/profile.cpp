@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <sys/resource.h>
 #include <time.h>
 #include <vector>
 
@@ -72,16 +73,26 @@ bool profileWrite(const std::string &path, const gp_program &program,
     err = "cannot write profile file " + path + ": " + std::strerror(errno);
     return false;
   }
+  // The resident memory besides the arena at its peak so far (code,
+  // libraries, MPI, data pages, the math libraries' buffers): what a plan's
+  // arena is predicted with (gpipe-compile --auto).
+  struct rusage ru;
+  long long runtimeBytes = -1;
+  if (::getrusage(RUSAGE_SELF, &ru) == 0)
+    runtimeBytes = std::max<long long>(
+        0, static_cast<long long>(ru.ru_maxrss) * 1024 - program.arena_bytes);
   std::fprintf(f,
                "{\"gpipe_profile\": 1, \"program\": %s, \"stage\": %d, "
                "\"build_id\": %s, \"target\": \"%s\", \"threads\": %lld, "
-               "\"microbatches\": %d, \"batch_size\": %lld, \"steps\": %lld}\n",
+               "\"microbatches\": %d, \"batch_size\": %lld, \"steps\": %lld, "
+               "\"arena_bytes\": %lld, \"runtime_bytes\": %lld}\n",
                quoted(program.name).c_str(), program.stage,
                quoted(program.build_id).c_str(),
                program.target == GP_TARGET_CUDA ? "cuda" : "cpu",
                static_cast<long long>(threads), program.microbatches,
                static_cast<long long>(program.batch_size),
-               static_cast<long long>(gProfile.steps));
+               static_cast<long long>(gProfile.steps),
+               static_cast<long long>(program.arena_bytes), runtimeBytes);
   for (int32_t u = 0; u < program.num_profile_units; ++u) {
     const gp_profile_unit &unit = program.profile_units[u];
     std::string ops;

@@ -1,0 +1,243 @@
+// --auto (Auto.h): plan every candidate configuration, predict its step by
+// simulating its schedule, keep the fastest that fits.
+#include "compiler/driver/Auto.h"
+
+#include "compiler/CppEmitter.h"
+#include "compiler/driver/Diagnostics.h"
+#include "compiler/driver/PassPipeline.h"
+#include "passes/Pipeline.h"
+#include "passes/schedules/Schedules.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <array>
+#include <limits>
+
+using namespace mlir;
+
+namespace gpipe::driver {
+namespace {
+
+/// The step time of `table` (K stages, M micro-batches, V chunks) when each
+/// stage's actions take `perStage[s]` = {forward, backward, weight, update}
+/// seconds per step in all (a forward of one chunk and micro-batch: a 1/(MV)
+/// share) and transfers take no time: every stage runs its actions in order,
+/// each as soon as the one before it and its input (the previous piece's
+/// forward, the next piece's backward) are done. Infinity for a deadlock.
+double simulateStep(const schedules::Schedule &sched,
+                    const schedules::Table &table, int64_t k, int64_t m,
+                    int64_t v, llvm::ArrayRef<std::array<double, 4>> perStage,
+                    bool weightActions) {
+  const int64_t pieces = k * v;
+  std::vector<std::vector<double>> fDone(pieces, std::vector<double>(m, -1)),
+      bDone(pieces, std::vector<double>(m, -1));
+  std::vector<size_t> next(k, 0);
+  std::vector<double> clock(k, 0);
+  const double share = 1.0 / double(m * v);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int64_t s = 0; s < k; ++s) {
+      const auto &t = perStage[s];
+      while (next[s] < table[s].size()) {
+        pipeline::ActionAttr a = table[s][next[s]];
+        int64_t piece = sched.virtualStage(k, v, s, a.getChunk());
+        int64_t mb = a.getMicrobatch().value_or(0);
+        double ready = clock[s], cost = 0;
+        switch (a.getPhase()) {
+        case pipeline::Phase::Forward:
+          if (piece > 0) {
+            if (fDone[piece - 1][mb] < 0)
+              goto blocked;
+            ready = std::max(ready, fDone[piece - 1][mb]);
+          }
+          cost = t[0] * share;
+          break;
+        case pipeline::Phase::Backward:
+          if (piece + 1 < pieces) {
+            if (bDone[piece + 1][mb] < 0)
+              goto blocked;
+            ready = std::max(ready, bDone[piece + 1][mb]);
+          }
+          cost = t[1] * share;
+          break;
+        case pipeline::Phase::Weight:
+          cost = t[2] * share;
+          break;
+        case pipeline::Phase::Update:
+          cost = t[3] + (weightActions ? 0.0 : t[2]);
+          break;
+        }
+        clock[s] = ready + cost;
+        if (a.getPhase() == pipeline::Phase::Forward)
+          fDone[piece][mb] = clock[s];
+        else if (a.getPhase() == pipeline::Phase::Backward)
+          bDone[piece][mb] = clock[s];
+        ++next[s];
+        progress = true;
+      }
+    blocked:;
+    }
+  }
+  for (int64_t s = 0; s < k; ++s)
+    if (next[s] < table[s].size())
+      return std::numeric_limits<double>::infinity();
+  return *std::max_element(clock.begin(), clock.end());
+}
+
+/// Plans `c` on a copy of `imported`: fills `cand` (rejected when a pass
+/// fails, with its first error, or a stage does not fit).
+void plan(ModuleOp imported, const CompileOptions &c,
+          const CostTable &costs, int64_t runtimeBytes, int64_t budget,
+          AutoCandidate &cand) {
+  MLIRContext *ctx = imported.getContext();
+  std::string firstError;
+  // The candidate's errors are its reason, not the compile's.
+  ScopedDiagnosticHandler quiet(ctx, [&](Diagnostic &d) {
+    if (d.getSeverity() == DiagnosticSeverity::Error && firstError.empty())
+      firstError = d.str();
+    return success();
+  });
+  OwningOpRef<ModuleOp> module(imported.clone());
+  PassManager pm(ctx);
+  buildPassPipeline(pm, c, c.remat);
+  PassManager lower(ctx);
+  LoweringOptions lo;
+  lo.target = c.target;
+  lo.precision = c.precision;
+  buildLoweringPipeline(lower, lo);
+  if (failed(pm.run(*module)) || failed(lower.run(*module))) {
+    cand.rejected = firstError.empty() ? "the plan failed" : firstError;
+    return;
+  }
+  std::vector<std::string> taken;
+  std::vector<std::array<double, 4>> perStage;
+  for (int64_t s = 0; s < c.stages; ++s) {
+    EmitOptions eo;
+    eo.cuda = c.target == "cuda";
+    eo.bf16 = c.precision == "bf16";
+    eo.costs = &costs;
+    FailureOr<EmittedStage> st =
+        emitStageCpp(*module, s, "stage" + std::to_string(s), taken, "", eo);
+    if (failed(st)) {
+      cand.rejected = firstError.empty() ? "code generation failed" : firstError;
+      return;
+    }
+    const std::vector<double> &t = st->predictedSeconds;
+    perStage.push_back({t[0], t[1], t[2], t[3]});
+    cand.stageSeconds.push_back(t[0] + t[1] + t[2] + t[3]);
+    cand.stagePeakBytes.push_back(st->memory.arenaBytes + runtimeBytes);
+  }
+  const schedules::Schedule *sched = schedules::lookup(c.schedule);
+  schedules::Table table =
+      sched->generate(ctx, c.stages, c.microbatches, c.virtualStages);
+  bool weightActions = llvm::any_of(table, [](const auto &actions) {
+    return llvm::any_of(actions, [](pipeline::ActionAttr a) {
+      return a.getPhase() == pipeline::Phase::Weight;
+    });
+  });
+  cand.stepSeconds = simulateStep(*sched, table, c.stages, c.microbatches,
+                                  c.virtualStages, perStage, weightActions);
+  if (budget > 0)
+    for (auto [s, bytes] : llvm::enumerate(cand.stagePeakBytes))
+      if (bytes > budget) {
+        cand.rejected = "stage " + std::to_string(s) + " needs " +
+                        std::to_string(bytes >> 20) + " MiB";
+        return;
+      }
+}
+
+} // namespace
+
+FailureOr<std::vector<AutoCandidate>>
+chooseConfiguration(ModuleOp imported, const CompileOptions &o,
+                    int64_t batchSize, const CostTable &costs) {
+  const int64_t runtimeBytes =
+      costs.runtimeBytes > 0 ? costs.runtimeBytes : kDefaultRuntimeBytes;
+  std::vector<AutoCandidate> all;
+  for (int64_t m = 1; m <= std::min<int64_t>(32, batchSize); m *= 2) {
+    if (batchSize % m != 0)
+      continue;
+    for (const schedules::Schedule &sched : schedules::all()) {
+      int64_t v = sched.minChunks > 1 ? 2 : 1;
+      if (v > sched.maxChunks || !sched.check(o.stages, m, v).empty())
+        continue;
+      for (const char *remat : {"none", "stage"}) {
+        CompileOptions c = o;
+        c.microbatches = m;
+        c.schedule = sched.name.str();
+        c.virtualStages = v;
+        c.remat = remat;
+        // The partition keeps to the budget less the runtime's own memory
+        // (one chunk per stage: its estimate knows no chunks).
+        c.memoryPerStage = o.memoryPerStage > 0 && v == 1
+                               ? std::max<int64_t>(1, o.memoryPerStage -
+                                                          runtimeBytes)
+                               : 0;
+        AutoCandidate cand;
+        cand.microbatches = m;
+        cand.schedule = c.schedule;
+        cand.virtualStages = v;
+        cand.remat = remat;
+        plan(imported, c, costs, runtimeBytes, o.memoryPerStage, cand);
+        all.push_back(std::move(cand));
+      }
+    }
+  }
+  std::stable_sort(all.begin(), all.end(),
+                   [](const AutoCandidate &a, const AutoCandidate &b) {
+                     if (a.rejected.empty() != b.rejected.empty())
+                       return a.rejected.empty();
+                     return a.rejected.empty() && a.stepSeconds < b.stepSeconds;
+                   });
+  if (all.empty() || !all.front().rejected.empty()) {
+    int64_t least = std::numeric_limits<int64_t>::max();
+    for (const AutoCandidate &c : all)
+      if (!c.stagePeakBytes.empty())
+        least = std::min(least, *std::max_element(c.stagePeakBytes.begin(),
+                                                  c.stagePeakBytes.end()));
+    errorLine() << o.modelPath << ": --auto: no configuration of "
+                << o.stages << " stages fits --memory-per-stage "
+                << (o.memoryPerStage >> 20) << " MiB";
+    if (least != std::numeric_limits<int64_t>::max())
+      llvm::errs() << " (the smallest plan's fullest stage needs "
+                   << (least >> 20) << " MiB with "
+                   << (runtimeBytes >> 20)
+                   << " MiB of runtime memory; raise the budget or add "
+                      "stages)";
+    llvm::errs() << "\n";
+    return failure();
+  }
+  return all;
+}
+
+void explainChoice(const std::vector<AutoCandidate> &candidates,
+                   const CompileOptions &o, int64_t runtimeBytes) {
+  llvm::raw_ostream &os = llvm::outs();
+  os << "--auto: " << candidates.size() << " configurations of " << o.stages
+     << " stages planned (" << (o.costs.empty() ? "analytic costs" : "costs " + o.costs)
+     << "; memory = arena + " << (runtimeBytes >> 20)
+     << " MiB of runtime), fastest predicted first:\n"
+     << "  M  schedule     V  remat  step ms  per-stage compute ms / peak MiB\n";
+  for (const AutoCandidate &c : candidates) {
+    os << llvm::format("  %-2lld %-12s %lld  %-5s ", (long long)c.microbatches,
+                       c.schedule.c_str(), (long long)c.virtualStages,
+                       c.remat.c_str());
+    if (c.stageSeconds.empty()) {
+      os << "    -    rejected: " << c.rejected << "\n";
+      continue;
+    }
+    os << llvm::format("%8.3f ", 1e3 * c.stepSeconds);
+    for (auto [s, t] : llvm::enumerate(c.stageSeconds))
+      os << (s ? ", " : " ") << llvm::format("%.2f", 1e3 * t) << " / "
+         << (c.stagePeakBytes[s] >> 20);
+    if (!c.rejected.empty())
+      os << "  rejected: " << c.rejected;
+    os << "\n";
+  }
+}
+
+} // namespace gpipe::driver

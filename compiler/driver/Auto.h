@@ -1,0 +1,54 @@
+// --auto: the pipeline configuration (micro-batches, schedule, chunks per
+// stage, remat) with the shortest predicted step whose every stage fits the
+// memory budget, from plans of every candidate.
+#ifndef GPIPE_COMPILER_DRIVER_AUTO_H
+#define GPIPE_COMPILER_DRIVER_AUTO_H
+
+#include "compiler/driver/Driver.h"
+#include "passes/CostTable.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Support/LogicalResult.h"
+
+#include <string>
+#include <vector>
+
+namespace gpipe::driver {
+
+/// Without a cost table's runtime_bytes: the resident memory a stage has
+/// besides its arena (code, libraries, MPI, data pages, GEMM buffers), as
+/// measured on the CPU target (20-40 MiB on the bench models).
+constexpr int64_t kDefaultRuntimeBytes = 40ll << 20;
+
+struct AutoCandidate {
+  int64_t microbatches = 1;
+  std::string schedule;
+  int64_t virtualStages = 1;
+  std::string remat;
+  /// Empty when the plan exists and fits; else why not.
+  std::string rejected;
+  double stepSeconds = 0;               // predicted, by simulation
+  std::vector<double> stageSeconds;     // predicted compute per step
+  std::vector<int64_t> stagePeakBytes;  // arena + runtime bytes
+};
+
+/// Plans every candidate (M among the divisors of `batchSize` up to 32; each
+/// registered schedule that accepts K and M, with 2 chunks per stage where
+/// it needs several; remat none and stage) on a copy of `imported`, predicts
+/// its step by simulating the schedule with each stage's predicted action
+/// times (`costs`, or the analytic model), and returns the candidates, the
+/// best feasible one first. `o` gives K, the budget (memoryPerStage, 0:
+/// none) and the optimizer. Fails (with an error printed) when no candidate
+/// fits.
+mlir::FailureOr<std::vector<AutoCandidate>>
+chooseConfiguration(mlir::ModuleOp imported, const CompileOptions &o,
+                    int64_t batchSize, const CostTable &costs);
+
+/// Prints the candidates' table (the chosen first, then the runners-up and
+/// the rejected) for --explain.
+void explainChoice(const std::vector<AutoCandidate> &candidates,
+                   const CompileOptions &o, int64_t runtimeBytes);
+
+} // namespace gpipe::driver
+
+#endif
