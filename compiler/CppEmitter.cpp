@@ -1686,13 +1686,14 @@ predictStepSeconds(const CostTable &table,
                    ArrayRef<std::array<func::FuncOp, 3>> chunkFns,
                    const llvm::MapVector<Operation *,
                                          StageState::DeferredGemm> &deferred,
-                   int64_t microbatches, EmittedStage &result) {
+                   int64_t microbatches, int64_t rows, EmittedStage &result) {
   static constexpr const char *kFunction[] = {"forward", "backward", "weight",
                                               "update"};
-  std::array<double, 4> seconds = {0, 0, 0, 0};
+  std::vector<std::array<double, 4>> chunks(chunkFns.size(), {0, 0, 0, 0});
+  int64_t chunk = 0;
   double analytic = 0;
   auto fallback = [&](int phase, double t) {
-    seconds[phase] += t;
+    chunks[chunk][phase] += t;
     analytic += t;
   };
   // A weight-gradient GEMM is deferred (a "weight" unit) or not (in the
@@ -1701,25 +1702,27 @@ predictStepSeconds(const CostTable &table,
   auto add = [&](Operation *op, int phase, double calls) {
     if (isa<pipeline::SendOp, pipeline::RecvOp>(op))
       return;
-    if (std::optional<double> t = table.lookupOp(op, kFunction[phase])) {
-      seconds[phase] += *t;
+    if (std::optional<double> t = table.lookupOp(op, kFunction[phase], rows)) {
+      chunks[chunk][phase] += *t;
       return;
     }
     if (isa<nn::GemmOp>(op) && (phase == 1 || phase == 2))
       if (std::optional<double> t =
-              table.lookupOp(op, kFunction[phase == 1 ? 2 : 1])) {
-        seconds[phase] += *t;
+              table.lookupOp(op, kFunction[phase == 1 ? 2 : 1], rows)) {
+        chunks[chunk][phase] += *t;
         return;
       }
     // The same node's ops of that kind at other shapes (another M).
     if (std::optional<double> t =
             table.lookupScaled(op, kFunction[phase], calls)) {
-      seconds[phase] += *t;
+      chunks[chunk][phase] += *t;
       return;
     }
     fallback(phase, nn::analyticSeconds(op) * calls * table.scale);
   };
-  for (std::array<func::FuncOp, 3> fns : chunkFns)
+  for (size_t c = 0; c < chunkFns.size(); ++c) {
+    chunk = static_cast<int64_t>(c);
+    std::array<func::FuncOp, 3> fns = chunkFns[c];
     for (int k = 0; k < 3; ++k)
       fns[k].walk([&](Operation *op) {
         if (op == fns[k])
@@ -1731,9 +1734,9 @@ predictStepSeconds(const CostTable &table,
         auto name = dyn_cast<NameLoc>(op->getLoc());
         if (std::optional<double> t =
                 name ? table.lookupOp(name.getName().getValue(), "backward",
-                                      deferredCopySignature(op))
+                                      deferredCopySignature(op), rows)
                      : std::nullopt) {
-          seconds[1] += *t;
+          chunks[c][1] += *t;
           return;
         }
         const StageState::DeferredGemm &d = deferred.lookup(op);
@@ -1741,9 +1744,17 @@ predictStepSeconds(const CostTable &table,
                         nn::kAnalyticBytesPerSecond * double(microbatches) *
                         table.scale);
       });
+  }
   // The deferred GEMMs themselves: the W actions or the update.
-  for (auto &entry : deferred)
+  for (auto &entry : deferred) {
+    chunk = entry.second.chunk;
     add(entry.first, 2, double(microbatches));
+  }
+  std::array<double, 4> seconds = {0, 0, 0, 0};
+  for (const std::array<double, 4> &c : chunks)
+    for (int k = 0; k < 4; ++k)
+      seconds[k] += c[k];
+  result.predictedChunkSeconds = chunks;
   result.predictedSeconds.assign(seconds.begin(), seconds.end());
   double total = seconds[0] + seconds[1] + seconds[2] + seconds[3];
   result.predictedAnalyticShare = total > 0 ? analytic / total : 0;
@@ -1930,7 +1941,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
       result.updateFlops;
   if (options.costs)
     predictStepSeconds(*options.costs, chunkFns, st.deferred, st.microbatches,
-                       result);
+                       batch / std::max<int64_t>(1, st.microbatches), result);
   std::set<int64_t> handoffs; // the hand-off buffers' offsets
   for (func::FuncOp f : allFns)
     f.walk([&](Operation *op) {

@@ -5,6 +5,7 @@
 
 #include "mlir/IR/BuiltinOps.h"
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,8 @@ struct EmittedStage {
   // share of them from the analytic model (ops the table lacks).
   std::vector<double> predictedSeconds;
   double predictedAnalyticShare = 0;
+  // The same per model chunk (their sums are predictedSeconds).
+  std::vector<std::array<double, 4>> predictedChunkSeconds;
 };
 
 /// Emits the program of `stage` of the outlined, scheduled and lowered

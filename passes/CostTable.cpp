@@ -9,6 +9,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cmath>
 #include <map>
 
 using namespace mlir;
@@ -29,77 +30,117 @@ std::string gpipe::opSignature(Operation *op) {
   return s;
 }
 
-std::optional<gpipe::NodeCost>
-gpipe::CostTable::lookup(Operation *op, int64_t microbatches) const {
-  std::string sig = opSignature(op);
-  auto name = dyn_cast<NameLoc>(op->getLoc());
-  auto it = name ? nodes.find(name.getName().getValue()) : nodes.end();
-  if (it != nodes.end()) {
-    auto known = signatureOf.find(it->getKey());
-    if (known != signatureOf.end() && known->second == sig)
-      return it->second;
-  }
-  auto same = bySignature.find(sig);
-  if (same == bySignature.end() || same->second.second == 0) {
-    // The node at other shapes (another micro-batch size).
-    auto w = it != nodes.end() ? forwardEstimate.find(it->getKey())
-                               : forwardEstimate.end();
-    double now = nn::analyticSeconds(op) * double(microbatches);
-    if (w == forwardEstimate.end() || !(w->second > 0) || !(now > 0) ||
-        this->microbatches <= 0)
-      return std::nullopt;
-    double ratio = now / (w->second * double(this->microbatches));
-    NodeCost c = it->second;
-    c.forward *= ratio;
-    c.backward *= ratio;
-    c.weight *= ratio;
-    c.update *= ratio;
-    return c;
-  }
-  NodeCost mean = same->second.first;
-  double n = double(same->second.second);
-  mean.forward /= n;
-  mean.backward /= n;
-  mean.weight /= n;
-  mean.update /= n;
-  return mean;
-}
-
 std::string gpipe::deferredCopySignature(Operation *gemm) {
   return "operands of " + opSignature(gemm);
 }
 
+namespace {
+/// How far apart two positive sizes are: |log(a / b)|.
+double apart(double a, double b) { return std::fabs(std::log(a / b)); }
+} // namespace
+
 std::optional<double> gpipe::CostTable::lookupOp(Operation *op,
-                                                 llvm::StringRef function) const {
+                                                 llvm::StringRef function,
+                                                 int64_t rows) const {
   auto name = dyn_cast<NameLoc>(op->getLoc());
   if (!name)
     return std::nullopt;
-  return lookupOp(name.getName().getValue(), function, opSignature(op));
+  return lookupOp(name.getName().getValue(), function, opSignature(op), rows);
 }
 
 std::optional<double>
 gpipe::CostTable::lookupOp(llvm::StringRef node, llvm::StringRef function,
-                           llvm::StringRef signature) const {
-  auto it = ops.find(opKey(node, function, signature));
-  if (it == ops.end() || it->second.second == 0)
-    return std::nullopt;
-  return it->second.first / double(it->second.second);
+                           llvm::StringRef signature, int64_t rows) const {
+  std::string key = opKey(node, function, signature);
+  for (bool sameSize : {true, false})
+    for (const CostProfile &p : profiles)
+      if ((p.rows() == rows) == sameSize)
+        if (auto it = p.ops.find(key);
+            it != p.ops.end() && it->second.second > 0)
+          return it->second.first / double(it->second.second);
+  return std::nullopt;
 }
 
 std::optional<double>
 gpipe::CostTable::lookupScaled(Operation *op, llvm::StringRef function,
                                double callsPerStep) const {
   auto name = dyn_cast<NameLoc>(op->getLoc());
-  if (!name)
+  double now = nn::analyticSeconds(op) * callsPerStep;
+  if (!name || !(now > 0))
     return std::nullopt;
-  auto it = opsByName.find(opKey(name.getName().getValue(), function,
-                                 op->getName().getStringRef()));
-  if (it == opsByName.end() || !(it->second.second > 0))
+  std::string key = opKey(name.getName().getValue(), function,
+                          op->getName().getStringRef());
+  std::optional<double> best;
+  double bestApart = 0;
+  for (const CostProfile &p : profiles) {
+    auto it = p.opsByName.find(key);
+    if (it == p.opsByName.end() || !(it->second.second > 0))
+      continue;
+    double d = apart(now, it->second.second);
+    if (!best || d < bestApart) {
+      best = it->second.first * now / it->second.second;
+      bestApart = d;
+    }
+  }
+  return best;
+}
+
+std::optional<gpipe::NodeCost>
+gpipe::CostTable::lookup(Operation *op, int64_t microbatches) const {
+  std::string sig = opSignature(op);
+  auto name = dyn_cast<NameLoc>(op->getLoc());
+  llvm::StringRef node = name ? name.getName().getValue() : "";
+  if (name)
+    for (const CostProfile &p : profiles) {
+      auto it = p.nodes.find(node);
+      auto known = p.signatureOf.find(node);
+      if (it != p.nodes.end() && known != p.signatureOf.end() &&
+          known->second == sig)
+        return it->second;
+    }
+  auto same = bySignature.find(sig);
+  if (same != bySignature.end() && same->second.second > 0) {
+    NodeCost mean = same->second.first;
+    double n = double(same->second.second);
+    mean.forward /= n;
+    mean.backward /= n;
+    mean.weight /= n;
+    mean.update /= n;
+    return mean;
+  }
+  // The node at other shapes (another micro-batch size), from the profile
+  // nearest in size, scaled by the analytic estimates.
+  const double now = nn::analyticSeconds(op) * double(microbatches);
+  const CostProfile *best = nullptr;
+  double bestApart = 0, ratio = 0;
+  for (const CostProfile &p : profiles) {
+    auto w = p.forwardEstimate.find(node);
+    if (!name || !(now > 0) || w == p.forwardEstimate.end() ||
+        !(w->second > 0) || p.microbatches <= 0 || !p.nodes.count(node))
+      continue;
+    double then = w->second * double(p.microbatches);
+    if (!best || apart(now, then) < bestApart) {
+      best = &p;
+      bestApart = apart(now, then);
+      ratio = now / then;
+    }
+  }
+  if (!best)
     return std::nullopt;
-  double estimate = nn::analyticSeconds(op) * callsPerStep;
-  if (!(estimate > 0))
-    return std::nullopt;
-  return it->second.first * estimate / it->second.second;
+  NodeCost c = best->nodes.lookup(node);
+  c.forward *= ratio;
+  c.backward *= ratio;
+  c.weight *= ratio;
+  c.update *= ratio;
+  return c;
+}
+
+std::optional<gpipe::NodeCost>
+gpipe::CostTable::lookupName(llvm::StringRef name) const {
+  for (const CostProfile &p : profiles)
+    if (auto it = p.nodes.find(name); it != p.nodes.end())
+      return it->second;
+  return std::nullopt;
 }
 
 std::optional<gpipe::CostTable> gpipe::loadCostTable(llvm::StringRef path,
@@ -112,9 +153,11 @@ std::optional<gpipe::CostTable> gpipe::loadCostTable(llvm::StringRef path,
   }
   CostTable table;
   table.path = path.str();
-  std::map<int64_t, int64_t> stepsOfStage;
-  // The forward op with the largest estimate names a node's signature.
-  llvm::StringMap<double> signatureWeight;
+  // Per stage: the counted steps and the profile of its last header.
+  std::map<int64_t, std::pair<int64_t, size_t>> stageOf;
+  // Per profile: the forward op with the largest estimate names a node's
+  // signature.
+  std::vector<llvm::StringMap<double>> signatureWeight;
   double measured = 0, estimated = 0;
   int64_t lineNo = 0, units = 0;
   auto bad = [&](const std::string &what) {
@@ -143,10 +186,21 @@ std::optional<gpipe::CostTable> gpipe::loadCostTable(llvm::StringRef path,
         return bad("stage " + std::to_string(*stage) +
                    " counted no steps (profile 2 steps or more: the first "
                    "is not counted)");
-      stepsOfStage[*stage] = *steps;
+      int64_t m = o->getInteger("microbatches").value_or(0);
+      int64_t b = o->getInteger("batch_size").value_or(0);
+      // The headers of one micro-batch size share a profile.
+      size_t p = 0;
+      while (p < table.profiles.size() &&
+             table.profiles[p].rows() != (m > 0 ? b / m : 0))
+        ++p;
+      if (p == table.profiles.size()) {
+        table.profiles.emplace_back();
+        table.profiles.back().microbatches = m;
+        table.profiles.back().batchSize = b;
+        signatureWeight.emplace_back();
+      }
+      stageOf[*stage] = {*steps, p};
       table.threads = o->getInteger("threads").value_or(0);
-      table.microbatches = o->getInteger("microbatches").value_or(0);
-      table.batchSize = o->getInteger("batch_size").value_or(0);
       table.runtimeBytes = std::max<int64_t>(
           table.runtimeBytes, o->getInteger("runtime_bytes").value_or(0));
       if (auto t = o->getString("target"))
@@ -161,16 +215,18 @@ std::optional<gpipe::CostTable> gpipe::loadCostTable(llvm::StringRef path,
     if (!stage || !seconds || !calls || !function || !ops)
       return bad("a unit needs \"stage\", \"function\", \"calls\", "
                  "\"seconds\" and \"ops\"");
-    auto steps = stepsOfStage.find(*stage);
-    if (steps == stepsOfStage.end())
+    auto of = stageOf.find(*stage);
+    if (of == stageOf.end())
       return bad("a unit of stage " + std::to_string(*stage) +
                  " before that stage's header");
     if (*function != "forward" && *function != "backward" &&
         *function != "weight" && *function != "update")
       return bad("unknown function '" + function->str() + "'");
     ++units;
-    const double perStep = *seconds / double(steps->second);
-    const double callsPerStep = double(*calls) / double(steps->second);
+    CostProfile &profile = table.profiles[of->second.second];
+    const double steps = double(of->second.first);
+    const double perStep = *seconds / steps;
+    const double callsPerStep = double(*calls) / steps;
     // The unit's time split between its ops by their estimates.
     double sum = 0;
     for (const llvm::json::Value &v : *ops)
@@ -192,43 +248,45 @@ std::optional<gpipe::CostTable> gpipe::loadCostTable(llvm::StringRef path,
         table.unattributed += share;
         continue;
       }
-      auto &[opSeconds, opCount] = table.ops[CostTable::opKey(
-          node, *function, op->getString("signature").value_or(""))];
+      llvm::StringRef signature = op->getString("signature").value_or("");
+      auto &[opSeconds, opCount] =
+          profile.ops[CostTable::opKey(node, *function, signature)];
       opSeconds += share;
       ++opCount;
-      auto &[kindSeconds, kindEstimate] = table.opsByName[CostTable::opKey(
+      auto &[kindSeconds, kindEstimate] = profile.opsByName[CostTable::opKey(
           node, *function, op->getString("op").value_or(""))];
       kindSeconds += share;
       kindEstimate += estimate * callsPerStep;
-      NodeCost &c = table.nodes[node];
+      NodeCost &c = profile.nodes[node];
       (*function == "forward"    ? c.forward
        : *function == "backward" ? c.backward
        : *function == "weight"   ? c.weight
                                  : c.update) += share;
       if (*function == "forward") {
-        double &w = signatureWeight[node];
-        if (!table.signatureOf.count(node) || estimate > w) {
+        double &w = signatureWeight[of->second.second][node];
+        if (!profile.signatureOf.count(node) || estimate > w) {
           w = estimate;
-          table.signatureOf[node] = op->getString("signature").value_or("").str();
-          table.forwardEstimate[node] = estimate;
+          profile.signatureOf[node] = signature.str();
+          profile.forwardEstimate[node] = estimate;
         }
       }
     }
   }
-  if (stepsOfStage.empty())
+  if (stageOf.empty())
     return bad("no profile header (write cost tables with gpipe-run "
                "--profile FILE of a gpipe-compile --profile build)");
   if (units == 0)
     return bad("no timed units");
   if (measured > 0 && estimated > 0)
     table.scale = measured / estimated;
-  for (auto &entry : table.nodes) {
-    auto sig = table.signatureOf.find(entry.getKey());
-    if (sig == table.signatureOf.end() || sig->second.empty())
-      continue;
-    auto &[cost, count] = table.bySignature[sig->second];
-    cost += entry.getValue();
-    ++count;
-  }
+  for (const CostProfile &p : table.profiles)
+    for (auto &entry : p.nodes) {
+      auto sig = p.signatureOf.find(entry.getKey());
+      if (sig == p.signatureOf.end() || sig->second.empty())
+        continue;
+      auto &[cost, count] = table.bySignature[sig->second];
+      cost += entry.getValue();
+      ++count;
+    }
   return table;
 }

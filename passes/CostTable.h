@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace gpipe {
 
@@ -30,32 +31,38 @@ struct NodeCost {
   }
 };
 
+/// One profiled program's measurements (every stage of it): the ops at one
+/// micro-batch size.
+struct CostProfile {
+  int64_t microbatches = 0, batchSize = 0;
+  int64_t rows() const { return microbatches > 0 ? batchSize / microbatches : 0; }
+  /// By node (or parameter) name: seconds per step.
+  llvm::StringMap<NodeCost> nodes;
+  /// A node's forward signature ("nn.gemm(tensor<...>, ...) -> ...") and
+  /// its analytic seconds per call: the forward op of the largest estimate.
+  llvm::StringMap<std::string> signatureOf;
+  llvm::StringMap<double> forwardEstimate;
+  /// Per op, keyed by opKey(node, function, signature): the seconds per
+  /// step of the ops with that key, and how many there were (a node's
+  /// backward may hold two alike GEMMs).
+  llvm::StringMap<std::pair<double, int64_t>> ops;
+  /// Per op kind of a node, keyed by opKey(node, function, op name): the
+  /// seconds per step and the analytic estimate per step of those ops.
+  llvm::StringMap<std::pair<double, double>> opsByName;
+};
+
+/// A cost table: one or more profiles (of one model at several micro-batch
+/// sizes, or of several models), read back per node and per op.
 struct CostTable {
   std::string path;
   std::string target; // "cpu"
-  int64_t threads = 0, microbatches = 0, batchSize = 0;
-  /// By node (or parameter) name.
-  llvm::StringMap<NodeCost> nodes;
-  /// A node's forward signature ("nn.gemm(tensor<...>, ...) -> ..."), for
-  /// reuse across models: the mean cost of the nodes of that signature.
-  llvm::StringMap<std::string> signatureOf;
+  int64_t threads = 0;
+  /// One per micro-batch size (batch_size / microbatches) of the headers,
+  /// in the order the table first has them.
+  std::vector<CostProfile> profiles;
+  /// Per forward signature: the summed cost of the nodes with it and how
+  /// many there are (for models that share ops but not names).
   llvm::StringMap<std::pair<NodeCost, int64_t>> bySignature;
-  /// Per op of the profiled program, keyed by opKey(node, function,
-  /// signature): the seconds per step of the ops with that key, and how many
-  /// there were (a node's backward may hold two alike GEMMs).
-  llvm::StringMap<std::pair<double, int64_t>> ops;
-  static std::string opKey(llvm::StringRef node, llvm::StringRef function,
-                           llvm::StringRef signature) {
-    return (node + "\x1f" + function + "\x1f" + signature).str();
-  }
-  /// The seconds per step of one op like `op` (its node, its signature) in
-  /// `function` ("forward", "backward", "weight", "update"), or nullopt.
-  std::optional<double> lookupOp(mlir::Operation *op,
-                                 llvm::StringRef function) const;
-  /// The same for an op of `node` with `signature` as the table wrote it.
-  std::optional<double> lookupOp(llvm::StringRef node,
-                                 llvm::StringRef function,
-                                 llvm::StringRef signature) const;
   /// Measured over analytic seconds, over every timed op with an estimate:
   /// what an op the table lacks is predicted with.
   double scale = 1.0;
@@ -64,32 +71,39 @@ struct CostTable {
   /// The profiled programs' largest resident memory besides their arena
   /// (0: not in the table).
   int64_t runtimeBytes = 0;
-  /// Per op kind of a node, keyed by opKey(node, function, op name): the
-  /// seconds per step and the analytic estimate per step of those ops, for
-  /// ops at other shapes (another M): the seconds scaled by the estimates.
-  llvm::StringMap<std::pair<double, double>> opsByName;
-  /// The seconds per step of `op` in `function` from the table's ops of the
-  /// same node and op name at other shapes, run `callsPerStep` times.
+
+  static std::string opKey(llvm::StringRef node, llvm::StringRef function,
+                           llvm::StringRef signature) {
+    return (node + "\x1f" + function + "\x1f" + signature).str();
+  }
+  /// The seconds per step of one op like `op` (its node, its signature) in
+  /// `function` ("forward", "backward", "weight", "update") of a program
+  /// with micro-batches of `rows` samples (the profile of that size first:
+  /// an op whose shapes do not depend on it runs once per micro-batch), or
+  /// nullopt.
+  std::optional<double> lookupOp(mlir::Operation *op, llvm::StringRef function,
+                                 int64_t rows) const;
+  /// The same for an op of `node` with `signature` as the table wrote it.
+  std::optional<double> lookupOp(llvm::StringRef node,
+                                 llvm::StringRef function,
+                                 llvm::StringRef signature,
+                                 int64_t rows) const;
+  /// The seconds per step of `op` in `function`, run `callsPerStep` times,
+  /// from the profile whose ops of the same node and op name are nearest in
+  /// size (analytic estimate), scaled by the estimates: ops at another M.
   std::optional<double> lookupScaled(mlir::Operation *op,
                                      llvm::StringRef function,
                                      double callsPerStep) const;
-
-  /// The analytic seconds of each node's forward op that names its
-  /// signature (per call).
-  llvm::StringMap<double> forwardEstimate;
-
   /// The measured cost per step of the node that `op` (a forward op of the
   /// training step, run `microbatches` times a step) comes from: by its name
-  /// when the table's signature for that name is `op`'s, else the mean of
-  /// the table's nodes with `op`'s signature, else by its name at other
-  /// shapes, scaled by the analytic estimates.
+  /// when a profile's signature for that name is `op`'s, else the mean of
+  /// the table's nodes with `op`'s signature, else by its name in the
+  /// profile nearest in size, scaled by the analytic estimates.
   std::optional<NodeCost> lookup(mlir::Operation *op,
                                  int64_t microbatches) const;
-  /// Seconds per step of the samples of one micro-batch in the table
-  /// (batchSize / microbatches rows).
-  int64_t microbatchRows() const {
-    return microbatches > 0 ? batchSize / microbatches : 0;
-  }
+  /// What the table has under `name` (a parameter's update) in its first
+  /// profile that has it.
+  std::optional<NodeCost> lookupName(llvm::StringRef name) const;
 };
 
 /// Reads a cost table (JSON lines: per stage a header, then one line per

@@ -104,16 +104,20 @@ PartitionPass::measuredCosts(func::FuncOp func,
     auto name = param ? dyn_cast<NameLoc>(param->getLoc()) : NameLoc();
     if (!name)
       continue;
-    auto it = table->nodes.find(name.getName().getValue());
-    if (it == table->nodes.end())
+    std::optional<NodeCost> c = table->lookupName(name.getName().getValue());
+    if (!c)
       continue;
     std::optional<size_t> first;
     for (Operation *user : param->getUsers())
       if (auto at = unitOf.find(user); at != unitOf.end())
         first = first ? std::min(*first, at->second) : at->second;
     if (first)
-      cost[*first] += it->second.total();
+      cost[*first] += c->total();
   }
+  if (getenv("GPIPE_DEBUG_COSTS"))
+    for (auto [u, unit] : llvm::enumerate(units))
+      llvm::errs() << "unit " << u << " " << unit.front()->getName() << " "
+                   << unit.front()->getLoc() << " " << cost[u] * 1e3 << "\n";
   return success();
 }
 

@@ -22,28 +22,29 @@ using namespace mlir;
 namespace gpipe::driver {
 namespace {
 
-/// The step time of `table` (K stages, M micro-batches, V chunks) when each
-/// stage's actions take `perStage[s]` = {forward, backward, weight, update}
-/// seconds per step in all (a forward of one chunk and micro-batch: a 1/(MV)
-/// share) and transfers take no time: every stage runs its actions in order,
-/// each as soon as the one before it and its input (the previous piece's
-/// forward, the next piece's backward) are done. Infinity for a deadlock.
+/// The step time of `table` (K stages, M micro-batches, V chunks) when
+/// chunk c of stage s takes `perChunk[s][c]` = {forward, backward, weight,
+/// update} seconds per step in all (one forward of it: a 1/M share) and
+/// transfers take no time: every stage runs its actions in order, each as
+/// soon as the one before it and its input (the previous piece's forward,
+/// the next piece's backward) are done. Infinity for a deadlock.
 double simulateStep(const schedules::Schedule &sched,
                     const schedules::Table &table, int64_t k, int64_t m,
-                    int64_t v, llvm::ArrayRef<std::array<double, 4>> perStage,
+                    int64_t v,
+                    llvm::ArrayRef<std::vector<std::array<double, 4>>> perChunk,
                     bool weightActions) {
   const int64_t pieces = k * v;
   std::vector<std::vector<double>> fDone(pieces, std::vector<double>(m, -1)),
       bDone(pieces, std::vector<double>(m, -1));
   std::vector<size_t> next(k, 0);
   std::vector<double> clock(k, 0);
-  const double share = 1.0 / double(m * v);
+  const double share = 1.0 / double(m);
   for (bool progress = true; progress;) {
     progress = false;
     for (int64_t s = 0; s < k; ++s) {
-      const auto &t = perStage[s];
       while (next[s] < table[s].size()) {
         pipeline::ActionAttr a = table[s][next[s]];
+        const std::array<double, 4> &t = perChunk[s][a.getChunk()];
         int64_t piece = sched.virtualStage(k, v, s, a.getChunk());
         int64_t mb = a.getMicrobatch().value_or(0);
         double ready = clock[s], cost = 0;
@@ -67,8 +68,9 @@ double simulateStep(const schedules::Schedule &sched,
         case pipeline::Phase::Weight:
           cost = t[2] * share;
           break;
-        case pipeline::Phase::Update:
-          cost = t[3] + (weightActions ? 0.0 : t[2]);
+        case pipeline::Phase::Update: // every chunk's
+          for (const std::array<double, 4> &c : perChunk[s])
+            cost += c[3] + (weightActions ? 0.0 : c[2]);
           break;
         }
         clock[s] = ready + cost;
@@ -114,7 +116,7 @@ void plan(ModuleOp imported, const CompileOptions &c,
     return;
   }
   std::vector<std::string> taken;
-  std::vector<std::array<double, 4>> perStage;
+  std::vector<std::vector<std::array<double, 4>>> perChunk;
   for (int64_t s = 0; s < c.stages; ++s) {
     EmitOptions eo;
     eo.cuda = c.target == "cuda";
@@ -127,9 +129,17 @@ void plan(ModuleOp imported, const CompileOptions &c,
       return;
     }
     const std::vector<double> &t = st->predictedSeconds;
-    perStage.push_back({t[0], t[1], t[2], t[3]});
+    perChunk.push_back(st->predictedChunkSeconds);
     cand.stageSeconds.push_back(t[0] + t[1] + t[2] + t[3]);
-    cand.stagePeakBytes.push_back(st->memory.arenaBytes + runtimeBytes);
+    // The CPU runtime's buffer for buffered sends (1F1B and later): two
+    // steps of the stage's sends (transport.cpp).
+    int64_t sendBuffer = 0;
+    if (st->bufferedSends && !eo.cuda && c.stages > 1)
+      for (const EmittedTransfer &t : st->transfers)
+        if (t.isSend)
+          sendBuffer += 2 * t.bytes * c.microbatches;
+    cand.stagePeakBytes.push_back(st->memory.arenaBytes + runtimeBytes +
+                                  sendBuffer);
   }
   const schedules::Schedule *sched = schedules::lookup(c.schedule);
   schedules::Table table =
@@ -140,7 +150,7 @@ void plan(ModuleOp imported, const CompileOptions &c,
     });
   });
   cand.stepSeconds = simulateStep(*sched, table, c.stages, c.microbatches,
-                                  c.virtualStages, perStage, weightActions);
+                                  c.virtualStages, perChunk, weightActions);
   if (budget > 0)
     for (auto [s, bytes] : llvm::enumerate(cand.stagePeakBytes))
       if (bytes > budget) {

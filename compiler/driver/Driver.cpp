@@ -176,7 +176,7 @@ int gpipe::compile(const CompileOptions &options) {
     std::string err;
     costs = loadCostTable(o.costs, err);
     if (!costs) {
-      errorLine() << err << "\n";
+      errorLine() << "--costs: " << err << "\n";
       return 1;
     }
   }
