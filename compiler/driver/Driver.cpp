@@ -195,8 +195,10 @@ int gpipe::compile(const CompileOptions &options) {
     const int64_t runtimeBytes = costs && costs->runtimeBytes > 0
                                      ? costs->runtimeBytes
                                      : driver::kDefaultRuntimeBytes;
-    if (o.explain)
+    if (o.explain) {
       driver::explainChoice(*chosen, o, runtimeBytes);
+      llvm::outs().flush();
+    }
     int64_t peak = *std::max_element(best.stagePeakBytes.begin(),
                                      best.stagePeakBytes.end());
     llvm::errs() << "gpipe-compile: --auto: --microbatches "
