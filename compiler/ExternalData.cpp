@@ -46,9 +46,10 @@ bool gpipe::checkExternalDataLocation(const onnx::TensorProto &tensor,
   return true;
 }
 
-bool gpipe::readExternalData(const onnx::TensorProto &tensor,
-                             const std::string &modelDir, std::string &bytes,
-                             std::string &err) {
+bool gpipe::locateExternalData(const onnx::TensorProto &tensor,
+                               const std::string &modelDir, std::string &file,
+                               int64_t &offsetOut, int64_t &lengthOut,
+                               std::string &err) {
   std::string location;
   long long offset = 0, length = -1;
   for (const auto &kv : tensor.external_data()) {
@@ -74,7 +75,7 @@ bool gpipe::readExternalData(const onnx::TensorProto &tensor,
   }
   if (!checkExternalDataLocation(tensor, modelDir, err))
     return false;
-  std::string file = modelDir.empty() ? location : modelDir + "/" + location;
+  file = modelDir.empty() ? location : modelDir + "/" + location;
   std::ifstream in(file, std::ios::binary);
   if (!in) {
     err = "tensor '" + tensor.name() +
@@ -89,6 +90,24 @@ bool gpipe::readExternalData(const onnx::TensorProto &tensor,
     err = "tensor '" + tensor.name() + "': external data '" + file +
           "' is too short (" + std::to_string(size) + " bytes, need " +
           std::to_string(offset + length) + ")";
+    return false;
+  }
+  offsetOut = offset;
+  lengthOut = length;
+  return true;
+}
+
+bool gpipe::readExternalData(const onnx::TensorProto &tensor,
+                             const std::string &modelDir, std::string &bytes,
+                             std::string &err) {
+  std::string file;
+  int64_t offset = 0, length = 0;
+  if (!locateExternalData(tensor, modelDir, file, offset, length, err))
+    return false;
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    err = "tensor '" + tensor.name() +
+          "': cannot open its external data file '" + file + "'";
     return false;
   }
   bytes.assign(static_cast<size_t>(length), '\0');

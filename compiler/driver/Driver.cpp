@@ -363,8 +363,15 @@ int gpipe::compile(const CompileOptions &options) {
         if (ip.name == p.name)
           src = &ip;
       std::string err;
-      if (!src || !npyWriteF32(weights + "/" + p.file, src->data.data(),
-                               p.shape.data(), p.shape.size(), err)) {
+      // A parameter left in external data goes from that file to its
+      // weight file a piece at a time.
+      if (!src ||
+          !(src->externalFile.empty()
+                ? npyWriteF32(weights + "/" + p.file, src->data.data(),
+                              p.shape.data(), p.shape.size(), err)
+                : npyWriteF32FromFile(weights + "/" + p.file, p.shape.data(),
+                                      p.shape.size(), src->externalFile,
+                                      src->externalOffset, err))) {
         errorLine() << "cannot write the weights of '" << p.name << "': " << err
                     << "\n";
         return cleanupAndFail();

@@ -106,7 +106,8 @@ FailureOr<Value> ImportContext::valueOf(const onnx::NodeProto &node,
   const std::string &name = node.input(index);
   if (auto it = values.find(name); it != values.end())
     return it->second;
-  const ConstTensor *c = constOf(name);
+  const ConstTensor *c =
+      isParameter(name) ? declaredOf(name) : constOf(name);
   if (!c)
     return nodeError(node) << "input '" << name << "' is never defined",
            failure();
@@ -124,7 +125,8 @@ FailureOr<Value> ImportContext::valueOf(const onnx::NodeProto &node,
                             state ? declare.getUnitAttr() : UnitAttr(),
                             frozen ? declare.getUnitAttr() : UnitAttr());
     v = nn::ParamOp::create(builder, loc, f32(c->shape), name);
-    params.push_back({name, c->shape, c->f, state, frozen});
+    params.push_back({name, c->shape, c->f, c->externalFile,
+                      c->externalOffset, state, frozen});
   } else if (c->isFloat) {
     auto type = f32(c->shape);
     v = nn::ConstantOp::create(
@@ -206,6 +208,31 @@ Value ImportContext::f32Scalar(float value, Location loc) {
   return nn::ConstantOp::create(
       builder, loc,
       DenseElementsAttr::get(f32({}), llvm::ArrayRef<float>(value)));
+}
+
+const ConstTensor *ImportContext::constOf(const std::string &name) const {
+  auto it = consts.find(name);
+  if (it == consts.end())
+    return nullptr;
+  ConstTensor &c = it->second;
+  if (c.external) {
+    // Checked when the initializer was declared (location, length); a
+    // failure now is an I/O error, reported where the value is missing.
+    std::string raw, err;
+    if (!readExternalData(*c.external,
+                          llvm::sys::path::parent_path(path).str(), raw, err) ||
+        static_cast<int64_t>(raw.size()) != c.numElements() * 4) {
+      mlir::emitError(fileLoc) << (err.empty() ? "tensor '" + name +
+                                                     "': short external data"
+                                               : err);
+      return nullptr;
+    }
+    c.f.resize(static_cast<size_t>(c.numElements()));
+    std::memcpy(c.f.data(), raw.data(), raw.size());
+    c.external = nullptr;
+    c.externalFile.clear();
+  }
+  return &c;
 }
 
 FailureOr<ConstTensor> ImportContext::readTensor(const onnx::TensorProto &t,

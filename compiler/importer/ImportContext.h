@@ -27,6 +27,11 @@ struct ConstTensor {
   bool isFloat = false;
   std::vector<float> f;
   std::vector<int64_t> i;
+  // A large float32 initializer stored as external data, not read yet:
+  // `f` is empty until constOf needs its values; a parameter's never are.
+  const onnx::TensorProto *external = nullptr;
+  std::string externalFile;
+  int64_t externalOffset = 0;
   int64_t numElements() const {
     return std::accumulate(shape.begin(), shape.end(), int64_t(1),
                            std::multiplies<int64_t>());
@@ -120,8 +125,11 @@ public:
     values[node.output(index)] = v;
   }
 
-  /// The compile-time value named `name`, or null.
-  const ConstTensor *constOf(const std::string &name) const {
+  /// The compile-time value named `name` (its values read now if they
+  /// were left in external data), or null.
+  const ConstTensor *constOf(const std::string &name) const;
+  /// The same without reading external data: the shape and kind only.
+  const ConstTensor *declaredOf(const std::string &name) const {
     auto it = consts.find(name);
     return it == consts.end() ? nullptr : &it->second;
   }
@@ -141,7 +149,7 @@ public:
   }
   /// A float initializer that is trained (not one of the untrained buffers).
   bool isParameter(const std::string &name) const {
-    const ConstTensor *c = constOf(name);
+    const ConstTensor *c = declaredOf(name);
     return c && c->isFloat && initializerNames.contains(name) &&
            !untrained.contains(name);
   }
@@ -166,7 +174,8 @@ protected:
   int64_t exportedBatch = 0;
   uint64_t seed = 0;
   int64_t batch = 0;
-  std::map<std::string, ConstTensor> consts;
+  // Mutable: constOf reads external data on first use.
+  mutable std::map<std::string, ConstTensor> consts;
   std::map<std::string, mlir::Value> values;
   /// Sequence values (SplitToSequence), read by SequenceAt.
   std::map<std::string, std::vector<mlir::Value>> sequences;

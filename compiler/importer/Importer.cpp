@@ -14,6 +14,7 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Regex.h"
 
@@ -429,8 +430,46 @@ LogicalResult Importer::fixBatch() {
 // Initializers and nodes
 //===----------------------------------------------------------------------===//
 
+std::optional<LogicalResult>
+Importer::declareExternal(const onnx::TensorProto &init) {
+  if (init.data_location() != onnx::TensorProto::EXTERNAL ||
+      init.data_type() != onnx::TensorProto::FLOAT)
+    return std::nullopt;
+  ConstTensor c;
+  c.isFloat = true;
+  for (int64_t d : init.dims())
+    c.shape.push_back(d);
+  if (c.numElements() < 4096)
+    return std::nullopt;
+  std::string file, err;
+  int64_t offset = 0, length = 0;
+  if (!locateExternalData(init, llvm::sys::path::parent_path(path).str(), file,
+                          offset, length, err))
+    return LogicalResult(fileError() << err);
+  if (length != c.numElements() * 4)
+    return LogicalResult(fileError()
+                         << "tensor '" << init.name() << "' has "
+                         << length / 4 << " values for its shape "
+                         << shapeStr(c.shape));
+  llvm::SmallString<256> abs(file);
+  llvm::sys::fs::make_absolute(abs);
+  c.external = &init;
+  c.externalFile = abs.str().str();
+  c.externalOffset = offset;
+  consts[init.name()] = std::move(c);
+  return success();
+}
+
 LogicalResult Importer::loadInitializers() {
   for (const auto &init : model.graph().initializer()) {
+    // A large float32 tensor in external data is only declared here: a
+    // parameter's values go from that file to its weight file, a piece at a
+    // time, never all in memory (constOf reads a constant's when needed).
+    if (auto lazy = declareExternal(init)) {
+      if (failed(*lazy))
+        return failure();
+      continue;
+    }
     FailureOr<ConstTensor> c = readTensor(init);
     if (failed(c))
       return failure();

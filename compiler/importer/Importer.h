@@ -39,6 +39,11 @@ private:
   mlir::LogicalResult checkAndConvert();
   mlir::LogicalResult fixBatch();
   mlir::LogicalResult loadInitializers();
+  /// For a float32 initializer of 4096 elements or more in external data:
+  /// declares it (shape, file, offset) without reading its values, or fails
+  /// naming the tensor; nullopt for any other initializer.
+  std::optional<mlir::LogicalResult>
+  declareExternal(const onnx::TensorProto &init);
   mlir::LogicalResult importGraph();
   mlir::LogicalResult importNode(const onnx::NodeProto &node);
   mlir::LogicalResult checkInferredShape(const onnx::NodeProto &node,

@@ -31,7 +31,12 @@ struct ImportOptions {
 struct ImportedParam {
   std::string name;
   std::vector<int64_t> shape;
-  std::vector<float> data;
+  std::vector<float> data; // empty when `externalFile` holds it
+  // A float32 initializer stored as external data: its bytes are at
+  // `externalOffset` of `externalFile` and were never read (gpipe-compile
+  // copies them into the weight file a piece at a time).
+  std::string externalFile;
+  int64_t externalOffset = 0;
   bool state = false;
   bool frozen = false; // --freeze: not trained, saved unchanged
 };

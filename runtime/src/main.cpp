@@ -371,6 +371,13 @@ private:
   /// (ctx->step during the update), as torch.optim does.
   int runUpdate(gp_step_ctx &ctx);
   int loadParams();
+  /// Copies `f`'s data to `dst` in the arena piece by piece, dropping each
+  /// piece's mapped pages once copied.
+  bool uploadReleasing(unsigned char *dst, const NpyFile &f, std::string &err);
+  /// `elements` floats of the arena at `offset` readable on the host: the
+  /// arena itself on the CPU target, else a copy in `host`.
+  const float *hostView(int64_t offset, int64_t elements,
+                        std::vector<float> &host, std::string &err);
   int loadCheckpoint();
   int saveCheckpoint(int64_t step);
   int writeParams();
@@ -555,6 +562,34 @@ int StageRun::sameSamplesAsOtherStages(const std::vector<InputData> &inputs,
   return 0;
 }
 
+bool StageRun::uploadReleasing(unsigned char *dst, const NpyFile &f,
+                               std::string &err) {
+  // 16 MiB at a time, each piece's mapped pages dropped once copied: the
+  // file is never resident whole beside the arena (the largest parameter
+  // would otherwise add its size to the stage's peak memory).
+  constexpr int64_t kPiece = 16 << 20;
+  for (int64_t at = 0; at < f.dataBytes(); at += kPiece) {
+    int64_t n = std::min(kPiece, f.dataBytes() - at);
+    if (!deviceUpload(dst + at, f.data() + at, n, err))
+      return false;
+    f.release(at, at + n);
+  }
+  return true;
+}
+
+const float *StageRun::hostView(int64_t offset, int64_t elements,
+                                std::vector<float> &host, std::string &err) {
+  // The CPU target's arena is host memory: no copy (a copy of the largest
+  // parameter would add its size to the stage's peak memory).
+  if (program_->target == GP_TARGET_CPU)
+    return reinterpret_cast<const float *>(arena_ + offset);
+  host.resize(static_cast<size_t>(elements));
+  if (!deviceDownload(host.data(), arena_ + offset,
+                      elements * static_cast<int64_t>(sizeof(float)), err))
+    return nullptr;
+  return host.data();
+}
+
 int StageRun::loadParams() {
   for (int32_t i = 0; i < program_->num_params; ++i) {
     const gp_tensor_desc &d = program_->params[i];
@@ -571,7 +606,7 @@ int StageRun::loadParams() {
                    shapeToString(d.shape, static_cast<size_t>(d.rank)) +
                    " for parameter '" + d.name + "', found " +
                    shapeToString(f.shape()));
-    if (!deviceUpload(arena_ + d.offset, f.data(), f.dataBytes(), err))
+    if (!uploadReleasing(arena_ + d.offset, f, err))
       return error("loading " + path + ": " + err);
   }
   return 0;
@@ -587,19 +622,16 @@ int StageRun::writeParams() {
   for (int32_t i = 0; i < program_->num_params; ++i) {
     const gp_tensor_desc &d = program_->params[i];
     std::string path = joinPath(opt_.weightsOut, d.file);
-    host.resize(static_cast<size_t>(numElements(d)));
     std::string err;
-    if (!deviceDownload(host.data(), arena_ + d.offset,
-                        numElements(d) * static_cast<int64_t>(sizeof(float)),
-                        err))
+    const float *values = hostView(d.offset, numElements(d), host, err);
+    if (!values)
       return error("reading parameter '" + std::string(d.name) + "': " + err);
     // The file name may contain directories of its own.
     std::filesystem::create_directories(
         std::filesystem::path(path).parent_path(), ec);
     if (ec)
       return error("cannot create directory for " + path + ": " + ec.message());
-    if (!npyWriteF32(path, host.data(), d.shape, static_cast<size_t>(d.rank),
-                     err))
+    if (!npyWriteF32(path, values, d.shape, static_cast<size_t>(d.rank), err))
       return error(err);
   }
   return 0;
@@ -809,12 +841,9 @@ int StageRun::saveCheckpoint(int64_t step) {
     t.file = sub + "/" +
              (slot.empty() ? std::string(d.file) : stateFileName(d.file, slot));
     t.shape.assign(d.shape, d.shape + d.rank);
-    host.resize(static_cast<size_t>(numElements(d)));
-    if (!deviceDownload(host.data(), arena_ + offset,
-                        numElements(d) * static_cast<int64_t>(sizeof(float)),
-                        err) ||
-        !npyWriteF32(tmp + "/" + t.file, host.data(), d.shape,
-                     static_cast<size_t>(d.rank), err))
+    const float *values = hostView(offset, numElements(d), host, err);
+    if (!values || !npyWriteF32(tmp + "/" + t.file, values, d.shape,
+                                static_cast<size_t>(d.rank), err))
       return false;
     tensors.push_back(std::move(t));
     return true;
@@ -909,7 +938,7 @@ int StageRun::loadCheckpoint() {
       return mismatch(file + " has shape " + shapeToString(f.shape()) +
                       ", its manifest says " + shapeToString(shape)),
              1;
-    if (!deviceUpload(arena_ + offset, f.data(), f.dataBytes(), err))
+    if (!uploadReleasing(arena_ + offset, f, err))
       return error("loading " + file + ": " + err), 1;
     return 0;
   };

@@ -6,6 +6,9 @@
 #include <cstring>
 #include <fcntl.h>
 #include <limits>
+#include <algorithm>
+#include <functional>
+#include <vector>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -322,8 +325,24 @@ bool NpyFile::open(const std::string &path, gp_dtype expected,
   return true;
 }
 
-bool npyWriteF32(const std::string &path, const float *data,
-                 const int64_t *shape, size_t rank, std::string &err) {
+void NpyFile::release(int64_t begin, int64_t end) const {
+  static const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  // Whole pages inside the range only.
+  size_t from = dataOffset_ + static_cast<size_t>(begin);
+  size_t to = dataOffset_ + static_cast<size_t>(end);
+  from = (from + page - 1) / page * page;
+  to = to / page * page;
+  if (map_ && to > from)
+    ::madvise(map_ + from, to - from, MADV_DONTNEED);
+}
+
+namespace {
+
+/// Writes the .npy header for `shape`, then the data `copy` writes to the
+/// file (returning false with errno set on failure), atomically.
+bool npyWriteWith(const std::string &path, const int64_t *shape, size_t rank,
+                  const std::function<bool(FILE *, size_t)> &copy,
+                  std::string &err) {
   int64_t elems = 1;
   for (size_t i = 0; i < rank; ++i)
     elems *= shape[i];
@@ -354,10 +373,11 @@ bool npyWriteF32(const std::string &path, const float *data,
     return false;
   }
   size_t bytes = static_cast<size_t>(elems) * sizeof(float);
+  errno = 0;
   bool ok = std::fwrite(prefix, 1, sizeof(prefix), f) == sizeof(prefix) &&
             std::fwrite(dict.data(), 1, dict.size(), f) == dict.size() &&
-            (bytes == 0 || std::fwrite(data, 1, bytes, f) == bytes) &&
-            std::fflush(f) == 0 && fsync(fileno(f)) == 0;
+            (bytes == 0 || copy(f, bytes)) && std::fflush(f) == 0 &&
+            fsync(fileno(f)) == 0;
   int e = errno;
   if (std::fclose(f) != 0 && ok) {
     ok = false;
@@ -365,7 +385,8 @@ bool npyWriteF32(const std::string &path, const float *data,
   }
   if (!ok) {
     std::remove(tmp.c_str());
-    err = "cannot write " + tmp + ": " + std::strerror(e);
+    if (err.empty())
+      err = "cannot write " + tmp + ": " + std::strerror(e);
     return false;
   }
   // rename() is atomic: readers see either the old file or the complete new.
@@ -376,6 +397,51 @@ bool npyWriteF32(const std::string &path, const float *data,
     return false;
   }
   return true;
+}
+
+} // namespace
+
+bool npyWriteF32(const std::string &path, const float *data,
+                 const int64_t *shape, size_t rank, std::string &err) {
+  return npyWriteWith(
+      path, shape, rank,
+      [&](FILE *f, size_t bytes) {
+        return std::fwrite(data, 1, bytes, f) == bytes;
+      },
+      err);
+}
+
+bool npyWriteF32FromFile(const std::string &path, const int64_t *shape,
+                         size_t rank, const std::string &source,
+                         int64_t offset, std::string &err) {
+  int fd = ::open(source.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    err = "cannot open " + source + ": " + std::strerror(errno);
+    return false;
+  }
+  std::vector<char> piece(16 << 20);
+  bool ok = npyWriteWith(
+      path, shape, rank,
+      [&](FILE *f, size_t bytes) {
+        for (size_t done = 0; done < bytes;) {
+          size_t n = std::min(piece.size(), bytes - done);
+          ssize_t got = ::pread(fd, piece.data(), n,
+                                static_cast<off_t>(offset) + off_t(done));
+          if (got <= 0) {
+            err = source + ": " +
+                  (got == 0 ? std::string("ends before the tensor's data")
+                            : std::string(std::strerror(errno)));
+            return false;
+          }
+          if (std::fwrite(piece.data(), 1, size_t(got), f) != size_t(got))
+            return false;
+          done += size_t(got);
+        }
+        return true;
+      },
+      err);
+  ::close(fd);
+  return ok;
 }
 
 } // namespace gpipe

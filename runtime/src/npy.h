@@ -54,6 +54,10 @@ public:
   /// Start of the element data (C order, little-endian).
   const unsigned char *data() const { return map_ + dataOffset_; }
   int64_t dataBytes() const { return dataBytes_; }
+  /// Drops the mapped pages of data bytes [begin, end) from the process's
+  /// resident memory (they are read again from the file if touched): a
+  /// large file copied piece by piece then never stays resident whole.
+  void release(int64_t begin, int64_t end) const;
 
 private:
   void reset();
@@ -69,6 +73,13 @@ private:
 /// Writes a v1.0 '<f4' .npy file atomically (PATH.tmp, then rename).
 bool npyWriteF32(const std::string &path, const float *data,
                  const int64_t *shape, size_t rank, std::string &err);
+
+/// The same with the data copied from `length` bytes at `offset` of the
+/// file `source` (ONNX external data) a piece at a time: the tensor is never
+/// in memory whole. A source shorter than the shape needs is an error.
+bool npyWriteF32FromFile(const std::string &path, const int64_t *shape,
+                         size_t rank, const std::string &source,
+                         int64_t offset, std::string &err);
 
 } // namespace gpipe
 
