@@ -29,6 +29,7 @@ Usage:
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -98,15 +99,25 @@ def make_data(kind, samples, seed=0):
 
 
 def run(cmd, env=None, log=None):
-    t0 = time.monotonic()
+    """Runs `cmd`; returns its combined output."""
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    text = p.stdout.decode(errors="replace")
     if log:
         with open(log, "a") as f:
-            f.write("$ %s\n%s\n" % (" ".join(cmd), p.stdout.decode(errors="replace")))
+            f.write("$ %s\n%s\n" % (" ".join(cmd), text))
     if p.returncode != 0:
-        raise SystemExit("failed (%d): %s\n%s" % (p.returncode, " ".join(cmd),
-                                                   p.stdout.decode(errors="replace")[-3000:]))
-    return time.monotonic() - t0
+        raise SystemExit("failed (%d): %s\n%s" % (p.returncode, " ".join(cmd), text[-3000:]))
+    return text
+
+
+# gpipe-run's stage report row: stage, step ms, compute ms, wait ms, wait %, peak RSS MiB, ...
+REPORT_ROW = re.compile(r"^\s+(\d+)\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+%\s+([\d.]+)\s")
+
+
+def peak_rss(output):
+    """{stage: peak RSS MiB} from gpipe-run's stage report."""
+    return {int(m.group(1)): float(m.group(2))
+            for m in (REPORT_ROW.match(l) for l in output.splitlines()) if m}
 
 
 def stage_compute(trace_path, warmup):
@@ -155,7 +166,7 @@ def bench_model(a, name, out_lines):
     common = ["--batch-size", str(batch), "--microbatches", str(a.microbatches),
               "--remat", a.remat] + OPTIMIZER.get(name, [])
     env = env_for(1)
-    t_prof = run([gc, onnx_path, "-o", os.path.join(wd, "prof"), "--stages",
+    run([gc, onnx_path, "-o", os.path.join(wd, "prof"), "--stages",
                   str(a.profile_stages), "--profile"] + common, log=log)
     costs = os.path.join(wd, "costs.jsonl")
     run([gr, os.path.join(wd, "prof"), "--data", ddir, "--steps", str(a.profile_steps),
@@ -167,6 +178,7 @@ def bench_model(a, name, out_lines):
     pj = {k: json.load(open(os.path.join(p, "pipeline.json"))) for k, p in progs.items()}
     measured = {k: {} for k in progs}
     steps = {k: [] for k in progs}
+    peaks = {k: {} for k in progs}
     order = list(progs)
     for r in range(a.repeat):
         for k in (order if r % 2 == 0 else order[::-1]):
@@ -174,12 +186,15 @@ def bench_model(a, name, out_lines):
             lj = os.path.join(wd, "log_%s_%d.jsonl" % (k, r))
             if os.path.exists(lj):
                 os.remove(lj)
-            run([gr, progs[k], "--data", ddir, "--steps", str(a.warmup + a.steps),
-                 "--threads", "1", "--trace", trace, "--log-json", lj, "-q"], env=env, log=log)
+            output = run([gr, progs[k], "--data", ddir, "--steps", str(a.warmup + a.steps),
+                          "--threads", "1", "--trace", trace, "--log-json", lj,
+                          "--log-every", "1000000"], env=env, log=log)
+            for s, mib in peak_rss(output).items():
+                peaks[k][s] = max(peaks[k].get(s, 0.0), mib)
             for s, ms in stage_compute(trace, a.warmup).items():
                 measured[k].setdefault(s, []).extend(ms)
             steps[k].append(step_ms(lj, a.warmup))
-    res = {"model": name, "params": params, "batch": batch, "profile_compile_s": t_prof}
+    res = {"model": name, "params": params, "batch": batch}
     lines = ["", "### %s (%d parameters, batch %d, M %d, remat %s)" % (
         name, params, batch, a.microbatches, a.remat), "",
         "| stage (--costs partition) | predicted ms | measured ms | error |",
@@ -203,6 +218,22 @@ def bench_model(a, name, out_lines):
         res[k] = {"stage_ms": comp, "bottleneck_over_mean": max(comp) / statistics.mean(comp),
                   "step_ms": statistics.median(steps[k]), "step_ms_rounds": steps[k]}
     res["prediction_errors"] = errs
+    # Memory: each stage's arena plus the runtime's own memory as the table
+    # measured it (its largest runtime_bytes), against the peak RSS.
+    runtime = max(json.loads(l).get("runtime_bytes", 0) for l in open(costs)
+                  if "gpipe_profile" in l)
+    lines += ["", "| stage (--costs partition) | arena MiB | + runtime MiB | predicted peak MiB "
+              "| measured peak MiB | error |", "|---|---|---|---|---|---|"]
+    res["memory"] = []
+    for st in pj["costs"]["stages"]:
+        s = st["index"]
+        arena = st["memory"]["arena_bytes"] / 2**20
+        pred = arena + runtime / 2**20
+        meas = peaks["costs"].get(s)
+        lines.append("| %d | %.1f | %.1f | %.1f | %s | %s |" % (
+            s, arena, runtime / 2**20, pred, "%.1f" % meas if meas else "n/a",
+            "%+.1f%%" % (100 * (pred - meas) / meas) if meas else "n/a"))
+        res["memory"].append({"stage": s, "predicted_mib": pred, "measured_mib": meas})
     out_lines += lines
     print("\n".join(lines), flush=True)
     return res
