@@ -120,18 +120,22 @@ def peak_rss(output):
             for m in (REPORT_ROW.match(l) for l in output.splitlines()) if m}
 
 
-def stage_compute(trace_path, warmup):
-    """{stage: [compute ms of each step after the warm-up]} from a gpipe-run --trace."""
+def stage_compute(trace_path, warmup, cpu=False):
+    """{stage: [compute ms of each step after the warm-up]} from a gpipe-run --trace: the
+    actions less the transfer waits inside them, in wall time, or with `cpu` in the
+    stage thread's CPU time (the trace's cpu_us: what it computed while stages share cores)."""
     events = json.load(open(trace_path))["traceEvents"]
     per = {}
     for e in events:
         if e.get("ph") != "X" or e["args"].get("step", 0) <= warmup:
             continue
         key = (e["pid"], e["args"]["step"])
-        if e["cat"] == "action" and e["name"] in ("forward", "backward", "weight", "update"):
-            per[key] = per.get(key, 0.0) + e["dur"] / 1e3
-        elif e["cat"] == "transfer":
-            per[key] = per.get(key, 0.0) - e["dur"] / 1e3
+        sign = (1 if e["cat"] == "action" and e["name"] in
+                ("forward", "backward", "weight", "update") else
+                -1 if e["cat"] == "transfer" else 0)
+        if sign:
+            t = (e["args"]["cpu_us"] if cpu else e["dur"]) / 1e3
+            per[key] = per.get(key, 0.0) + sign * t
     out = {}
     for (s, _), ms in sorted(per.items()):
         out.setdefault(s, []).append(ms)
@@ -171,10 +175,13 @@ def bench_model(a, name, out_lines):
     costs = os.path.join(wd, "costs.jsonl")
     run([gr, os.path.join(wd, "prof"), "--data", ddir, "--steps", str(a.profile_steps),
          "--threads", "1", "--profile", costs, "-q"], env=env, log=log)
-    progs = {"flop": os.path.join(wd, "k2_flop"), "costs": os.path.join(wd, "k2_costs")}
-    run([gc, onnx_path, "-o", progs["flop"], "--stages", "2"] + common, log=log)
-    run([gc, onnx_path, "-o", progs["costs"], "--stages", "2", "--costs", costs] + common,
+    k = str(a.stages)
+    progs = {"flop": os.path.join(wd, "k%s_flop" % k),
+             "costs": os.path.join(wd, "k%s_costs" % k)}
+    run([gc, onnx_path, "-o", progs["flop"], "--stages", k] + common, log=log)
+    run([gc, onnx_path, "-o", progs["costs"], "--stages", k, "--costs", costs] + common,
         log=log)
+    cpu = a.stages > (os.cpu_count() or 1)
     pj = {k: json.load(open(os.path.join(p, "pipeline.json"))) for k, p in progs.items()}
     measured = {k: {} for k in progs}
     steps = {k: [] for k in progs}
@@ -191,12 +198,13 @@ def bench_model(a, name, out_lines):
                           "--log-every", "1000000"], env=env, log=log)
             for s, mib in peak_rss(output).items():
                 peaks[k][s] = max(peaks[k].get(s, 0.0), mib)
-            for s, ms in stage_compute(trace, a.warmup).items():
+            for s, ms in stage_compute(trace, a.warmup, cpu).items():
                 measured[k].setdefault(s, []).extend(ms)
             steps[k].append(step_ms(lj, a.warmup))
     res = {"model": name, "params": params, "batch": batch}
-    lines = ["", "### %s (%d parameters, batch %d, M %d, remat %s)" % (
-        name, params, batch, a.microbatches, a.remat), "",
+    lines = ["", "### %s (%d parameters, batch %d, M %d, remat %s, K %d; stage compute in %s)" % (
+        name, params, batch, a.microbatches, a.remat, a.stages,
+        "CPU time" if cpu else "wall time"), "",
         "| stage (--costs partition) | predicted ms | measured ms | error |",
         "|---|---|---|---|"]
     errs = []
@@ -243,6 +251,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bin", required=True)
     ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--stages", type=int, default=2,
+                    help="K of the compared pipelines; more stages than cores: each stage's "
+                         "compute in its thread's CPU time (the trace's cpu_us)")
     ap.add_argument("--microbatches", type=int, default=4)
     ap.add_argument("--remat", default="none")
     ap.add_argument("--profile-steps", type=int, default=6)

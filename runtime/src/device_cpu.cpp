@@ -85,16 +85,18 @@ extern "C" void gp_send(gp_step_ctx *ctx, int32_t peer, int32_t tag,
                         const void *buf, int64_t bytes) {
   // The time blocked here is the stage's wait on its peer (the report's
   // transfer wait, the trace's "send wait").
-  int64_t t0 = gpipe::timingNowNs();
+  int64_t t0 = gpipe::timingNowNs(), cpu0 = gpipe::timingCpuNs();
   gpipe::mpiSend(ctx, peer, tag, buf, bytes);
   gpipe::timingTransfer(gpipe::TimedKind::Send, ctx, peer, bytes, t0,
-                        gpipe::timingNowNs());
+                        gpipe::timingNowNs(),
+                        cpu0 < 0 ? -1 : gpipe::timingCpuNs() - cpu0);
 }
 
 extern "C" void gp_recv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
                         int64_t bytes) {
-  int64_t t0 = gpipe::timingNowNs();
+  int64_t t0 = gpipe::timingNowNs(), cpu0 = gpipe::timingCpuNs();
   gpipe::mpiRecv(ctx, peer, tag, buf, bytes);
   gpipe::timingTransfer(gpipe::TimedKind::Recv, ctx, peer, bytes, t0,
-                        gpipe::timingNowNs());
+                        gpipe::timingNowNs(),
+                        cpu0 < 0 ? -1 : gpipe::timingCpuNs() - cpu0);
 }

@@ -181,6 +181,10 @@ enum class TimedKind {
 
 /// CLOCK_MONOTONIC in nanoseconds.
 int64_t timingNowNs();
+/// With --trace, the calling thread's CPU time in nanoseconds
+/// (CLOCK_THREAD_CPUTIME_ID: what it computed, not the time other processes
+/// had its core); -1 without --trace (not sampled).
+int64_t timingCpuNs();
 /// Starts the sums; with `trace`, reserves room for `steps` *
 /// `eventsPerStep` events (capped; later ones are counted as dropped).
 void timingInit(int32_t stage, bool trace, int64_t steps,
@@ -188,11 +192,11 @@ void timingInit(int32_t stage, bool trace, int64_t steps,
 /// A schedule action (or the step's end: deviceStepEnd) of micro-batch
 /// `microbatch` (-1: none) in step `step`, from t0 to t1.
 void timingAction(TimedKind kind, int64_t step, int64_t microbatch, int64_t t0,
-                  int64_t t1, int32_t chunk = 0);
+                  int64_t t1, int32_t chunk = 0, int64_t cpuNs = -1);
 /// Time blocked in a send or receive (Send / Recv) with stage `peer`,
 /// inside the action ctx describes.
 void timingTransfer(TimedKind kind, const gp_step_ctx *ctx, int32_t peer,
-                    int64_t bytes, int64_t t0, int64_t t1);
+                    int64_t bytes, int64_t t0, int64_t t1, int64_t cpuNs = -1);
 /// One whole step, from its first action to the end of deviceStepEnd.
 void timingStep(int64_t step, int64_t t0, int64_t t1);
 /// The recorded events, one Chrome trace event (JSON object) per line, pid =

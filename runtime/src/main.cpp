@@ -1095,7 +1095,11 @@ int StageRun::runSteps() {
     int64_t stepStartNs = timingNowNs();
     for (int32_t i = 0; i < program_->num_actions; ++i) {
       const gp_action &a = program_->actions[i];
-      int64_t actionStartNs = timingNowNs();
+      int64_t actionStartNs = timingNowNs(), actionCpu = timingCpuNs();
+      // The thread's CPU time in the action (with --trace), or -1.
+      auto cpuSince = [&] {
+        return actionCpu < 0 ? int64_t(-1) : timingCpuNs() - actionCpu;
+      };
       heartbeatAction(s, a);
       if (a.kind == GP_UPDATE) {
         ctx.first_sample = rt_.miniFirst;
@@ -1106,7 +1110,8 @@ int StageRun::runSteps() {
           transportFlushSends();
         if (int rc = runUpdate(ctx))
           return rc;
-        timingAction(TimedKind::Update, s, -1, actionStartNs, timingNowNs());
+        timingAction(TimedKind::Update, s, -1, actionStartNs, timingNowNs(), 0,
+                     cpuSince());
         continue;
       }
       ctx.microbatch = a.microbatch;
@@ -1126,11 +1131,11 @@ int StageRun::runSteps() {
         fns.weight(&ctx, a.microbatch, count);
         i += count - 1;
         // The trace shows each micro-batch's share, one after the other.
-        int64_t endNs = timingNowNs(), t = actionStartNs;
+        int64_t endNs = timingNowNs(), t = actionStartNs, cpu = cpuSince();
         for (int32_t k = 0; k < count; ++k) {
           int64_t next = actionStartNs + (endNs - actionStartNs) * (k + 1) / count;
           timingAction(TimedKind::Weight, s, a.microbatch + k, t, next,
-                       a.chunk);
+                       a.chunk, cpu < 0 ? -1 : cpu / count);
           t = next;
         }
         continue;
@@ -1141,7 +1146,8 @@ int StageRun::runSteps() {
       }
       timingAction(a.kind == GP_FORWARD ? TimedKind::Forward
                                         : TimedKind::Backward,
-                   s, a.microbatch, actionStartNs, timingNowNs(), a.chunk);
+                   s, a.microbatch, actionStartNs, timingNowNs(), a.chunk,
+                   cpuSince());
     }
     // Asynchronous targets finish the step's work here, and report its loss
     // (and may load the next mini-batch while it runs).

@@ -18,6 +18,7 @@ struct TimingEvent {
   TimedKind kind = TimedKind::Forward;
   int32_t microbatch = -1, peer = -1;
   int32_t chunk = 0; // the model chunk of an action (interleaved schedules)
+  int64_t cpu = -1;  // the thread's CPU time in it (timingCpuNs), or -1
 };
 
 struct Timing {
@@ -74,6 +75,14 @@ int64_t timingNowNs() {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
+int64_t timingCpuNs() {
+  if (!gTiming.trace)
+    return -1;
+  struct timespec ts;
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
 void timingInit(int32_t stage, bool trace, int64_t steps,
                 int64_t eventsPerStep) {
   gTiming = Timing();
@@ -90,7 +99,7 @@ void timingInit(int32_t stage, bool trace, int64_t steps,
 }
 
 void timingAction(TimedKind kind, int64_t step, int64_t microbatch, int64_t t0,
-                  int64_t t1, int32_t chunk) {
+                  int64_t t1, int32_t chunk, int64_t cpuNs) {
   if (kind == TimedKind::StepEnd)
     gTiming.stepEndNs += t1 - t0;
   else
@@ -102,11 +111,12 @@ void timingAction(TimedKind kind, int64_t step, int64_t microbatch, int64_t t0,
   e.kind = kind;
   e.microbatch = static_cast<int32_t>(microbatch);
   e.chunk = chunk;
+  e.cpu = cpuNs;
   record(e);
 }
 
 void timingTransfer(TimedKind kind, const gp_step_ctx *ctx, int32_t peer,
-                    int64_t bytes, int64_t t0, int64_t t1) {
+                    int64_t bytes, int64_t t0, int64_t t1, int64_t cpuNs) {
   gTiming.transferNs += t1 - t0;
   TimingEvent e;
   e.t0 = t0;
@@ -116,6 +126,7 @@ void timingTransfer(TimedKind kind, const gp_step_ctx *ctx, int32_t peer,
   e.kind = kind;
   e.peer = peer;
   e.bytes = bytes;
+  e.cpu = cpuNs;
   record(e);
 }
 
@@ -163,6 +174,8 @@ bool timingWriteTrace(const std::string &path, std::string &err) {
     if (e.peer >= 0)
       std::fprintf(f, ",\"peer\":%d,\"bytes\":%lld", e.peer,
                    static_cast<long long>(e.bytes));
+    if (e.cpu >= 0)
+      std::fprintf(f, ",\"cpu_us\":%.3f", static_cast<double>(e.cpu) / 1e3);
     std::fputs("}}\n", f);
   }
   if (gTiming.dropped)
