@@ -218,10 +218,15 @@ def Remat : Pass<"gpipe-remat", "mlir::ModuleOp"> {
     reads and the tensors it receives, and its backward function recomputes
     the forward values it needs from them in a `pipe.remat` region. Memory
     per in-flight micro-batch drops to the boundary inputs, at the cost of a
-    second forward. `mode=none` leaves the IR unchanged.
+    second forward. `mode=none` leaves the IR unchanged. `stages` (with
+    `mode=stage`) names the pieces (virtual stages, `pipe.stage` of the
+    outlined functions) to rematerialize; the others keep every value their
+    backward needs. Empty: all of them. A piece out of range is an error.
   }];
   let options = [
     Option<"mode", "mode", "std::string", "\"stage\"", "stage or none">,
+    ListOption<"stages", "stages", "int64_t",
+               "the pieces to rematerialize (default: all)">,
   ];
   let dependentDialects = ["gpipe::pipeline::PipeDialect"];
 }

@@ -41,6 +41,7 @@ void gpipe::buildCompilePipeline(OpPassManager &pm,
   pm.addPass(createOutlineStages());
   RematOptions rm;
   rm.mode = o.remat;
+  rm.stages.assign(o.rematStages.begin(), o.rematStages.end());
   pm.addPass(createRemat(rm));
   ScheduleOptions sched;
   sched.schedule = o.schedule;

@@ -39,6 +39,10 @@ struct CompilePipelineOptions
                      llvm::cl::init(1e-8)};
   Option<std::string> remat{*this, "remat", llvm::cl::desc("stage or none"),
                             llvm::cl::init("none")};
+  ListOption<int64_t> rematStages{
+      *this, "remat-stages",
+      llvm::cl::desc("with remat=stage: the pieces to rematerialize (default: "
+                     "all; gpipe-remat's stages)")};
   Option<std::string> schedule{*this, "schedule",
                                llvm::cl::desc("a registered schedule name"),
                                llvm::cl::init("gpipe")};

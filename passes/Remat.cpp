@@ -120,7 +120,15 @@ void RematPass::runOnOperation() {
     module.emitError("pipe.stages must be >= 1, got ") << k;
     return signalPassFailure();
   }
+  for (int64_t s : stages)
+    if (s < 0 || s >= k) {
+      module.emitError("remat stage ") << s << " is out of range: the model has "
+                                       << k << " piece(s)";
+      return signalPassFailure();
+    }
   for (int64_t s = 0; s < k; ++s) {
+    if (!stages.empty() && !llvm::is_contained(stages, s))
+      continue;
     func::FuncOp forward = findStageFunc(module, s, pipeline::Phase::Forward);
     func::FuncOp backward = findStageFunc(module, s, pipeline::Phase::Backward);
     if (!forward || !backward) {

@@ -22,6 +22,7 @@ int main(int argc, char **argv) {
   gpipe::CompileOptions o;
   std::string betas = "0.9,0.999";
   std::string partition;
+  std::string rematStages;
   std::string memoryPerStage;
   int64_t batch = 0;
   po::options_description general("Options");
@@ -77,6 +78,10 @@ int main(int argc, char **argv) {
       "rematerialization: stage (each stage keeps only its boundary inputs "
       "per in-flight micro-batch and recomputes its forward in the "
       "backward), none, or auto (stage when K > 1 or M > 1, else none)")(
+      "remat-stages", po::value(&rematStages)->value_name("LIST"),
+      "with --remat stage: only these stages (pieces with --virtual-stages, "
+      "0-based, comma-separated) rematerialize; the others keep every value "
+      "their backward needs")(
       "schedule",
       po::value(&o.schedule)->default_value("gpipe")->value_name("S"),
       "pipeline schedule: gpipe (all forwards, then all backwards in reverse, "
@@ -186,7 +191,8 @@ int main(int argc, char **argv) {
     o.batchSize = batch;
   if (o.autoConfig)
     for (const char *chosen :
-         {"microbatches", "schedule", "virtual-stages", "remat", "partition"})
+         {"microbatches", "schedule", "virtual-stages", "remat",
+          "remat-stages", "partition"})
       if (vm.count(chosen) && !vm[chosen].defaulted()) {
         std::cerr << "gpipe-compile: error: --auto chooses --microbatches, "
                      "--schedule, --virtual-stages, --remat and the "
@@ -216,6 +222,26 @@ int main(int argc, char **argv) {
       return 2;
     }
     o.memoryPerStage = static_cast<int64_t>(v * scale);
+  }
+  if (vm.count("remat-stages")) {
+    std::istringstream in(rematStages);
+    for (std::string item; std::getline(in, item, ',');) {
+      char *end = nullptr;
+      long long v = std::strtoll(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0' || v < 0) {
+        std::cerr << "gpipe-compile: error: --remat-stages takes stage "
+                     "numbers separated by commas, got '"
+                  << rematStages << "'\n";
+        return 2;
+      }
+      o.rematStages.push_back(v);
+    }
+    if (o.rematStages.empty() || rematStages.back() == ',') {
+      std::cerr << "gpipe-compile: error: --remat-stages takes stage numbers "
+                   "separated by commas, got '"
+                << rematStages << "'\n";
+      return 2;
+    }
   }
   if (vm.count("partition")) {
     std::istringstream in(partition);

@@ -175,12 +175,20 @@ chooseConfiguration(ModuleOp imported, const CompileOptions &o,
       int64_t v = sched.minChunks > 1 ? 2 : 1;
       if (v > sched.maxChunks || !sched.check(o.stages, m, v).empty())
         continue;
-      for (const char *remat : {"none", "stage"}) {
+      // remat none, then stage on every stage, then (one chunk per stage,
+      // when none left stages over the budget) on those stages only.
+      std::vector<int64_t> over;
+      for (int variant = 0; variant < 3; ++variant) {
+        if (variant == 2 && (over.empty() || v > 1 ||
+                             int64_t(over.size()) == o.stages))
+          break;
         CompileOptions c = o;
         c.microbatches = m;
         c.schedule = sched.name.str();
         c.virtualStages = v;
-        c.remat = remat;
+        c.remat = variant == 0 ? "none" : "stage";
+        if (variant == 2)
+          c.rematStages = over;
         // The partition keeps to the budget less the runtime's own memory
         // (one chunk per stage: its estimate knows no chunks).
         c.memoryPerStage = o.memoryPerStage > 0 && v == 1
@@ -191,8 +199,24 @@ chooseConfiguration(ModuleOp imported, const CompileOptions &o,
         cand.microbatches = m;
         cand.schedule = c.schedule;
         cand.virtualStages = v;
-        cand.remat = remat;
+        cand.remat = c.remat;
+        cand.rematStages = c.rematStages;
+        // Mixed remat: the cost-balanced partition (the partition's memory
+        // estimate knows one remat mode), the arenas checked after.
+        if (variant == 2)
+          c.memoryPerStage = 0;
         plan(imported, c, costs, runtimeBytes, o.memoryPerStage, cand);
+        if (variant == 0 && o.memoryPerStage > 0 && v == 1) {
+          // Which stages remat none leaves over the budget, in the
+          // cost-balanced partition.
+          AutoCandidate probe;
+          CompileOptions free = c;
+          free.memoryPerStage = 0;
+          plan(imported, free, costs, runtimeBytes, 0, probe);
+          for (auto [s, bytes] : llvm::enumerate(probe.stagePeakBytes))
+            if (bytes > o.memoryPerStage)
+              over.push_back(static_cast<int64_t>(s));
+        }
         all.push_back(std::move(cand));
       }
     }
@@ -231,11 +255,15 @@ void explainChoice(const std::vector<AutoCandidate> &candidates,
      << " stages planned (" << (o.costs.empty() ? "analytic costs" : "costs " + o.costs)
      << "; memory = arena + " << (runtimeBytes >> 20)
      << " MiB of runtime), fastest predicted first:\n"
-     << "  M  schedule     V  remat  step ms  per-stage compute ms / peak MiB\n";
+     << "  M  schedule     V  remat    step ms  per-stage compute ms / peak "
+        "MiB\n";
   for (const AutoCandidate &c : candidates) {
-    os << llvm::format("  %-2lld %-12s %lld  %-5s ", (long long)c.microbatches,
+    std::string remat = c.remat;
+    for (auto [k, s] : llvm::enumerate(c.rematStages))
+      remat += (k ? "," : ":") + std::to_string(s);
+    os << llvm::format("  %-2lld %-12s %lld  %-7s ", (long long)c.microbatches,
                        c.schedule.c_str(), (long long)c.virtualStages,
-                       c.remat.c_str());
+                       remat.c_str());
     if (c.stageSeconds.empty()) {
       os << "    -    rejected: " << c.rejected << "\n";
       continue;

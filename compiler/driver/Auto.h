@@ -25,6 +25,7 @@ struct AutoCandidate {
   std::string schedule;
   int64_t virtualStages = 1;
   std::string remat;
+  std::vector<int64_t> rematStages; // with remat stage: only these (empty: all)
   /// Empty when the plan exists and fits; else why not.
   std::string rejected;
   double stepSeconds = 0;               // predicted, by simulation

@@ -66,6 +66,13 @@ LogicalResult validate(const CompileOptions &o) {
     return fail("-o - (stdout) works with --emit mlir or --emit import only");
   if (o.remat != "none" && o.remat != "stage" && o.remat != "auto")
     return fail("--remat must be none, stage or auto, got '" + o.remat + "'");
+  if (!o.rematStages.empty() && o.remat != "stage")
+    return fail("--remat-stages needs --remat stage");
+  for (int64_t s : o.rematStages)
+    if (s < 0 || s >= o.stages * o.virtualStages)
+      return fail("--remat-stages: stage " + std::to_string(s) +
+                  " is out of range: the pipeline has " +
+                  std::to_string(o.stages * o.virtualStages) + " piece(s)");
   if (o.batchnorm != "microbatch" && o.batchnorm != "deferred")
     return fail("--batchnorm must be microbatch or deferred, got '" +
                 o.batchnorm + "'");
@@ -192,6 +199,7 @@ int gpipe::compile(const CompileOptions &options) {
     o.schedule = best.schedule;
     o.virtualStages = best.virtualStages;
     o.remat = best.remat;
+    o.rematStages = best.rematStages;
     const int64_t runtimeBytes = costs && costs->runtimeBytes > 0
                                      ? costs->runtimeBytes
                                      : driver::kDefaultRuntimeBytes;
@@ -205,7 +213,12 @@ int gpipe::compile(const CompileOptions &options) {
                  << best.microbatches << " --schedule " << best.schedule;
     if (best.virtualStages > 1)
       llvm::errs() << " --virtual-stages " << best.virtualStages;
-    llvm::errs() << " --remat " << best.remat << ": predicted "
+    llvm::errs() << " --remat " << best.remat;
+    if (!best.rematStages.empty()) {
+      llvm::errs() << " --remat-stages ";
+      llvm::interleave(best.rematStages, llvm::errs(), ",");
+    }
+    llvm::errs() << ": predicted "
                  << llvm::format("%.3f", 1e3 * best.stepSeconds)
                  << " ms per step, fullest stage " << (peak >> 20) << " MiB";
     if (o.memoryPerStage > 0)
@@ -393,9 +406,15 @@ int gpipe::compile(const CompileOptions &options) {
       return cleanupAndFail();
 
   if (o.explain)
-    for (auto [s, stage] : llvm::enumerate(stages))
-      explainStage(s, forwards[s], stage, remat, o.microbatches,
-                   o.target == "cuda");
+    for (auto [s, stage] : llvm::enumerate(stages)) {
+      // --remat-stages: whether any of this stage's pieces rematerializes.
+      bool any = o.rematStages.empty() ||
+                 llvm::any_of(stage.virtualStages, [&](int64_t piece) {
+                   return llvm::is_contained(o.rematStages, piece);
+                 });
+      explainStage(s, forwards[s], stage, remat == "stage" && !any ? "none" : remat,
+                   o.microbatches, o.target == "cuda");
+    }
 
   if (o.emit == "exe" && failed(buildExecutables(o, staging, names)))
     return cleanupAndFail();

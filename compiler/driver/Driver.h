@@ -30,6 +30,9 @@ struct CompileOptions {
   std::string freeze; // --freeze REGEX: parameters not trained
   uint64_t seed = 0; // --seed: the random numbers of Dropout
   std::string remat = "auto"; // none | stage | auto
+  /// --remat-stages: with remat stage, the pieces to rematerialize (empty:
+  /// all).
+  std::vector<int64_t> rematStages;
   std::string schedule = "gpipe";
   /// Model chunks per stage (--virtual-stages V): the graph is cut into
   /// K*V pieces; interleaved schedules place V of them on each stage.

@@ -74,6 +74,7 @@ makeManifest(const CompileOptions &o, const ImportedModel &model,
   m.microbatches = o.microbatches;
   m.microbatchSize = model.batchSize / o.microbatches;
   m.remat = remat;
+  m.rematStages = o.rematStages;
   m.costs = o.costs;
   m.profile = o.profile;
   m.schedule = o.schedule;

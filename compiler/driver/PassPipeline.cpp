@@ -23,6 +23,7 @@ void gpipe::driver::setPipelineOptions(CompilePipelineOptions &p,
   p.beta2 = o.optimizer.beta2;
   p.eps = o.optimizer.eps;
   p.remat = remat;
+  p.rematStages = o.rematStages;
   p.schedule = o.schedule;
   p.virtualStages = o.virtualStages;
   p.partition = o.partition;

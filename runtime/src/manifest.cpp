@@ -145,6 +145,7 @@ void fieldsOf(M &m, F &&f, const Manifest &) {
   f("microbatches", m.microbatches, Presence::Always);
   f("microbatch_size", m.microbatchSize, Presence::Always);
   f("remat", m.remat, Presence::Always);
+  f("remat_stages", m.rematStages, writtenIf(!m.rematStages.empty()));
   f("costs", m.costs, writtenIf(!m.costs.empty()));
   f("profile", m.profile, writtenIf(m.profile));
   f("schedule", m.schedule, Presence::Always);

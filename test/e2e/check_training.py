@@ -157,6 +157,9 @@ def parse_args(argv):
                          "--batch-size must be divisible by M")
     ap.add_argument("--remat", choices=["stage", "none", "auto"], default=None,
                     help="gpipe-compile --remat (not passed when omitted: compiler default)")
+    ap.add_argument("--remat-stages", dest="remat_stages", default=None, metavar="LIST",
+                    help="gpipe-compile --remat-stages (with --remat stage: only these "
+                         "stages rematerialize)")
     ap.add_argument("--schedule", default=None,
                     help="gpipe-compile --schedule (not passed when omitted: gpipe); with a "
                          "schedule other than gpipe the reference program (--compare-single) "
@@ -322,6 +325,8 @@ def pipeline_flags(a):
         f += ["--microbatches", str(a.microbatches)]
     if a.remat is not None:
         f += ["--remat", a.remat]
+    if a.remat_stages is not None:
+        f += ["--remat-stages", a.remat_stages]
     if a.schedule is not None:
         f += ["--schedule", a.schedule]
     if a.virtual_stages is not None:

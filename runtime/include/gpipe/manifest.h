@@ -110,6 +110,7 @@ struct Manifest {
   std::vector<int64_t> cudaArch;
   int64_t batchSize = 0, microbatches = 0, microbatchSize = 0;
   std::string remat;    // none | stage
+  std::vector<int64_t> rematStages; // --remat-stages (empty: all)
   std::string costs;    // --costs: the cost table the predictions are from
   bool profile = false; // --profile: the stages have timers
   std::string schedule; // the schedule's name
