@@ -114,10 +114,6 @@ PartitionPass::measuredCosts(func::FuncOp func,
     if (first)
       cost[*first] += c->total();
   }
-  if (getenv("GPIPE_DEBUG_COSTS"))
-    for (auto [u, unit] : llvm::enumerate(units))
-      llvm::errs() << "unit " << u << " " << unit.front()->getName() << " "
-                   << unit.front()->getLoc() << " " << cost[u] * 1e3 << "\n";
   return success();
 }
 
