@@ -5,9 +5,13 @@
 // so /a/Tanh gets a stage of its own (the loss, not in the table, costs its
 // analytic estimate on the table's scale). /d/Tanh has /b/Tanh's signature
 // but no entry of its own: it costs the mean of the table's nodes of that
-// signature. A table that cannot be read names the file (and the line).
+// signature. A table measured at another micro-batch size (costs-chain-half:
+// the same nodes on 4 rows, not 8) still names the nodes: each costs its
+// measured time scaled by the analytic estimates (x2 here), the same cut.
+// A table that cannot be read names the file (and the line).
 // RUN: gpipe-opt %s --split-input-file --gpipe-partition="stages=2" | FileCheck %s --check-prefix=ANALYTIC
 // RUN: gpipe-opt %s --split-input-file --gpipe-partition="stages=2 costs=%S/../Inputs/costs-chain.jsonl" | FileCheck %s
+// RUN: gpipe-opt %s --split-input-file --gpipe-partition="stages=2 costs=%S/../Inputs/costs-chain-half.jsonl" | FileCheck %s
 // RUN: not gpipe-opt %s --split-input-file --gpipe-partition="stages=2 costs=%t.missing" 2>&1 | FileCheck %s --check-prefix=MISSING
 // RUN: printf '{"gpipe_profile": 1, "stage": 0, "steps": 2}\n{"stage": 0, "function": "sideways", "calls": 1, "seconds": 1, "ops": []}\n' > %t.bad
 // RUN: not gpipe-opt %s --split-input-file --gpipe-partition="stages=2 costs=%t.bad" 2>&1 | FileCheck %s --check-prefix=BAD
