@@ -1550,6 +1550,17 @@ LogicalResult FuncEmitter::emit(pipeline::AccumulateGradOp o) {
   return success();
 }
 
+/// `text` as a C string literal.
+static std::string cLiteral(StringRef text) {
+  std::string literal = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\')
+      literal += '\\';
+    literal += static_cast<unsigned char>(c) < 0x20 ? ' ' : c;
+  }
+  return literal + "\"";
+}
+
 /// "node 'fc1' (nn.gemm)" or "nodes 'a' (nn.add), 'b' (nn.relu)" as a C
 /// string literal.
 static std::string describeNodes(ArrayRef<Operation *> unit) {
@@ -1561,27 +1572,7 @@ static std::string describeNodes(ArrayRef<Operation *> unit) {
     text += "'" + (name ? name.getName().getValue().str() : std::string("?")) +
             "' (" + op->getName().getStringRef().str() + ")";
   }
-  std::string literal = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\')
-      literal += '\\';
-    if (static_cast<unsigned char>(c) < 0x20)
-      literal += ' ';
-    else
-      literal += c;
-  }
-  return literal + "\"";
-}
-
-/// `text` as a C string literal.
-static std::string cLiteral(StringRef text) {
-  std::string literal = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\')
-      literal += '\\';
-    literal += static_cast<unsigned char>(c) < 0x20 ? ' ' : c;
-  }
-  return literal + "\"";
+  return cLiteral(text);
 }
 
 int32_t StageState::addProfileUnit(ArrayRef<Operation *> ops) {

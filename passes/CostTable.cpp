@@ -152,7 +152,6 @@ std::optional<gpipe::CostTable> gpipe::loadCostTable(llvm::StringRef path,
     return std::nullopt;
   }
   CostTable table;
-  table.path = path.str();
   // Per stage: the counted steps and the profile of its last header.
   std::map<int64_t, std::pair<int64_t, size_t>> stageOf;
   // Per profile: the forward op with the largest estimate names a node's
@@ -200,11 +199,8 @@ std::optional<gpipe::CostTable> gpipe::loadCostTable(llvm::StringRef path,
         signatureWeight.emplace_back();
       }
       stageOf[*stage] = {*steps, p};
-      table.threads = o->getInteger("threads").value_or(0);
       table.runtimeBytes = std::max<int64_t>(
           table.runtimeBytes, o->getInteger("runtime_bytes").value_or(0));
-      if (auto t = o->getString("target"))
-        table.target = t->str();
       continue;
     }
     std::optional<int64_t> stage = o->getInteger("stage");
@@ -243,11 +239,10 @@ std::optional<gpipe::CostTable> gpipe::loadCostTable(llvm::StringRef path,
         measured += share;
         estimated += estimate * callsPerStep;
       }
+      // Ops that name no node count towards the scale only.
       llvm::StringRef node = op->getString("node").value_or("");
-      if (node.empty()) {
-        table.unattributed += share;
+      if (node.empty())
         continue;
-      }
       llvm::StringRef signature = op->getString("signature").value_or("");
       auto &[opSeconds, opCount] =
           profile.ops[CostTable::opKey(node, *function, signature)];

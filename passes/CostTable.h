@@ -54,9 +54,6 @@ struct CostProfile {
 /// A cost table: one or more profiles (of one model at several micro-batch
 /// sizes, or of several models), read back per node and per op.
 struct CostTable {
-  std::string path;
-  std::string target; // "cpu"
-  int64_t threads = 0;
   /// One per micro-batch size (batch_size / microbatches) of the headers,
   /// in the order the table first has them.
   std::vector<CostProfile> profiles;
@@ -66,8 +63,6 @@ struct CostTable {
   /// Measured over analytic seconds, over every timed op with an estimate:
   /// what an op the table lacks is predicted with.
   double scale = 1.0;
-  /// Seconds per step of units whose ops name no node.
-  double unattributed = 0;
   /// The profiled programs' largest resident memory besides their arena
   /// (0: not in the table).
   int64_t runtimeBytes = 0;

@@ -223,44 +223,47 @@ int main(int argc, char **argv) {
     }
     o.memoryPerStage = static_cast<int64_t>(v * scale);
   }
-  if (vm.count("remat-stages")) {
-    std::istringstream in(rematStages);
+  // A comma-separated list of `--flag`: its items, none empty, or an error
+  // naming the flag and what it takes.
+  auto commaList = [](const char *flag, const std::string &text,
+                      const char *items,
+                      std::vector<std::string> &out) -> bool {
+    std::istringstream in(text);
     for (std::string item; std::getline(in, item, ',');) {
+      if (item.empty()) {
+        out.clear();
+        break;
+      }
+      out.push_back(item);
+    }
+    if (out.empty() || text.back() == ',') {
+      std::cerr << "gpipe-compile: error: --" << flag << " takes " << items
+                << " separated by commas, got '" << text << "'\n";
+      return false;
+    }
+    return true;
+  };
+  if (vm.count("remat-stages")) {
+    std::vector<std::string> items;
+    bool ok = commaList("remat-stages", rematStages, "stage numbers", items);
+    for (const std::string &item : items) {
       char *end = nullptr;
       long long v = std::strtoll(item.c_str(), &end, 10);
-      if (item.empty() || *end != '\0' || v < 0) {
+      if (*end != '\0' || v < 0) {
+        ok = false;
         std::cerr << "gpipe-compile: error: --remat-stages takes stage "
                      "numbers separated by commas, got '"
                   << rematStages << "'\n";
-        return 2;
+        break;
       }
       o.rematStages.push_back(v);
     }
-    if (o.rematStages.empty() || rematStages.back() == ',') {
-      std::cerr << "gpipe-compile: error: --remat-stages takes stage numbers "
-                   "separated by commas, got '"
-                << rematStages << "'\n";
+    if (!ok)
       return 2;
-    }
   }
-  if (vm.count("partition")) {
-    std::istringstream in(partition);
-    for (std::string node; std::getline(in, node, ',');) {
-      if (node.empty()) {
-        std::cerr << "gpipe-compile: error: --partition takes node names "
-                     "separated by commas, got '"
-                  << partition << "'\n";
-        return 2;
-      }
-      o.partition.push_back(node);
-    }
-    if (o.partition.empty() || partition.back() == ',') {
-      std::cerr << "gpipe-compile: error: --partition takes node names "
-                   "separated by commas, got '"
-                << partition << "'\n";
-      return 2;
-    }
-  }
+  if (vm.count("partition") &&
+      !commaList("partition", partition, "node names", o.partition))
+    return 2;
   {
     std::istringstream in(betas);
     char comma = 0;

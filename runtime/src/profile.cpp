@@ -4,6 +4,8 @@
 // gpipe-compile --costs reads (docs/formats.md#the-cost-table).
 #include "internal.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -15,6 +17,8 @@
 namespace gpipe {
 namespace {
 
+using Json = nlohmann::ordered_json;
+
 struct UnitSum {
   int64_t ns = 0, calls = 0;
 };
@@ -24,25 +28,6 @@ struct Profile {
   bool counting = false;
   int64_t steps = 0; // steps whose units are in the sums
 } gProfile;
-
-/// `s` as a JSON string literal.
-std::string quoted(const char *s) {
-  std::string out = "\"";
-  for (const char *c = s ? s : ""; *c; ++c) {
-    unsigned char u = static_cast<unsigned char>(*c);
-    if (*c == '"' || *c == '\\') {
-      out += '\\';
-      out += *c;
-    } else if (u < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", u);
-      out += buf;
-    } else {
-      out += *c;
-    }
-  }
-  return out + "\"";
-}
 
 } // namespace
 
@@ -81,37 +66,44 @@ bool profileWrite(const std::string &path, const gp_program &program,
   if (::getrusage(RUSAGE_SELF, &ru) == 0)
     runtimeBytes = std::max<long long>(
         0, static_cast<long long>(ru.ru_maxrss) * 1024 - program.arena_bytes);
-  std::fprintf(f,
-               "{\"gpipe_profile\": 1, \"program\": %s, \"stage\": %d, "
-               "\"build_id\": %s, \"target\": \"%s\", \"threads\": %lld, "
-               "\"microbatches\": %d, \"batch_size\": %lld, \"steps\": %lld, "
-               "\"arena_bytes\": %lld, \"runtime_bytes\": %lld}\n",
-               quoted(program.name).c_str(), program.stage,
-               quoted(program.build_id).c_str(),
-               program.target == GP_TARGET_CUDA ? "cuda" : "cpu",
-               static_cast<long long>(threads), program.microbatches,
-               static_cast<long long>(program.batch_size),
-               static_cast<long long>(gProfile.steps),
-               static_cast<long long>(program.arena_bytes), runtimeBytes);
+  // One JSON object per line: the header, then the units (names that are
+  // not UTF-8 written with replacement characters, not refused).
+  auto writeLine = [&](const Json &line) {
+    std::string text =
+        line.dump(-1, ' ', false, Json::error_handler_t::replace);
+    std::fprintf(f, "%s\n", text.c_str());
+  };
+  Json header = {{"gpipe_profile", 1},
+                 {"program", program.name ? program.name : ""},
+                 {"stage", program.stage},
+                 {"build_id", program.build_id ? program.build_id : ""},
+                 {"target", program.target == GP_TARGET_CUDA ? "cuda" : "cpu"},
+                 {"threads", threads},
+                 {"microbatches", program.microbatches},
+                 {"batch_size", program.batch_size},
+                 {"steps", gProfile.steps},
+                 {"arena_bytes", program.arena_bytes},
+                 {"runtime_bytes", runtimeBytes}};
+  writeLine(header);
   for (int32_t u = 0; u < program.num_profile_units; ++u) {
     const gp_profile_unit &unit = program.profile_units[u];
-    std::string ops;
+    Json ops = Json::array();
     for (int32_t k = 0; k < unit.num_ops; ++k) {
       const gp_profile_op &op = unit.ops[k];
-      char estimate[32];
-      std::snprintf(estimate, sizeof estimate, "%.6g", op.estimate);
-      ops += std::string(k ? ", " : "") + "{\"node\": " + quoted(op.node) +
-             ", \"op\": " + quoted(op.op) +
-             ", \"signature\": " + quoted(op.signature) +
-             ", \"estimate\": " + estimate + "}";
+      ops.push_back({{"node", op.node ? op.node : ""},
+                     {"op", op.op ? op.op : ""},
+                     {"signature", op.signature ? op.signature : ""},
+                     {"estimate", op.estimate}});
     }
     const UnitSum &s = gProfile.sums[static_cast<size_t>(u)];
-    std::fprintf(f,
-                 "{\"stage\": %d, \"unit\": %d, \"function\": %s, \"chunk\": "
-                 "%d, \"calls\": %lld, \"seconds\": %.9f, \"ops\": [%s]}\n",
-                 program.stage, u, quoted(unit.function).c_str(), unit.chunk,
-                 static_cast<long long>(s.calls), double(s.ns) * 1e-9,
-                 ops.c_str());
+    Json line = {{"stage", program.stage},
+                 {"unit", u},
+                 {"function", unit.function ? unit.function : ""},
+                 {"chunk", unit.chunk},
+                 {"calls", s.calls},
+                 {"seconds", double(s.ns) * 1e-9},
+                 {"ops", std::move(ops)}};
+    writeLine(line);
   }
   if (std::fclose(f) != 0) {
     err = "cannot write profile file " + path + ": " + std::strerror(errno);
