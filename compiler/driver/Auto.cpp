@@ -165,8 +165,7 @@ void plan(ModuleOp imported, const CompileOptions &c,
 FailureOr<std::vector<AutoCandidate>>
 chooseConfiguration(ModuleOp imported, const CompileOptions &o,
                     int64_t batchSize, const CostTable &costs) {
-  const int64_t runtimeBytes =
-      costs.runtimeBytes > 0 ? costs.runtimeBytes : kDefaultRuntimeBytes;
+  const int64_t runtimeBytes = runtimeBytesOf(costs);
   std::vector<AutoCandidate> all;
   for (int64_t m = 1; m <= std::min<int64_t>(32, batchSize); m *= 2) {
     if (batchSize % m != 0)
@@ -190,8 +189,10 @@ chooseConfiguration(ModuleOp imported, const CompileOptions &o,
         if (variant == 2)
           c.rematStages = over;
         // The partition keeps to the budget less the runtime's own memory
-        // (one chunk per stage: its estimate knows no chunks).
-        c.memoryPerStage = o.memoryPerStage > 0 && v == 1
+        // (one chunk per stage: its estimate knows no chunks); with mixed
+        // remat, the cost-balanced partition (its estimate knows one remat
+        // mode); the arenas are checked after either way.
+        c.memoryPerStage = o.memoryPerStage > 0 && v == 1 && variant != 2
                                ? std::max<int64_t>(1, o.memoryPerStage -
                                                           runtimeBytes)
                                : 0;
@@ -201,10 +202,7 @@ chooseConfiguration(ModuleOp imported, const CompileOptions &o,
         cand.virtualStages = v;
         cand.remat = c.remat;
         cand.rematStages = c.rematStages;
-        // Mixed remat: the cost-balanced partition (the partition's memory
-        // estimate knows one remat mode), the arenas checked after.
-        if (variant == 2)
-          c.memoryPerStage = 0;
+        cand.partitionBytes = c.memoryPerStage;
         plan(imported, c, costs, runtimeBytes, o.memoryPerStage, cand);
         if (variant == 0 && o.memoryPerStage > 0 && v == 1) {
           // Which stages remat none leaves over the budget, in the

@@ -20,12 +20,21 @@ namespace gpipe::driver {
 /// measured on the CPU target (20-40 MiB on the bench models).
 constexpr int64_t kDefaultRuntimeBytes = 40ll << 20;
 
+/// The runtime's own memory per stage that plans are checked with: the
+/// cost table's largest runtime_bytes, else kDefaultRuntimeBytes.
+inline int64_t runtimeBytesOf(const CostTable &costs) {
+  return costs.runtimeBytes > 0 ? costs.runtimeBytes : kDefaultRuntimeBytes;
+}
+
 struct AutoCandidate {
   int64_t microbatches = 1;
   std::string schedule;
   int64_t virtualStages = 1;
   std::string remat;
   std::vector<int64_t> rematStages; // with remat stage: only these (empty: all)
+  /// The partition's memory budget the plan was made with (0: none): the
+  /// compile of the chosen candidate uses the same, so it gets its partition.
+  int64_t partitionBytes = 0;
   /// Empty when the plan exists and fits; else why not.
   std::string rejected;
   double stepSeconds = 0;               // predicted, by simulation

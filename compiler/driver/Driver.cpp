@@ -200,11 +200,9 @@ int gpipe::compile(const CompileOptions &options) {
     o.virtualStages = best.virtualStages;
     o.remat = best.remat;
     o.rematStages = best.rematStages;
-    const int64_t runtimeBytes = costs && costs->runtimeBytes > 0
-                                     ? costs->runtimeBytes
-                                     : driver::kDefaultRuntimeBytes;
     if (o.explain) {
-      driver::explainChoice(*chosen, o, runtimeBytes);
+      driver::explainChoice(*chosen, o,
+                            driver::runtimeBytesOf(costs ? *costs : none));
       llvm::outs().flush();
     }
     int64_t peak = *std::max_element(best.stagePeakBytes.begin(),
@@ -229,12 +227,9 @@ int gpipe::compile(const CompileOptions &options) {
                                      return !c.rejected.empty();
                                    })
                  << " rejected; --explain lists them)\n";
-    // The partition the chosen plan had: within the budget less the runtime
-    // memory (one chunk per stage), the arenas checked against that.
-    o.memoryPerStage =
-        o.memoryPerStage > 0 && o.virtualStages == 1
-            ? std::max<int64_t>(1, o.memoryPerStage - runtimeBytes)
-            : 0;
+    // The partition the chosen plan had (the arenas checked against its
+    // budget, which fitted).
+    o.memoryPerStage = best.partitionBytes;
   }
   if (model->batchSize % o.microbatches != 0) {
     errorLine() << "--microbatches " << o.microbatches
