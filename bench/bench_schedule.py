@@ -3,7 +3,10 @@
 stage process.
 
 Model: test/e2e/models.py mlp_deep (as bench_step.py and bench_pipeline.py): 8 x (Linear
-1024 -> 1024 + ReLU) + Linear 1024 -> 10, cross-entropy, batch 256, SGD lr 0.01. One export,
+1024 -> 1024 + ReLU) + Linear 1024 -> 10, cross-entropy, batch 256, SGD lr 0.01; with --d-in
+1536 the first Linear reads 1536 features (random inputs), which gives K = 2 stages equal work
+(mlp_deep's stage 0 has one input-gradient GEMM less than stage 1, whose 10% more work any
+order must wait for; see bench/README.md). One export,
 compiled with the same --stages K --microbatches M --remat R, once per schedule of
 --schedules (default gpipe,1f1b,zbh1,interleaved,zbv,bfpp; interleaved and bfpp with
 --virtual-stages V, default 2: the model cut into K*V pieces; zbv with 2). All must give GPipe's loss curve (1e-5
@@ -20,7 +23,7 @@ Beside the measurements, the compiler's own prediction of each stage's activatio
 Usage:
   /usr/bin/python3 bench/bench_schedule.py --bin build/bin [--stages 2] [--microbatches 8]
       [--remat none] [--steps 20] [--warmup 3] [--repeat 3] [--workdir DIR]
-      [--schedules gpipe,1f1b,zbh1,interleaved,zbv,bfpp] [--virtual-stages 2]
+      [--schedules gpipe,1f1b,zbh1,interleaved,zbv,bfpp] [--virtual-stages 2] [--d-in 1024]
 """
 
 import argparse
@@ -103,6 +106,10 @@ def main():
                     help="the schedules compared with gpipe (always included)")
     ap.add_argument("--virtual-stages", type=int, default=2,
                     help="model chunks per stage of --schedule interleaved")
+    ap.add_argument("--d-in", type=int, default=1024,
+                    help="input features of the MLP (1024: mlp_deep; 1536 makes the first "
+                    "layer's forward and weight gradient cost what a 1024-wide layer's forward, "
+                    "input and weight gradients cost, so that K = 2 stages get equal work)")
     a = ap.parse_args()
     schedules = ["gpipe"] + [s for s in a.schedules.split(",") if s and s != "gpipe"]
     import models  # noqa: E402
@@ -116,11 +123,13 @@ def main():
     print("command: %s\n" % " ".join(sys.argv))
     samples = a.batch_size * 4
     x, y = models.make_data("mlp_deep", samples, seed=0)
+    if a.d_in != x.shape[1]:
+        x = np.random.default_rng(1).standard_normal((samples, a.d_in)).astype(np.float32)
     np.save(os.path.join(a.workdir, "data", "x.npy"), x)
     np.save(os.path.join(a.workdir, "data", "y.npy"), y)
     model_path = os.path.join(a.workdir, "model.onnx")
     torch.manual_seed(models.DEFAULT_SEED)
-    models.export(models.MlpDeep(), x[:a.batch_size], y[:a.batch_size], model_path)
+    models.export(models.MlpDeep(d_in=a.d_in), x[:a.batch_size], y[:a.batch_size], model_path)
 
     predicted = {}
     for sched in schedules:

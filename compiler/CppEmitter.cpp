@@ -2055,6 +2055,7 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
        << (a.getPhase() == Phase::Forward    ? "GP_FORWARD"
            : a.getPhase() == Phase::Backward ? "GP_BACKWARD"
            : a.getPhase() == Phase::Weight   ? "GP_WEIGHT"
+           : a.getPhase() == Phase::Flush    ? "GP_FLUSH"
                                              : "GP_UPDATE")
        << ", " << a.getMicrobatch().value_or(-1) << ", " << a.getChunk()
        << "},\n";

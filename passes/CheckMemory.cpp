@@ -339,7 +339,8 @@ private:
     std::vector<int64_t> holders(slots * chunks.size(), -1);
     for (ActionAttr a : schedule.getActionList()) {
       // W reads the deferred operands (their own buffers), not the stash.
-      if (a.getPhase() == Phase::Update || a.getPhase() == Phase::Weight)
+      if (a.getPhase() == Phase::Update || a.getPhase() == Phase::Weight ||
+          a.getPhase() == Phase::Flush)
         continue;
       int64_t mb = *a.getMicrobatch(), slot = mb % slots;
       int64_t *holder = &holders[a.getChunk() * slots];

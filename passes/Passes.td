@@ -399,6 +399,39 @@ def Schedule : Pass<"gpipe-schedule", "mlir::ModuleOp"> {
   let dependentDialects = ["gpipe::pipeline::PipeDialect"];
 }
 
+def FlushSends : Pass<"gpipe-flush-sends", "mlir::ModuleOp"> {
+  let summary = "Places flush actions (wait for the stage's sends) before "
+                "runs of W actions";
+  let description = [{
+    With buffered sends (`pipe.sends = "buffered"`), a send returns at once
+    and the CPU runtime's MPI moves a large message on only while the sender
+    is inside an MPI call. A run of W actions (deferred weight-gradient
+    GEMMs) makes none, so a gradient sent by the backward just before it
+    waits for the whole run while its receiver waits for it (ZB-H1's last
+    stage: the last micro-batch's gradient reached stage 0 5 ms late on a
+    2-stage MLP). This pass puts a `flush` action (`#pipe.action<flush>`,
+    `S` in pipeline.json) before each run of W actions that follows an
+    action which sent something since the stage's previous flush: the
+    runtime waits there until those messages are received.
+
+    A flush must not deadlock: a stage that waits for its sends to be
+    received while their receiver waits for one of its later messages never
+    resumes. Each flush is kept only if the schedules with it still pass
+    `gpipe-check-schedule` (whose buffered simulation completes a flush once
+    every send its stage issued is received); otherwise it is left out. The
+    runtime's update already waits for the step's sends, so no flush goes
+    before `U`. With blocking sends (GPipe, the CUDA target) it does
+    nothing: a send has completed when it returns.
+
+    ```mlir
+    // before: ... #pipe.action<backward, mb = 7>, #pipe.action<weight, mb = 0>, ...
+    // after:  ... #pipe.action<backward, mb = 7>, #pipe.action<flush>,
+    //             #pipe.action<weight, mb = 0>, ...
+    ```
+  }];
+  let dependentDialects = ["gpipe::pipeline::PipeDialect"];
+}
+
 def CheckSchedule : Pass<"gpipe-check-schedule", "mlir::ModuleOp"> {
   let summary = "Checks that the stages' schedules match and cannot deadlock";
   let description = [{
@@ -412,7 +445,8 @@ def CheckSchedule : Pass<"gpipe-check-schedule", "mlir::ModuleOp"> {
     reverse), then simulates all stages under the module's `pipe.sends`
     semantics: `blocking` (the default; rendezvous: a send completes only
     together with its receive) or `buffered` (a send completes at once; a
-    receive completes once its send was issued). A schedule that cannot run
+    receive completes once its send was issued; a `flush` action completes
+    once every send its stage issued was received). A schedule that cannot run
     to its end is reported as a deadlock, naming each blocked stage, action
     and transfer. (The stash slots are checked by `pipe.schedule`'s
     verifier.)

@@ -47,6 +47,7 @@ void gpipe::buildCompilePipeline(OpPassManager &pm,
   sched.schedule = o.schedule;
   sched.virtualStages = o.virtualStages;
   pm.addPass(createSchedule(sched));
+  pm.addPass(createFlushSends());
 }
 
 void gpipe::buildLoweringPipeline(OpPassManager &pm,

@@ -34,11 +34,16 @@ struct Transfer {
   bool perStep = false; // once per step (pipe.send/recv `per_step`)
   int64_t virtualPeer = -1; // the peer as the op names it (a virtual stage)
   bool chunked = false;     // the stages hold several chunks
+  bool isFlush = false; // a flush action: waits until the stage's sends are
+                        // received
 };
 
 std::string describe(const Transfer &t) {
   std::string s;
   llvm::raw_string_ostream os(s);
+  if (t.isFlush)
+    return "action S (a flush: it waits until the messages the stage sent "
+           "are received)";
   os << "action " << t.action.getShortName() << " on "
      << (t.isSend ? "pipe.send to" : "pipe.recv from") << " stage " << t.peer;
   if (t.chunked)
@@ -47,8 +52,10 @@ std::string describe(const Transfer &t) {
   return s;
 }
 
+} // namespace
+
 /// Checks every stage's schedule of `module`; emits located errors.
-LogicalResult checkSchedules(ModuleOp module) {
+LogicalResult gpipe::checkSchedules(ModuleOp module) {
   const int64_t n = pipeline::getNumStages(module);
   if (n < 1 || n > (int64_t(1) << 16))
     return module.emitError("pipe.stages must be in [1, 65536], got ") << n;
@@ -108,6 +115,12 @@ LogicalResult checkSchedules(ModuleOp module) {
       // W runs deferred weight-gradient GEMMs, no function: no transfers.
       if (a.getPhase() == Phase::Weight)
         continue;
+      if (a.getPhase() == Phase::Flush) {
+        Transfer t{false, 0, 0, -1, Type(), sched.getOperation(), a};
+        t.isFlush = true;
+        transfers[s].push_back(t);
+        continue;
+      }
       // The update runs every chunk's update, the last chunk first.
       SmallVector<FlatSymbolRefAttr> refs;
       if (a.getPhase() == Phase::Update)
@@ -178,7 +191,8 @@ LogicalResult checkSchedules(ModuleOp module) {
       sends, recvs;
   for (int64_t s = 0; s < k; ++s)
     for (const Transfer &t : transfers[s])
-      (t.isSend ? sends
+      if (!t.isFlush)
+        (t.isSend ? sends
                 : recvs)[{t.isSend ? s : t.peer, t.isSend ? t.peer : s, t.tag}]
           .push_back(&t);
   auto check = [&](auto &mine, auto &theirs, bool isSend) -> LogicalResult {
@@ -231,7 +245,9 @@ LogicalResult checkSchedules(ModuleOp module) {
 
   // Deadlock. Blocking (rendezvous) sends: a transfer completes only when
   // both sides have reached it. Buffered sends: a send completes at once; a
-  // receive completes once its send has been issued.
+  // receive completes once its send has been issued; a flush completes once
+  // every send the stage issued has been received (with blocking sends it
+  // has nothing to wait for).
   const bool buffered = pipeline::getSends(module) == pipeline::Sends::Buffered;
   SmallVector<size_t> pos(k, 0);
   // Buffered: per (sender, receiver, tag), how many sends were issued and
@@ -244,6 +260,17 @@ LogicalResult checkSchedules(ModuleOp module) {
       if (pos[s] >= transfers[s].size())
         continue;
       const Transfer &t = transfers[s][pos[s]];
+      if (t.isFlush) {
+        bool delivered = true;
+        for (auto &[key, count] : issued)
+          if (std::get<0>(key) == s && count.second < count.first)
+            delivered = false;
+        if (delivered) {
+          ++pos[s];
+          progress = true;
+        }
+        continue;
+      }
       if (buffered) {
         if (t.isSend) {
           ++issued[{s, t.peer, t.tag}].first;
@@ -262,7 +289,7 @@ LogicalResult checkSchedules(ModuleOp module) {
       int64_t q = t.peer;
       if (pos[q] < transfers[q].size()) {
         const Transfer &r = transfers[q][pos[q]];
-        if (!r.isSend && r.peer == s && r.tag == t.tag) {
+        if (!r.isSend && !r.isFlush && r.peer == s && r.tag == t.tag) {
           ++pos[s];
           ++pos[q];
           progress = true;
@@ -286,6 +313,8 @@ LogicalResult checkSchedules(ModuleOp module) {
         << "stage " << s << " blocks in " << describe(transfers[s][pos[s]]);
   return failure();
 }
+
+namespace {
 
 struct SchedulePass : gpipe::impl::ScheduleBase<SchedulePass> {
   using ScheduleBase::ScheduleBase;

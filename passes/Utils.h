@@ -60,6 +60,11 @@ inline int64_t alignUp(int64_t x, int64_t align) {
   return (x + align - 1) / align * align;
 }
 
+/// gpipe-check-schedule's checks of every stage's pipe.schedule in
+/// `module`: transfers pair up, and no order of the stages' actions can
+/// deadlock (passes/Schedule.cpp). Emits located errors.
+mlir::LogicalResult checkSchedules(mlir::ModuleOp module);
+
 } // namespace gpipe
 
 #endif

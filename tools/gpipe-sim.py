@@ -99,9 +99,11 @@ def action_name(kind, mb, chunk):
 
 
 def parse_action(a, stage):
-    """F<i>, B<i>, W<i> with an optional chunk suffix c<j> (F3c1), or U: (kind, mb, chunk)."""
+    """F<i>, B<i>, W<i> with an optional chunk suffix c<j> (F3c1), U, or S (a flush: waits
+    until the stage's sends are received; free here, where a transfer never waits for its
+    sender): (kind, mb, chunk)."""
     kind, rest = a[:1], a[1:]
-    if kind == "U" and not rest:
+    if kind in ("U", "S") and not rest:
         return kind, None, 0
     mb, sep, chunk = rest.partition(CHUNK_SUFFIX)
     if (kind in ("F", "B", "W") and mb.isascii() and mb.isdigit()
@@ -202,7 +204,8 @@ def trace_costs(p, path, skip):
 def simulate(p, costs, steps=3, latency_ms=0.02, gbps=10.0):
     """Returns (spans, step_ms): spans[stage] = [(kind, mb, chunk, step, start, end)]."""
     K = len(p["stages"])
-    acts = [[parse_action(a, s) for a in st["schedule"]] for s, st in enumerate(p["stages"])]
+    acts = [[x for x in (parse_action(a, s) for a in st["schedule"]) if x[0] != "S"]
+            for s, st in enumerate(p["stages"])]
     chunks = [virtual_stages(st, s) for s, st in enumerate(p["stages"])]
     where = {v: (s, c) for s, vs in enumerate(chunks) for c, v in enumerate(vs)}
     N = len(where)  # virtual stages

@@ -68,6 +68,8 @@ double simulateStep(const schedules::Schedule &sched,
         case pipeline::Phase::Weight:
           cost = t[2] * share;
           break;
+        case pipeline::Phase::Flush: // transfers are free here
+          break;
         case pipeline::Phase::Update: // every chunk's
           for (const std::array<double, 4> &c : perChunk[s])
             cost += c[3] + (weightActions ? 0.0 : c[2]);

@@ -17,7 +17,12 @@ def Pipe_Phase : I32EnumAttr<"Phase",
       // An action only: the weight-gradient GEMMs of one micro-batch that
       // gpipe-split-weight-grad deferred out of its backward (zero-bubble
       // schedules' W). No function has this phase.
-      I32EnumAttrCase<"Weight", 3, "weight">]> {
+      I32EnumAttrCase<"Weight", 3, "weight">,
+      // An action only, a transfer action: wait until every message the
+      // stage has sent is received (buffered sends; gpipe-flush-sends
+      // places it before a run of W actions, whose GEMMs make no MPI call
+      // that would move those messages). No function has this phase.
+      I32EnumAttrCase<"Flush", 4, "flush">]> {
   let cppNamespace = "::gpipe::pipeline";
   let genSpecializedAttr = 0;
 }
@@ -46,16 +51,21 @@ def Pipe_ActionAttr : AttrDef<Pipe_Dialect, "Action"> {
     schedule's W: the backward is then only the input gradient, I).
     `chunk` is the model chunk the action runs, for interleaved schedules
     (several chunks per stage); it is 0, and not printed, otherwise.
+    `flush` is a transfer action, with neither micro-batch nor chunk: the
+    stage waits until the messages it has sent so far are received
+    (gpipe-flush-sends places it; gpipe-check-schedule proves it cannot
+    deadlock).
 
     ```mlir
     #pipe.action<forward, mb = 3>
     #pipe.action<backward, mb = 0>
     #pipe.action<weight, mb = 0>
     #pipe.action<update>
+    #pipe.action<flush>
     ```
 
     Outside the IR (pipeline.json, --explain, diagnostics) an action is
-    written `F3`, `B0`, `W0`, `U` (`getShortName`), with its chunk appended
+    written `F3`, `B0`, `W0`, `U`, `S` (`getShortName`), with its chunk appended
     when not 0: `F3c1` is micro-batch 3's forward of chunk 1.
   }];
   let parameters = (ins EnumParameter<Pipe_Phase>:$phase,
@@ -74,7 +84,7 @@ def Pipe_ActionAttr : AttrDef<Pipe_Dialect, "Action"> {
     }]>
   ];
   let extraClassDeclaration = [{
-    /// "F3", "B0", "W0", "U"; "F3c1" for chunk 1.
+    /// "F3", "B0", "W0", "U", "S" (flush); "F3c1" for chunk 1.
     std::string getShortName() const;
   }];
 }

@@ -75,9 +75,14 @@ void ActionAttr::print(AsmPrinter &printer) const {
 LogicalResult ActionAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                  Phase phase, std::optional<int64_t> microbatch,
                                  int64_t chunk) {
-  if (phase == Phase::Update && microbatch)
-    return emitError() << "the update action has no micro-batch";
-  if (phase != Phase::Update && !microbatch)
+  const bool perStep = phase == Phase::Update || phase == Phase::Flush;
+  if (perStep && microbatch)
+    return emitError() << "the " << stringifyPhase(phase)
+                       << " action has no micro-batch";
+  if (phase == Phase::Flush && chunk != 0)
+    return emitError() << "the flush action has no chunk (it waits for all "
+                          "of the stage's sends)";
+  if (!perStep && !microbatch)
     return emitError() << "a " << stringifyPhase(phase)
                        << " action needs a micro-batch (mb = <m>)";
   if (microbatch && *microbatch < 0)
@@ -97,6 +102,8 @@ std::string ActionAttr::getShortName() const {
     return "B" + std::to_string(*getMicrobatch()) + chunk;
   case Phase::Weight:
     return "W" + std::to_string(*getMicrobatch()) + chunk;
+  case Phase::Flush:
+    return "S";
   case Phase::Update:
     break;
   }
@@ -203,7 +210,8 @@ LogicalResult PipeDialect::verifyOperationAttribute(Operation *op,
       return op->emitOpError()
              << "attribute '" << name.getValue() << "' belongs on a function";
     if (!string || !symbolizePhase(string.getValue()) ||
-        *symbolizePhase(string.getValue()) == Phase::Weight)
+        *symbolizePhase(string.getValue()) == Phase::Weight ||
+        *symbolizePhase(string.getValue()) == Phase::Flush)
       return expected("\"forward\", \"backward\" or \"update\"");
     return success();
   }

@@ -296,6 +296,8 @@ LogicalResult ScheduleOp::verify() {
       ++updates;
       continue;
     }
+    if (a.getPhase() == Phase::Flush)
+      continue;
     int64_t mb = *a.getMicrobatch(), c = a.getChunk();
     if (mb >= m)
       return emitOpError("action #")
@@ -349,7 +351,7 @@ LogicalResult ScheduleOp::verify() {
     // previous micro-batch must have run its backward.
     SmallVector<int64_t> holder(chunks * slots, -1);
     for (auto [i, a] : llvm::enumerate(actions)) {
-      if (a.getPhase() == Phase::Update)
+      if (a.getPhase() == Phase::Update || a.getPhase() == Phase::Flush)
         continue;
       int64_t mb = *a.getMicrobatch();
       int64_t &h = holder[a.getChunk() * slots + mb % slots];

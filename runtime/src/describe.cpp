@@ -14,6 +14,8 @@ std::string phaseName(int32_t phase) {
 std::string actionName(const gp_action &a) {
   if (a.kind == GP_UPDATE)
     return "U";
+  if (a.kind == GP_FLUSH)
+    return "S";
   return (a.kind == GP_FORWARD   ? "F"
           : a.kind == GP_WEIGHT ? "W"
                                 : "B") +

@@ -56,6 +56,9 @@ bool writeHeartbeat() {
                   gMicrobatch.load(), chunk);
   else if (kind == GP_UPDATE)
     std::snprintf(doing, sizeof doing, "step %lld, optimizer update", step);
+  else if (kind == GP_FLUSH)
+    std::snprintf(doing, sizeof doing,
+                  "step %lld, waiting until its sends are received", step);
   else
     std::snprintf(doing, sizeof doing, "%s", gPhase.load());
   char wait[64] = "none";

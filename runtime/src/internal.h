@@ -176,7 +176,8 @@ enum class TimedKind {
   Recv,
   StepEnd,
   Eval,
-  Weight
+  Weight,
+  Flush // a flush action: waits until the stage's sends are received
 };
 
 /// CLOCK_MONOTONIC in nanoseconds.

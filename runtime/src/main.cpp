@@ -460,6 +460,9 @@ int StageRun::checkProgram() {
     case GP_UPDATE:
       ok = ok && a.chunk == 0 && p.update != nullptr;
       break;
+    case GP_FLUSH:
+      ok = ok && a.chunk == 0 && a.microbatch == -1;
+      break;
     default:
       ok = false;
     }
@@ -1112,6 +1115,15 @@ int StageRun::runSteps() {
           return rc;
         timingAction(TimedKind::Update, s, -1, actionStartNs, timingNowNs(), 0,
                      cpuSince());
+        continue;
+      }
+      if (a.kind == GP_FLUSH) {
+        // gpipe-flush-sends placed it (before W actions, which make no MPI
+        // call that would move the stage's last sends on).
+        if (program_->num_stages > 1 && program_->buffered_sends)
+          transportFlushSends();
+        timingTransfer(TimedKind::Flush, &ctx, -1, 0, actionStartNs,
+                       timingNowNs(), cpuSince());
         continue;
       }
       ctx.microbatch = a.microbatch;

@@ -53,6 +53,8 @@ const char *kindName(TimedKind k) {
     return "eval forward";
   case TimedKind::Weight:
     return "weight";
+  case TimedKind::Flush:
+    return "send flush";
   }
   return "?";
 }
@@ -163,11 +165,14 @@ bool timingWriteTrace(const std::string &path, std::string &err) {
         "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,"
         "\"tid\":0,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"step\":%lld",
         kindName(e.kind),
-        e.kind == TimedKind::Send || e.kind == TimedKind::Recv ? "transfer"
-                                                               : "action",
+        e.kind == TimedKind::Send || e.kind == TimedKind::Recv ||
+                e.kind == TimedKind::Flush
+            ? "transfer"
+            : "action",
         pid, static_cast<double>(e.t0) / 1e3,
         static_cast<double>(e.t1 - e.t0) / 1e3, static_cast<long long>(e.step));
-    if (e.kind != TimedKind::Update && e.kind != TimedKind::StepEnd)
+    if (e.kind != TimedKind::Update && e.kind != TimedKind::StepEnd &&
+        e.kind != TimedKind::Flush)
       std::fprintf(f, ",\"microbatch\":%d", e.microbatch);
     if (e.chunk > 0)
       std::fprintf(f, ",\"chunk\":%d", e.chunk);

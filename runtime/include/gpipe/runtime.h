@@ -73,7 +73,9 @@ enum gp_action_kind : int32_t {
   GP_FORWARD = 0,
   GP_BACKWARD = 1,
   GP_UPDATE = 2,
-  GP_WEIGHT = 3 // a micro-batch's deferred weight-gradient GEMMs (W)
+  GP_WEIGHT = 3, // a micro-batch's deferred weight-gradient GEMMs (W)
+  GP_FLUSH = 4   // wait until the stage's sends are received (S; no
+                 // micro-batch, chunk 0)
 };
 struct gp_action {
   gp_action_kind kind;

@@ -2,7 +2,7 @@
 // pair up (no peer, another type, another micro-batch), schedules that
 // deadlock under blocking sends and receives (with a note at each blocked
 // transfer), and missing, duplicate or out-of-range schedules and peers; a W
-// action before its backward.
+// action before its backward; a flush action that deadlocks.
 // RUN: gpipe-opt %s --split-input-file --gpipe-check-schedule --verify-diagnostics
 
 // Deadlock: stage 0 sends tag 0 then tag 1, stage 1 receives tag 1 first.
@@ -483,4 +483,39 @@ module attributes {pipe.stages = 4 : i64} {
   }
   pipe.schedule stage 0 forward [@p0, @p2] backward [@p0, @p2] update [@p0, @p2] actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 0, chunk = 1>, #pipe.action<backward, mb = 0, chunk = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
   pipe.schedule stage 1 forward @p1 backward @p1 update @p1 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
+}
+
+// -----
+
+// A flush (S: wait until the stage's sends are received) that deadlocks:
+// stage 1 receives stage 0's per-step message (sent in stage 0's update)
+// before micro-batch 0's activation, which stage 0 waits on before W0.
+module attributes {pipe.microbatches = 1 : i64, pipe.sends = "buffered", pipe.stages = 2 : i64} {
+  func.func @f0(%x: tensor<4xf32>) attributes {pipe.stage = 0 : i64} {
+    pipe.send %x to 1 tag 0 : tensor<4xf32>
+    return
+  }
+  func.func @b0() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @u0(%w: tensor<4xf32>) attributes {pipe.stage = 0 : i64} {
+    pipe.send %w to 1 tag 3 per_step : tensor<4xf32>
+    return
+  }
+  func.func @f1() attributes {pipe.stage = 1 : i64} {
+    // expected-note @+1 {{stage 1 blocks in action F0 on pipe.recv from stage 0 (tag 3, tensor<4xf32>)}}
+    %w = pipe.recv from 0 tag 3 per_step : tensor<4xf32>
+    %x = pipe.recv from 0 tag 0 : tensor<4xf32>
+    return
+  }
+  func.func @b1() attributes {pipe.stage = 1 : i64} {
+    return
+  }
+  func.func @u1() attributes {pipe.stage = 1 : i64} {
+    return
+  }
+  // expected-error @+2 {{the schedule deadlocks even with buffered sends: stage 0 blocks in action S (a flush: it waits until the messages the stage sent are received)}}
+  // expected-note @+1 {{stage 0 blocks in action S (a flush: it waits until the messages the stage sent are received)}}
+  pipe.schedule stage 0 forward @f0 backward @b0 update @u0 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<flush>, #pipe.action<weight, mb = 0>, #pipe.action<update>]
+  pipe.schedule stage 1 forward @f1 backward @b1 update @u1 actions [#pipe.action<forward, mb = 0>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
 }

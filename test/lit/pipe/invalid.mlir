@@ -519,13 +519,43 @@ module {
 
 // -----
 
-// #pipe.action: the phase is forward, backward or update.
+// #pipe.action: the phase is forward, backward, update, weight or flush.
 module {
   func.func @s() attributes {pipe.stage = 0 : i64} {
     return
   }
-  // expected-error @+1 {{expected one of [forward, backward, update, weight] for pipeline phase (which of its stage's functions an action runs), got: wait}}
+  // expected-error @+1 {{expected one of [forward, backward, update, weight, flush] for pipeline phase (which of its stage's functions an action runs), got: wait}}
   pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<wait, mb = 0>]
+}
+
+// -----
+
+// #pipe.action<flush> (wait for the stage's sends) names no micro-batch.
+module {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  // expected-error @+1 {{the flush action has no micro-batch}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<flush, mb = 0>]
+}
+
+// -----
+
+// Nor a chunk: it waits for all of the stage's sends.
+module {
+  func.func @s() attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  // expected-error @+1 {{the flush action has no chunk (it waits for all of the stage's sends)}}
+  pipe.schedule stage 0 forward @s backward @s update @s actions [#pipe.action<flush, chunk = 1>]
+}
+
+// -----
+
+// No function has the flush phase (it is an action only).
+// expected-error @+1 {{'func.func' op attribute 'pipe.phase' must be "forward", "backward" or "update", got "flush"}}
+func.func @f() attributes {pipe.stage = 0 : i64, pipe.phase = "flush"} {
+  return
 }
 
 // -----
