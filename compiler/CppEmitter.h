@@ -94,6 +94,9 @@ struct EmittedStage {
   double predictedAnalyticShare = 0;
   // The same per model chunk (their sums are predictedSeconds).
   std::vector<std::array<double, 4>> predictedChunkSeconds;
+  // Set by the driver (driver::predictedPeakBytes): the process's predicted
+  // peak resident memory on the CPU target; 0 when not predicted.
+  int64_t predictedPeakBytes = 0;
 };
 
 /// Emits the program of `stage` of the outlined, scheduled and lowered

@@ -133,15 +133,8 @@ void plan(ModuleOp imported, const CompileOptions &c,
     const std::vector<double> &t = st->predictedSeconds;
     perChunk.push_back(st->predictedChunkSeconds);
     cand.stageSeconds.push_back(t[0] + t[1] + t[2] + t[3]);
-    // The CPU runtime's buffer for buffered sends (1F1B and later): two
-    // steps of the stage's sends (transport.cpp).
-    int64_t sendBuffer = 0;
-    if (st->bufferedSends && !eo.cuda && c.stages > 1)
-      for (const EmittedTransfer &t : st->transfers)
-        if (t.isSend)
-          sendBuffer += 2 * t.bytes * c.microbatches;
-    cand.stagePeakBytes.push_back(st->memory.arenaBytes + runtimeBytes +
-                                  sendBuffer);
+    cand.stagePeakBytes.push_back(predictedPeakBytes(
+        *st, runtimeBytes, c.microbatches, c.stages, /*cuda=*/false));
   }
   const schedules::Schedule *sched = schedules::lookup(c.schedule);
   schedules::Table table =

@@ -4,6 +4,7 @@
 #ifndef GPIPE_COMPILER_DRIVER_AUTO_H
 #define GPIPE_COMPILER_DRIVER_AUTO_H
 
+#include "compiler/CppEmitter.h"
 #include "compiler/driver/Driver.h"
 #include "passes/CostTable.h"
 
@@ -24,6 +25,24 @@ constexpr int64_t kDefaultRuntimeBytes = 40ll << 20;
 /// cost table's largest runtime_bytes, else kDefaultRuntimeBytes.
 inline int64_t runtimeBytesOf(const CostTable &costs) {
   return costs.runtimeBytes > 0 ? costs.runtimeBytes : kDefaultRuntimeBytes;
+}
+
+/// What the compiler predicts a stage's process to hold at its peak: the
+/// planned arena, the runtime's own memory (`runtimeBytes`) and, on the CPU
+/// target with buffered sends (1F1B and later), MPI's send buffer of two
+/// steps of the stage's sends (transport.cpp). CUDA: the host side is not
+/// predicted (0).
+inline int64_t predictedPeakBytes(const EmittedStage &st, int64_t runtimeBytes,
+                                  int64_t microbatches, int64_t stages,
+                                  bool cuda) {
+  if (cuda)
+    return 0;
+  int64_t sendBuffer = 0;
+  if (st.bufferedSends && stages > 1)
+    for (const EmittedTransfer &t : st.transfers)
+      if (t.isSend)
+        sendBuffer += 2 * t.bytes * microbatches;
+  return st.memory.arenaBytes + runtimeBytes + sendBuffer;
 }
 
 struct AutoCandidate {

@@ -352,6 +352,11 @@ int gpipe::compile(const CompileOptions &options) {
                                       : " or add stages)\n");
       return cleanupAndFail();
     }
+    // What the stage report compares the measured peak with.
+    stage->predictedPeakBytes = driver::predictedPeakBytes(
+        *stage,
+        costs ? driver::runtimeBytesOf(*costs) : driver::kDefaultRuntimeBytes,
+        o.microbatches, o.stages, eo.cuda);
     forwards.emplace_back();
     for (int64_t piece : stage->virtualStages)
       for (auto f : module.getOps<func::FuncOp>())

@@ -87,6 +87,8 @@ void fieldsOf(M &m, F &&f, const Manifest &top) {
   f("arena_constant_bytes", m.arenaConstantBytes, writtenIf(cuda));
   f("scratch_bytes", m.scratchBytes, writtenIf(cuda));
   f("send_staging_bytes", m.sendStagingBytes, writtenIf(cuda));
+  f("predicted_peak_bytes", m.predictedPeakBytes,
+    writtenIf(m.predictedPeakBytes > 0));
 }
 
 template <class B, class F, IfIs<B, Boundary> = 0>

@@ -24,10 +24,10 @@ import check_pipeline as cp  # noqa: E402  (the toy pipelines and data)
 
 STEPS, M = 5, cp.M
 # A report row: stage, step ms, compute ms, wait ms, wait %, RSS MiB,
-# predicted MiB, start MiB (resident before the arena), rest MiB (peak - start -
-# predicted).
+# predicted peak MiB (or - when pipeline.json has none), arena MiB, start MiB
+# (resident before the arena), rest MiB (peak - start - arena).
 ROW_RE = re.compile(r"^\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)%"
-                    r"\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(-?[\d.]+)$")
+                    r"\s+([\d.]+)\s+(?:[\d.]+|-)\s+([\d.]+)\s+([\d.]+)\s+(-?[\d.]+)$")
 
 
 def report_rows(stderr):

@@ -249,6 +249,12 @@ void printStageReport(const manifest::Manifest &m,
     const manifest::Memory &mem = m.stages[s].memory;
     double predicted = static_cast<double>(mem.arenaBytes) +
                        (cuda ? static_cast<double>(mem.scratchBytes) : 0.0);
+    // The whole process's predicted peak (CPU; pipeline.json's
+    // predicted_peak_bytes: arena, runtime, MPI send buffer).
+    std::string peakText =
+        mem.predictedPeakBytes > 0
+            ? mib(static_cast<double>(mem.predictedPeakBytes))
+            : std::string("-");
     // Times under 10 ms keep 3 decimals: a fast stage's sum is not 0.0.
     auto ms = [](double v) {
       char buf[32];
@@ -256,7 +262,7 @@ void printStageReport(const manifest::Manifest &m,
       return std::string(buf);
     };
     // The peak split: the process before its arena (code, libraries, MPI,
-    // measured at start-up), the arena (predicted), and the rest (data
+    // measured at start-up), the arena (planned), and the rest (data
     // pages, the math libraries' buffers, message buffers).
     const double start = num("start_rss_bytes");
     std::string startText = start >= 0 ? mib(start) : "-",
@@ -264,11 +270,12 @@ void printStageReport(const manifest::Manifest &m,
                                ? mib(num("max_rss_bytes") - start - predicted)
                                : "-";
     int n = std::snprintf(
-        row, sizeof row, "  %5zu  %10s  %10s  %10s  %5.1f%%  %12s  %13s  %9s  %8s",
-        s, ms(stepMs).c_str(), ms(num("compute_ms")).c_str(), ms(waitMs).c_str(),
+        row, sizeof row,
+        "  %5zu  %10s  %10s  %10s  %5.1f%%  %12s  %18s  %9s  %9s  %8s", s,
+        ms(stepMs).c_str(), ms(num("compute_ms")).c_str(), ms(waitMs).c_str(),
         stepMs > 0 ? 100.0 * waitMs / stepMs : 0.0,
-        mib(num("max_rss_bytes")).c_str(), mib(predicted).c_str(),
-        startText.c_str(), restText.c_str());
+        mib(num("max_rss_bytes")).c_str(), peakText.c_str(),
+        mib(predicted).c_str(), startText.c_str(), restText.c_str());
     if (cuda && n > 0 && static_cast<size_t>(n) < sizeof row)
       std::snprintf(row + n, sizeof row - static_cast<size_t>(n), "  %12s",
                     num("device_memory_bytes") >= 0
@@ -279,7 +286,7 @@ void printStageReport(const manifest::Manifest &m,
   os << "gpipe-run: stage report, steps " << first << ".." << last
      << " (ms summed over the steps; wait = blocked in transfers)\n"
      << "  stage     step ms  compute ms     wait ms  wait %  peak RSS MiB  "
-        "predicted MiB  start MiB  rest MiB"
+        "predicted peak MiB  arena MiB  start MiB  rest MiB"
      << (cuda ? "  GPU used MiB" : "") << "\n";
   for (const std::string &r : rows)
     os << r << "\n";

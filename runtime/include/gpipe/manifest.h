@@ -57,6 +57,9 @@ struct Memory {
   int64_t arenaConstantBytes = 0; // written for CUDA only, as the next two
   int64_t scratchBytes = 0;
   int64_t sendStagingBytes = 0;
+  // CPU: the arena, the runtime's own memory (a cost table's runtime_bytes,
+  // else 40 MiB) and MPI's send buffer; 0 when not predicted (CUDA).
+  int64_t predictedPeakBytes = 0;
 };
 
 /// One tensor crossing a stage's boundary, per micro-batch (in the update:
