@@ -222,11 +222,27 @@ def Remat : Pass<"gpipe-remat", "mlir::ModuleOp"> {
     `mode=stage`) names the pieces (virtual stages, `pipe.stage` of the
     outlined functions) to rematerialize; the others keep every value their
     backward needs. Empty: all of them. A piece out of range is an error.
+
+    `mode=segments` (what `gpipe-compile --remat auto --memory-per-stage`
+    plans) takes `stash-bytes`, one entry per piece: the bytes per
+    micro-batch its stash may hold (-1: no limit, the piece keeps every
+    value). A piece whose stash is larger keeps some of its stash values and
+    recomputes the others in the backward, from its boundary inputs and the
+    kept values: starting from keeping everything, it stops keeping, one at a
+    time, the value whose recomputation saves the most bytes per second of
+    added forward work (the analytic cost model), until the stash fits.
+    When nothing fits, the piece recomputes its whole forward, as
+    `mode=stage`. Kept values and the recomputation's inputs become the new
+    stash; the `pipe.remat` region yields the old one.
   }];
   let options = [
-    Option<"mode", "mode", "std::string", "\"stage\"", "stage or none">,
+    Option<"mode", "mode", "std::string", "\"stage\"",
+           "stage, segments or none">,
     ListOption<"stages", "stages", "int64_t",
                "the pieces to rematerialize (default: all)">,
+    ListOption<"stashBytes", "stash-bytes", "int64_t",
+               "mode=segments: per piece, the stash bytes per micro-batch it "
+               "may keep (-1: all)">,
   ];
   let dependentDialects = ["gpipe::pipeline::PipeDialect"];
 }

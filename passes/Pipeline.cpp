@@ -42,6 +42,7 @@ void gpipe::buildCompilePipeline(OpPassManager &pm,
   RematOptions rm;
   rm.mode = o.remat;
   rm.stages.assign(o.rematStages.begin(), o.rematStages.end());
+  rm.stashBytes.assign(o.rematStashBytes.begin(), o.rematStashBytes.end());
   pm.addPass(createRemat(rm));
   ScheduleOptions sched;
   sched.schedule = o.schedule;

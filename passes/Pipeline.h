@@ -37,12 +37,18 @@ struct CompilePipelineOptions
                        llvm::cl::init(0.999)};
   Option<double> eps{*this, "eps", llvm::cl::desc("Adam epsilon"),
                      llvm::cl::init(1e-8)};
-  Option<std::string> remat{*this, "remat", llvm::cl::desc("stage or none"),
+  Option<std::string> remat{*this, "remat",
+                            llvm::cl::desc("stage, segments or none"),
                             llvm::cl::init("none")};
   ListOption<int64_t> rematStages{
       *this, "remat-stages",
       llvm::cl::desc("with remat=stage: the pieces to rematerialize (default: "
                      "all; gpipe-remat's stages)")};
+  ListOption<int64_t> rematStashBytes{
+      *this, "remat-stash-bytes",
+      llvm::cl::desc("with remat=segments: per piece, the stash bytes per "
+                     "micro-batch it may keep, -1: all (gpipe-remat's "
+                     "stash-bytes)")};
   Option<std::string> schedule{*this, "schedule",
                                llvm::cl::desc("a registered schedule name"),
                                llvm::cl::init("gpipe")};

@@ -1,5 +1,7 @@
 // gpipe-remat: each stage's backward recomputes its forward from the stage's
-// boundary inputs (GPipe's rematerialization).
+// boundary inputs (GPipe's rematerialization), or (mode=segments) recomputes
+// only the values a per-stage stash budget cannot keep.
+#include "dialects/nn/CostModel.h"
 #include "passes/Passes.h"
 #include "passes/Utils.h"
 
@@ -21,25 +23,44 @@ struct RematPass : gpipe::impl::RematBase<RematPass> {
   void runOnOperation() override;
 };
 
-/// Rewrites one stage: its forward returns its boundary inputs only, and its
-/// backward rebuilds the old stash in a pipe.remat region.
-LogicalResult rematerialize(func::FuncOp forward, func::FuncOp backward) {
-  Block &fwd = forward.getBody().front();
-  auto ret = cast<func::ReturnOp>(fwd.getTerminator());
-  SmallVector<Value> oldStash(ret.getOperands());
-  // Boundary inputs: the graph inputs the stage reads, the tensors it
-  // receives.
+/// The boundary inputs of a stage's forward: the graph inputs it reads, the
+/// tensors it receives.
+llvm::SetVector<Value> boundaryInputs(Block &fwd) {
   llvm::SetVector<Value> boundary;
   for (BlockArgument a : fwd.getArguments())
     boundary.insert(a);
   for (Operation &op : fwd)
     if (auto recv = dyn_cast<pipeline::RecvOp>(op))
       boundary.insert(recv.getValue());
+  return boundary;
+}
 
-  // The forward ops that recompute the stash from the boundary.
+/// What recomputing the values of `stash` not in `keep` from the boundary
+/// inputs and the kept values takes: the forward ops (`slice`), the stash
+/// that replaces the old one (the kept values, then the boundary inputs the
+/// slice reads), its bytes per micro-batch and the slice's estimated
+/// seconds. Fails (with `bad` set) on an op that cannot be recomputed.
+struct RematSlice {
   llvm::SetVector<Operation *> slice;
-  llvm::SetVector<Value> used;
-  SmallVector<Value> work(oldStash.begin(), oldStash.end());
+  SmallVector<Value> newStash;
+  int64_t bytes = 0;
+  double seconds = 0;
+  Operation *bad = nullptr;
+};
+
+RematSlice sliceFor(ArrayRef<Value> stash, ArrayRef<bool> keep,
+                    const llvm::SetVector<Value> &inputs) {
+  RematSlice r;
+  llvm::SetVector<Value> boundary(inputs.begin(), inputs.end());
+  llvm::SetVector<Value> kept, used;
+  for (auto [v, k] : llvm::zip(stash, keep))
+    if (k && !inputs.contains(v))
+      kept.insert(v);
+  boundary.insert(kept.begin(), kept.end());
+  SmallVector<Value> work;
+  for (auto [v, k] : llvm::zip(stash, keep))
+    if (!k || inputs.contains(v))
+      work.push_back(v);
   while (!work.empty()) {
     Value v = work.pop_back_val();
     if (boundary.contains(v)) {
@@ -47,22 +68,88 @@ LogicalResult rematerialize(func::FuncOp forward, func::FuncOp backward) {
       continue;
     }
     Operation *def = v.getDefiningOp();
-    if (!def || slice.contains(def))
+    if (!def || r.slice.contains(def))
       continue;
     if (!(isPure(def) || isa<nn::ParamOp>(def)) ||
-        !isa<nn::NNDialect>(def->getDialect()))
-      return def->emitError("cannot rematerialize '")
-             << def->getName() << "': it is not a pure nn op";
-    slice.insert(def);
+        !isa<nn::NNDialect>(def->getDialect())) {
+      r.bad = def;
+      return r;
+    }
+    r.slice.insert(def);
+    r.seconds += nn::analyticSeconds(def);
     work.append(def->operand_begin(), def->operand_end());
   }
-  // Everything kept is a boundary input already: nothing to recompute.
-  if (slice.empty())
+  for (Value v : kept)
+    r.newStash.push_back(v);
+  for (Value v : inputs)
+    if (used.contains(v) && !kept.contains(v))
+      r.newStash.push_back(v);
+  for (Value v : r.newStash)
+    r.bytes += bytesOf(v);
+  return r;
+}
+
+/// mode=segments: which stash values to keep so that the new stash fits
+/// `budget` bytes per micro-batch with the least recomputation. Greedy: from
+/// keeping everything, drops the value that saves the most bytes per second
+/// of recomputation added, until the stash fits; keeps nothing (the whole
+/// forward recomputed) when that never fits.
+SmallVector<bool> chooseKept(ArrayRef<Value> stash,
+                             const llvm::SetVector<Value> &inputs,
+                             int64_t budget) {
+  SmallVector<bool> keep(stash.size(), true);
+  RematSlice cur = sliceFor(stash, keep, inputs);
+  while (cur.bytes > budget && !cur.bad) {
+    int best = -1;
+    double bestRatio = -1;
+    RematSlice bestSlice;
+    for (size_t i = 0; i < stash.size(); ++i) {
+      if (!keep[i] || inputs.contains(stash[i]))
+        continue;
+      keep[i] = false;
+      RematSlice t = sliceFor(stash, keep, inputs);
+      keep[i] = true;
+      if (t.bad || t.bytes >= cur.bytes)
+        continue;
+      double ratio = double(cur.bytes - t.bytes) /
+                     std::max(t.seconds - cur.seconds, 1e-12);
+      if (ratio > bestRatio) {
+        bestRatio = ratio;
+        best = static_cast<int>(i);
+        bestSlice = std::move(t);
+      }
+    }
+    if (best < 0)
+      break;
+    keep[best] = false;
+    cur = std::move(bestSlice);
+  }
+  if (cur.bytes > budget)
+    keep.assign(stash.size(), false);
+  return keep;
+}
+
+/// Rewrites one stage: its forward returns the kept stash values (`keep`;
+/// empty: none) and the boundary inputs the recomputation needs, and its
+/// backward rebuilds the old stash in a pipe.remat region.
+LogicalResult rematerialize(func::FuncOp forward, func::FuncOp backward,
+                            ArrayRef<bool> keep = {}) {
+  Block &fwd = forward.getBody().front();
+  auto ret = cast<func::ReturnOp>(fwd.getTerminator());
+  SmallVector<Value> oldStash(ret.getOperands());
+  llvm::SetVector<Value> inputs = boundaryInputs(fwd);
+  SmallVector<bool> keepAll(oldStash.size(), false);
+  if (!keep.empty())
+    keepAll.assign(keep.begin(), keep.end());
+  RematSlice r = sliceFor(oldStash, keepAll, inputs);
+  if (r.bad)
+    return r.bad->emitError("cannot rematerialize '")
+           << r.bad->getName() << "': it is not a pure nn op";
+  // Everything kept is a boundary input or kept: nothing to recompute.
+  if (r.slice.empty())
     return success();
-  SmallVector<Value> newStash;
-  for (Value v : boundary)
-    if (used.contains(v))
-      newStash.push_back(v);
+  const llvm::SetVector<Operation *> &slice = r.slice;
+  SmallVector<Value> newStash = r.newStash;
 
   // Backward: new arguments for the boundary inputs, the region in front.
   Block &bwd = backward.getBody().front();
@@ -109,8 +196,9 @@ LogicalResult rematerialize(func::FuncOp forward, func::FuncOp backward) {
 
 void RematPass::runOnOperation() {
   ModuleOp module = getOperation();
-  if (mode != "stage" && mode != "none") {
-    module.emitError("remat mode must be stage or none, got '") << mode << "'";
+  if (mode != "stage" && mode != "none" && mode != "segments") {
+    module.emitError("remat mode must be stage, segments or none, got '")
+        << mode << "'";
     return signalPassFailure();
   }
   if (mode == "none")
@@ -119,6 +207,47 @@ void RematPass::runOnOperation() {
   if (k < 1) {
     module.emitError("pipe.stages must be >= 1, got ") << k;
     return signalPassFailure();
+  }
+  if (mode == "segments") {
+    if (!stages.empty()) {
+      module.emitError("remat stages= goes with mode=stage; mode=segments "
+                       "takes stash-bytes= (one per piece)");
+      return signalPassFailure();
+    }
+    if (static_cast<int64_t>(stashBytes.size()) != k) {
+      module.emitError("remat mode=segments needs stash-bytes= with one "
+                       "entry per piece (")
+          << k << "), got " << stashBytes.size();
+      return signalPassFailure();
+    }
+    bool any = false;
+    for (int64_t s = 0; s < k; ++s) {
+      if (stashBytes[s] < 0)
+        continue; // keeps its whole stash
+      func::FuncOp forward = findStageFunc(module, s, pipeline::Phase::Forward);
+      func::FuncOp backward =
+          findStageFunc(module, s, pipeline::Phase::Backward);
+      if (!forward || !backward) {
+        module.emitError("stage ") << s
+                                   << " has no forward or backward function; "
+                                      "run gpipe-outline-stages first";
+        return signalPassFailure();
+      }
+      if (forward.getNumResults() == 0)
+        continue;
+      Block &fwd = forward.getBody().front();
+      SmallVector<Value> stash(fwd.getTerminator()->getOperands());
+      SmallVector<bool> keep =
+          chooseKept(stash, boundaryInputs(fwd), stashBytes[s]);
+      if (llvm::all_of(keep, [](bool b) { return b; }))
+        continue; // fits as it is
+      any = true;
+      if (failed(rematerialize(forward, backward, keep)))
+        return signalPassFailure();
+    }
+    if (any)
+      pipeline::setRemat(module, "stage");
+    return;
   }
   for (int64_t s : stages)
     if (s < 0 || s >= k) {

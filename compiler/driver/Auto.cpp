@@ -135,6 +135,9 @@ void plan(ModuleOp imported, const CompileOptions &c,
     cand.stageSeconds.push_back(t[0] + t[1] + t[2] + t[3]);
     cand.stagePeakBytes.push_back(predictedPeakBytes(
         *st, runtimeBytes, c.microbatches, c.stages, /*cuda=*/false));
+    cand.stageArenaBytes.push_back(st->memory.arenaBytes);
+    cand.stageStashSlots.push_back(st->memory.stashSlots);
+    cand.stageStashBytes.push_back(st->memory.stashBytesPerMicrobatch);
   }
   const schedules::Schedule *sched = schedules::lookup(c.schedule);
   schedules::Table table =
@@ -269,6 +272,64 @@ void explainChoice(const std::vector<AutoCandidate> &candidates,
       os << "  rejected: " << c.rejected;
     os << "\n";
   }
+}
+
+LogicalResult planSegmentRemat(ModuleOp imported, CompileOptions &o,
+                               const CostTable &costs) {
+  const int64_t runtimeBytes = runtimeBytesOf(costs);
+  const int64_t budget = o.memoryPerStage;
+  CompileOptions c = o;
+  c.remat = "segments";
+  // Checked as the rest of a compile under --memory-per-stage is: each
+  // stage's planned arena (--auto adds the runtime's memory).
+  c.rematStages.clear();
+  // First every stage keeps its whole stash (the partition is the one
+  // segments get: its estimate is remat's).
+  c.rematStashBytes.assign(static_cast<size_t>(o.stages), -1);
+  for (int round = 0; round < 8; ++round) {
+    AutoCandidate cand;
+    plan(imported, c, costs, runtimeBytes, /*budget=*/0, cand);
+    if (!cand.rejected.empty()) {
+      // The compile's own error (the partition's, a pass's), as without
+      // --remat auto.
+      errorLine() << o.modelPath << ": " << cand.rejected << "\n";
+      return failure();
+    }
+    bool over = false;
+    for (int64_t s = 0; s < o.stages; ++s) {
+      const int64_t peak = cand.stageArenaBytes[s];
+      if (peak <= budget)
+        continue;
+      over = true;
+      int64_t &allowed = c.rematStashBytes[s];
+      if (allowed == 0) {
+        errorLine() << o.modelPath << ": --remat auto: stage " << s
+                    << "'s planned arena is " << peak
+                    << " bytes even recomputing its whole forward, over "
+                       "--memory-per-stage "
+                    << budget << " (raise the budget or add stages)\n";
+        return failure();
+      }
+      // The stash shrinks by the excess spread over its slots.
+      const int64_t slots = std::max<int64_t>(1, cand.stageStashSlots[s]);
+      const int64_t cut = (peak - budget + slots - 1) / slots;
+      const int64_t now = allowed < 0 ? cand.stageStashBytes[s]
+                                      : std::min(allowed,
+                                                 cand.stageStashBytes[s]);
+      allowed = std::max<int64_t>(0, now - cut);
+    }
+    if (!over) {
+      o.remat = "segments";
+      o.rematStages.clear();
+      o.rematStashBytes = c.rematStashBytes;
+      return success();
+    }
+  }
+  errorLine() << o.modelPath
+              << ": --remat auto: no per-stage stash fitted --memory-per-stage "
+              << budget << " in 8 plans (raise the budget or use --remat "
+                           "stage)\n";
+  return failure();
 }
 
 } // namespace gpipe::driver

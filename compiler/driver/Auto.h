@@ -59,6 +59,9 @@ struct AutoCandidate {
   double stepSeconds = 0;               // predicted, by simulation
   std::vector<double> stageSeconds;     // predicted compute per step
   std::vector<int64_t> stagePeakBytes;  // arena + runtime bytes
+  std::vector<int64_t> stageArenaBytes; // the planned arena
+  std::vector<int64_t> stageStashSlots; // micro-batches stashed at once
+  std::vector<int64_t> stageStashBytes; // the stash of one micro-batch
 };
 
 /// Plans every candidate (M among the divisors of `batchSize` up to 32; each
@@ -72,6 +75,18 @@ struct AutoCandidate {
 mlir::FailureOr<std::vector<AutoCandidate>>
 chooseConfiguration(mlir::ModuleOp imported, const CompileOptions &o,
                     int64_t batchSize, const CostTable &costs);
+
+/// --remat auto under --memory-per-stage, one model chunk per stage: plans
+/// `o` with gpipe-remat mode=segments and fills o.rematStashBytes, per stage
+/// the stash bytes per micro-batch it may keep (-1: all), so that every
+/// stage's planned arena fits the budget (as a compile under the budget
+/// checks it; --auto's plans add the runtime's memory):
+/// from keeping everything, a stage over the budget gets its stash cut by
+/// the excess over its stash slots, re-planned until it fits (at most 8
+/// rounds). Fails (with an error naming the stage) when a stage does not
+/// fit even recomputing its whole forward.
+mlir::LogicalResult planSegmentRemat(mlir::ModuleOp imported,
+                                     CompileOptions &o, const CostTable &costs);
 
 /// Prints the candidates' table (the chosen first, then the runners-up and
 /// the rejected) for --explain.

@@ -237,6 +237,14 @@ int gpipe::compile(const CompileOptions &options) {
                 << " (--batch-size, or the model's batch)\n";
     return 2;
   }
+  // auto under a budget, one chunk per stage: per stage, what of its stash
+  // to recompute so that it fits (gpipe-remat mode=segments).
+  if (o.remat == "auto" && o.memoryPerStage > 0 && o.virtualStages == 1 &&
+      o.target == "cpu") {
+    CostTable none;
+    if (failed(driver::planSegmentRemat(module, o, costs ? *costs : none)))
+      return 1;
+  }
   // auto: rematerialize whenever a micro-batch's activations stay in flight
   // while others run, i.e. in every pipeline but one stage on one batch.
   std::string remat = o.remat;
@@ -412,7 +420,14 @@ int gpipe::compile(const CompileOptions &options) {
                  llvm::any_of(stage.virtualStages, [&](int64_t piece) {
                    return llvm::is_contained(o.rematStages, piece);
                  });
-      explainStage(s, forwards[s], stage, remat == "stage" && !any ? "none" : remat,
+      std::string stageRemat = remat == "stage" && !any ? "none" : remat;
+      if (remat == "segments" && s < o.rematStashBytes.size())
+        stageRemat = o.rematStashBytes[s] < 0
+                         ? std::string("segments: keeps its whole stash")
+                         : "segments: stash at most " +
+                               std::to_string(o.rematStashBytes[s]) +
+                               " bytes per micro-batch";
+      explainStage(s, forwards[s], stage, stageRemat,
                    o.microbatches, o.target == "cuda");
     }
 

@@ -33,6 +33,9 @@ struct CompileOptions {
   /// --remat-stages: with remat stage, the pieces to rematerialize (empty:
   /// all).
   std::vector<int64_t> rematStages;
+  /// remat segments (planned by --remat auto under --memory-per-stage): per
+  /// stage, the stash bytes per micro-batch it may keep (-1: all).
+  std::vector<int64_t> rematStashBytes;
   std::string schedule = "gpipe";
   /// Model chunks per stage (--virtual-stages V): the graph is cut into
   /// K*V pieces; interleaved schedules place V of them on each stage.

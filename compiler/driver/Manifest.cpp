@@ -76,6 +76,7 @@ makeManifest(const CompileOptions &o, const ImportedModel &model,
   m.microbatchSize = model.batchSize / o.microbatches;
   m.remat = remat;
   m.rematStages = o.rematStages;
+  m.rematStashBytes = o.rematStashBytes;
   m.costs = o.costs;
   m.profile = o.profile;
   m.schedule = o.schedule;

@@ -24,6 +24,7 @@ void gpipe::driver::setPipelineOptions(CompilePipelineOptions &p,
   p.eps = o.optimizer.eps;
   p.remat = remat;
   p.rematStages = o.rematStages;
+  p.rematStashBytes = o.rematStashBytes;
   p.schedule = o.schedule;
   p.virtualStages = o.virtualStages;
   p.partition = o.partition;

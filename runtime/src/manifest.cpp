@@ -148,6 +148,8 @@ void fieldsOf(M &m, F &&f, const Manifest &) {
   f("microbatch_size", m.microbatchSize, Presence::Always);
   f("remat", m.remat, Presence::Always);
   f("remat_stages", m.rematStages, writtenIf(!m.rematStages.empty()));
+  f("remat_stash_bytes", m.rematStashBytes,
+    writtenIf(!m.rematStashBytes.empty()));
   f("costs", m.costs, writtenIf(!m.costs.empty()));
   f("profile", m.profile, writtenIf(m.profile));
   f("schedule", m.schedule, Presence::Always);

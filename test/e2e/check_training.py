@@ -160,6 +160,14 @@ def parse_args(argv):
     ap.add_argument("--remat-stages", dest="remat_stages", default=None, metavar="LIST",
                     help="gpipe-compile --remat-stages (with --remat stage: only these "
                          "stages rematerialize)")
+    ap.add_argument("--memory-per-stage", dest="memory_per_stage", default=None,
+                    metavar="BYTES",
+                    help="gpipe-compile --memory-per-stage; with --remat auto pipeline.json "
+                         "must say remat segments, and (--expect-segments) some stage must keep "
+                         "part of its stash")
+    ap.add_argument("--expect-segments", dest="expect_segments", action="store_true",
+                    help="with --memory-per-stage: require pipeline.json's remat_stash_bytes to "
+                         "limit some stage's stash and leave another's whole (-1)")
     ap.add_argument("--schedule", default=None,
                     help="gpipe-compile --schedule (not passed when omitted: gpipe); with a "
                          "schedule other than gpipe the reference program (--compare-single) "
@@ -327,6 +335,8 @@ def pipeline_flags(a):
         f += ["--remat", a.remat]
     if a.remat_stages is not None:
         f += ["--remat-stages", a.remat_stages]
+    if a.memory_per_stage is not None:
+        f += ["--memory-per-stage", a.memory_per_stage]
     if a.schedule is not None:
         f += ["--schedule", a.schedule]
     if a.virtual_stages is not None:
@@ -575,6 +585,25 @@ def check_stdout_steps(out, json_losses, tol):
         if not (abs(v - lj) <= allow):
             raise CheckFailed("gpipe-run stdout: step %d prints loss %s but --log-json has %r"
                               % (s, txt, lj))
+
+
+def check_segments(out_dir, budget):
+    """remat segments: some stage's stash is limited (remat_stash_bytes >= 0), and every
+    stage's planned arena fits the budget."""
+    path = os.path.join(out_dir, "pipeline.json")
+    pj = json.load(open(path))
+    limits = pj.get("remat_stash_bytes") or []
+    fails = []
+    if not any(b >= 0 for b in limits):
+        fails.append("%s: remat_stash_bytes %r limits no stage" % (path, limits))
+    for s, st in enumerate(pj["stages"]):
+        arena = st["memory"]["arena_bytes"]
+        if not 0 < arena <= budget:
+            fails.append("%s: stage %d's arena %d bytes, budget %d" % (path, s, arena, budget))
+    if not fails:
+        log("remat segments: stash limits %s; stashes per micro-batch %s" % (
+            limits, [st["memory"]["activation_bytes_per_microbatch"] for st in pj["stages"]]))
+    return fails
 
 
 def check_pipeline_json(out_dir, stages, microbatches, remat):
@@ -1173,7 +1202,14 @@ def run_check(a):
     out_dir, gp_losses, ms, run_out, trained_path = compile_and_run(
         a, compile_bin, run_bin, model_path, data_dir, wd, "",
         pipeline_flags(a) + target_flags(a, a.target))
-    failures += check_pipeline_json(out_dir, a.stages, a.microbatches, a.remat)
+    # --remat auto resolves: under --memory-per-stage to segments (per-stage
+    # stash budgets), else to stage or none (not checked).
+    want_remat = a.remat
+    if a.remat == "auto":
+        want_remat = "segments" if a.memory_per_stage is not None else None
+    failures += check_pipeline_json(out_dir, a.stages, a.microbatches, want_remat)
+    if a.expect_segments:
+        failures += check_segments(out_dir, int(a.memory_per_stage))
     failures += check_forward_ops(out_dir, a.expect_ops_d)
     failures += check_per_step(out_dir, a.expect_per_step, a.microbatches or 1)
 

@@ -114,6 +114,9 @@ struct Manifest {
   int64_t batchSize = 0, microbatches = 0, microbatchSize = 0;
   std::string remat;    // none | stage
   std::vector<int64_t> rematStages; // --remat-stages (empty: all)
+  // remat "segments": per stage, the stash bytes per micro-batch it may
+  // keep (-1: all)
+  std::vector<int64_t> rematStashBytes;
   std::string costs;    // --costs: the cost table the predictions are from
   bool profile = false; // --profile: the stages have timers
   std::string schedule; // the schedule's name

@@ -13,7 +13,7 @@
 // RUN: FileCheck %s --input-file=%t.none --check-prefix=NONE
 // RUN: not gpipe-opt %s --split-input-file --gpipe-remat=mode=bogus 2>&1 | FileCheck %s --check-prefix=BAD
 
-// BAD: error: remat mode must be stage or none, got 'bogus'
+// BAD: error: remat mode must be stage, segments or none, got 'bogus'
 
 // mode=none: the stash is still returned and taken as arguments; no region.
 // NONE-NOT: pipe.remat
