@@ -192,6 +192,19 @@ LogicalResult rematerialize(func::FuncOp forward, func::FuncOp backward,
   return success();
 }
 
+/// Piece `s`'s forward and backward functions, or an error.
+LogicalResult stageFunctions(ModuleOp module, int64_t s, func::FuncOp &forward,
+                             func::FuncOp &backward) {
+  forward = findStageFunc(module, s, pipeline::Phase::Forward);
+  backward = findStageFunc(module, s, pipeline::Phase::Backward);
+  if (forward && backward)
+    return success();
+  return module.emitError("stage ")
+         << s
+         << " has no forward or backward function; run gpipe-outline-stages "
+            "first";
+}
+
 } // namespace
 
 void RematPass::runOnOperation() {
@@ -224,15 +237,9 @@ void RematPass::runOnOperation() {
     for (int64_t s = 0; s < k; ++s) {
       if (stashBytes[s] < 0)
         continue; // keeps its whole stash
-      func::FuncOp forward = findStageFunc(module, s, pipeline::Phase::Forward);
-      func::FuncOp backward =
-          findStageFunc(module, s, pipeline::Phase::Backward);
-      if (!forward || !backward) {
-        module.emitError("stage ") << s
-                                   << " has no forward or backward function; "
-                                      "run gpipe-outline-stages first";
+      func::FuncOp forward, backward;
+      if (failed(stageFunctions(module, s, forward, backward)))
         return signalPassFailure();
-      }
       if (forward.getNumResults() == 0)
         continue;
       Block &fwd = forward.getBody().front();
@@ -258,14 +265,9 @@ void RematPass::runOnOperation() {
   for (int64_t s = 0; s < k; ++s) {
     if (!stages.empty() && !llvm::is_contained(stages, s))
       continue;
-    func::FuncOp forward = findStageFunc(module, s, pipeline::Phase::Forward);
-    func::FuncOp backward = findStageFunc(module, s, pipeline::Phase::Backward);
-    if (!forward || !backward) {
-      module.emitError("stage ") << s
-                                 << " has no forward or backward function; "
-                                    "run gpipe-outline-stages first";
+    func::FuncOp forward, backward;
+    if (failed(stageFunctions(module, s, forward, backward)))
       return signalPassFailure();
-    }
     if (forward.getNumResults() == 0)
       continue; // nothing kept, nothing to recompute
     if (failed(rematerialize(forward, backward)))
