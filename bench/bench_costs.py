@@ -226,17 +226,18 @@ def bench_model(a, name, out_lines):
         res[k] = {"stage_ms": comp, "bottleneck_over_mean": max(comp) / statistics.mean(comp),
                   "step_ms": statistics.median(steps[k]), "step_ms_rounds": steps[k]}
     res["prediction_errors"] = errs
-    # Memory: each stage's arena plus the runtime's own memory as the table
-    # measured it (its largest runtime_bytes), against the peak RSS.
-    runtime = max(json.loads(l).get("runtime_bytes", 0) for l in open(costs)
-                  if "gpipe_profile" in l)
+    # Memory: the compiler's prediction of each stage's peak (pipeline.json's
+    # predicted_peak_bytes: the arena, the runtime's own memory as the table
+    # measured it for a stage in that place of a pipeline, MPI's send
+    # buffer), against the peak RSS.
     lines += ["", "| stage (--costs partition) | arena MiB | + runtime MiB | predicted peak MiB "
               "| measured peak MiB | error |", "|---|---|---|---|---|---|"]
     res["memory"] = []
     for st in pj["costs"]["stages"]:
         s = st["index"]
         arena = st["memory"]["arena_bytes"] / 2**20
-        pred = arena + runtime / 2**20
+        pred = st["memory"]["predicted_peak_bytes"] / 2**20
+        runtime = (pred - arena) * 2**20
         meas = peaks["costs"].get(s)
         lines.append("| %d | %.1f | %.1f | %.1f | %s | %s |" % (
             s, arena, runtime / 2**20, pred, "%.1f" % meas if meas else "n/a",

@@ -48,9 +48,10 @@ std::optional<double> gpipe::CostTable::lookupOp(Operation *op,
   return lookupOp(name.getName().getValue(), function, opSignature(op), rows);
 }
 
-std::optional<double>
-gpipe::CostTable::lookupOp(llvm::StringRef node, llvm::StringRef function,
-                           llvm::StringRef signature, int64_t rows) const {
+std::optional<double> gpipe::CostTable::lookupOp(llvm::StringRef node,
+                                                 llvm::StringRef function,
+                                                 llvm::StringRef signature,
+                                                 int64_t rows) const {
   std::string key = opKey(node, function, signature);
   for (bool sameSize : {true, false})
     for (const CostProfile &p : profiles)
@@ -68,8 +69,8 @@ gpipe::CostTable::lookupScaled(Operation *op, llvm::StringRef function,
   double now = nn::analyticSeconds(op) * callsPerStep;
   if (!name || !(now > 0))
     return std::nullopt;
-  std::string key = opKey(name.getName().getValue(), function,
-                          op->getName().getStringRef());
+  std::string key =
+      opKey(name.getName().getValue(), function, op->getName().getStringRef());
   std::optional<double> best;
   double bestApart = 0;
   for (const CostProfile &p : profiles) {
@@ -143,6 +144,56 @@ gpipe::CostTable::lookupName(llvm::StringRef name) const {
   return std::nullopt;
 }
 
+int64_t gpipe::CostTable::runtimeBytesFor(int64_t stage, int64_t stages) const {
+  if (stages <= 1)
+    return runtimeAlone > 0 ? runtimeAlone : runtimeBytes;
+  if (runtimeFirst <= 0 && runtimeLast <= 0 && runtimeMiddle <= 0)
+    return runtimeBytes; // 1-stage profiles only
+  int64_t place = stage == 0            ? runtimeFirst
+                  : stage == stages - 1 ? runtimeLast
+                                        : runtimeMiddle;
+  if (place <= 0 && stage > 0 && stage < stages - 1)
+    place = runtimeFirst > 0 && runtimeLast > 0
+                ? std::min(runtimeFirst, runtimeLast)
+                : std::max(runtimeFirst, runtimeLast);
+  return place > 0 ? place : runtimeBytes;
+}
+
+std::optional<std::pair<double, double>> gpipe::CostTable::linkModel() const {
+  if (links.empty())
+    return std::nullopt;
+  // t = latency + bytes / bandwidth, least squares over the samples.
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (auto [bytes, secs] : links) {
+    double x = double(bytes);
+    n += 1;
+    sx += x;
+    sy += secs;
+    sxx += x * x;
+    sxy += x * secs;
+  }
+  double den = n * sxx - sx * sx;
+  double perByte = den > 0 ? (n * sxy - sx * sy) / den : 0;
+  double latency = (sy - perByte * sx) / n;
+  if (!(den > 0) || perByte <= 0 || latency < 0) {
+    // One size, or a fit that makes no sense: the largest message's time
+    // per byte, no latency.
+    auto [bytes, secs] =
+        *std::max_element(links.begin(), links.end(),
+                          [](auto a, auto b) { return a.first < b.first; });
+    latency = 0;
+    perByte = bytes > 0 ? secs / double(bytes) : 0;
+  }
+  return std::make_pair(latency, perByte > 0 ? 1.0 / perByte : 0.0);
+}
+
+double gpipe::CostTable::transferSeconds(int64_t bytes) const {
+  std::optional<std::pair<double, double>> m = linkModel();
+  if (!m)
+    return 0;
+  return m->first + (m->second > 0 ? double(bytes) / m->second : 0.0);
+}
+
 std::optional<gpipe::CostTable> gpipe::loadCostTable(llvm::StringRef path,
                                                      std::string &err) {
   auto buffer = llvm::MemoryBuffer::getFile(path);
@@ -152,6 +203,11 @@ std::optional<gpipe::CostTable> gpipe::loadCostTable(llvm::StringRef path,
     return std::nullopt;
   }
   CostTable table;
+  struct Header {
+    std::string build;
+    int64_t stage = 0, stages = 0, runtime = 0;
+  };
+  std::vector<Header> headers;
   // Per stage: the counted steps and the profile of its last header.
   std::map<int64_t, std::pair<int64_t, size_t>> stageOf;
   // Per profile: the forward op with the largest estimate names a node's
@@ -199,8 +255,20 @@ std::optional<gpipe::CostTable> gpipe::loadCostTable(llvm::StringRef path,
         signatureWeight.emplace_back();
       }
       stageOf[*stage] = {*steps, p};
-      table.runtimeBytes = std::max<int64_t>(
-          table.runtimeBytes, o->getInteger("runtime_bytes").value_or(0));
+      const int64_t runtime = o->getInteger("runtime_bytes").value_or(0);
+      table.runtimeBytes = std::max<int64_t>(table.runtimeBytes, runtime);
+      // Where the stage sat (tables written before "stages" was in the
+      // header: the highest stage of its build, below).
+      headers.push_back({o->getString("build_id").value_or("").str(), *stage,
+                         o->getInteger("stages").value_or(0), runtime});
+      continue;
+    }
+    if (o->get("link")) {
+      std::optional<int64_t> bytes = o->getInteger("bytes");
+      std::optional<double> secs = o->getNumber("seconds");
+      if (!bytes || !secs || *bytes < 0 || !(*secs >= 0))
+        return bad("a link needs \"bytes\" >= 0 and \"seconds\" >= 0");
+      table.links.push_back({*bytes, *secs});
       continue;
     }
     std::optional<int64_t> stage = o->getInteger("stage");
@@ -233,8 +301,8 @@ std::optional<gpipe::CostTable> gpipe::loadCostTable(llvm::StringRef path,
       if (!op)
         return bad("an op is not a JSON object");
       double estimate = op->getNumber("estimate").value_or(0);
-      double share = sum > 0 ? perStep * estimate / sum
-                             : perStep / double(ops->size());
+      double share =
+          sum > 0 ? perStep * estimate / sum : perStep / double(ops->size());
       if (estimate > 0) {
         measured += share;
         estimated += estimate * callsPerStep;
@@ -274,6 +342,18 @@ std::optional<gpipe::CostTable> gpipe::loadCostTable(llvm::StringRef path,
     return bad("no timed units");
   if (measured > 0 && estimated > 0)
     table.scale = measured / estimated;
+  for (const Header &h : headers) {
+    int64_t stages = h.stages;
+    if (stages <= 0)
+      for (const Header &o : headers)
+        if (o.build == h.build)
+          stages = std::max(stages, o.stage + 1);
+    int64_t &slot = stages <= 1             ? table.runtimeAlone
+                    : h.stage == 0          ? table.runtimeFirst
+                    : h.stage == stages - 1 ? table.runtimeLast
+                                            : table.runtimeMiddle;
+    slot = std::max(slot, h.runtime);
+  }
   for (const CostProfile &p : table.profiles)
     for (auto &entry : p.nodes) {
       auto sig = p.signatureOf.find(entry.getKey());

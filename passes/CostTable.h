@@ -35,7 +35,9 @@ struct NodeCost {
 /// micro-batch size.
 struct CostProfile {
   int64_t microbatches = 0, batchSize = 0;
-  int64_t rows() const { return microbatches > 0 ? batchSize / microbatches : 0; }
+  int64_t rows() const {
+    return microbatches > 0 ? batchSize / microbatches : 0;
+  }
   /// By node (or parameter) name: seconds per step.
   llvm::StringMap<NodeCost> nodes;
   /// A node's forward signature ("nn.gemm(tensor<...>, ...) -> ...") and
@@ -66,6 +68,28 @@ struct CostTable {
   /// The profiled programs' largest resident memory besides their arena
   /// (0: not in the table).
   int64_t runtimeBytes = 0;
+  /// The same by where the stage sat in its profiled pipeline: alone (one
+  /// stage), first, last, or between (0: no such stage in the table). The
+  /// first stage reads the graph inputs, the last the labels and computes
+  /// the loss; stages of a pipeline carry MPI, a lone stage does not.
+  int64_t runtimeAlone = 0, runtimeFirst = 0, runtimeLast = 0,
+          runtimeMiddle = 0;
+  /// The runtime memory predicted for stage `stage` of `stages`: the
+  /// table's stages in the same place (a middle stage without any: the
+  /// smaller of first and last; a pipeline stage from 1-stage profiles
+  /// only: theirs), else runtimeBytes (0: none in the table).
+  int64_t runtimeBytesFor(int64_t stage, int64_t stages) const;
+  /// Measured transfers between two stages (a multi-stage profile's "link"
+  /// lines): bytes, seconds one way.
+  std::vector<std::pair<int64_t, double>> links;
+  /// The seconds one message of `bytes` takes from one stage to another:
+  /// latency plus bytes over bandwidth, fitted (least squares) to `links`
+  /// (with one size measured, its time scaled by the bytes); 0 without
+  /// links (transfers free, as the analytic model takes them).
+  double transferSeconds(int64_t bytes) const;
+  /// The fit's latency (seconds) and bandwidth (bytes per second), or
+  /// nullopt without links.
+  std::optional<std::pair<double, double>> linkModel() const;
 
   static std::string opKey(llvm::StringRef node, llvm::StringRef function,
                            llvm::StringRef signature) {
@@ -79,10 +103,8 @@ struct CostTable {
   std::optional<double> lookupOp(mlir::Operation *op, llvm::StringRef function,
                                  int64_t rows) const;
   /// The same for an op of `node` with `signature` as the table wrote it.
-  std::optional<double> lookupOp(llvm::StringRef node,
-                                 llvm::StringRef function,
-                                 llvm::StringRef signature,
-                                 int64_t rows) const;
+  std::optional<double> lookupOp(llvm::StringRef node, llvm::StringRef function,
+                                 llvm::StringRef signature, int64_t rows) const;
   /// The seconds per step of `op` in `function`, run `callsPerStep` times,
   /// from the profile whose ops of the same node and op name are nearest in
   /// size (analytic estimate), scaled by the estimates: ops at another M.

@@ -22,7 +22,7 @@ int main(int argc, char **argv) {
   gpipe::CompileOptions o;
   std::string betas = "0.9,0.999";
   std::string partition;
-  std::string rematStages;
+  std::string rematStages, rematStashBytes;
   std::string memoryPerStage;
   int64_t batch = 0;
   po::options_description general("Options");
@@ -77,7 +77,13 @@ int main(int argc, char **argv) {
       "remat", po::value(&o.remat)->default_value("auto")->value_name("R"),
       "rematerialization: stage (each stage keeps only its boundary inputs "
       "per in-flight micro-batch and recomputes its forward in the "
-      "backward), none, or auto (stage when K > 1 or M > 1, else none)")(
+      "backward), none, segments (per stage, part of its stash: "
+      "--remat-stash-bytes), or auto (with --memory-per-stage: segments "
+      "planned to fit; else stage when K > 1 or M > 1, else none)")(
+      "remat-stash-bytes", po::value(&rematStashBytes)->value_name("LIST"),
+      "with --remat segments: per stage (comma-separated), the stash bytes "
+      "per micro-batch it may keep, -1 for all of it; the rest is "
+      "recomputed in its backward")(
       "remat-stages", po::value(&rematStages)->value_name("LIST"),
       "with --remat stage: only these stages (pieces with --virtual-stages, "
       "0-based, comma-separated) rematerialize; the others keep every value "
@@ -243,24 +249,32 @@ int main(int argc, char **argv) {
     }
     return true;
   };
-  if (vm.count("remat-stages")) {
-    std::vector<std::string> items;
-    bool ok = commaList("remat-stages", rematStages, "stage numbers", items);
-    for (const std::string &item : items) {
+  // A comma-separated list of integers >= `least`; `items` names them in
+  // the error.
+  auto intList = [&](const char *flag, const std::string &text,
+                     long long least, const char *items,
+                     std::vector<int64_t> &out) -> bool {
+    std::vector<std::string> parts;
+    bool ok = commaList(flag, text, items, parts);
+    for (const std::string &item : parts) {
       char *end = nullptr;
       long long v = std::strtoll(item.c_str(), &end, 10);
-      if (*end != '\0' || v < 0) {
-        ok = false;
-        std::cerr << "gpipe-compile: error: --remat-stages takes stage "
-                     "numbers separated by commas, got '"
-                  << rematStages << "'\n";
-        break;
+      if (item.empty() || *end != '\0' || v < least) {
+        std::cerr << "gpipe-compile: error: --" << flag << " takes " << items
+                  << " separated by commas, got '" << text << "'\n";
+        return false;
       }
-      o.rematStages.push_back(v);
+      out.push_back(v);
     }
-    if (!ok)
-      return 2;
-  }
+    return ok;
+  };
+  if (vm.count("remat-stash-bytes") &&
+      !intList("remat-stash-bytes", rematStashBytes, -1,
+               "byte counts (or -1)", o.rematStashBytes))
+    return 2;
+  if (vm.count("remat-stages") &&
+      !intList("remat-stages", rematStages, 0, "stage numbers", o.rematStages))
+    return 2;
   if (vm.count("partition") &&
       !commaList("partition", partition, "node names", o.partition))
     return 2;

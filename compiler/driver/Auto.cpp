@@ -24,16 +24,24 @@ namespace {
 
 /// The step time of `table` (K stages, M micro-batches, V chunks) when
 /// chunk c of stage s takes `perChunk[s][c]` = {forward, backward, weight,
-/// update} seconds per step in all (one forward of it: a 1/M share) and
-/// transfers take no time: every stage runs its actions in order, each as
-/// soon as the one before it and its input (the previous piece's forward,
-/// the next piece's backward) are done. Infinity for a deadlock.
+/// update} seconds per step in all (one forward of it: a 1/M share) and a
+/// forward's (backward's) output takes `transfer[s]` = {forward, backward}
+/// seconds to reach a piece on another stage (the cost table's measured
+/// links; 0 without): every stage runs its actions in order, each as soon
+/// as the one before it and its input (the previous piece's forward, the
+/// next piece's backward) are there. Infinity for a deadlock.
 double simulateStep(const schedules::Schedule &sched,
                     const schedules::Table &table, int64_t k, int64_t m,
                     int64_t v,
                     llvm::ArrayRef<std::vector<std::array<double, 4>>> perChunk,
+                    llvm::ArrayRef<std::array<double, 2>> transfer,
                     bool weightActions) {
   const int64_t pieces = k * v;
+  // Which stage holds each piece.
+  std::vector<int64_t> stageOf(pieces, 0);
+  for (int64_t s = 0; s < k; ++s)
+    for (int64_t c = 0; c < v; ++c)
+      stageOf[sched.virtualStage(k, v, s, c)] = s;
   std::vector<std::vector<double>> fDone(pieces, std::vector<double>(m, -1)),
       bDone(pieces, std::vector<double>(m, -1));
   std::vector<size_t> next(k, 0);
@@ -68,7 +76,7 @@ double simulateStep(const schedules::Schedule &sched,
         case pipeline::Phase::Weight:
           cost = t[2] * share;
           break;
-        case pipeline::Phase::Flush: // transfers are free here
+        case pipeline::Phase::Flush: // its wait is not modelled
           break;
         case pipeline::Phase::Update: // every chunk's
           for (const std::array<double, 4> &c : perChunk[s])
@@ -76,10 +84,16 @@ double simulateStep(const schedules::Schedule &sched,
           break;
         }
         clock[s] = ready + cost;
+        // When the output is at the piece that reads it.
         if (a.getPhase() == pipeline::Phase::Forward)
-          fDone[piece][mb] = clock[s];
+          fDone[piece][mb] =
+              clock[s] + (piece + 1 < pieces && stageOf[piece + 1] != s
+                              ? transfer[s][0]
+                              : 0.0);
         else if (a.getPhase() == pipeline::Phase::Backward)
-          bDone[piece][mb] = clock[s];
+          bDone[piece][mb] =
+              clock[s] +
+              (piece > 0 && stageOf[piece - 1] != s ? transfer[s][1] : 0.0);
         ++next[s];
         progress = true;
       }
@@ -94,9 +108,8 @@ double simulateStep(const schedules::Schedule &sched,
 
 /// Plans `c` on a copy of `imported`: fills `cand` (rejected when a pass
 /// fails, with its first error, or a stage does not fit).
-void plan(ModuleOp imported, const CompileOptions &c,
-          const CostTable &costs, int64_t runtimeBytes, int64_t budget,
-          AutoCandidate &cand) {
+void plan(ModuleOp imported, const CompileOptions &c, const CostTable &costs,
+          int64_t budget, AutoCandidate &cand) {
   MLIRContext *ctx = imported.getContext();
   std::string firstError;
   // The candidate's errors are its reason, not the compile's.
@@ -119,6 +132,7 @@ void plan(ModuleOp imported, const CompileOptions &c,
   }
   std::vector<std::string> taken;
   std::vector<std::vector<std::array<double, 4>>> perChunk;
+  std::vector<std::array<double, 2>> transfer;
   for (int64_t s = 0; s < c.stages; ++s) {
     EmitOptions eo;
     eo.cuda = c.target == "cuda";
@@ -127,14 +141,25 @@ void plan(ModuleOp imported, const CompileOptions &c,
     FailureOr<EmittedStage> st =
         emitStageCpp(*module, s, "stage" + std::to_string(s), taken, "", eo);
     if (failed(st)) {
-      cand.rejected = firstError.empty() ? "code generation failed" : firstError;
+      cand.rejected =
+          firstError.empty() ? "code generation failed" : firstError;
       return;
     }
     const std::vector<double> &t = st->predictedSeconds;
     perChunk.push_back(st->predictedChunkSeconds);
+    // A micro-batch's sends of each phase, shared by the stage's chunks.
+    std::array<int64_t, 2> sent = {0, 0};
+    for (const EmittedTransfer &x : st->transfers)
+      if (x.isSend && (x.phase == "forward" || x.phase == "backward"))
+        sent[x.phase == "forward" ? 0 : 1] += x.bytes;
+    const double chunks = double(std::max<int64_t>(1, c.virtualStages));
+    transfer.push_back(
+        {costs.transferSeconds(int64_t(double(sent[0]) / chunks)),
+         costs.transferSeconds(int64_t(double(sent[1]) / chunks))});
     cand.stageSeconds.push_back(t[0] + t[1] + t[2] + t[3]);
     cand.stagePeakBytes.push_back(predictedPeakBytes(
-        *st, runtimeBytes, c.microbatches, c.stages, /*cuda=*/false));
+        *st, runtimeBytesOf(costs, s, c.stages), c.microbatches, c.stages,
+        /*cuda=*/false));
     cand.stageArenaBytes.push_back(st->memory.arenaBytes);
     cand.stageStashSlots.push_back(st->memory.stashSlots);
     cand.stageStashBytes.push_back(st->memory.stashBytesPerMicrobatch);
@@ -147,8 +172,9 @@ void plan(ModuleOp imported, const CompileOptions &c,
       return a.getPhase() == pipeline::Phase::Weight;
     });
   });
-  cand.stepSeconds = simulateStep(*sched, table, c.stages, c.microbatches,
-                                  c.virtualStages, perChunk, weightActions);
+  cand.stepSeconds =
+      simulateStep(*sched, table, c.stages, c.microbatches, c.virtualStages,
+                   perChunk, transfer, weightActions);
   if (budget > 0)
     for (auto [s, bytes] : llvm::enumerate(cand.stagePeakBytes))
       if (bytes > budget) {
@@ -157,6 +183,11 @@ void plan(ModuleOp imported, const CompileOptions &c,
         return;
       }
 }
+
+LogicalResult fitSegments(ModuleOp imported, CompileOptions &c,
+                          const CostTable &costs, int64_t budget,
+                          bool withRuntime, AutoCandidate &cand,
+                          std::string &why);
 
 } // namespace
 
@@ -175,10 +206,36 @@ chooseConfiguration(ModuleOp imported, const CompileOptions &o,
       // remat none, then stage on every stage, then (one chunk per stage,
       // when none left stages over the budget) on those stages only.
       std::vector<int64_t> over;
-      for (int variant = 0; variant < 3; ++variant) {
-        if (variant == 2 && (over.empty() || v > 1 ||
-                             int64_t(over.size()) == o.stages))
-          break;
+      for (int variant = 0; variant < 4; ++variant) {
+        if (variant == 2 &&
+            (over.empty() || v > 1 || int64_t(over.size()) == o.stages))
+          continue;
+        if (variant == 3) {
+          // Per stage, part of the stash (one chunk per stage, when remat
+          // none left stages over the budget), in the cost-balanced
+          // partition.
+          if (over.empty() || v > 1)
+            break;
+          CompileOptions c = o;
+          c.microbatches = m;
+          c.schedule = sched.name.str();
+          c.virtualStages = v;
+          c.memoryPerStage = 0;
+          AutoCandidate cand;
+          std::string why;
+          if (failed(fitSegments(imported, c, costs, o.memoryPerStage,
+                                 /*withRuntime=*/true, cand, why)) &&
+              cand.rejected.empty())
+            cand.rejected = why;
+          cand.microbatches = m;
+          cand.schedule = c.schedule;
+          cand.virtualStages = v;
+          cand.remat = "segments";
+          cand.rematStashBytes = c.rematStashBytes;
+          cand.partitionBytes = 0;
+          all.push_back(std::move(cand));
+          continue;
+        }
         CompileOptions c = o;
         c.microbatches = m;
         c.schedule = sched.name.str();
@@ -190,10 +247,10 @@ chooseConfiguration(ModuleOp imported, const CompileOptions &o,
         // (one chunk per stage: its estimate knows no chunks); with mixed
         // remat, the cost-balanced partition (its estimate knows one remat
         // mode); the arenas are checked after either way.
-        c.memoryPerStage = o.memoryPerStage > 0 && v == 1 && variant != 2
-                               ? std::max<int64_t>(1, o.memoryPerStage -
-                                                          runtimeBytes)
-                               : 0;
+        c.memoryPerStage =
+            o.memoryPerStage > 0 && v == 1 && variant != 2
+                ? std::max<int64_t>(1, o.memoryPerStage - runtimeBytes)
+                : 0;
         AutoCandidate cand;
         cand.microbatches = m;
         cand.schedule = c.schedule;
@@ -201,14 +258,14 @@ chooseConfiguration(ModuleOp imported, const CompileOptions &o,
         cand.remat = c.remat;
         cand.rematStages = c.rematStages;
         cand.partitionBytes = c.memoryPerStage;
-        plan(imported, c, costs, runtimeBytes, o.memoryPerStage, cand);
+        plan(imported, c, costs, o.memoryPerStage, cand);
         if (variant == 0 && o.memoryPerStage > 0 && v == 1) {
           // Which stages remat none leaves over the budget, in the
           // cost-balanced partition.
           AutoCandidate probe;
           CompileOptions free = c;
           free.memoryPerStage = 0;
-          plan(imported, free, costs, runtimeBytes, 0, probe);
+          plan(imported, free, costs, 0, probe);
           for (auto [s, bytes] : llvm::enumerate(probe.stagePeakBytes))
             if (bytes > o.memoryPerStage)
               over.push_back(static_cast<int64_t>(s));
@@ -229,13 +286,12 @@ chooseConfiguration(ModuleOp imported, const CompileOptions &o,
       if (!c.stagePeakBytes.empty())
         least = std::min(least, *std::max_element(c.stagePeakBytes.begin(),
                                                   c.stagePeakBytes.end()));
-    errorLine() << o.modelPath << ": --auto: no configuration of "
-                << o.stages << " stages fits --memory-per-stage "
+    errorLine() << o.modelPath << ": --auto: no configuration of " << o.stages
+                << " stages fits --memory-per-stage "
                 << (o.memoryPerStage >> 20) << " MiB";
     if (least != std::numeric_limits<int64_t>::max())
       llvm::errs() << " (the smallest plan's fullest stage needs "
-                   << (least >> 20) << " MiB with "
-                   << (runtimeBytes >> 20)
+                   << (least >> 20) << " MiB with " << (runtimeBytes >> 20)
                    << " MiB of runtime memory; raise the budget or add "
                       "stages)";
     llvm::errs() << "\n";
@@ -245,11 +301,19 @@ chooseConfiguration(ModuleOp imported, const CompileOptions &o,
 }
 
 void explainChoice(const std::vector<AutoCandidate> &candidates,
-                   const CompileOptions &o, int64_t runtimeBytes) {
+                   const CompileOptions &o, const CostTable &costs) {
   llvm::raw_ostream &os = llvm::outs();
+  std::string links = "transfers free";
+  if (std::optional<std::pair<double, double>> m = costs.linkModel()) {
+    llvm::raw_string_ostream ls(links);
+    links.clear();
+    ls << "transfers " << llvm::format("%.2f", 1e6 * m->first) << " us + "
+       << llvm::format("%.2f", m->second / 1e9) << " GB/s, measured";
+  }
   os << "--auto: " << candidates.size() << " configurations of " << o.stages
-     << " stages planned (" << (o.costs.empty() ? "analytic costs" : "costs " + o.costs)
-     << "; memory = arena + " << (runtimeBytes >> 20)
+     << " stages planned ("
+     << (o.costs.empty() ? "analytic costs" : "costs " + o.costs) << "; "
+     << links << "; memory = arena + " << (runtimeBytesOf(costs) >> 20)
      << " MiB of runtime), fastest predicted first:\n"
      << "  M  schedule     V  remat    step ms  per-stage compute ms / peak "
         "MiB\n";
@@ -274,62 +338,81 @@ void explainChoice(const std::vector<AutoCandidate> &candidates,
   }
 }
 
-LogicalResult planSegmentRemat(ModuleOp imported, CompileOptions &o,
-                               const CostTable &costs) {
-  const int64_t runtimeBytes = runtimeBytesOf(costs);
-  const int64_t budget = o.memoryPerStage;
-  CompileOptions c = o;
+namespace {
+
+/// remat segments: from every stage keeping its whole stash, cuts the stash
+/// of each stage whose measure (its planned arena, or with `withRuntime`
+/// its predicted peak) is over `budget` by the excess spread over its stash
+/// slots, and plans again, until every stage fits (at most 8 plans). Fills
+/// c.rematStashBytes and `cand` (the last plan); on failure says why: the
+/// plan's own error (`cand.rejected`, a pass's) or what does not fit (`why`).
+LogicalResult fitSegments(ModuleOp imported, CompileOptions &c,
+                          const CostTable &costs, int64_t budget,
+                          bool withRuntime, AutoCandidate &cand,
+                          std::string &why) {
   c.remat = "segments";
-  // Checked as the rest of a compile under --memory-per-stage is: each
-  // stage's planned arena (--auto adds the runtime's memory).
   c.rematStages.clear();
-  // First every stage keeps its whole stash (the partition is the one
-  // segments get: its estimate is remat's).
-  c.rematStashBytes.assign(static_cast<size_t>(o.stages), -1);
+  c.rematStashBytes.assign(static_cast<size_t>(c.stages), -1);
   for (int round = 0; round < 8; ++round) {
-    AutoCandidate cand;
-    plan(imported, c, costs, runtimeBytes, /*budget=*/0, cand);
-    if (!cand.rejected.empty()) {
-      // The compile's own error (the partition's, a pass's), as without
-      // --remat auto.
-      errorLine() << o.modelPath << ": " << cand.rejected << "\n";
+    cand = AutoCandidate();
+    plan(imported, c, costs, /*budget=*/0, cand);
+    if (!cand.rejected.empty())
       return failure();
-    }
     bool over = false;
-    for (int64_t s = 0; s < o.stages; ++s) {
-      const int64_t peak = cand.stageArenaBytes[s];
-      if (peak <= budget)
+    for (int64_t s = 0; s < c.stages; ++s) {
+      const int64_t bytes =
+          withRuntime ? cand.stagePeakBytes[s] : cand.stageArenaBytes[s];
+      if (bytes <= budget)
         continue;
       over = true;
       int64_t &allowed = c.rematStashBytes[s];
       if (allowed == 0) {
-        errorLine() << o.modelPath << ": --remat auto: stage " << s
-                    << "'s planned arena is " << peak
-                    << " bytes even recomputing its whole forward, over "
-                       "--memory-per-stage "
-                    << budget << " (raise the budget or add stages)\n";
+        why = "stage " + std::to_string(s) + "'s " +
+              (withRuntime ? "predicted peak" : "planned arena") + " is " +
+              std::to_string(bytes) +
+              " bytes even recomputing its whole forward";
         return failure();
       }
       // The stash shrinks by the excess spread over its slots.
       const int64_t slots = std::max<int64_t>(1, cand.stageStashSlots[s]);
-      const int64_t cut = (peak - budget + slots - 1) / slots;
-      const int64_t now = allowed < 0 ? cand.stageStashBytes[s]
-                                      : std::min(allowed,
-                                                 cand.stageStashBytes[s]);
+      const int64_t cut = (bytes - budget + slots - 1) / slots;
+      const int64_t now = allowed < 0
+                              ? cand.stageStashBytes[s]
+                              : std::min(allowed, cand.stageStashBytes[s]);
       allowed = std::max<int64_t>(0, now - cut);
     }
-    if (!over) {
-      o.remat = "segments";
-      o.rematStages.clear();
-      o.rematStashBytes = c.rematStashBytes;
+    if (!over)
       return success();
-    }
   }
-  errorLine() << o.modelPath
-              << ": --remat auto: no per-stage stash fitted --memory-per-stage "
-              << budget << " in 8 plans (raise the budget or use --remat "
-                           "stage)\n";
+  why = "no per-stage stash fitted in 8 plans";
   return failure();
+}
+
+} // namespace
+
+LogicalResult planSegmentRemat(ModuleOp imported, CompileOptions &o,
+                               const CostTable &costs) {
+  // Checked as the rest of a compile under --memory-per-stage is: each
+  // stage's planned arena (--auto adds the runtime's memory). The partition
+  // is the one segments get: its estimate is remat's.
+  CompileOptions c = o;
+  AutoCandidate cand;
+  std::string why;
+  if (failed(fitSegments(imported, c, costs, o.memoryPerStage,
+                         /*withRuntime=*/false, cand, why))) {
+    // A pass's own error (the partition's) as without --remat auto.
+    if (!cand.rejected.empty())
+      errorLine() << o.modelPath << ": " << cand.rejected << "\n";
+    else
+      errorLine() << o.modelPath << ": --remat auto: " << why
+                  << ", over --memory-per-stage " << o.memoryPerStage
+                  << " (raise the budget or add stages)\n";
+    return failure();
+  }
+  o.remat = "segments";
+  o.rematStages.clear();
+  o.rematStashBytes = c.rematStashBytes;
+  return success();
 }
 
 } // namespace gpipe::driver

@@ -27,6 +27,15 @@ inline int64_t runtimeBytesOf(const CostTable &costs) {
   return costs.runtimeBytes > 0 ? costs.runtimeBytes : kDefaultRuntimeBytes;
 }
 
+/// The runtime's own memory predicted for stage `stage` of `stages`: the
+/// cost table's for a stage in that place (CostTable::runtimeBytesFor),
+/// else kDefaultRuntimeBytes.
+inline int64_t runtimeBytesOf(const CostTable &costs, int64_t stage,
+                              int64_t stages) {
+  int64_t bytes = costs.runtimeBytesFor(stage, stages);
+  return bytes > 0 ? bytes : kDefaultRuntimeBytes;
+}
+
 /// What the compiler predicts a stage's process to hold at its peak: the
 /// planned arena, the runtime's own memory (`runtimeBytes`) and, on the CPU
 /// target with buffered sends (1F1B and later), MPI's send buffer of two
@@ -51,6 +60,9 @@ struct AutoCandidate {
   int64_t virtualStages = 1;
   std::string remat;
   std::vector<int64_t> rematStages; // with remat stage: only these (empty: all)
+  /// With remat segments: per stage, the stash bytes per micro-batch it
+  /// may keep (-1: all).
+  std::vector<int64_t> rematStashBytes;
   /// The partition's memory budget the plan was made with (0: none): the
   /// compile of the chosen candidate uses the same, so it gets its partition.
   int64_t partitionBytes = 0;
@@ -85,13 +97,13 @@ chooseConfiguration(mlir::ModuleOp imported, const CompileOptions &o,
 /// the excess over its stash slots, re-planned until it fits (at most 8
 /// rounds). Fails (with an error naming the stage) when a stage does not
 /// fit even recomputing its whole forward.
-mlir::LogicalResult planSegmentRemat(mlir::ModuleOp imported,
-                                     CompileOptions &o, const CostTable &costs);
+mlir::LogicalResult planSegmentRemat(mlir::ModuleOp imported, CompileOptions &o,
+                                     const CostTable &costs);
 
 /// Prints the candidates' table (the chosen first, then the runners-up and
 /// the rejected) for --explain.
 void explainChoice(const std::vector<AutoCandidate> &candidates,
-                   const CompileOptions &o, int64_t runtimeBytes);
+                   const CompileOptions &o, const CostTable &costs);
 
 } // namespace gpipe::driver
 

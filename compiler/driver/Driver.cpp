@@ -64,10 +64,24 @@ LogicalResult validate(const CompileOptions &o) {
                 "'");
   if (o.outDir == "-" && o.emit != "mlir" && o.emit != "import")
     return fail("-o - (stdout) works with --emit mlir or --emit import only");
-  if (o.remat != "none" && o.remat != "stage" && o.remat != "auto")
-    return fail("--remat must be none, stage or auto, got '" + o.remat + "'");
+  if (o.remat != "none" && o.remat != "stage" && o.remat != "auto" &&
+      o.remat != "segments")
+    return fail("--remat must be none, stage, segments or auto, got '" +
+                o.remat + "'");
   if (!o.rematStages.empty() && o.remat != "stage")
     return fail("--remat-stages needs --remat stage");
+  if (o.remat == "segments") {
+    if (o.virtualStages != 1)
+      return fail("--remat segments runs one model chunk per stage "
+                  "(--virtual-stages 1)");
+    if (static_cast<int64_t>(o.rematStashBytes.size()) != o.stages)
+      return fail("--remat segments needs --remat-stash-bytes with one "
+                  "entry per stage (" +
+                  std::to_string(o.stages) + "), got " +
+                  std::to_string(o.rematStashBytes.size()));
+  } else if (!o.rematStashBytes.empty()) {
+    return fail("--remat-stash-bytes needs --remat segments");
+  }
   for (int64_t s : o.rematStages)
     if (s < 0 || s >= o.stages * o.virtualStages)
       return fail("--remat-stages: stage " + std::to_string(s) +
@@ -200,9 +214,9 @@ int gpipe::compile(const CompileOptions &options) {
     o.virtualStages = best.virtualStages;
     o.remat = best.remat;
     o.rematStages = best.rematStages;
+    o.rematStashBytes = best.rematStashBytes;
     if (o.explain) {
-      driver::explainChoice(*chosen, o,
-                            driver::runtimeBytesOf(costs ? *costs : none));
+      driver::explainChoice(*chosen, o, costs ? *costs : none);
       llvm::outs().flush();
     }
     int64_t peak = *std::max_element(best.stagePeakBytes.begin(),
@@ -215,6 +229,10 @@ int gpipe::compile(const CompileOptions &options) {
     if (!best.rematStages.empty()) {
       llvm::errs() << " --remat-stages ";
       llvm::interleave(best.rematStages, llvm::errs(), ",");
+    }
+    if (!best.rematStashBytes.empty()) {
+      llvm::errs() << " --remat-stash-bytes ";
+      llvm::interleave(best.rematStashBytes, llvm::errs(), ",");
     }
     llvm::errs() << ": predicted "
                  << llvm::format("%.3f", 1e3 * best.stepSeconds)
@@ -363,7 +381,7 @@ int gpipe::compile(const CompileOptions &options) {
     // What the stage report compares the measured peak with.
     stage->predictedPeakBytes = driver::predictedPeakBytes(
         *stage,
-        costs ? driver::runtimeBytesOf(*costs) : driver::kDefaultRuntimeBytes,
+        driver::runtimeBytesOf(costs ? *costs : CostTable(), s, o.stages),
         o.microbatches, o.stages, eo.cuda);
     forwards.emplace_back();
     for (int64_t piece : stage->virtualStages)
@@ -427,8 +445,8 @@ int gpipe::compile(const CompileOptions &options) {
                          : "segments: stash at most " +
                                std::to_string(o.rematStashBytes[s]) +
                                " bytes per micro-batch";
-      explainStage(s, forwards[s], stage, stageRemat,
-                   o.microbatches, o.target == "cuda");
+      explainStage(s, forwards[s], stage, stageRemat, o.microbatches,
+                   o.target == "cuda");
     }
 
   if (o.emit == "exe" && failed(buildExecutables(o, staging, names)))

@@ -225,10 +225,20 @@ void profileCount(bool on);
 void profileRestart();
 /// One more step in the sums (while counting).
 void profileStepDone();
+/// One measured transfer: a message of `bytes` to or from stage `peer`,
+/// one way, took `seconds` (the mean of `repeats` round trips, halved).
+struct LinkSample {
+  int32_t peer = 0;
+  int64_t bytes = 0;
+  double seconds = 0;
+  int32_t repeats = 0;
+};
 /// The cost table: one JSON line of the program and the counted steps, then
-/// one per unit (its ops, calls, summed seconds). On failure sets `err`.
+/// one per unit (its ops, calls, summed seconds), then one per measured
+/// transfer (`links`). On failure sets `err`.
 bool profileWrite(const std::string &path, const gp_program &program,
-                  int64_t threads, std::string &err);
+                  int64_t threads, const std::vector<LinkSample> &links,
+                  std::string &err);
 
 //===----------------------------------------------------------------------===//
 // Heartbeat file (heartbeat.cpp), for gpipe-run's watchdog: pid, host, a
@@ -306,6 +316,13 @@ void transportProgress();
 /// Blocks until this stage's buffered sends have been delivered (nothing
 /// without buffered sends): before a long computation without a receive.
 void transportFlushSends();
+/// --profile (CPU, several stages), after the steps: with every stage this
+/// one exchanges boundary tensors with, round trips of each boundary size
+/// and of 8 bytes, the pairs of stages in one order on every rank (so that
+/// they cannot deadlock). Appends one sample per (peer, size). Every stage
+/// must call it. On failure sets `err`.
+bool transportMeasureLinks(const gp_program &p, std::vector<LinkSample> &out,
+                           std::string &err);
 /// MPI_Finalize (after delivering buffered sends).
 void transportFinalize();
 /// MPI_Abort(MPI_COMM_WORLD, code) when other ranks exist, else MPI_Finalize

@@ -495,12 +495,14 @@ int StageRun::checkProgram() {
   return 0;
 }
 
-/// Multi-stage: every rank shares (has_loss, K, M, B); all must describe the
-/// same pipeline and at most one stage computes the loss.
+/// Multi-stage: every rank shares (has_loss, K, M, B, --profile); all must
+/// describe the same pipeline, at most one stage computes the loss, and all
+/// or none profile (the stages measure their links in pairs at the end).
 int StageRun::agreeWithOtherStages() {
-  const int n = 4;
+  const int n = 5;
   int64_t mine[n] = {program_->has_loss ? 1 : 0, program_->num_stages,
-                     program_->microbatches, program_->batch_size};
+                     program_->microbatches, program_->batch_size,
+                     opt_.profile.empty() ? 0 : 1};
   std::vector<int64_t> all;
   std::string err;
   if (!transportAllGather(mine, n, all, err))
@@ -517,6 +519,12 @@ int StageRun::agreeWithOtherStages() {
     if (v[1] != all[1] || v[2] != all[2] || v[3] != all[3])
       problem =
           describe(s) + " and " + describe(0) + " were not compiled together";
+    else if (v[4] != all[4])
+      problem = "stage " + std::to_string(v[4] ? s : 0) +
+                " runs with --profile and stage " +
+                std::to_string(v[4] ? 0 : s) +
+                " without: give every stage --profile (the stages measure "
+                "their links together)";
     else if (v[0] && lossStage_ >= 0)
       problem = "invalid pipeline: stages " + std::to_string(lossStage_) +
                 " and " + std::to_string(s) + " both compute the loss";
@@ -1212,9 +1220,16 @@ int StageRun::runSteps() {
                  deviceDescription().c_str());
   if (!opt_.trace.empty() && !timingWriteTrace(opt_.trace, err))
     return error(err);
-  if (!opt_.profile.empty() &&
-      !profileWrite(opt_.profile, *program_, opt_.threads, err))
-    return error(err);
+  if (!opt_.profile.empty()) {
+    // The links between the stages, measured after the steps (CPU: MPI;
+    // the CUDA runtime's transfers are not measured yet).
+    std::vector<LinkSample> links;
+    if (program_->num_stages > 1 && program_->target == GP_TARGET_CPU &&
+        !transportMeasureLinks(*program_, links, err))
+      return error(err);
+    if (!profileWrite(opt_.profile, *program_, opt_.threads, links, err))
+      return error(err);
+  }
   if (!opt_.report.empty() &&
       !timingWriteReport(opt_.report, deviceMemoryInUse(), err))
     return error(err);

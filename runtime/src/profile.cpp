@@ -52,7 +52,8 @@ void profileStepDone() {
 }
 
 bool profileWrite(const std::string &path, const gp_program &program,
-                  int64_t threads, std::string &err) {
+                  int64_t threads, const std::vector<LinkSample> &links,
+                  std::string &err) {
   std::FILE *f = std::fopen(path.c_str(), "w");
   if (!f) {
     err = "cannot write profile file " + path + ": " + std::strerror(errno);
@@ -76,6 +77,7 @@ bool profileWrite(const std::string &path, const gp_program &program,
   Json header = {{"gpipe_profile", 1},
                  {"program", program.name ? program.name : ""},
                  {"stage", program.stage},
+                 {"stages", program.num_stages},
                  {"build_id", program.build_id ? program.build_id : ""},
                  {"target", program.target == GP_TARGET_CUDA ? "cuda" : "cpu"},
                  {"threads", threads},
@@ -105,6 +107,12 @@ bool profileWrite(const std::string &path, const gp_program &program,
                  {"ops", std::move(ops)}};
     writeLine(line);
   }
+  for (const LinkSample &l : links)
+    writeLine({{"stage", program.stage},
+               {"link", l.peer},
+               {"bytes", l.bytes},
+               {"seconds", l.seconds},
+               {"repeats", l.repeats}});
   if (std::fclose(f) != 0) {
     err = "cannot write profile file " + path + ": " + std::strerror(errno);
     return false;

@@ -5,6 +5,8 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <map>
+#include <set>
 #include <atomic>
 #include <climits>
 #include <cstdio>
@@ -357,6 +359,72 @@ void transportFlushSends() {
   int size = 0;
   if (MPI_Buffer_detach(&buf, &size) == MPI_SUCCESS)
     MPI_Buffer_attach(buf, size);
+}
+
+bool transportMeasureLinks(const gp_program &p, std::vector<LinkSample> &out,
+                           std::string &err) {
+  const int me = p.stage;
+  // Per peer, the sizes of the tensors exchanged with it (both sides list
+  // the same: one's sends are the other's receives), and 8 bytes.
+  std::map<int, std::set<int64_t>> sizes;
+  for (int32_t i = 0; i < p.num_transfers; ++i) {
+    const gp_transfer &t = p.transfers[i];
+    if (t.peer == me || t.peer < 0 || t.peer >= gWorldSize)
+      continue;
+    std::set<int64_t> &s = sizes[t.peer];
+    s.insert(8);
+    s.insert(std::min<int64_t>(std::max<int64_t>(t.bytes, 1), kChunk));
+  }
+  // The pairs (lower, higher) in increasing order: every rank meets its
+  // pairs in the one global order.
+  std::vector<std::pair<int, int>> pairs;
+  for (auto &entry : sizes)
+    pairs.push_back({std::min(me, entry.first), std::max(me, entry.first)});
+  std::sort(pairs.begin(), pairs.end());
+  const int kTag = 32001; // no boundary tensor's (the steps are over)
+  std::vector<char> buf;
+  for (auto [lo, hi] : pairs) {
+    const int peer = lo == me ? hi : lo;
+    for (int64_t bytes : sizes[peer]) {
+      buf.resize(static_cast<size_t>(bytes));
+      // About 64 MiB a size, 4 to 50 round trips, after 2 unmeasured ones,
+      // three times: the fastest of the three (another process taking the
+      // core only slows a round).
+      const int repeats = static_cast<int>(
+          std::clamp<int64_t>((int64_t(64) << 20) / bytes, 4, 50));
+      double t0 = 0, best = -1;
+      for (int r = -2; r < 3 * repeats; ++r) {
+        if (r >= 0 && r % repeats == 0) {
+          if (r > 0) {
+            double t = (MPI_Wtime() - t0) / (2.0 * repeats);
+            best = best < 0 ? t : std::min(best, t);
+          }
+          t0 = MPI_Wtime();
+        }
+        int rc = MPI_SUCCESS;
+        const int n = static_cast<int>(bytes);
+        if (me == lo) {
+          rc = MPI_Send(buf.data(), n, MPI_BYTE, peer, kTag, MPI_COMM_WORLD);
+          if (rc == MPI_SUCCESS)
+            rc = MPI_Recv(buf.data(), n, MPI_BYTE, peer, kTag, MPI_COMM_WORLD,
+                          MPI_STATUS_IGNORE);
+        } else {
+          rc = MPI_Recv(buf.data(), n, MPI_BYTE, peer, kTag, MPI_COMM_WORLD,
+                        MPI_STATUS_IGNORE);
+          if (rc == MPI_SUCCESS)
+            rc = MPI_Send(buf.data(), n, MPI_BYTE, peer, kTag, MPI_COMM_WORLD);
+        }
+        if (rc != MPI_SUCCESS) {
+          err = "measuring the link to stage " + std::to_string(peer) +
+                " failed: " + mpiError(rc);
+          return false;
+        }
+      }
+      double t = (MPI_Wtime() - t0) / (2.0 * repeats);
+      out.push_back({peer, bytes, best < 0 ? t : std::min(best, t), repeats});
+    }
+  }
+  return true;
 }
 
 void transportFinalize() {

@@ -2,6 +2,7 @@
 #include "compiler/CppEmitter.h"
 #include "dialects/nn/NNOps.h"
 #include "dialects/pipe/PipeOps.h"
+#include "passes/CostTable.h"
 #include "passes/PartitionCuts.h"
 #include "passes/Passes.h"
 #include "passes/Pipeline.h"
@@ -343,4 +344,47 @@ TEST(Partition, CutsEqualBruteForce) {
   // Both outcomes were exercised.
   EXPECT_GT(checked, 1000);
   EXPECT_GT(infeasible, 50);
+}
+
+// The cost table's link model: latency and bandwidth fitted to measured
+// transfers; with one size, that size's time per byte and no latency;
+// without links, transfers are free.
+TEST(CostTable, LinkModelFitsLatencyAndBandwidth) {
+  gpipe::CostTable t;
+  EXPECT_FALSE(t.linkModel().has_value());
+  EXPECT_EQ(t.transferSeconds(1 << 20), 0.0);
+  const double latency = 2e-6, bandwidth = 10e9;
+  for (int64_t bytes : {int64_t(8), int64_t(1) << 16, int64_t(1) << 20})
+    t.links.push_back({bytes, latency + double(bytes) / bandwidth});
+  auto m = t.linkModel();
+  ASSERT_TRUE(m.has_value());
+  EXPECT_NEAR(m->first, latency, 1e-9);
+  EXPECT_NEAR(m->second / bandwidth, 1.0, 1e-6);
+  EXPECT_NEAR(t.transferSeconds(1 << 18), latency + double(1 << 18) / bandwidth,
+              1e-9);
+  gpipe::CostTable one;
+  one.links.push_back({1 << 20, 1e-4});
+  auto m1 = one.linkModel();
+  ASSERT_TRUE(m1.has_value());
+  EXPECT_EQ(m1->first, 0.0);
+  EXPECT_NEAR(one.transferSeconds(1 << 19), 0.5e-4, 1e-12);
+}
+
+// The runtime memory a stage is predicted with: the table's stages in the
+// same place of their pipeline; a middle stage without any, the smaller of
+// first and last; 1-stage profiles only, their largest.
+TEST(CostTable, RuntimeBytesByPlace) {
+  gpipe::CostTable t;
+  EXPECT_EQ(t.runtimeBytesFor(0, 2), 0);
+  t.runtimeBytes = 50;
+  t.runtimeAlone = 30;
+  EXPECT_EQ(t.runtimeBytesFor(0, 1), 30);
+  EXPECT_EQ(t.runtimeBytesFor(1, 4), 50); // no pipeline stage measured
+  t.runtimeFirst = 40;
+  t.runtimeLast = 50;
+  EXPECT_EQ(t.runtimeBytesFor(0, 4), 40);
+  EXPECT_EQ(t.runtimeBytesFor(3, 4), 50);
+  EXPECT_EQ(t.runtimeBytesFor(1, 4), 40);
+  t.runtimeMiddle = 35;
+  EXPECT_EQ(t.runtimeBytesFor(2, 4), 35);
 }

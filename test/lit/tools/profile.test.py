@@ -33,6 +33,17 @@ for st in desc["stages"]:
     print("stage %d: %d steps counted, %d units (%s), every forward unit called %d times"
           % (s, steps - 1, len(units), ", ".join(sorted(kinds, key=["forward", "backward", "update", "weight"].index)),
              (steps - 1) * M))
+    # The links: per peer it exchanges boundary tensors with, 8 bytes and
+    # each boundary size, measured (a positive time; not compared across
+    # sizes: other tests share the cores).
+    links = [l for l in lines if "link" in l and l["stage"] == s]
+    want = {(b["peer"], b["bytes"]) for b in st["boundaries"]} | \
+        {(b["peer"], 8) for b in st["boundaries"]}
+    got = {(l["link"], l["bytes"]) for l in links}
+    assert got == want, (got, want)
+    assert all(l["seconds"] > 0 and l["repeats"] >= 4 for l in links), links
+    print("stage %d: links measured to peers %s at %d sizes" % (
+        s, sorted({p for p, _ in got}), len({b for _, b in got})))
 costed = json.load(open(costed_pj))
 for st in costed["stages"]:
     t = st["predicted_seconds_per_step"]
