@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Two hosts on one machine: a second host made from a network namespace (its
+# own UTS hostname, a veth pair 10.77.0.1 / 10.77.0.2, an sshd on port 2222
+# inside it), and Open MPI told to reach it (plm_rsh_agent with this test's
+# key and port, btl tcp,self and the interfaces of the veth subnet). A
+# 2-stage MLP trained by `gpipe-run --hostfile` with stage 1 on the second
+# host must give the weights of the one-host run bit for bit.
+#
+# usage: two_hosts.sh BIN_DIR EXAMPLES_DIR WORKDIR
+# Exit 77 (ctest: skipped) with the reason when it cannot set up: not root,
+# no `ip netns`, no sshd (openssh-server), no veth.
+set -euo pipefail
+BIN=$1 EX=$2 W=$3
+skip() { echo "SKIPPED: $*"; exit 77; }
+fail() { echo "FAIL: $*"; exit 1; }
+[[ $(id -u) -eq 0 ]] || skip "network namespaces need root"
+command -v ip > /dev/null || skip "no ip (iproute2)"
+[[ -x /usr/sbin/sshd ]] || skip "no /usr/sbin/sshd (apt-get install openssh-server)"
+command -v ssh > /dev/null || skip "no ssh client"
+
+rm -rf "$W" && mkdir -p "$W"
+NS=gph2-$$
+VA=vgpa$$ VB=vgpb$$
+VA=${VA:0:15} VB=${VB:0:15}
+cleanup() {
+  [[ -f $W/sshd.pid ]] && kill "$(cat "$W/sshd.pid")" 2> /dev/null || true
+  ip netns del "$NS" 2> /dev/null || true
+  ip link del "$VA" 2> /dev/null || true
+}
+trap cleanup EXIT
+ip netns add "$NS" 2> "$W/netns.err" || skip "cannot create a network namespace: $(cat "$W/netns.err")"
+ip link add "$VA" type veth peer name "$VB" 2> "$W/veth.err" || skip "cannot create a veth pair: $(cat "$W/veth.err")"
+ip link set "$VB" netns "$NS"
+ip addr add 10.77.0.1/24 dev "$VA"
+ip link set "$VA" up
+ip netns exec "$NS" ip addr add 10.77.0.2/24 dev "$VB"
+ip netns exec "$NS" ip link set "$VB" up
+ip netns exec "$NS" ip link set lo up
+
+# The second host's sshd: this test's host key, and its client key as the
+# only authorized one.
+ssh-keygen -q -t ed25519 -N '' -f "$W/key"
+ssh-keygen -q -t ed25519 -N '' -f "$W/hostkey"
+cp "$W/key.pub" "$W/authorized_keys"
+cat > "$W/sshd_config" << EOF
+Port 2222
+ListenAddress 10.77.0.2
+HostKey $W/hostkey
+AuthorizedKeysFile $W/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+StrictModes no
+UsePAM no
+PidFile $W/sshd.pid
+EOF
+mkdir -p /run/sshd
+ip netns exec "$NS" unshare --uts sh -c \
+  "hostname gpipe-host2 && exec /usr/sbin/sshd -f $W/sshd_config -E $W/sshd.log"
+AGENT="ssh -i $W/key -p 2222 -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR"
+for _ in $(seq 50); do
+  $AGENT root@10.77.0.2 true 2> /dev/null && break
+  sleep 0.2
+done
+remote=$($AGENT root@10.77.0.2 hostname) || fail "cannot ssh to the second host (sshd log: $(cat "$W/sshd.log"))"
+[[ $remote == gpipe-host2 ]] || fail "the second host calls itself '$remote', not gpipe-host2"
+[[ $(hostname) != gpipe-host2 ]] || fail "this host is gpipe-host2 too"
+echo "second host: $remote at 10.77.0.2 (ssh port 2222)"
+
+"$BIN/gpipe-compile" "$EX/mlp.onnx" -o "$W/out" --stages 2 --microbatches 4 > /dev/null 2> "$W/compile.log"
+"$BIN/gpipe-run" "$W/out" --data "$EX/data" --steps 50 --weights-out "$W/one" -q
+printf '10.77.0.1 slots=1\n10.77.0.2 slots=1\n' > "$W/hosts"
+export OMPI_MCA_plm_rsh_agent="$AGENT"
+export OMPI_MCA_btl=tcp,self
+export OMPI_MCA_btl_tcp_if_include=10.77.0.0/24
+export OMPI_MCA_oob_tcp_if_include=10.77.0.0/24
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+logins=$(grep -c "Accepted publickey" "$W/sshd.log" || true)
+"$BIN/gpipe-run" "$W/out" --data "$EX/data" --steps 50 --weights-out "$W/two" \
+  --hostfile "$W/hosts" -q --mpirun-arg=--display-map > "$W/two.out" 2> "$W/two.err" ||
+  fail "the two-host run failed: $(tail -5 "$W/two.err")"
+after=$(grep -c "Accepted publickey" "$W/sshd.log" || true)
+(( after > logins )) || fail "no ssh login to the second host during the two-host run"
+# Open MPI's map: rank 1 (stage 1) on the second host.
+grep -A1 "Data for node: 10.77.0.2" "$W/two.out" | grep -q "Process rank: 1 " ||
+  fail "stage 1 was not mapped to the second host: $(cat "$W/two.out" "$W/two.err" | head -40)"
+echo "two-host run: stage 1 mapped to 10.77.0.2; Open MPI logged in there $((after - logins)) time(s)"
+
+n=0
+for f in "$W/one"/*.npy; do
+  cmp -s "$f" "$W/two/$(basename "$f")" || fail "$(basename "$f") differs between one host and two"
+  n=$((n + 1))
+done
+(( n > 0 )) || fail "no weights written"
+echo "PASS: K = 2 across two hosts: $n weight files equal to the one-host run bit for bit (50 steps)"
