@@ -4,7 +4,9 @@
 # inside it), and Open MPI told to reach it (plm_rsh_agent with this test's
 # key and port, btl tcp,self and the interfaces of the veth subnet). A
 # 2-stage MLP trained by `gpipe-run --hostfile` with stage 1 on the second
-# host must give the weights of the one-host run bit for bit.
+# host must give the weights of the one-host run bit for bit. Without the
+# agent, gpipe-run must say in one line which host Open MPI could not reach;
+# a stage killed on the second host must be named with that host within 10 s.
 #
 # usage: two_hosts.sh BIN_DIR EXAMPLES_DIR WORKDIR
 # Exit 77 (ctest: skipped) with the reason when it cannot set up: not root,
@@ -91,4 +93,43 @@ for f in "$W/one"/*.npy; do
   n=$((n + 1))
 done
 (( n > 0 )) || fail "no weights written"
-echo "PASS: K = 2 across two hosts: $n weight files equal to the one-host run bit for bit (50 steps)"
+echo "K = 2 across two hosts: $n weight files equal to the one-host run bit for bit (50 steps)"
+
+# Without the agent, Open MPI's ssh reaches port 22, where nothing listens:
+# gpipe-run says in one line which host it could not reach and what to check.
+unset OMPI_MCA_plm_rsh_agent
+if "$BIN/gpipe-run" "$W/out" --data "$EX/data" --steps 2 --hostfile "$W/hosts" -q \
+  > "$W/noagent.out" 2> "$W/noagent.err"; then
+  fail "the run without a working agent succeeded"
+fi
+grep -q "gpipe-run: error: Open MPI could not start its daemon on host 10.77.0.2" "$W/noagent.err" ||
+  fail "no one-line message about the unreachable host: $(cat "$W/noagent.err")"
+! grep -q "ORTE was unable to reliably start" "$W/noagent.err" ||
+  fail "Open MPI's banner was not replaced: $(cat "$W/noagent.err")"
+echo "unreachable host: $(grep "gpipe-run: error: Open MPI could not start" "$W/noagent.err")"
+
+# A stage killed on the second host: gpipe-run names it and its host (from
+# the stage's heartbeat) within 10 s.
+export OMPI_MCA_plm_rsh_agent="$AGENT"
+"$BIN/gpipe-run" "$W/out" --data "$EX/data" --steps 1000000 --hostfile "$W/hosts" -q \
+  > "$W/kill.out" 2> "$W/kill.err" &
+run=$!
+for _ in $(seq 100); do
+  pgrep -f "^$W/out/stage1 " > /dev/null && break
+  sleep 0.1
+done
+victim=$(pgrep -f "^$W/out/stage1 " | head -1) || fail "stage 1 did not start"
+sleep 1 # its first heartbeat
+t0=$(date +%s%N)
+kill -9 "$victim"
+rc=0
+wait "$run" || rc=$?
+ms=$((($(date +%s%N) - t0) / 1000000))
+(( rc != 0 )) || fail "gpipe-run exited 0 after stage 1 was killed"
+(( ms < 10000 )) || fail "gpipe-run took $ms ms to report the killed stage"
+grep -q "stage 1 (.*) was killed by signal 9 (Killed); host gpipe-host2" "$W/kill.err" ||
+  fail "the killed stage and its host are not named: $(cat "$W/kill.err")"
+! grep -q "unexpectedly disconnected" "$W/kill.err" ||
+  fail "Open MPI's teardown banner was not held back: $(cat "$W/kill.err")"
+echo "killed stage: $(grep "was killed by" "$W/kill.err") (after $ms ms)"
+echo "PASS"

@@ -104,6 +104,28 @@ public:
     }
     return false;
   }
+  /// Open MPI could not start its daemon on another host (its "ORTE was
+  /// unable to reliably start one or more daemons" banner): the host and
+  /// the launcher's own error line before it ("ssh: connect to host H port
+  /// 22: Connection refused"), when there was one.
+  bool daemonFailure(std::string &host, std::string &detail) const {
+    if (!daemonBanner_)
+      return false;
+    host.clear();
+    detail.clear();
+    for (const std::string &l : launcherLines_) {
+      std::string t = l.substr(0, l.find_last_not_of("\r\n") + 1);
+      char name[256] = {};
+      if (std::sscanf(t.c_str(), "ssh: connect to host %255s port", name) ==
+              1 ||
+          std::sscanf(t.c_str(), "ssh: Could not resolve hostname %255[^:]",
+                      name) == 1)
+        host = name;
+      if (detail.empty())
+        detail = t;
+    }
+    return true;
+  }
   /// Prints the held-back banners (no stage explained the failure).
   void release() {
     for (const std::string &l : heldBack_)
@@ -115,11 +137,23 @@ private:
   static bool isRule(const std::string &l) {
     return l.size() > 20 && l.find_first_not_of("-\n") == std::string::npos;
   }
+  /// The remote launcher's (ssh's) own complaint, before Open MPI's banner.
+  static bool isLauncherLine(const std::string &l) {
+    return l.rfind("ssh: ", 0) == 0 ||
+           l.find("Permission denied (") != std::string::npos ||
+           l.find("Host key verification failed") != std::string::npos;
+  }
+  static bool isDaemonBanner(const std::string &text) {
+    return text.find("ORTE was unable to reliably start one or more daemons") !=
+           std::string::npos;
+  }
   static bool isTeardownBanner(const std::string &text) {
     for (const char *phrase :
          {"MPI_ABORT was invoked on rank", "Primary job  terminated normally",
           "mpirun noticed that process rank",
-          "mpirun detected that one or more processes exited"})
+          "mpirun detected that one or more processes exited",
+          // Over TCP (several hosts), a peer's death seen from the others.
+          "An MPI communication peer process has unexpectedly disconnected"})
       if (text.find(phrase) != std::string::npos)
         return true;
     return false;
@@ -152,6 +186,9 @@ private:
         block_ = {l};
       } else if (!stageLine && isBannerNote(l)) {
         heldBack_.push_back(l);
+      } else if (!stageLine && isLauncherLine(l)) {
+        launcherLines_.push_back(l);
+        heldBack_.push_back(l);
       } else {
         emit(l);
       }
@@ -166,7 +203,10 @@ private:
       std::string text;
       for (const std::string &b : block_)
         text += b;
-      if (isTeardownBanner(text))
+      if (isDaemonBanner(text)) {
+        daemonBanner_ = true;
+        daemonBlock_ = block_;
+      } else if (isTeardownBanner(text))
         heldBack_.insert(heldBack_.end(), block_.begin(), block_.end());
       else
         for (const std::string &b : block_)
@@ -177,8 +217,8 @@ private:
   }
 
   std::string partial_;
-  bool inBlock_ = false;
-  std::vector<std::string> block_, heldBack_;
+  bool inBlock_ = false, daemonBanner_ = false;
+  std::vector<std::string> block_, heldBack_, launcherLines_, daemonBlock_;
 };
 
 /// Runs `args` (args[0] is the program path) with `env`; forwards SIGINT,
@@ -688,6 +728,24 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
     std::string w = watchdog.where(rank);
     return fail(stageName(rank) + " was killed by " + signalName(sig) +
                 (w.empty() ? "; host " + host : "; " + w));
+  }
+  // Open MPI could not start its daemon on a host: one line instead of its
+  // banner (GPIPE_RUN_VERBOSE=1 prints the banner too).
+  std::string unreachable, launcherSaid;
+  if (useMpi && (r.signaled || r.code != 0) &&
+      filter.daemonFailure(unreachable, launcherSaid)) {
+    if (llvm::sys::Process::GetEnv("GPIPE_RUN_VERBOSE"))
+      filter.release();
+    return fail(
+        "Open MPI could not start its daemon on " +
+        (unreachable.empty() ? std::string("another host")
+                             : "host " + unreachable) +
+        (launcherSaid.empty() ? std::string() : " (" + launcherSaid + ")") +
+        ": check that ssh to it logs in without a password the way Open MPI "
+        "runs it (OMPI_MCA_plm_rsh_agent: the command, its port and key), "
+        "that Open MPI and OUT are at the same paths there, and that the "
+        "hosts reach each other on the interfaces Open MPI uses "
+        "(OMPI_MCA_oob_tcp_if_include, OMPI_MCA_btl_tcp_if_include)");
   }
   filter.release();
   if (r.signaled || r.code != 0) {
