@@ -109,9 +109,6 @@ LogicalResult validate(const CompileOptions &o) {
                 llvm::Twine(o.stages * o.virtualStages - 1));
   if (o.memoryPerStage < 0)
     return fail("--memory-per-stage must be positive");
-  if (o.profile && o.target != "cpu")
-    return fail("--profile needs the CPU target for now (CUDA kernels run "
-                "asynchronously: their units would need events)");
   if (o.memoryPerStage > 0 && o.virtualStages > 1)
     return fail("--memory-per-stage needs one model chunk per stage "
                 "(--virtual-stages 1) for now");

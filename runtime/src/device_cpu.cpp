@@ -70,6 +70,12 @@ void deviceLoadInput(gp_step_ctx *, int32_t, int64_t, void *dst,
 
 bool deviceStepEnd(gp_step_ctx &, std::string &) { return true; }
 
+int64_t deviceProfileMark() { return timingNowNs(); }
+
+void deviceProfileSpan(int32_t unit, int64_t mark) {
+  profileAddNs(unit, timingNowNs() - mark);
+}
+
 void deviceShutdown() {
   std::free(gArena);
   gArena = nullptr;

@@ -225,6 +225,8 @@ void profileCount(bool on);
 void profileRestart();
 /// One more step in the sums (while counting).
 void profileStepDone();
+/// Adds `ns` and one call to unit `unit`'s sum (while counting).
+void profileAddNs(int32_t unit, int64_t ns);
 /// One measured transfer: a message of `bytes` to or from stage `peer`,
 /// one way, took `seconds` (the mean of `repeats` round trips, halved).
 struct LinkSample {
@@ -376,6 +378,13 @@ void deviceLoadInput(gp_step_ctx *ctx, int32_t input, int64_t microbatch,
 /// next step's mini-batch (step rt.nextMiniStep, copyMiniBatch) to the device,
 /// so that it overlaps this step's work. On a device error sets `err`.
 bool deviceStepEnd(gp_step_ctx &ctx, std::string &err);
+/// --profile's timers (gp_profile_now / gp_profile_add): a mark where a timed
+/// unit starts (CPU: CLOCK_MONOTONIC ns; CUDA: an event recorded on the
+/// compute stream, by its index), and the unit's end, whose time goes to
+/// profileAddNs (CPU: at once; CUDA: when deviceStepEnd has waited for the
+/// step, from the events' elapsed time).
+int64_t deviceProfileMark();
+void deviceProfileSpan(int32_t unit, int64_t mark);
 /// Device memory in use (CUDA: the device's total minus free, all
 /// processes on it), or -1 where there is none (CPU).
 int64_t deviceMemoryInUse();

@@ -46,6 +46,15 @@ void profileRestart() {
   gProfile.steps = 0;
 }
 
+void profileAddNs(int32_t unit, int64_t ns) {
+  if (!gProfile.counting || unit < 0 ||
+      static_cast<size_t>(unit) >= gProfile.sums.size())
+    return;
+  UnitSum &s = gProfile.sums[static_cast<size_t>(unit)];
+  s.ns += ns;
+  ++s.calls;
+}
+
 void profileStepDone() {
   if (gProfile.counting)
     ++gProfile.steps;
@@ -122,17 +131,9 @@ bool profileWrite(const std::string &path, const gp_program &program,
 
 } // namespace gpipe
 
-extern "C" int64_t gp_profile_now(void) {
-  struct timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
+extern "C" int64_t gp_profile_now(void) { return gpipe::deviceProfileMark(); }
 
 extern "C" void gp_profile_add(int32_t unit, int64_t t0) {
-  gpipe::Profile &p = gpipe::gProfile;
-  if (!p.counting || unit < 0 || static_cast<size_t>(unit) >= p.sums.size())
-    return;
-  gpipe::UnitSum &s = p.sums[static_cast<size_t>(unit)];
-  s.ns += gp_profile_now() - t0;
-  ++s.calls;
+  if (gpipe::gProfile.counting)
+    gpipe::deviceProfileSpan(unit, t0);
 }

@@ -930,6 +930,52 @@ void deviceLoadInput(gp_step_ctx *ctx, int32_t input, int64_t microbatch,
                                 cudaMemcpyHostToDevice, gState.compute));
 }
 
+namespace {
+/// --profile on CUDA: events recorded on the compute stream around each timed
+/// unit (a pool reused every step, grown in the first steps), and the step's
+/// (unit, start, end) spans, timed once the step is done.
+struct ProfileEvents {
+  std::vector<cudaEvent_t> pool;
+  size_t next = 0;
+  struct Span {
+    int32_t unit;
+    size_t start, end;
+  };
+  std::vector<Span> spans;
+} gProfileEvents;
+
+/// The step's spans into the unit sums; the pool is free again.
+void collectProfileSpans() {
+  ProfileEvents &p = gProfileEvents;
+  for (const ProfileEvents::Span &s : p.spans) {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, p.pool[s.start], p.pool[s.end]) ==
+        cudaSuccess)
+      profileAddNs(s.unit, static_cast<int64_t>(double(ms) * 1e6));
+  }
+  p.spans.clear();
+  p.next = 0;
+}
+} // namespace
+
+int64_t deviceProfileMark() {
+  ProfileEvents &p = gProfileEvents;
+  if (p.next == p.pool.size()) {
+    cudaEvent_t e = nullptr;
+    GP_CUDA_CHECK(cudaEventCreate(&e));
+    p.pool.push_back(e);
+  }
+  GP_CUDA_CHECK(cudaEventRecord(p.pool[p.next], gState.compute));
+  return static_cast<int64_t>(p.next++);
+}
+
+void deviceProfileSpan(int32_t unit, int64_t mark) {
+  if (mark < 0)
+    return;
+  size_t end = static_cast<size_t>(deviceProfileMark());
+  gProfileEvents.spans.push_back({unit, static_cast<size_t>(mark), end});
+}
+
 bool deviceStepEnd(gp_step_ctx &ctx, std::string &err) {
   // While the GPU runs this step: the next mini-batch into the buffer the
   // current one is not in (its last reader, the step before, is done).
@@ -959,6 +1005,9 @@ bool deviceStepEnd(gp_step_ctx &ctx, std::string &err) {
   }
   if (!cuda::waitForStep(err))
     return false;
+  // The step is done: its timed units' events have all completed.
+  if (!gProfileEvents.spans.empty() || gProfileEvents.next > 0)
+    collectProfileSpans();
   // Summed in micro-batch order, in double, as the CPU target does.
   double loss = 0.0;
   bool any = false;
