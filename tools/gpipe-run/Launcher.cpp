@@ -415,16 +415,24 @@ int openMpiMajor(const std::string &mpirun) {
   return major;
 }
 
+/// Inside a Slurm allocation (salloc, sbatch): its hosts are the job's.
+bool insideSlurm() {
+  return llvm::sys::Process::GetEnv("SLURM_JOB_ID").has_value();
+}
+
 /// Whether mpirun should get `--mca plm isolated`: Open MPI 4's default
 /// launcher (plm rsh) refuses to start even a job on this host alone when
 /// no ssh or rsh is on PATH ("plm_rsh_agent: ssh : rsh ... not found", exit
 /// 243); the isolated launcher starts local processes only and needs
 /// neither. Not with --hostfile, nor when the user chose a launcher or hosts
 /// (OMPI_MCA_plm, --mpirun-arg=--mca plm ..., --host, --hostfile,
-/// --machinefile), nor with an mpirun other than Open MPI 1 to 4 (Open MPI
-/// 5's PRRTE has no isolated launcher and starts local jobs without ssh).
+/// --machinefile), nor inside a Slurm allocation (SLURM_JOB_ID: mpirun takes
+/// the allocation's hosts and starts its daemons with srun), nor with an
+/// mpirun other than Open MPI 1 to 4 (Open MPI 5's PRRTE has no isolated
+/// launcher and starts local jobs without ssh).
 bool wantIsolatedLauncher(const LaunchOptions &o, const std::string &mpirun) {
-  if (!o.hostfile.empty() || llvm::sys::Process::GetEnv("OMPI_MCA_plm"))
+  if (!o.hostfile.empty() || llvm::sys::Process::GetEnv("OMPI_MCA_plm") ||
+      insideSlurm())
     return false;
   const std::vector<std::string> &a = o.mpirunArgs;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -449,6 +457,8 @@ bool wantIsolatedLauncher(const LaunchOptions &o, const std::string &mpirun) {
 /// the executables are), else in the system temp directory.
 std::string makeStatusDir(const std::string &out, bool remote,
                           std::string &err) {
+  // Inside a Slurm allocation the stages may run on its other nodes.
+  remote = remote || insideSlurm();
   llvm::SmallString<256> dir;
   std::error_code ec;
   if (remote) {
