@@ -4,7 +4,9 @@
 # the fuzz build (tools/fuzz.sh). python3-pip, python3-setuptools: fetch
 # ONNX's source release for tools/build-onnx.sh. ccache: rebuilds from its cache (the
 # build's compiles and the stage programs the tests compile). openssh-server:
-# the sshd of the two-host test (test/multihost/two_hosts.sh).
+# the sshd of the two-host test (test/multihost/two_hosts.sh); slurm-wlm and
+# munge: the local Slurm of test/multihost/slurm.sh (the tests start the
+# daemons they need).
 set -euo pipefail
 if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
 export DEBIAN_FRONTEND=noninteractive
@@ -16,7 +18,7 @@ PACKAGES=(
   libdnnl-dev libopenblas-dev libopenblas0-pthread libgtest-dev
   python3 python3-numpy python3-onnx python3-torch python3-torchvision
   clang-14 libclang-rt-14-dev libomp-14-dev
-  openssh-server)
+  openssh-server slurm-wlm munge)
 # Every package already installed (a machine that ran this before): no apt.
 missing=0
 for p in "${PACKAGES[@]}"; do
@@ -28,8 +30,8 @@ if [[ $missing -eq 0 ]]; then
   echo "install-deps: every package is installed"
 else
   $SUDO apt-get update -qq
-  # openssh-server is for the two-host test's sshd (in a network namespace,
-  # started by the test): keep apt from starting the system's on port 22.
+  # openssh-server, slurm-wlm and munge are for the multi-host tests, which
+  # start their own daemons: keep apt from starting the system's.
   policy=/usr/sbin/policy-rc.d
   added_policy=0
   if [[ ! -e $policy ]]; then
