@@ -129,8 +129,28 @@ Table generateZBV(mlir::MLIRContext *ctx, int64_t k, int64_t m,
   // where that stalls; with 2M nothing waits for memory and the
   // dependencies (acyclic) always let some stage run.
   for (int64_t limit = std::min(2 * k, 2 * m);; ++limit)
-    if (Table table = simulateZBV(ctx, k, m, limit); !table.empty())
+    if (Table table = simulateZBV(ctx, k, m, limit); !table.empty()) {
+      // Each run of W's chunk by chunk (micro-batches in order within a
+      // chunk): the step loop runs a chunk's consecutive W's as one call,
+      // whose GEMMs cover their rows at once (one W alone streams the
+      // whole weight gradient for its few rows). Any order of a run's W's
+      // is valid: each comes after its B, and nothing waits for a W.
+      for (auto &actions : table)
+        for (size_t i = 0; i < actions.size();) {
+          size_t j = i;
+          while (j < actions.size() && actions[j].getPhase() == Phase::Weight)
+            ++j;
+          std::stable_sort(actions.begin() + i, actions.begin() + j,
+                           [](ActionAttr a, ActionAttr b) {
+                             return std::make_pair(a.getChunk(),
+                                                   *a.getMicrobatch()) <
+                                    std::make_pair(b.getChunk(),
+                                                   *b.getMicrobatch());
+                           });
+          i = j == i ? i + 1 : j;
+        }
       return table;
+    }
 }
 
 } // namespace schedules

@@ -35,14 +35,16 @@
 
 // ZB-V (K = 2, M = 4): four pieces in a V, stage 0 holding pieces 0 and 3
 // (the first and the loss), stage 1 pieces 1 and 2; B and W split as ZB-H1,
-// every (chunk, micro-batch) with its W after its B; gpipe-flush-sends's flush
-// (wait for the stage's sends) before the first run of W actions.
+// every (chunk, micro-batch) with its W after its B; each run of W's chunk by
+// chunk (so that the step loop merges a chunk's consecutive W's into one
+// call); gpipe-flush-sends's flush (wait for the stage's sends) before runs
+// of W actions.
 // RUN: gpipe-compile %examples/mlp.onnx --emit mlir -o - --stages 2 --microbatches 4 --schedule zbv --virtual-stages 2 | gpipe-opt --gpipe-check-schedule | FileCheck %s --check-prefix=ZBV
 // ZBV: module attributes {pipe.batch_size = 32 : i64, pipe.microbatches = 4 : i64, pipe.remat = "stage", pipe.schedule = "zbv", pipe.sends = "buffered", pipe.stages = 4 : i64}
 // ZBV: pipe.schedule stage 0 forward [@stage0_forward, @stage3_forward] backward [@stage0_backward, @stage3_backward] update [@stage0_update, @stage3_update] actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<forward, mb = 2>, #pipe.action<forward, mb = 0, chunk = 1>, #pipe.action<backward, mb = 0, chunk = 1>, #pipe.action<forward, mb = 1, chunk = 1>, #pipe.action<backward, mb = 1, chunk = 1>, #pipe.action<backward, mb = 0>, #pipe.action<forward, mb = 3>, #pipe.action<backward, mb = 1>, #pipe.action<flush>, #pipe.action<weight, mb = 0, chunk = 1>,
-// ZBV-SAME: #pipe.action<weight, mb = 3>, #pipe.action<update>] stash_slots 3
+// ZBV-SAME: #pipe.action<backward, mb = 3>, #pipe.action<weight, mb = 0>, #pipe.action<weight, mb = 1>, #pipe.action<weight, mb = 2>, #pipe.action<weight, mb = 3>, #pipe.action<weight, mb = 2, chunk = 1>, #pipe.action<weight, mb = 3, chunk = 1>, #pipe.action<update>] stash_slots 3
 // ZBV-NEXT: pipe.schedule stage 1 forward [@stage1_forward, @stage2_forward] backward [@stage1_backward, @stage2_backward] update [@stage1_update, @stage2_update] actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 0, chunk = 1>, #pipe.action<forward, mb = 1>, #pipe.action<forward, mb = 1, chunk = 1>, #pipe.action<backward, mb = 0, chunk = 1>, #pipe.action<backward, mb = 0>,
-// ZBV-SAME: stash_slots 2
+// ZBV-SAME: #pipe.action<backward, mb = 3>, #pipe.action<flush>, #pipe.action<weight, mb = 0>, #pipe.action<weight, mb = 1>, #pipe.action<weight, mb = 2>, #pipe.action<weight, mb = 3>, #pipe.action<weight, mb = 0, chunk = 1>, #pipe.action<weight, mb = 1, chunk = 1>, #pipe.action<weight, mb = 2, chunk = 1>, #pipe.action<weight, mb = 3, chunk = 1>, #pipe.action<update>] stash_slots 2
 
 // M4: module attributes {pipe.batch_size = 32 : i64, pipe.microbatches = 4 : i64, pipe.remat = "stage", pipe.schedule = "gpipe", pipe.sends = "blocking", pipe.stages = 3 : i64}
 // M4: pipe.schedule stage 0 forward @stage0_forward backward @stage0_backward update @stage0_update actions [#pipe.action<forward, mb = 0>, #pipe.action<forward, mb = 1>, #pipe.action<forward, mb = 2>, #pipe.action<forward, mb = 3>, #pipe.action<backward, mb = 3>, #pipe.action<backward, mb = 2>, #pipe.action<backward, mb = 1>, #pipe.action<backward, mb = 0>, #pipe.action<update>]
