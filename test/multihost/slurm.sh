@@ -9,8 +9,7 @@
 # no slurmctld / slurmd / munged (apt-get install slurm-wlm munge).
 set -euo pipefail
 BIN=$1 EX=$2 W=$3
-skip() { echo "SKIPPED: $*"; exit 77; }
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/lib.sh"
 [[ $(id -u) -eq 0 ]] || skip "slurmd runs as root here"
 for p in /usr/sbin/slurmctld /usr/sbin/slurmd /usr/sbin/munged; do
   [[ -x $p ]] || skip "no $p (apt-get install slurm-wlm munge)"
@@ -83,10 +82,5 @@ timeout 120 salloc -n "$SLOTS" --overcommit "$BIN/gpipe-run" "$W/out" --data "$E
 # mpirun's allocation is Slurm's: $SLOTS slots on this node.
 grep -A1 "ALLOCATED NODES" "$W/slurm.out" | grep -q "$H: .*slots=$SLOTS " ||
   fail "mpirun did not take Slurm's allocation: $(cat "$W/slurm.out" | head -20)"
-n=0
-for f in "$W/plain"/*.npy; do
-  cmp -s "$f" "$W/slurm/$(basename "$f")" || fail "$(basename "$f") differs inside Slurm"
-  n=$((n + 1))
-done
-(( n > 0 )) || fail "no weights written"
-echo "PASS: inside a Slurm allocation ($SLOTS slots on $H) the 2-stage pipeline trained $n weight files equal to the run outside, bit for bit"
+same_weights "$W/plain" "$W/slurm" "inside Slurm"
+echo "PASS: inside a Slurm allocation ($SLOTS slots on $H) the 2-stage pipeline trained $weight_files weight files equal to the run outside, bit for bit"

@@ -13,8 +13,7 @@
 # no `ip netns`, no sshd (openssh-server), no veth.
 set -euo pipefail
 BIN=$1 EX=$2 W=$3
-skip() { echo "SKIPPED: $*"; exit 77; }
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/lib.sh"
 [[ $(id -u) -eq 0 ]] || skip "network namespaces need root"
 command -v ip > /dev/null || skip "no ip (iproute2)"
 [[ -x /usr/sbin/sshd ]] || skip "no /usr/sbin/sshd (apt-get install openssh-server)"
@@ -87,13 +86,8 @@ grep -A1 "Data for node: 10.77.0.2" "$W/two.out" | grep -q "Process rank: 1 " ||
   fail "stage 1 was not mapped to the second host: $(cat "$W/two.out" "$W/two.err" | head -40)"
 echo "two-host run: stage 1 mapped to 10.77.0.2; Open MPI logged in there $((after - logins)) time(s)"
 
-n=0
-for f in "$W/one"/*.npy; do
-  cmp -s "$f" "$W/two/$(basename "$f")" || fail "$(basename "$f") differs between one host and two"
-  n=$((n + 1))
-done
-(( n > 0 )) || fail "no weights written"
-echo "K = 2 across two hosts: $n weight files equal to the one-host run bit for bit (50 steps)"
+same_weights "$W/one" "$W/two" "between one host and two"
+echo "K = 2 across two hosts: $weight_files weight files equal to the one-host run bit for bit (50 steps)"
 
 # Without the agent, Open MPI's ssh reaches port 22, where nothing listens:
 # gpipe-run says in one line which host it could not reach and what to check.
@@ -107,6 +101,14 @@ grep -q "gpipe-run: error: Open MPI could not start its daemon on host 10.77.0.2
 ! grep -q "ORTE was unable to reliably start" "$W/noagent.err" ||
   fail "Open MPI's banner was not replaced: $(cat "$W/noagent.err")"
 echo "unreachable host: $(grep "gpipe-run: error: Open MPI could not start" "$W/noagent.err")"
+# GPIPE_RUN_VERBOSE=1 prints Open MPI's banner too.
+if GPIPE_RUN_VERBOSE=1 "$BIN/gpipe-run" "$W/out" --data "$EX/data" --steps 2 --hostfile "$W/hosts" -q \
+  > /dev/null 2> "$W/noagent-verbose.err"; then
+  fail "the verbose run without a working agent succeeded"
+fi
+grep -q "ORTE was unable to reliably start" "$W/noagent-verbose.err" &&
+  grep -q "gpipe-run: error: Open MPI could not start its daemon on host 10.77.0.2" "$W/noagent-verbose.err" ||
+  fail "GPIPE_RUN_VERBOSE=1 did not print the banner and the line: $(cat "$W/noagent-verbose.err")"
 
 # A stage killed on the second host: gpipe-run names it and its host (from
 # the stage's heartbeat) within 10 s.

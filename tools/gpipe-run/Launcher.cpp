@@ -203,10 +203,10 @@ private:
       std::string text;
       for (const std::string &b : block_)
         text += b;
-      if (isDaemonBanner(text)) {
-        daemonBanner_ = true;
-        daemonBlock_ = block_;
-      } else if (isTeardownBanner(text))
+      // Held back: replaced by one line (daemonFailure), or, like the
+      // teardown banners, printed by release() when nothing explains them.
+      daemonBanner_ |= isDaemonBanner(text);
+      if (isDaemonBanner(text) || isTeardownBanner(text))
         heldBack_.insert(heldBack_.end(), block_.begin(), block_.end());
       else
         for (const std::string &b : block_)
@@ -218,7 +218,7 @@ private:
 
   std::string partial_;
   bool inBlock_ = false, daemonBanner_ = false;
-  std::vector<std::string> block_, heldBack_, launcherLines_, daemonBlock_;
+  std::vector<std::string> block_, heldBack_, launcherLines_;
 };
 
 /// Runs `args` (args[0] is the program path) with `env`; forwards SIGINT,
