@@ -184,10 +184,53 @@ void plan(ModuleOp imported, const CompileOptions &c, const CostTable &costs,
       }
 }
 
+/// remat segments: from every stage keeping its whole stash, cuts the stash
+/// of each stage whose measure (its planned arena, or with `withRuntime`
+/// its predicted peak) is over `budget` by the excess spread over its stash
+/// slots, and plans again, until every stage fits (at most 8 plans). Fills
+/// c.rematStashBytes and `cand` (the last plan); on failure says why: the
+/// plan's own error (`cand.rejected`, a pass's) or what does not fit (`why`).
 LogicalResult fitSegments(ModuleOp imported, CompileOptions &c,
                           const CostTable &costs, int64_t budget,
                           bool withRuntime, AutoCandidate &cand,
-                          std::string &why);
+                          std::string &why) {
+  c.remat = "segments";
+  c.rematStages.clear();
+  c.rematStashBytes.assign(static_cast<size_t>(c.stages), -1);
+  for (int round = 0; round < 8; ++round) {
+    cand = AutoCandidate();
+    plan(imported, c, costs, /*budget=*/0, cand);
+    if (!cand.rejected.empty())
+      return failure();
+    bool over = false;
+    for (int64_t s = 0; s < c.stages; ++s) {
+      const int64_t bytes =
+          withRuntime ? cand.stagePeakBytes[s] : cand.stageArenaBytes[s];
+      if (bytes <= budget)
+        continue;
+      over = true;
+      int64_t &allowed = c.rematStashBytes[s];
+      if (allowed == 0) {
+        why = "stage " + std::to_string(s) + "'s " +
+              (withRuntime ? "predicted peak" : "planned arena") + " is " +
+              std::to_string(bytes) +
+              " bytes even recomputing its whole forward";
+        return failure();
+      }
+      // The stash shrinks by the excess spread over its slots.
+      const int64_t slots = std::max<int64_t>(1, cand.stageStashSlots[s]);
+      const int64_t cut = (bytes - budget + slots - 1) / slots;
+      const int64_t now = allowed < 0
+                              ? cand.stageStashBytes[s]
+                              : std::min(allowed, cand.stageStashBytes[s]);
+      allowed = std::max<int64_t>(0, now - cut);
+    }
+    if (!over)
+      return success();
+  }
+  why = "no per-stage stash fitted in 8 plans";
+  return failure();
+}
 
 } // namespace
 
@@ -207,58 +250,44 @@ chooseConfiguration(ModuleOp imported, const CompileOptions &o,
       // when none left stages over the budget) on those stages only.
       std::vector<int64_t> over;
       for (int variant = 0; variant < 4; ++variant) {
-        if (variant == 2 &&
-            (over.empty() || v > 1 || int64_t(over.size()) == o.stages))
+        const bool mixed = variant == 2, segments = variant == 3;
+        if ((mixed || segments) &&
+            (over.empty() || v > 1 ||
+             (mixed && int64_t(over.size()) == o.stages)))
           continue;
-        if (variant == 3) {
-          // Per stage, part of the stash (one chunk per stage, when remat
-          // none left stages over the budget), in the cost-balanced
-          // partition.
-          if (over.empty() || v > 1)
-            break;
-          CompileOptions c = o;
-          c.microbatches = m;
-          c.schedule = sched.name.str();
-          c.virtualStages = v;
-          c.memoryPerStage = 0;
-          AutoCandidate cand;
-          std::string why;
-          if (failed(fitSegments(imported, c, costs, o.memoryPerStage,
-                                 /*withRuntime=*/true, cand, why)) &&
-              cand.rejected.empty())
-            cand.rejected = why;
-          cand.microbatches = m;
-          cand.schedule = c.schedule;
-          cand.virtualStages = v;
-          cand.remat = "segments";
-          cand.rematStashBytes = c.rematStashBytes;
-          cand.partitionBytes = 0;
-          all.push_back(std::move(cand));
-          continue;
-        }
         CompileOptions c = o;
         c.microbatches = m;
         c.schedule = sched.name.str();
         c.virtualStages = v;
         c.remat = variant == 0 ? "none" : "stage";
-        if (variant == 2)
+        if (mixed)
           c.rematStages = over;
         // The partition keeps to the budget less the runtime's own memory
         // (one chunk per stage: its estimate knows no chunks); with mixed
-        // remat, the cost-balanced partition (its estimate knows one remat
-        // mode); the arenas are checked after either way.
+        // remat or segments, the cost-balanced partition (its estimate
+        // knows one remat mode); the arenas are checked after either way.
         c.memoryPerStage =
-            o.memoryPerStage > 0 && v == 1 && variant != 2
+            o.memoryPerStage > 0 && v == 1 && variant < 2
                 ? std::max<int64_t>(1, o.memoryPerStage - runtimeBytes)
                 : 0;
         AutoCandidate cand;
+        if (segments) {
+          // Per stage, part of the stash: fitSegments sets c's remat.
+          std::string why;
+          if (failed(fitSegments(imported, c, costs, o.memoryPerStage,
+                                 /*withRuntime=*/true, cand, why)) &&
+              cand.rejected.empty())
+            cand.rejected = why;
+        } else {
+          plan(imported, c, costs, o.memoryPerStage, cand);
+        }
         cand.microbatches = m;
         cand.schedule = c.schedule;
         cand.virtualStages = v;
         cand.remat = c.remat;
         cand.rematStages = c.rematStages;
+        cand.rematStashBytes = c.rematStashBytes;
         cand.partitionBytes = c.memoryPerStage;
-        plan(imported, c, costs, o.memoryPerStage, cand);
         if (variant == 0 && o.memoryPerStage > 0 && v == 1) {
           // Which stages remat none leaves over the budget, in the
           // cost-balanced partition.
@@ -337,58 +366,6 @@ void explainChoice(const std::vector<AutoCandidate> &candidates,
     os << "\n";
   }
 }
-
-namespace {
-
-/// remat segments: from every stage keeping its whole stash, cuts the stash
-/// of each stage whose measure (its planned arena, or with `withRuntime`
-/// its predicted peak) is over `budget` by the excess spread over its stash
-/// slots, and plans again, until every stage fits (at most 8 plans). Fills
-/// c.rematStashBytes and `cand` (the last plan); on failure says why: the
-/// plan's own error (`cand.rejected`, a pass's) or what does not fit (`why`).
-LogicalResult fitSegments(ModuleOp imported, CompileOptions &c,
-                          const CostTable &costs, int64_t budget,
-                          bool withRuntime, AutoCandidate &cand,
-                          std::string &why) {
-  c.remat = "segments";
-  c.rematStages.clear();
-  c.rematStashBytes.assign(static_cast<size_t>(c.stages), -1);
-  for (int round = 0; round < 8; ++round) {
-    cand = AutoCandidate();
-    plan(imported, c, costs, /*budget=*/0, cand);
-    if (!cand.rejected.empty())
-      return failure();
-    bool over = false;
-    for (int64_t s = 0; s < c.stages; ++s) {
-      const int64_t bytes =
-          withRuntime ? cand.stagePeakBytes[s] : cand.stageArenaBytes[s];
-      if (bytes <= budget)
-        continue;
-      over = true;
-      int64_t &allowed = c.rematStashBytes[s];
-      if (allowed == 0) {
-        why = "stage " + std::to_string(s) + "'s " +
-              (withRuntime ? "predicted peak" : "planned arena") + " is " +
-              std::to_string(bytes) +
-              " bytes even recomputing its whole forward";
-        return failure();
-      }
-      // The stash shrinks by the excess spread over its slots.
-      const int64_t slots = std::max<int64_t>(1, cand.stageStashSlots[s]);
-      const int64_t cut = (bytes - budget + slots - 1) / slots;
-      const int64_t now = allowed < 0
-                              ? cand.stageStashBytes[s]
-                              : std::min(allowed, cand.stageStashBytes[s]);
-      allowed = std::max<int64_t>(0, now - cut);
-    }
-    if (!over)
-      return success();
-  }
-  why = "no per-stage stash fitted in 8 plans";
-  return failure();
-}
-
-} // namespace
 
 LogicalResult planSegmentRemat(ModuleOp imported, CompileOptions &o,
                                const CostTable &costs) {
