@@ -1116,9 +1116,9 @@ int StageRun::runSteps() {
         ctx.first_sample = rt_.miniFirst;
         // The update computes for a long time without a receive, during
         // which a buffered send would barely move: deliver the step's
-        // last sends first (their receivers are waiting for them).
-        if (program_->num_stages > 1 && program_->buffered_sends)
-          transportFlushSends();
+        // last sends first (their receivers are waiting for them). Nothing
+        // to do without buffered sends (one stage, GPipe, CUDA).
+        transportFlushSends();
         if (int rc = runUpdate(ctx))
           return rc;
         timingAction(TimedKind::Update, s, -1, actionStartNs, timingNowNs(), 0,
@@ -1128,8 +1128,7 @@ int StageRun::runSteps() {
       if (a.kind == GP_FLUSH) {
         // gpipe-flush-sends placed it (before W actions, which make no MPI
         // call that would move the stage's last sends on).
-        if (program_->num_stages > 1 && program_->buffered_sends)
-          transportFlushSends();
+        transportFlushSends();
         timingTransfer(TimedKind::Flush, &ctx, -1, 0, actionStartNs,
                        timingNowNs(), cpuSince());
         continue;
