@@ -28,16 +28,8 @@ struct FlushSendsPass : gpipe::impl::FlushSendsBase<FlushSendsPass> {
     // Whether a function sends anything (its pipe.send ops).
     llvm::DenseMap<Operation *, bool> sends;
     auto actionSends = [&](ScheduleOp sched, ActionAttr a) {
-      if (a.getPhase() == Phase::Weight || a.getPhase() == Phase::Flush)
-        return false;
-      SmallVector<func::FuncOp> fns;
-      if (a.getPhase() == Phase::Update) {
-        for (int64_t c = 0; c < sched.getNumChunks(); ++c)
-          fns.push_back(sched.lookupFunction(Phase::Update, c));
-      } else {
-        fns.push_back(sched.lookupFunction(a.getPhase(), a.getChunk()));
-      }
-      for (func::FuncOp f : fns) {
+      for (FlatSymbolRefAttr ref : sched.getActionFunctions(a)) {
+        auto f = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(sched, ref);
         if (!f)
           continue;
         auto [it, fresh] = sends.try_emplace(f.getOperation(), false);
@@ -66,9 +58,8 @@ struct FlushSendsPass : gpipe::impl::FlushSendsBase<FlushSendsPass> {
               ctx, SmallVector<Attribute>(trial.begin(), trial.end())));
           LogicalResult ok = success();
           {
-            ScopedDiagnosticHandler quiet(ctx, [](Diagnostic &) {
-              return success();
-            });
+            ScopedDiagnosticHandler quiet(
+                ctx, [](Diagnostic &) { return success(); });
             ok = checkSchedules(module);
           }
           if (succeeded(ok)) {

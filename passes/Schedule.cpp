@@ -112,23 +112,15 @@ LogicalResult gpipe::checkSchedules(ModuleOp module) {
     // Functions run by an earlier action: their per-step transfers are done.
     llvm::SmallPtrSet<Operation *, 3> ran;
     for (ActionAttr a : sched.getActionList()) {
-      // W runs deferred weight-gradient GEMMs, no function: no transfers.
-      if (a.getPhase() == Phase::Weight)
-        continue;
       if (a.getPhase() == Phase::Flush) {
         Transfer t{false, 0, 0, -1, Type(), sched.getOperation(), a};
         t.isFlush = true;
         transfers[s].push_back(t);
         continue;
       }
-      // The update runs every chunk's update, the last chunk first.
-      SmallVector<FlatSymbolRefAttr> refs;
-      if (a.getPhase() == Phase::Update)
-        for (int64_t c = sched.getNumChunks() - 1; c >= 0; --c)
-          refs.push_back(sched.getFunction(Phase::Update, c));
-      else
-        refs.push_back(sched.getFunction(a.getPhase(), a.getChunk()));
-      for (FlatSymbolRefAttr ref : refs) {
+      // The update runs every chunk's update, the last chunk first; W runs
+      // deferred weight-gradient GEMMs, no function: no transfers.
+      for (FlatSymbolRefAttr ref : sched.getActionFunctions(a)) {
         auto func =
             SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(sched, ref);
         if (!func)

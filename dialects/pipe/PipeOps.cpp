@@ -204,6 +204,16 @@ FlatSymbolRefAttr ScheduleOp::getFunction(Phase phase, int64_t chunk) {
   return dyn_cast<FlatSymbolRefAttr>(list[chunk]);
 }
 
+SmallVector<FlatSymbolRefAttr> ScheduleOp::getActionFunctions(ActionAttr a) {
+  SmallVector<FlatSymbolRefAttr> refs;
+  if (a.getPhase() == Phase::Update)
+    for (int64_t c = getNumChunks() - 1; c >= 0; --c)
+      refs.push_back(getFunction(Phase::Update, c));
+  else if (a.getPhase() == Phase::Forward || a.getPhase() == Phase::Backward)
+    refs.push_back(getFunction(a.getPhase(), a.getChunk()));
+  return refs;
+}
+
 func::FuncOp ScheduleOp::lookupFunction(Phase phase, int64_t chunk) {
   FlatSymbolRefAttr ref = getFunction(phase, chunk);
   return ref ? SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(*this, ref)

@@ -270,6 +270,11 @@ def Pipe_ScheduleOp : Pipe_Op<"schedule", [
     ::mlir::FlatSymbolRefAttr getFunction(Phase phase, int64_t chunk);
     /// That function itself, or null when it does not exist.
     ::mlir::func::FuncOp lookupFunction(Phase phase, int64_t chunk);
+    /// The functions action `a` runs, as named here: the update every
+    /// chunk's update, the last chunk first; a forward or backward its
+    /// chunk's; a weight or flush action none.
+    ::llvm::SmallVector<::mlir::FlatSymbolRefAttr>
+    getActionFunctions(ActionAttr a);
     /// Each chunk's forward, backward and update functions; when one does
     /// not exist, a located error "stage S lacks its PHASE function @f"
     /// (then `hint`) and failure.
