@@ -17,8 +17,11 @@ and as K stages, each schedule, side by side in alternating rounds.
   python3 bench/gpu/pipeline_bench.py run --programs DIR [--mpi BUNDLE/mpi] \\
       [--steps 30 --warmup 5 --repeat 2] [--deadline S] [--out DIR]
 
-A config is kK_mM[_SCHEDULE] (1 stage has no schedule; SCHEDULE gpipe, 1f1b, zbh1, or il, zbv, bfpp: the
-interleaved, ZB-V and breadth-first schedules with 2 chunks per stage, --virtual-stages 2). run writes the MLP's
+A config is kK_mM[_SCHEDULE][_prof] (1 stage has no schedule; SCHEDULE gpipe, 1f1b, zbh1, or il, zbv, bfpp: the
+interleaved, ZB-V and breadth-first schedules with 2 chunks per stage, --virtual-stages 2; _prof: compiled with
+--profile, each stage run with --profile FILE, its cost table kept as OUT/costs_CONFIG.jsonl (the stages' tables
+of the last round, joined in stage order), its whole loss curve compared with the config without _prof, which
+it must equal bit for bit: the timers only record events). run writes the MLP's
 weights (device_bench.py's, torch's seeded init) and data, runs every config in
 each round (the order reversed every other round), each for warmup + steps steps
 (`--log-json`: the loss stage's per-step ms, warmup dropped, median), and writes
@@ -42,7 +45,7 @@ import device_bench  # noqa: E402  (its path set-up also imports run.py)
 from device_bench import MlpBench, device_run  # noqa: E402
 
 DEFAULT_CONFIGS = "k1_m4,k2_m4_gpipe,k2_m4_1f1b,k1_m8,k2_m8_gpipe,k2_m8_1f1b,k4_m8_gpipe,k4_m8_1f1b"
-CONFIG = re.compile(r"^k(\d+)_m(\d+)(?:_(gpipe|1f1b|zbh1|il|zbv|bfpp))?$")
+CONFIG = re.compile(r"^k(\d+)_m(\d+)(?:_(gpipe|1f1b|zbh1|il|zbv|bfpp))?(_prof)?$")
 # config suffix -> (--schedule, --virtual-stages)
 SCHEDULES = {"gpipe": ("gpipe", 1), "1f1b": ("1f1b", 1), "zbh1": ("zbh1", 1),
              "il": ("interleaved", 2), "zbv": ("zbv", 2), "bfpp": ("bfpp", 2)}
@@ -51,8 +54,14 @@ SCHEDULES = {"gpipe": ("gpipe", 1), "1f1b": ("1f1b", 1), "zbh1": ("zbh1", 1),
 def parse_config(c):
     m = CONFIG.match(c)
     if not m or (int(m.group(1)) > 1) != (m.group(3) is not None):
-        raise ValueError("config %r is not kK_mM (1 stage) or kK_mM_%s" % (c, "|".join(SCHEDULES)))
+        raise ValueError("config %r is not kK_mM (1 stage) or kK_mM_%s, then _prof or nothing"
+                         % (c, "|".join(SCHEDULES)))
     return int(m.group(1)), int(m.group(2)), m.group(3) or "gpipe"
+
+
+def profiled(c):
+    """(whether config c is a --profile build, the config it is the twin of)."""
+    return (True, c[:-len("_prof")]) if c.endswith("_prof") else (False, c)
 
 
 def pack(a):
@@ -75,6 +84,7 @@ def pack(a):
                            "--stages", str(k), "--microbatches", str(m), "--schedule", schedule,
                            "--virtual-stages", str(chunks),
                            "--remat", "none"]
+                          + (["--profile"] if profiled(c)[0] else [])
                           + (["--target", "cuda", "--cuda-arch", a.cuda_arch]
                              + device_bench.PRECISION_FLAGS[a.precision]
                              if a.target == "cuda" else ["--target", "cpu"]))
@@ -94,6 +104,13 @@ def pack(a):
                        precisions=[a.precision]), f)
     print("pipeline_bench: packed %s into %s" % (",".join(configs), out))
     return 0
+
+
+def losses_of(log):
+    """Every step's loss of a --log-json, in order."""
+    with open(log) as f:
+        rows = [json.loads(x) for x in f if x.strip()]
+    return [r["loss"] for r in rows if "loss" in r and "step" in r]
 
 
 def ms_of(log, warmup):
@@ -142,17 +159,22 @@ def run(a):
                           else shutil.which("orterun") or shutil.which("mpirun") or "mpirun")
     total = a.warmup + a.steps
 
-    def cmds(c, log):
+    def profile_file(c, r, s):
+        return os.path.join(work, "profile_%s_%d_stage%d.jsonl" % (c, r, s))
+
+    def cmds(c, log, r=0):
         pj = pjs[c]
         return [[os.path.join(progs, c, st["executable"]), "--data", ddir, "--steps", str(total),
                  "--weights-in", wdir, "--log-json", log, "--quiet",
                  "--pipeline", os.path.join(progs, c, "pipeline.json"),
-                 "--comm-timeout", "30"] for st in pj["stages"]]
+                 "--comm-timeout", "30"]
+                + (["--profile", profile_file(c, r, s)] if profiled(c)[0] else [])
+                for s, st in enumerate(pj["stages"])]
     if a.dry_run:
         for c in configs:
             print("%s: %s" % (c, " : ".join(" ".join(x) for x in cmds(c, "LOG"))))
         return 0
-    res = {c: {"ms": [], "loss": None, "fail": []} for c in configs}
+    res = {c: {"ms": [], "loss": None, "fail": [], "curve": None} for c in configs}
     deadline = None if a.deadline is None else device_bench.START + a.deadline
 
     def table(state):
@@ -165,7 +187,7 @@ def run(a):
         base = {}
         for c in configs:
             k, m, _ = parse_config(c)
-            if k == 1 and res[c]["ms"]:
+            if k == 1 and res[c]["ms"] and not profiled(c)[0]:
                 base[m] = statistics.median(res[c]["ms"])
         for c in configs:
             k, m, sched = parse_config(c)
@@ -175,6 +197,19 @@ def run(a):
             lines.append("| %s | %d | %d | %s | %s | %s | %s | %s |" % (
                 c, k, m, sched if k > 1 else "-", "%.3f" % med if med else "n/a", rel,
                 ", ".join("%.3f" % x for x in r["ms"]), r["loss"]))
+        for c in configs:
+            prof, twin = profiled(c)
+            if not prof or twin not in res or not res[c]["curve"] or not res[twin]["curve"]:
+                continue
+            a_, b_ = res[c]["curve"], res[twin]["curve"]
+            same = a_ == b_
+            diff = max(abs(x - y) for x, y in zip(a_, b_)) if len(a_) == len(b_) else None
+            tp, tt = res[c]["ms"], res[twin]["ms"]
+            lines.append("- %s: losses of all %d steps %s those of %s%s; ms/step %s that of %s"
+                         % (c, len(a_), "equal (bit for bit)" if same else "DIFFER from", twin,
+                            "" if same or diff is None else " (max |diff| %.3g)" % diff,
+                            "%.3fx" % (statistics.median(tp) / statistics.median(tt))
+                            if tp and tt else "n/a", twin))
         for c in configs:
             for f in res[c]["fail"]:
                 lines.append("- %s: %s" % (c, f))
@@ -192,7 +227,7 @@ def run(a):
             if os.path.exists(log):
                 os.remove(log)
             try:
-                rc, secs = device_run.launch(cmds(c, log), env, a.timeout,
+                rc, secs = device_run.launch(cmds(c, log, r), env, a.timeout,
                                              os.path.join(work, "run_%s_%d.log" % (c, r)), mpirun,
                                              single_copy=a.single_copy)
             except Exception as e:  # noqa: BLE001 - recorded, the rounds go on
@@ -210,6 +245,17 @@ def run(a):
                 continue
             res[c]["ms"].append(ms)
             res[c]["loss"] = res[c]["loss"] or loss
+            res[c]["curve"] = res[c]["curve"] or losses_of(log)
+            if profiled(c)[0]:
+                # The stages' cost tables of this round, joined in stage order
+                # (as gpipe-run --profile does).
+                try:
+                    with open(os.path.join(out, "costs_%s.jsonl" % c), "w") as f:
+                        for s in range(len(pjs[c]["stages"])):
+                            with open(profile_file(c, r, s)) as g:
+                                f.write(g.read())
+                except OSError as e:
+                    res[c]["fail"].append("round %d: cost table: %s" % (r, e))
             print("pipeline_bench: round %d %s: %.3f ms/step (%.1fs)" % (r, c, ms, secs),
                   flush=True)
             table("running")
