@@ -4,8 +4,10 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <sys/resource.h>
 
 namespace gpipe {
 namespace {
@@ -31,6 +33,22 @@ bool deviceInit(const gp_program &, const DeviceOptions &options,
 }
 
 int64_t deviceMemoryInUse() { return -1; }
+
+bool deviceMeasureLinks(const gp_program &p, std::vector<LinkSample> &out,
+                        std::string &err) {
+  return transportMeasureLinks(p, LinkStaging{}, out, err);
+}
+
+bool deviceRuntimeBytes(const gp_program &p, int64_t &bytes, std::string &) {
+  // The resident memory besides the arena at its peak so far (code,
+  // libraries, MPI, data pages, the math libraries' buffers).
+  struct rusage ru;
+  bytes = -1;
+  if (::getrusage(RUSAGE_SELF, &ru) == 0)
+    bytes = std::max<int64_t>(0, static_cast<int64_t>(ru.ru_maxrss) * 1024 -
+                                     p.arena_bytes);
+  return true;
+}
 
 std::string deviceDescription() {
   return "cpu, " + std::to_string(gThreads) +

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -240,7 +241,7 @@ struct LinkSample {
 /// transfer (`links`). On failure sets `err`.
 bool profileWrite(const std::string &path, const gp_program &program,
                   int64_t threads, const std::vector<LinkSample> &links,
-                  std::string &err);
+                  int64_t runtimeBytes, std::string &err);
 
 //===----------------------------------------------------------------------===//
 // Heartbeat file (heartbeat.cpp), for gpipe-run's watchdog: pid, host, a
@@ -318,13 +319,27 @@ void transportProgress();
 /// Blocks until this stage's buffered sends have been delivered (nothing
 /// without buffered sends): before a long computation without a receive.
 void transportFlushSends();
-/// --profile (CPU, several stages), after the steps: with every stage this
-/// one exchanges boundary tensors with, round trips of each boundary size
-/// and of 8 bytes, the pairs of stages in one order on every rank (so that
-/// they cannot deadlock). Appends one sample per (peer, size). Every stage
-/// must call it. On failure sets `err`.
-bool transportMeasureLinks(const gp_program &p, std::vector<LinkSample> &out,
-                           std::string &err);
+/// How a link's round trips move the tensor besides MPI (the CUDA target's
+/// host-staged transfers: the GPU to a pinned buffer before the send, back
+/// after the receive); empty on the CPU, whose tensors MPI sends as they are.
+struct LinkStaging {
+  /// Whether the link to `peer` is measured (both ends must agree).
+  std::function<bool(int32_t peer)> measured;
+  /// Before a send: the tensor from the device into `host`; after a
+  /// receive: from `host` into the device.
+  std::function<void(void *host, int64_t bytes)> toHost, fromHost;
+  /// The host buffer of at least `bytes` the messages go through (CUDA:
+  /// pinned, as the transfers' own); unset: an ordinary one.
+  std::function<void *(int64_t bytes)> hostBuffer;
+};
+/// --profile (several stages), after the steps: with every stage this one
+/// exchanges boundary tensors with (those `staging.measured` accepts), round
+/// trips of each boundary size and of 8 bytes, the pairs of stages in one
+/// order on every rank (so that they cannot deadlock), each message staged
+/// as `staging` says. Appends one sample per (peer, size). Every stage must
+/// call it. On failure sets `err`.
+bool transportMeasureLinks(const gp_program &p, const LinkStaging &staging,
+                           std::vector<LinkSample> &out, std::string &err);
 /// MPI_Finalize (after delivering buffered sends).
 void transportFinalize();
 /// MPI_Abort(MPI_COMM_WORLD, code) when other ranks exist, else MPI_Finalize
@@ -385,6 +400,16 @@ bool deviceStepEnd(gp_step_ctx &ctx, std::string &err);
 /// step, from the events' elapsed time).
 int64_t deviceProfileMark();
 void deviceProfileSpan(int32_t unit, int64_t mark);
+/// --profile, after the steps (every stage calls them, in this order): the
+/// stage's links to its peers, measured the way its transfers move a tensor
+/// (CPU: MPI; CUDA: the host-staged ones through pinned memory, GPU to GPU;
+/// links over NCCL are not measured), then the memory the stage holds
+/// besides its arena (`bytes`; CPU: peak resident memory; CUDA: the GPU's
+/// memory in use, shared evenly among the pipeline's stages on that GPU
+/// after their arenas, or -1 when unknown). On failure set `err`.
+bool deviceMeasureLinks(const gp_program &p, std::vector<LinkSample> &out,
+                        std::string &err);
+bool deviceRuntimeBytes(const gp_program &p, int64_t &bytes, std::string &err);
 /// Device memory in use (CUDA: the device's total minus free, all
 /// processes on it), or -1 where there is none (CPU).
 int64_t deviceMemoryInUse();

@@ -126,8 +126,8 @@ struct Options {
   std::string logJson;
   std::string statusFile;
   std::string pipeline;
-  std::string report; // --report: the end-of-run numbers
-  std::string trace;  // --trace: this stage's events
+  std::string report;  // --report: the end-of-run numbers
+  std::string trace;   // --trace: this stage's events
   std::string profile; // --profile: the per-unit times (a --profile build)
   std::string heartbeat;
   std::string onNan = "stop"; // --on-nan stop | skip | continue
@@ -448,7 +448,8 @@ int StageRun::checkProgram() {
     const ChunkFns f = ok ? chunkFns(p, a.chunk) : ChunkFns{};
     switch (a.kind) {
     case GP_FORWARD:
-      ok = ok && f.forward && a.microbatch >= 0 && a.microbatch < p.microbatches;
+      ok =
+          ok && f.forward && a.microbatch >= 0 && a.microbatch < p.microbatches;
       break;
     case GP_BACKWARD:
       ok = ok && f.backward && a.microbatch >= 0 &&
@@ -1144,17 +1145,17 @@ int StageRun::runSteps() {
         while (i + count < program_->num_actions &&
                program_->actions[i + count].kind == GP_WEIGHT &&
                program_->actions[i + count].chunk == a.chunk &&
-               program_->actions[i + count].microbatch ==
-                   a.microbatch + count)
+               program_->actions[i + count].microbatch == a.microbatch + count)
           ++count;
         fns.weight(&ctx, a.microbatch, count);
         i += count - 1;
         // The trace shows each micro-batch's share, one after the other.
         int64_t endNs = timingNowNs(), t = actionStartNs, cpu = cpuSince();
         for (int32_t k = 0; k < count; ++k) {
-          int64_t next = actionStartNs + (endNs - actionStartNs) * (k + 1) / count;
-          timingAction(TimedKind::Weight, s, a.microbatch + k, t, next,
-                       a.chunk, cpu < 0 ? -1 : cpu / count);
+          int64_t next =
+              actionStartNs + (endNs - actionStartNs) * (k + 1) / count;
+          timingAction(TimedKind::Weight, s, a.microbatch + k, t, next, a.chunk,
+                       cpu < 0 ? -1 : cpu / count);
           t = next;
         }
         continue;
@@ -1163,10 +1164,9 @@ int StageRun::runSteps() {
       } else {
         fns.backward(&ctx, a.microbatch);
       }
-      timingAction(a.kind == GP_FORWARD ? TimedKind::Forward
-                                        : TimedKind::Backward,
-                   s, a.microbatch, actionStartNs, timingNowNs(), a.chunk,
-                   cpuSince());
+      timingAction(
+          a.kind == GP_FORWARD ? TimedKind::Forward : TimedKind::Backward, s,
+          a.microbatch, actionStartNs, timingNowNs(), a.chunk, cpuSince());
     }
     // Asynchronous targets finish the step's work here, and report its loss
     // (and may load the next mini-batch while it runs).
@@ -1220,13 +1220,15 @@ int StageRun::runSteps() {
   if (!opt_.trace.empty() && !timingWriteTrace(opt_.trace, err))
     return error(err);
   if (!opt_.profile.empty()) {
-    // The links between the stages, measured after the steps (CPU: MPI;
-    // the CUDA runtime's transfers are not measured yet).
+    // The links between the stages and the runtime's own memory, measured
+    // after the steps.
     std::vector<LinkSample> links;
-    if (program_->num_stages > 1 && program_->target == GP_TARGET_CPU &&
-        !transportMeasureLinks(*program_, links, err))
+    int64_t runtimeBytes = -1;
+    if (program_->num_stages > 1 && !deviceMeasureLinks(*program_, links, err))
       return error(err);
-    if (!profileWrite(opt_.profile, *program_, opt_.threads, links, err))
+    if (!deviceRuntimeBytes(*program_, runtimeBytes, err) ||
+        !profileWrite(opt_.profile, *program_, opt_.threads, links,
+                      runtimeBytes, err))
       return error(err);
   }
   if (!opt_.report.empty() &&

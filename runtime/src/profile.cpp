@@ -10,7 +10,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <sys/resource.h>
 #include <time.h>
 #include <vector>
 
@@ -32,8 +31,8 @@ struct Profile {
 } // namespace
 
 void profileInit(const gp_program &program) {
-  gProfile.sums.assign(static_cast<size_t>(std::max(0, program.num_profile_units)),
-                       UnitSum());
+  gProfile.sums.assign(
+      static_cast<size_t>(std::max(0, program.num_profile_units)), UnitSum());
   gProfile.counting = false;
   gProfile.steps = 0;
 }
@@ -62,20 +61,12 @@ void profileStepDone() {
 
 bool profileWrite(const std::string &path, const gp_program &program,
                   int64_t threads, const std::vector<LinkSample> &links,
-                  std::string &err) {
+                  int64_t runtimeBytes, std::string &err) {
   std::FILE *f = std::fopen(path.c_str(), "w");
   if (!f) {
     err = "cannot write profile file " + path + ": " + std::strerror(errno);
     return false;
   }
-  // The resident memory besides the arena at its peak so far (code,
-  // libraries, MPI, data pages, the math libraries' buffers): what a plan's
-  // arena is predicted with (gpipe-compile --auto).
-  struct rusage ru;
-  long long runtimeBytes = -1;
-  if (::getrusage(RUSAGE_SELF, &ru) == 0)
-    runtimeBytes = std::max<long long>(
-        0, static_cast<long long>(ru.ru_maxrss) * 1024 - program.arena_bytes);
   // One JSON object per line: the header, then the units (names that are
   // not UTF-8 written with replacement characters, not refused).
   auto writeLine = [&](const Json &line) {

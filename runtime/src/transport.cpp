@@ -5,15 +5,15 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <map>
-#include <set>
 #include <atomic>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <map>
 #include <pthread.h>
 #include <sched.h>
+#include <set>
 #include <unistd.h>
 
 namespace gpipe {
@@ -361,15 +361,16 @@ void transportFlushSends() {
     MPI_Buffer_attach(buf, size);
 }
 
-bool transportMeasureLinks(const gp_program &p, std::vector<LinkSample> &out,
-                           std::string &err) {
+bool transportMeasureLinks(const gp_program &p, const LinkStaging &staging,
+                           std::vector<LinkSample> &out, std::string &err) {
   const int me = p.stage;
   // Per peer, the sizes of the tensors exchanged with it (both sides list
   // the same: one's sends are the other's receives), and 8 bytes.
   std::map<int, std::set<int64_t>> sizes;
   for (int32_t i = 0; i < p.num_transfers; ++i) {
     const gp_transfer &t = p.transfers[i];
-    if (t.peer == me || t.peer < 0 || t.peer >= gWorldSize)
+    if (t.peer == me || t.peer < 0 || t.peer >= gWorldSize ||
+        (staging.measured && !staging.measured(t.peer)))
       continue;
     std::set<int64_t> &s = sizes[t.peer];
     s.insert(8);
@@ -382,11 +383,19 @@ bool transportMeasureLinks(const gp_program &p, std::vector<LinkSample> &out,
     pairs.push_back({std::min(me, entry.first), std::max(me, entry.first)});
   std::sort(pairs.begin(), pairs.end());
   const int kTag = 32001; // no boundary tensor's (the steps are over)
-  std::vector<char> buf;
+  std::vector<char> own;
   for (auto [lo, hi] : pairs) {
     const int peer = lo == me ? hi : lo;
     for (int64_t bytes : sizes[peer]) {
-      buf.resize(static_cast<size_t>(bytes));
+      // The staging's buffer (CUDA: pinned, as the transfers' own), else
+      // one of ours.
+      char *buf = nullptr;
+      if (staging.hostBuffer) {
+        buf = static_cast<char *>(staging.hostBuffer(bytes));
+      } else {
+        own.resize(static_cast<size_t>(bytes));
+        buf = own.data();
+      }
       // About 64 MiB a size, 4 to 50 round trips, after 2 unmeasured ones,
       // three times: the fastest of the three (another process taking the
       // core only slows a round).
@@ -403,16 +412,28 @@ bool transportMeasureLinks(const gp_program &p, std::vector<LinkSample> &out,
         }
         int rc = MPI_SUCCESS;
         const int n = static_cast<int>(bytes);
+        // One way: staged out of the device (if it is staged), sent,
+        // received, staged into the device.
+        auto send = [&] {
+          if (staging.toHost)
+            staging.toHost(buf, bytes);
+          return MPI_Send(buf, n, MPI_BYTE, peer, kTag, MPI_COMM_WORLD);
+        };
+        auto recv = [&] {
+          int r = MPI_Recv(buf, n, MPI_BYTE, peer, kTag, MPI_COMM_WORLD,
+                           MPI_STATUS_IGNORE);
+          if (r == MPI_SUCCESS && staging.fromHost)
+            staging.fromHost(buf, bytes);
+          return r;
+        };
         if (me == lo) {
-          rc = MPI_Send(buf.data(), n, MPI_BYTE, peer, kTag, MPI_COMM_WORLD);
+          rc = send();
           if (rc == MPI_SUCCESS)
-            rc = MPI_Recv(buf.data(), n, MPI_BYTE, peer, kTag, MPI_COMM_WORLD,
-                          MPI_STATUS_IGNORE);
+            rc = recv();
         } else {
-          rc = MPI_Recv(buf.data(), n, MPI_BYTE, peer, kTag, MPI_COMM_WORLD,
-                        MPI_STATUS_IGNORE);
+          rc = recv();
           if (rc == MPI_SUCCESS)
-            rc = MPI_Send(buf.data(), n, MPI_BYTE, peer, kTag, MPI_COMM_WORLD);
+            rc = send();
         }
         if (rc != MPI_SUCCESS) {
           err = "measuring the link to stage " + std::to_string(peer) +

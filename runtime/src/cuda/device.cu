@@ -152,6 +152,10 @@ struct Transfers {
   cudaEvent_t commDone = nullptr;    // communication -> compute order
 } gTransfers;
 
+/// The stages of this pipeline on this stage's GPU (itself included), from
+/// setUpTransports; just this stage when it has no peers.
+std::vector<int32_t> gGpuMates;
+
 unsigned char *gArena = nullptr;
 // Pinned staging of the graph inputs: one buffer per (input, micro-batch),
 // for a mini-batch that was not prefetched.
@@ -226,8 +230,7 @@ void sendWorker(HostChannel *c) {
     if (e != cudaSuccess)
       fatal(&c->ctx, 1,
             "CUDA error before the send of tag " + std::to_string(c->tag) +
-                " to stage " + std::to_string(c->peer) + ": " +
-                cudaMessage(e));
+                " to stage " + std::to_string(c->peer) + ": " + cudaMessage(e));
     mpiSend(&c->ctx, c->peer, c->tag, c->pinned[b], c->bytes);
     {
       std::lock_guard<std::mutex> lock(c->mu);
@@ -384,7 +387,8 @@ bool setUpBuffers(const gp_program &p, std::string &err) {
       c->peer = t.peer;
       c->tag = t.tag;
       c->bytes = t.bytes;
-      size_t count = static_cast<size_t>(std::max<int32_t>(p.microbatches, 1)) + 1;
+      size_t count =
+          static_cast<size_t>(std::max<int32_t>(p.microbatches, 1)) + 1;
       c->pinned.assign(count, nullptr);
       c->copied.assign(count, nullptr);
       for (size_t b = 0; b < count; ++b) {
@@ -462,6 +466,10 @@ bool setUpTransports(const gp_program &p, std::string &err) {
           std::string(forced) + "'";
     return false;
   }
+  gGpuMates.clear();
+  for (int32_t s = 0; s < p.num_stages; ++s)
+    if (std::equal(mine, mine + 3, &all[static_cast<size_t>(s) * 3]))
+      gGpuMates.push_back(s);
   for (int32_t i = 0; i < p.num_transfers; ++i) {
     int32_t peer = p.transfers[i].peer;
     if (peer < 0 || peer >= p.num_stages || peer == gStage) {
@@ -969,6 +977,76 @@ int64_t deviceProfileMark() {
   return static_cast<int64_t>(p.next++);
 }
 
+bool deviceMeasureLinks(const gp_program &p, std::vector<LinkSample> &out,
+                        std::string &err) {
+  // A host-staged link's message as the transfers move it: out of the GPU
+  // into pinned memory, MPI, back into the GPU (after the steps: the compute
+  // stream is idle). NCCL links are left out.
+  void *device = nullptr, *pinned = nullptr;
+  int64_t capacity = 0;
+  LinkStaging staging;
+  staging.measured = [](int32_t peer) {
+    auto it = gTransfers.peers.find(peer);
+    return it != gTransfers.peers.end() && !it->second.nccl;
+  };
+  staging.hostBuffer = [&](int64_t bytes) {
+    if (bytes > capacity) {
+      if (device)
+        GP_CUDA_CHECK(cudaFree(device));
+      if (pinned)
+        GP_CUDA_CHECK(cudaFreeHost(pinned));
+      GP_CUDA_CHECK(cudaMalloc(&device, static_cast<size_t>(bytes)));
+      GP_CUDA_CHECK(cudaMallocHost(&pinned, static_cast<size_t>(bytes)));
+      GP_CUDA_CHECK(cudaMemsetAsync(device, 0, static_cast<size_t>(bytes),
+                                    gState.compute));
+      capacity = bytes;
+    }
+    return pinned;
+  };
+  auto copy = [&](void *dst, const void *src, int64_t bytes,
+                  cudaMemcpyKind kind) {
+    GP_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), kind,
+                                  gState.compute));
+    GP_CUDA_CHECK(cudaStreamSynchronize(gState.compute));
+  };
+  staging.toHost = [&](void *host, int64_t bytes) {
+    copy(host, device, bytes, cudaMemcpyDeviceToHost);
+  };
+  staging.fromHost = [&](void *host, int64_t bytes) {
+    copy(device, host, bytes, cudaMemcpyHostToDevice);
+  };
+  bool ok = transportMeasureLinks(p, staging, out, err);
+  if (device)
+    GP_CUDA_CHECK(cudaFree(device));
+  if (pinned)
+    GP_CUDA_CHECK(cudaFreeHost(pinned));
+  return ok;
+}
+
+bool deviceRuntimeBytes(const gp_program &p, int64_t &bytes, std::string &err) {
+  // The GPU's memory in use (every process's) less the arenas of this
+  // pipeline's stages on it, shared evenly among them: the CUDA context,
+  // cuBLAS's and cuDNN's workspaces, the runtime's own buffers. Every stage
+  // is past its steps and holds its arena (they measured their links
+  // together, or there is one stage).
+  bytes = -1;
+  int64_t inUse = deviceMemoryInUse();
+  std::vector<int64_t> arenas = {p.arena_bytes};
+  std::vector<int32_t> mates = {p.stage};
+  if (p.num_stages > 1) {
+    if (!transportAllGather(&p.arena_bytes, 1, arenas, err))
+      return false;
+    mates = cuda::gGpuMates;
+  }
+  if (inUse < 0 || mates.empty())
+    return true;
+  int64_t held = inUse;
+  for (int32_t s : mates)
+    held -= arenas[static_cast<size_t>(p.num_stages > 1 ? s : 0)];
+  bytes = std::max<int64_t>(0, held / static_cast<int64_t>(mates.size()));
+  return true;
+}
+
 void deviceProfileSpan(int32_t unit, int64_t mark) {
   if (mark < 0)
     return;
@@ -1139,14 +1217,15 @@ extern "C" void gp_send(gp_step_ctx *ctx, int32_t peer, int32_t tag,
   if (host != gTransfers.hostSends.end()) {
     // Host-staged: the next pinned buffer once its last message is sent,
     // the copy into it on the communication stream, then the worker sends.
-    gpipe::cuda::stageMessage(ctx, *host->second, gState.comm, [&](void *pinned) {
-      GP_CUDA_CHECK(
-          cudaStreamWaitEvent(gState.comm, gTransfers.computeDone, 0));
-      GP_CUDA_CHECK(cudaMemcpyAsync(pinned, s.device[k],
-                                    static_cast<size_t>(bytes),
-                                    cudaMemcpyDeviceToHost, gState.comm));
-      GP_CUDA_CHECK(cudaEventRecord(s.free[k], gState.comm));
-    });
+    gpipe::cuda::stageMessage(
+        ctx, *host->second, gState.comm, [&](void *pinned) {
+          GP_CUDA_CHECK(
+              cudaStreamWaitEvent(gState.comm, gTransfers.computeDone, 0));
+          GP_CUDA_CHECK(cudaMemcpyAsync(pinned, s.device[k],
+                                        static_cast<size_t>(bytes),
+                                        cudaMemcpyDeviceToHost, gState.comm));
+          GP_CUDA_CHECK(cudaEventRecord(s.free[k], gState.comm));
+        });
     return;
   }
   GP_CUDA_CHECK(cudaStreamWaitEvent(gState.comm, gTransfers.computeDone, 0));
