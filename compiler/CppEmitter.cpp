@@ -245,6 +245,9 @@ struct StageState {
   std::vector<StateDesc> stateDescs;
   // The update clears the accumulators in [clearedBegin, clearedEnd).
   int64_t clearedBegin = 0, clearedEnd = 0;
+  // Every gradient accumulator lies in [accumulatorBegin, accumulatorEnd)
+  // (plan-memory places them together), empty when there is none.
+  int64_t accumulatorBegin = INT64_MAX, accumulatorEnd = 0;
   /// A weight gradient dW = G^T X whose GEMM waits for the update
   /// (gpipe-split-weight-grad): each micro-batch's backward copies G and X
   /// into row blocks of `gOffset` and `xOffset`, and the update runs one
@@ -255,6 +258,7 @@ struct StageState {
     int64_t rows = 0, gCols = 0, xCols = 0; // per micro-batch: G [rows, gCols]
     int64_t gOffset = 0, xOffset = 0;
     int64_t accOffset = 0; // the parameter's accumulator (its chunk's)
+    int64_t accBytes = 0;
   };
   llvm::MapVector<Operation *, DeferredGemm> deferred;
   // The schedule has W actions: the deferred GEMMs run there, not in update.
@@ -385,8 +389,7 @@ private:
   /// "if (mb == F) ": a per-step transfer of a forward or backward runs in
   /// the stage's first such action only.
   std::string perStepGuard(bool perStep) const;
-  std::string handoffCopy(Operation *op, Value v, bool perStep,
-                          bool toHandoff);
+  std::string handoffCopy(Operation *op, Value v, bool perStep, bool toHandoff);
   LogicalResult emit(pipeline::ReportLossOp o);
   LogicalResult emit(pipeline::AccumulateGradOp o);
   /// A deferred weight-gradient GEMM: its operands are kept for the update.
@@ -561,8 +564,8 @@ FuncEmitter::lossNorm(Operation *op, Value labels,
                          "loss's stage"),
            failure();
   return "static_cast<double>(gp_count_labels(ctx, " +
-         std::to_string(stage.inputBase + *input) +
-         ", 1, " + std::to_string(*ignore) + "LL))";
+         std::to_string(stage.inputBase + *input) + ", 1, " +
+         std::to_string(*ignore) + "LL))";
 }
 
 LogicalResult FuncEmitter::formUnits() {
@@ -1006,8 +1009,7 @@ LogicalResult FuncEmitter::emit(nn::GatherOp o) {
   // a bad one is an error naming the input and sample, not a zero row.
   if (BlockArgument arg = dataInputOf(func, o.getIndices()))
     os << "  gp_check_input_indices(ctx, "
-       << stage.inputBase + arg.getArgNumber() << ", mb, "
-       << rows << ");\n";
+       << stage.inputBase + arg.getArgNumber() << ", mb, " << rows << ");\n";
   os << "  gp_gather(" << ptr(o.getTable()) << ", " << ptr(o.getIndices())
      << ", " << ptr(o.getOutput(), false) << ", " << n << ", " << rows << ", "
      << width << ");\n";
@@ -1393,9 +1395,9 @@ LogicalResult FuncEmitter::emitLoss(LossOp o, StringRef fn,
   // Checked on the host, in the data file's rows (a device arena is not
   // readable from the host).
   if (BlockArgument arg = dataInputOf(func, o.getLabels()))
-    os << "  gp_check_input_labels(ctx, " << stage.inputBase + arg.getArgNumber()
-       << ", mb, "
-       << lt.getDimSize(1) << ", " << ignoreArgs(o.getIgnoreIndex()) << ");\n";
+    os << "  gp_check_input_labels(ctx, "
+       << stage.inputBase + arg.getArgNumber() << ", mb, " << lt.getDimSize(1)
+       << ", " << ignoreArgs(o.getIgnoreIndex()) << ");\n";
   FailureOr<std::string> norm = lossNorm(o, o.getLabels(), o.getIgnoreIndex(),
                                          o.getSum(), o.getMicrobatches());
   if (failed(norm))
@@ -1489,13 +1491,13 @@ std::string FuncEmitter::perStepGuard(bool perStep) const {
 std::string FuncEmitter::handoffCopy(Operation *op, Value v, bool perStep,
                                      bool toHandoff) {
   pipeline::BufferAttr h = pipeline::getHandoff(op);
-  bool once =
-      perStep || pipeline::getPhase(func) == pipeline::Phase::Update;
+  bool once = perStep || pipeline::getPhase(func) == pipeline::Phase::Update;
   std::string slot =
       "A + " + std::to_string(h.getOffset()) + "LL" +
-      (once ? std::string()
-            : " + mb * " +
-                  std::to_string(llvm::alignTo(bytesOf(v), stage.align)) + "LL");
+      (once
+           ? std::string()
+           : " + mb * " +
+                 std::to_string(llvm::alignTo(bytesOf(v), stage.align)) + "LL");
   std::string value = ptr(v, toHandoff);
   std::string dst = toHandoff ? slot : value, src = toHandoff ? value : slot;
   std::string bytes = std::to_string(bytesOf(v));
@@ -1507,8 +1509,8 @@ std::string FuncEmitter::handoffCopy(Operation *op, Value v, bool perStep,
 
 LogicalResult FuncEmitter::emit(pipeline::SendOp o) {
   if (pipeline::getHandoff(o)) {
-    os << "  // to chunk (virtual stage " << o.getPeer() << "), tag " << o.getTag() << "\n  "
-       << perStepGuard(o.getPerStep())
+    os << "  // to chunk (virtual stage " << o.getPeer() << "), tag "
+       << o.getTag() << "\n  " << perStepGuard(o.getPerStep())
        << handoffCopy(o, o.getValue(), o.getPerStep(), true) << "\n";
     return success();
   }
@@ -1590,8 +1592,8 @@ int32_t StageState::addProfileUnit(ArrayRef<Operation *> ops) {
         profileFunction == "backward" && deferred.count(op) != 0;
     gs << "  {" << cLiteral(loc ? loc.getName().getValue() : StringRef())
        << ", " << cLiteral(op->getName().getStringRef()) << ", "
-       << cLiteral(copies ? deferredCopySignature(op) : opSignature(op))
-       << ", " << estimate << "},\n";
+       << cLiteral(copies ? deferredCopySignature(op) : opSignature(op)) << ", "
+       << estimate << "},\n";
   }
   gs << "};\n";
   profileUnits.push_back("  {" + cLiteral(profileFunction) + ", " +
@@ -1610,16 +1612,14 @@ LogicalResult FuncEmitter::run() {
   if (isForward)
     for (BlockArgument arg : block.getArguments())
       os << "  gp_load_input(ctx, " << stage.inputBase + arg.getArgNumber()
-         << ", mb, "
-         << ptr(arg, false) << ");\n";
+         << ", mb, " << ptr(arg, false) << ");\n";
   for (auto &unit : units) {
     unitNodes = describeNodes(unit);
     // --profile: a timer around each unit that computes (transfers and
     // hand-offs, which wait for other stages or copy, are not timed).
     std::optional<int32_t> timer;
     size_t bodyMark = 0, opsMark = 0, codeMark = 0;
-    if (stage.options.profile &&
-        !llvm::all_of(unit, [](Operation *op) {
+    if (stage.options.profile && !llvm::all_of(unit, [](Operation *op) {
           return isa<pipeline::SendOp, pipeline::RecvOp>(op);
         })) {
       bodyMark = body.size();
@@ -1672,12 +1672,10 @@ static int64_t costOf(func::FuncOp func) {
 /// functions, what one op like it (its node, its signature) took in the
 /// table's function of that name, and the analytic model on the table's
 /// scale for ops the table lacks.
-static void
-predictStepSeconds(const CostTable &table,
-                   ArrayRef<std::array<func::FuncOp, 3>> chunkFns,
-                   const llvm::MapVector<Operation *,
-                                         StageState::DeferredGemm> &deferred,
-                   int64_t microbatches, int64_t rows, EmittedStage &result) {
+static void predictStepSeconds(
+    const CostTable &table, ArrayRef<std::array<func::FuncOp, 3>> chunkFns,
+    const llvm::MapVector<Operation *, StageState::DeferredGemm> &deferred,
+    int64_t microbatches, int64_t rows, EmittedStage &result) {
   static constexpr const char *kFunction[] = {"forward", "backward", "weight",
                                               "update"};
   std::vector<std::array<double, 4>> chunks(chunkFns.size(), {0, 0, 0, 0});
@@ -1846,65 +1844,74 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
     return WalkResult::interrupt();
   };
   for (auto [chunk, fns] : llvm::enumerate(chunkFns))
-  for (func::FuncOp f : fns) {
-    WalkResult walk = f.walk([&](Operation *op) -> WalkResult {
-      if (auto p = dyn_cast<nn::ParamOp>(op)) {
-        pipeline::BufferAttr b = pipeline::getBuffer(p.getOutput());
-        if (!b)
-          return missing(op, "pipe.buffer");
-        if (st.paramOffset.try_emplace(p.getName(), b.getOffset()).second)
-          st.paramOrder.push_back(
-              {p.getName().str(), tensorType(p.getOutput())});
-        if (pipeline::BufferAttr shadow = pipeline::getShadow(p))
-          st.shadowOffset[p.getName()] = shadow.getOffset();
-      } else if (auto acc = dyn_cast<pipeline::AccumulateGradOp>(op)) {
-        pipeline::BufferAttr b = pipeline::getAccumulator(op);
-        if (!b)
-          return missing(op, "pipe.accumulator");
-        if (!acc.getDeferred())
-          return WalkResult::advance();
-        SmallVector<pipeline::BufferAttr> ops =
-            pipeline::getDeferredOperands(op);
-        if (ops.size() != 2)
-          return missing(op, "pipe.deferred_operands");
-        auto gemm = acc.getGrad().getDefiningOp<nn::GemmOp>();
-        StageState::DeferredGemm d;
-        d.chunk = static_cast<int64_t>(chunk);
-        d.param = acc.getParam().str();
-        d.accOffset = b.getOffset();
-        d.rows = tensorType(gemm.getA()).getDimSize(0);
-        d.gCols = tensorType(gemm.getA()).getDimSize(1);
-        d.xCols = tensorType(gemm.getB()).getDimSize(1);
-        d.gOffset = ops[0].getOffset();
-        d.xOffset = ops[1].getOffset();
-        st.deferred[gemm] = d;
-      } else if (auto acc = dyn_cast<pipeline::AccumulatedGradOp>(op)) {
-        if (!pipeline::getBuffer(acc.getGrad()))
-          return missing(op, "pipe.buffer");
-      } else if (isa<pipeline::SGDUpdateOp, pipeline::AdamUpdateOp,
-                     nn::UpdateRunningStatsOp>(op)) {
-        for (pipeline::BufferAttr b : pipeline::getState(op))
-          st.optimizerState[op].push_back(b.getOffset());
-        // The optimizer's state is saved in checkpoints under torch's keys
-        // (a deferred BatchNorm's buffer lives within one step only).
-        if (isa<nn::UpdateRunningStatsOp>(op) || st.optimizerState[op].empty())
-          return WalkResult::advance();
-        auto param = op->getOperand(0).getDefiningOp<nn::ParamOp>();
-        if (!param)
-          return op->emitError("the updated value is not an nn.param"),
-                 WalkResult::interrupt();
-        static const char *const sgdSlots[] = {"momentum_buffer"};
-        static const char *const adamSlots[] = {"exp_avg", "exp_avg_sq"};
-        const char *const *slots =
-            isa<pipeline::SGDUpdateOp>(op) ? sgdSlots : adamSlots;
-        for (auto [k, offset] : llvm::enumerate(st.optimizerState[op]))
-          st.stateDescs.push_back({param.getName().str(), slots[k], offset});
-      }
-      return WalkResult::advance();
-    });
-    if (walk.wasInterrupted())
-      return failure();
-  }
+    for (func::FuncOp f : fns) {
+      WalkResult walk = f.walk([&](Operation *op) -> WalkResult {
+        if (auto p = dyn_cast<nn::ParamOp>(op)) {
+          pipeline::BufferAttr b = pipeline::getBuffer(p.getOutput());
+          if (!b)
+            return missing(op, "pipe.buffer");
+          if (st.paramOffset.try_emplace(p.getName(), b.getOffset()).second)
+            st.paramOrder.push_back(
+                {p.getName().str(), tensorType(p.getOutput())});
+          if (pipeline::BufferAttr shadow = pipeline::getShadow(p))
+            st.shadowOffset[p.getName()] = shadow.getOffset();
+        } else if (auto acc = dyn_cast<pipeline::AccumulateGradOp>(op)) {
+          pipeline::BufferAttr b = pipeline::getAccumulator(op);
+          if (!b)
+            return missing(op, "pipe.accumulator");
+          st.accumulatorBegin = std::min(st.accumulatorBegin, b.getOffset());
+          st.accumulatorEnd =
+              std::max(st.accumulatorEnd, b.getOffset() + b.getBytes());
+          if (!acc.getDeferred())
+            return WalkResult::advance();
+          SmallVector<pipeline::BufferAttr> ops =
+              pipeline::getDeferredOperands(op);
+          if (ops.size() != 2)
+            return missing(op, "pipe.deferred_operands");
+          auto gemm = acc.getGrad().getDefiningOp<nn::GemmOp>();
+          StageState::DeferredGemm d;
+          d.chunk = static_cast<int64_t>(chunk);
+          d.param = acc.getParam().str();
+          d.accOffset = b.getOffset();
+          d.accBytes = b.getBytes();
+          d.rows = tensorType(gemm.getA()).getDimSize(0);
+          d.gCols = tensorType(gemm.getA()).getDimSize(1);
+          d.xCols = tensorType(gemm.getB()).getDimSize(1);
+          d.gOffset = ops[0].getOffset();
+          d.xOffset = ops[1].getOffset();
+          st.deferred[gemm] = d;
+        } else if (auto acc = dyn_cast<pipeline::AccumulatedGradOp>(op)) {
+          pipeline::BufferAttr b = pipeline::getBuffer(acc.getGrad());
+          if (!b)
+            return missing(op, "pipe.buffer");
+          st.accumulatorBegin = std::min(st.accumulatorBegin, b.getOffset());
+          st.accumulatorEnd =
+              std::max(st.accumulatorEnd, b.getOffset() + b.getBytes());
+        } else if (isa<pipeline::SGDUpdateOp, pipeline::AdamUpdateOp,
+                       nn::UpdateRunningStatsOp>(op)) {
+          for (pipeline::BufferAttr b : pipeline::getState(op))
+            st.optimizerState[op].push_back(b.getOffset());
+          // The optimizer's state is saved in checkpoints under torch's keys
+          // (a deferred BatchNorm's buffer lives within one step only).
+          if (isa<nn::UpdateRunningStatsOp>(op) ||
+              st.optimizerState[op].empty())
+            return WalkResult::advance();
+          auto param = op->getOperand(0).getDefiningOp<nn::ParamOp>();
+          if (!param)
+            return op->emitError("the updated value is not an nn.param"),
+                   WalkResult::interrupt();
+          static const char *const sgdSlots[] = {"momentum_buffer"};
+          static const char *const adamSlots[] = {"exp_avg", "exp_avg_sq"};
+          const char *const *slots =
+              isa<pipeline::SGDUpdateOp>(op) ? sgdSlots : adamSlots;
+          for (auto [k, offset] : llvm::enumerate(st.optimizerState[op]))
+            st.stateDescs.push_back({param.getName().str(), slots[k], offset});
+        }
+        return WalkResult::advance();
+      });
+      if (walk.wasInterrupted())
+        return failure();
+    }
   st.clearedBegin = plan.getClearedBegin();
   st.clearedEnd = plan.getClearedEnd();
   st.scratchBytes = plan.getScratch();
@@ -2095,12 +2102,10 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
     return numChunks == 1 ? base.str() : (base + "_c" + Twine(c)).str();
   };
   auto ofChunk = [&](int64_t c) {
-    return numChunks == 1 ? std::string()
-                          : " of model chunk " + std::to_string(c) +
-                                " (virtual stage " +
-                                std::to_string(*pipeline::getStage(
-                                    chunkFns[c][0])) +
-                                ")";
+    return numChunks == 1
+               ? std::string()
+               : " of model chunk " + std::to_string(c) + " (virtual stage " +
+                     std::to_string(*pipeline::getStage(chunkFns[c][0])) + ")";
   };
   for (int64_t c = 0; c < numChunks; ++c) {
     ss << "// Forward" << ofChunk(c)
@@ -2151,10 +2156,9 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
     llvm::raw_string_ostream os(s);
     os << (ex ? "  gp_gemm_ex(1, 0, " : "  gp_gemm(1, 0, ") << d.gCols << ", "
        << d.xCols << ", " << rows << ", 1.0f, (const float *)(A + "
-       << at(d.gOffset, d.gCols) << "), " << d.gCols
-       << ", (const float *)(A + " << at(d.xOffset, d.xCols) << "), " << d.xCols
-       << ", 1.0f, (float *)(A + " << d.accOffset << "), "
-       << d.xCols
+       << at(d.gOffset, d.gCols) << "), " << d.gCols << ", (const float *)(A + "
+       << at(d.xOffset, d.xCols) << "), " << d.xCols << ", 1.0f, (float *)(A + "
+       << d.accOffset << "), " << d.xCols
        << (ex ? std::string(", nullptr, 0, ") + st.mathMode() +
                     ", nullptr, nullptr"
               : std::string())
@@ -2165,17 +2169,63 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
     st.profileChunk = d.chunk;
     return st.timed({gemm}, s);
   };
-  if (!st.weightActions)
+  // --data-parallel: the replicas average each gradient once it is final.
+  const bool average =
+      options.dataParallel > 1 && st.accumulatorEnd > st.accumulatorBegin;
+  if (average)
+    result.allReduceBytes = st.accumulatorEnd - st.accumulatorBegin;
+  auto startAverage = [&](int64_t offset, int64_t bytes) {
+    ss << "  gp_reduce_start(ctx, " << offset << "LL, " << bytes << "LL);\n";
+  };
+  if (!st.weightActions) {
+    // Those no GEMM below writes are final now: started first, they move
+    // while the weight-gradient GEMMs run, each of whose results starts as
+    // soon as it is computed.
+    if (average) {
+      ss << "  // the " << options.dataParallel
+         << " replicas' gradients, averaged as each is final "
+            "(--data-parallel)\n";
+      std::vector<std::pair<int64_t, int64_t>> later;
+      for (auto &entry : st.deferred)
+        later.push_back({entry.second.accOffset,
+                         entry.second.accOffset + entry.second.accBytes});
+      llvm::sort(later);
+      int64_t at = st.accumulatorBegin;
+      for (auto [lo, hi] : later) {
+        if (lo > at)
+          startAverage(at, lo - at);
+        at = std::max(at, hi);
+      }
+      if (st.accumulatorEnd > at)
+        startAverage(at, st.accumulatorEnd - at);
+    }
+    // An accumulator several GEMMs write (a weight used twice) starts
+    // after the last of them.
+    llvm::DenseMap<int64_t, Operation *> lastWriter;
     for (auto &entry : st.deferred)
+      lastWriter[entry.second.accOffset] = entry.first;
+    for (auto &entry : st.deferred) {
       ss << "  // weight gradient of '" << entry.second.param << "' over all "
          << st.microbatches << " micro-batches\n"
          << deferredGemm(entry.first, entry.second, false);
+      if (average && lastWriter.lookup(entry.second.accOffset) == entry.first)
+        startAverage(entry.second.accOffset, entry.second.accBytes);
+    }
+    if (average)
+      ss << "  gp_reduce_wait(ctx);\n";
+  } else if (average) {
+    // Every gradient is final (the W actions ran before the update).
+    ss << "  // the " << options.dataParallel
+       << " replicas' gradients, averaged (--data-parallel)\n"
+       << "  gp_reduce_gradients(ctx, " << st.accumulatorBegin << "LL, "
+       << st.accumulatorEnd - st.accumulatorBegin << "LL);\n";
+  }
   // Every chunk's update, the last chunk first (gpipe-check-schedule checks
   // the transfers in that order).
   for (int64_t c = numChunks - 1; c >= 0; --c)
-    ss << (numChunks == 1 ? bodies[c][2]
-                          : "  { // update" + ofChunk(c) + "\n" +
-                                bodies[c][2] + "  }\n");
+    ss << (numChunks == 1
+               ? bodies[c][2]
+               : "  { // update" + ofChunk(c) + "\n" + bodies[c][2] + "  }\n");
   ss << clearAccumulators << "}\n\n";
   if (st.weightActions) {
     for (int64_t c = 0; c < numChunks; ++c) {
@@ -2215,8 +2265,8 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
     ss << "};\n\n";
   }
   if (!st.profileUnits.empty()) {
-    ss << "// --profile: the timed units.\n" << st.profileOps
-       << "static const gp_profile_unit kProfileUnits[] = {\n";
+    ss << "// --profile: the timed units.\n"
+       << st.profileOps << "static const gp_profile_unit kProfileUnits[] = {\n";
     for (const std::string &u : st.profileUnits)
       ss << u;
     ss << "};\n\n";
@@ -2226,20 +2276,20 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
      << batch << "LL, " << result.inputs.size() << ", kInputs, "
      << result.params.size() << ", kParams, " << m.arenaBytes << "LL, "
      << actions.size() << ", kActions, " << fnName("forward", 0) << ", "
-     << fnName("backward", 0) << ", update, "
-     << (result.hasLoss ? 1 : 0) << ", \"" << buildId << "\", "
-     << result.transfers.size() << ", kTransfers, "
-     << (options.cuda ? "GP_TARGET_CUDA" : "GP_TARGET_CPU") << ", "
-     << st.scratchBytes << "LL, " << (st.initBody.empty() ? "nullptr" : "init")
-     << ", " << (result.bufferedSends ? 1 : 0) << ", " << st.stateDescs.size()
+     << fnName("backward", 0) << ", update, " << (result.hasLoss ? 1 : 0)
+     << ", \"" << buildId << "\", " << result.transfers.size()
+     << ", kTransfers, " << (options.cuda ? "GP_TARGET_CUDA" : "GP_TARGET_CPU")
+     << ", " << st.scratchBytes << "LL, "
+     << (st.initBody.empty() ? "nullptr" : "init") << ", "
+     << (result.bufferedSends ? 1 : 0) << ", " << st.stateDescs.size()
      << ", kStates, "
      << (st.weightActions ? fnName("weight", 0) : std::string("nullptr"))
      << ", " << numChunks << ", " << (numChunks > 1 ? "kChunks" : "nullptr")
      << (st.profileUnits.empty()
-             ? std::string()
+             ? std::string(", 0, nullptr")
              : ", " + std::to_string(st.profileUnits.size()) +
                    ", kProfileUnits")
-     << "};\n\n"
+     << ", " << options.dataParallel << "};\n\n"
      << "int main(int argc, char **argv) { return gp_main(argc, argv, "
         "&kProgram); }\n";
   return std::move(result);

@@ -64,6 +64,9 @@ struct EmitOptions {
   bool bf16 = false;      // GEMMs on bf16 operands (CUDA; fp32 elsewhere)
   bool allowTf32 = false; // fp32 GEMMs may round their inputs to TF32 (CUDA)
   bool profile = false;   // time every unit of generated code (--profile)
+  // --data-parallel: replicas of the pipeline; > 1: the update averages the
+  // gradient accumulators across them (gp_reduce_gradients) first.
+  int64_t dataParallel = 1;
   // --costs: the measured cost table the stage's step time is predicted
   // from (EmittedStage::predictedSeconds), or null.
   const struct CostTable *costs = nullptr;
@@ -97,6 +100,9 @@ struct EmittedStage {
   // Set by the driver (driver::predictedPeakBytes): the process's predicted
   // peak resident memory on the CPU target; 0 when not predicted.
   int64_t predictedPeakBytes = 0;
+  // --data-parallel: the gradient bytes each update averages across the
+  // replicas (gp_reduce_gradients); 0 with one replica.
+  int64_t allReduceBytes = 0;
 };
 
 /// Emits the program of `stage` of the outlined, scheduled and lowered

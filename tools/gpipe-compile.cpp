@@ -106,6 +106,12 @@ int main(int argc, char **argv) {
       "model chunks per stage: the graph is cut into K*V cost-balanced "
       "pieces and each stage runs V of them (--schedule interleaved or "
       "bfpp; 2 for zbv; 1 for the other schedules)")(
+      "data-parallel",
+      po::value(&o.dataParallel)->default_value(1)->value_name("D"),
+      "D replicas of the K-stage pipeline (D*K processes, CPU target): "
+      "--batch-size stays the global mini-batch, each replica trains on "
+      "B/D of its rows in M micro-batches, and each stage's gradients are "
+      "averaged across its D replicas before the update")(
       "partition", po::value(&partition)->value_name("NODES"),
       "split points by hand, comma-separated: the ONNX node (e.g. "
       "/fc2/Gemm) or module path (e.g. fc2, blocks.3: its first node) each "
@@ -151,8 +157,7 @@ int main(int argc, char **argv) {
       "march",
       po::value(&o.cpuArch)->default_value("native")->value_name("ARCH"),
       "-march= of the CPU stage programs (e.g. x86-64-v3 for other machines)")(
-      "compiler-launcher",
-      po::value(&o.compilerLauncher)->value_name("PATH"),
+      "compiler-launcher", po::value(&o.compilerLauncher)->value_name("PATH"),
       "program that runs each stage's compile, such as ccache (default: "
       "$GPIPE_COMPILER_LAUNCHER, else none): the stage is compiled with -c in "
       "its directory through it, then linked")(
@@ -196,9 +201,8 @@ int main(int argc, char **argv) {
   if (vm.count("batch-size"))
     o.batchSize = batch;
   if (o.autoConfig)
-    for (const char *chosen :
-         {"microbatches", "schedule", "virtual-stages", "remat",
-          "remat-stages", "partition"})
+    for (const char *chosen : {"microbatches", "schedule", "virtual-stages",
+                               "remat", "remat-stages", "partition"})
       if (vm.count(chosen) && !vm[chosen].defaulted()) {
         std::cerr << "gpipe-compile: error: --auto chooses --microbatches, "
                      "--schedule, --virtual-stages, --remat and the "
@@ -251,9 +255,8 @@ int main(int argc, char **argv) {
   };
   // A comma-separated list of integers >= `least`; `items` names them in
   // the error.
-  auto intList = [&](const char *flag, const std::string &text,
-                     long long least, const char *items,
-                     std::vector<int64_t> &out) -> bool {
+  auto intList = [&](const char *flag, const std::string &text, long long least,
+                     const char *items, std::vector<int64_t> &out) -> bool {
     std::vector<std::string> parts;
     bool ok = commaList(flag, text, items, parts);
     for (const std::string &item : parts) {
@@ -269,8 +272,8 @@ int main(int argc, char **argv) {
     return ok;
   };
   if (vm.count("remat-stash-bytes") &&
-      !intList("remat-stash-bytes", rematStashBytes, -1,
-               "byte counts (or -1)", o.rematStashBytes))
+      !intList("remat-stash-bytes", rematStashBytes, -1, "byte counts (or -1)",
+               o.rematStashBytes))
     return 2;
   if (vm.count("remat-stages") &&
       !intList("remat-stages", rematStages, 0, "stage numbers", o.rematStages))

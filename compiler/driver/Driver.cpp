@@ -109,6 +109,12 @@ LogicalResult validate(const CompileOptions &o) {
                 llvm::Twine(o.stages * o.virtualStages - 1));
   if (o.memoryPerStage < 0)
     return fail("--memory-per-stage must be positive");
+  if (o.dataParallel < 1)
+    return fail("--data-parallel must be >= 1, got " +
+                llvm::Twine(o.dataParallel));
+  if (o.dataParallel > 1 && o.target != "cpu")
+    return fail("--data-parallel runs on the CPU target only for now "
+                "(the CUDA target has no gradient all-reduce yet)");
   if (o.memoryPerStage > 0 && o.virtualStages > 1)
     return fail("--memory-per-stage needs one model chunk per stage "
                 "(--virtual-stages 1) for now");
@@ -178,6 +184,20 @@ int gpipe::compile(const CompileOptions &options) {
   FailureOr<ImportedModel> model = importOnnxModel(ctx, o.modelPath, io);
   if (failed(model))
     return 1;
+  // --data-parallel D: the stage programs are a replica's, B/D rows a step.
+  if (o.dataParallel > 1) {
+    const int64_t global = model->batchSize;
+    if (global % o.dataParallel != 0) {
+      errorLine() << "--data-parallel " << o.dataParallel
+                  << " does not divide the mini-batch size " << global
+                  << " (--batch-size, or the model's batch)\n";
+      return 2;
+    }
+    io.batchSize = global / o.dataParallel;
+    model = importOnnxModel(ctx, o.modelPath, io);
+    if (failed(model))
+      return 1;
+  }
   for (const std::string &note : model->notes)
     llvm::errs() << "gpipe-compile: note: " << o.modelPath << ": " << note
                  << "\n";
@@ -249,7 +269,11 @@ int gpipe::compile(const CompileOptions &options) {
   if (model->batchSize % o.microbatches != 0) {
     errorLine() << "--microbatches " << o.microbatches
                 << " does not divide the mini-batch size " << model->batchSize
-                << " (--batch-size, or the model's batch)\n";
+                << (o.dataParallel > 1
+                        ? " of each of the " + std::to_string(o.dataParallel) +
+                              " replicas (--batch-size / --data-parallel)\n"
+                        : std::string(
+                              " (--batch-size, or the model's batch)\n"));
     return 2;
   }
   // auto under a budget, one chunk per stage: per stage, what of its stash
@@ -359,6 +383,7 @@ int gpipe::compile(const CompileOptions &options) {
     eo.bf16 = o.precision == "bf16";
     eo.allowTf32 = o.allowTf32;
     eo.profile = o.profile;
+    eo.dataParallel = o.dataParallel;
     eo.costs = costs ? &*costs : nullptr;
     FailureOr<EmittedStage> stage =
         emitStageCpp(module, s, names.back(), takenFiles, buildId, eo);
@@ -443,7 +468,7 @@ int gpipe::compile(const CompileOptions &options) {
                                std::to_string(o.rematStashBytes[s]) +
                                " bytes per micro-batch";
       explainStage(s, forwards[s], stage, stageRemat, o.microbatches,
-                   o.target == "cuda");
+                   o.target == "cuda", o.stages, o.dataParallel);
     }
 
   if (o.emit == "exe" && failed(buildExecutables(o, staging, names)))
@@ -456,8 +481,15 @@ int gpipe::compile(const CompileOptions &options) {
     maxArena = std::max(maxArena, stage.memory.arenaBytes);
   }
   llvm::outs() << "gpipe-compile: " << out << ": " << o.stages
-               << (o.stages == 1 ? " stage" : " stages") << ", batch "
-               << model->batchSize << " in " << o.microbatches
+               << (o.stages == 1 ? " stage" : " stages");
+  if (o.dataParallel > 1)
+    llvm::outs() << " x " << o.dataParallel << " replicas ("
+                 << o.stages * o.dataParallel << " ranks: rank r is stage r % "
+                 << o.stages << " of replica r / " << o.stages << ")";
+  llvm::outs() << ", batch " << model->batchSize * o.dataParallel;
+  if (o.dataParallel > 1)
+    llvm::outs() << " (" << model->batchSize << " per replica)";
+  llvm::outs() << " in " << o.microbatches
                << (o.microbatches == 1 ? " micro-batch" : " micro-batches")
                << ", remat " << remat << ", " << numParams
                << " parameters, largest arena " << maxArena << " bytes\n";

@@ -40,6 +40,9 @@ struct CompileOptions {
   /// Model chunks per stage (--virtual-stages V): the graph is cut into
   /// K*V pieces; interleaved schedules place V of them on each stage.
   int64_t virtualStages = 1;
+  /// --data-parallel D: D replicas of the pipeline, each training on B/D
+  /// of every mini-batch, their gradients averaged before each update.
+  int64_t dataParallel = 1;
   /// --partition: the split points by hand (node names or module paths),
   /// K*V-1 of them; empty: the cost-balanced partition.
   std::vector<std::string> partition;

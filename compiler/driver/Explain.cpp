@@ -13,7 +13,8 @@ namespace gpipe::driver {
 
 void explainStage(int64_t index, ArrayRef<func::FuncOp> forwards,
                   const EmittedStage &stage, const std::string &remat,
-                  int64_t microbatches, bool cuda) {
+                  int64_t microbatches, bool cuda, int64_t numStages,
+                  int64_t replicas) {
   const MemoryPlan &m = stage.memory;
   llvm::raw_ostream &os = llvm::outs();
   // Each chunk's forward ops.
@@ -29,10 +30,13 @@ void explainStage(int64_t index, ArrayRef<func::FuncOp> forwards,
     numOps += chunkOps.back().size();
   }
   func::FuncOp forward = forwards.front();
-  os << "stage " << index << " (rank " << index << "): " << numOps
-     << " forward ops, " << stage.params.size() << " parameters, "
-     << llvm::format("%.6g", stage.forwardFlops / 1e6) << " MFLOP forward + "
-     << llvm::format("%.6g", stage.backwardFlops / 1e6)
+  // Its ranks: stage s of replica r is rank r * K + s (--data-parallel).
+  os << "stage " << index << (replicas > 1 ? " (ranks " : " (rank ");
+  for (int64_t r = 0; r < replicas; ++r)
+    os << (r ? ", " : "") << r * numStages + index;
+  os << "): " << numOps << " forward ops, " << stage.params.size()
+     << " parameters, " << llvm::format("%.6g", stage.forwardFlops / 1e6)
+     << " MFLOP forward + " << llvm::format("%.6g", stage.backwardFlops / 1e6)
      << " MFLOP backward per micro-batch, "
      << llvm::format("%.6g", stage.flops / 1e6) << " MFLOP per step\n";
   if (!stage.predictedSeconds.empty()) {
@@ -70,50 +74,51 @@ void explainStage(int64_t index, ArrayRef<func::FuncOp> forwards,
     os << "\n";
   }
   for (auto [c, ops] : llvm::enumerate(chunkOps)) {
-  if (forwards.size() > 1)
-    os << "  forward ops of chunk " << c << " (virtual stage "
-       << (c < stage.virtualStages.size() ? stage.virtualStages[c] : -1)
-       << ", " << llvm::format("%.6g", stage.chunkForwardFlops[c] / 1e6)
-       << " MFLOP forward + "
-       << llvm::format("%.6g", stage.chunkBackwardFlops[c] / 1e6)
-       << " MFLOP backward per micro-batch):\n";
-  else
-    os << "  forward ops:\n";
-  for (Operation *op : ops) {
-    std::string type;
-    llvm::raw_string_ostream ts(type);
-    ts << (op->getNumResults() ? op->getResult(0) : op->getOperand(0))
-              .getType();
-    int64_t flops = 0;
-    if (auto cost = dyn_cast<nn::CostOpInterface>(op))
-      flops = cost.getFlops();
-    os << "    " << llvm::left_justify(op->getName().getStringRef(), 30) << " "
-       << llvm::left_justify(type, 24) << " "
-       << llvm::format("%10lld", static_cast<long long>(flops)) << " FLOP";
-    if (auto name = dyn_cast<NameLoc>(op->getLoc()))
-      os << "  node '" << name.getName().getValue() << "'";
-    os << "\n";
-  }
+    if (forwards.size() > 1)
+      os << "  forward ops of chunk " << c << " (virtual stage "
+         << (c < stage.virtualStages.size() ? stage.virtualStages[c] : -1)
+         << ", " << llvm::format("%.6g", stage.chunkForwardFlops[c] / 1e6)
+         << " MFLOP forward + "
+         << llvm::format("%.6g", stage.chunkBackwardFlops[c] / 1e6)
+         << " MFLOP backward per micro-batch):\n";
+    else
+      os << "  forward ops:\n";
+    for (Operation *op : ops) {
+      std::string type;
+      llvm::raw_string_ostream ts(type);
+      ts << (op->getNumResults() ? op->getResult(0) : op->getOperand(0))
+                .getType();
+      int64_t flops = 0;
+      if (auto cost = dyn_cast<nn::CostOpInterface>(op))
+        flops = cost.getFlops();
+      os << "    " << llvm::left_justify(op->getName().getStringRef(), 30)
+         << " " << llvm::left_justify(type, 24) << " "
+         << llvm::format("%10lld", static_cast<long long>(flops)) << " FLOP";
+      if (auto name = dyn_cast<NameLoc>(op->getLoc()))
+        os << "  node '" << name.getName().getValue() << "'";
+      os << "\n";
+    }
   }
   // Batch normalization's statistics reduce over the batch: what the
   // micro-batching makes of them.
   for (func::FuncOp forward : forwards)
-  forward.walk([&](nn::UpdateRunningStatsOp u) {
-    auto bn = u.getMean().getDefiningOp<nn::BatchNormOp>();
-    auto name = dyn_cast<NameLoc>(u->getLoc());
-    os << "  batch normalization"
-       << (name ? " '" + name.getName().getValue().str() + "'" : "") << ": ";
-    if (bn)
-      os << "statistics per micro-batch of "
-         << cast<RankedTensorType>(bn.getInput().getType()).getDimSize(0)
-         << " samples (" << u.getCount() << " values per channel); ";
-    if (u.getMicrobatches() > 1)
-      os << "running mean and variance updated once per step from the "
-            "whole mini-batch's statistics (--batchnorm deferred)\n";
-    else
-      os << "running mean and variance updated by each of the " << microbatches
-         << " micro-batch" << (microbatches == 1 ? "" : "es") << ", in order\n";
-  });
+    forward.walk([&](nn::UpdateRunningStatsOp u) {
+      auto bn = u.getMean().getDefiningOp<nn::BatchNormOp>();
+      auto name = dyn_cast<NameLoc>(u->getLoc());
+      os << "  batch normalization"
+         << (name ? " '" + name.getName().getValue().str() + "'" : "") << ": ";
+      if (bn)
+        os << "statistics per micro-batch of "
+           << cast<RankedTensorType>(bn.getInput().getType()).getDimSize(0)
+           << " samples (" << u.getCount() << " values per channel); ";
+      if (u.getMicrobatches() > 1)
+        os << "running mean and variance updated once per step from the "
+              "whole mini-batch's statistics (--batchnorm deferred)\n";
+      else
+        os << "running mean and variance updated by each of the "
+           << microbatches << " micro-batch" << (microbatches == 1 ? "" : "es")
+           << ", in order\n";
+    });
   os << "  boundary tensors:";
   if (stage.transfers.empty())
     os << " none";
@@ -126,6 +131,11 @@ void explainStage(int64_t index, ArrayRef<func::FuncOp> forwards,
   for (const std::string &a : stage.schedule)
     os << " " << a;
   os << "\n";
+  if (replicas > 1)
+    os << "  data parallel: each update first averages " << stage.allReduceBytes
+       << " bytes of gradients across the stage's " << replicas
+       << " replicas (reduce-scatter and all-gather, summed in replica "
+          "order)\n";
   os << "  activation memory per in-flight micro-batch: "
      << m.stashBytesPerMicrobatch << " bytes (remat " << remat << ")\n";
   os << "  peak activation memory: " << m.stashBytes << " bytes ("

@@ -16,7 +16,8 @@ namespace gpipe::driver {
 /// plan.
 void explainStage(int64_t index, llvm::ArrayRef<mlir::func::FuncOp> forwards,
                   const EmittedStage &stage, const std::string &remat,
-                  int64_t microbatches, bool cuda);
+                  int64_t microbatches, bool cuda, int64_t numStages,
+                  int64_t replicas);
 
 } // namespace gpipe::driver
 

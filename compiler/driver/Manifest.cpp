@@ -71,9 +71,11 @@ makeManifest(const CompileOptions &o, const ImportedModel &model,
     std::vector<int> archs = *cudaArchitectures(o.cudaArch);
     m.cudaArch.assign(archs.begin(), archs.end());
   }
-  m.batchSize = model.batchSize;
+  // The program's batch is a replica's (B / D).
+  m.batchSize = model.batchSize * o.dataParallel;
   m.microbatches = o.microbatches;
   m.microbatchSize = model.batchSize / o.microbatches;
+  m.dataParallel = o.dataParallel;
   m.remat = remat;
   m.rematStages = o.rematStages;
   m.rematStashBytes = o.rematStashBytes;

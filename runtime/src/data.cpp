@@ -104,7 +104,7 @@ void selectMiniBatch(Runtime &rt, int64_t step) {
     return;
   }
   int64_t epoch = (step - 1) / rt.numBatches;
-  rt.miniFirst = (step - 1) % rt.numBatches * rt.batchSize;
+  rt.miniFirst = (step - 1) % rt.numBatches * rt.globalBatch + rt.replicaOffset;
   orderFor(rt, epoch, rt.order);
   for (InputData &in : rt.inputs) {
     if (rt.order.rows.empty()) {
@@ -126,8 +126,8 @@ void copyMiniBatch(const Runtime &rt, int64_t step, int32_t input, void *dst) {
     o = &order;
   }
   gatherRows(rt.inputs[static_cast<size_t>(input)], *o,
-             (step - 1) % rt.numBatches * rt.batchSize, rt.batchSize,
-             static_cast<unsigned char *>(dst));
+             (step - 1) % rt.numBatches * rt.globalBatch + rt.replicaOffset,
+             rt.batchSize, static_cast<unsigned char *>(dst));
 }
 
 int64_t fileRow(const Runtime &rt, int64_t position) {
@@ -167,16 +167,16 @@ bool openInputs(Runtime &rt, const std::string &dataDir, int64_t &numBatches,
     for (int32_t k = 1; k < d.rank; ++k)
       rowElems *= d.shape[k];
     in.rowBytes = rowElems * dtypeSize(d.dtype);
-    if (s[0] < rt.batchSize) {
+    if (s[0] < rt.globalBatch) {
       err = in.path + ": " + std::to_string(s[0]) +
             " samples, fewer than the mini-batch size " +
-            std::to_string(rt.batchSize) + " of graph input '" + d.name + "'";
+            std::to_string(rt.globalBatch) + " of graph input '" + d.name + "'";
       return false;
     }
     // Only this stage's files can be compared here; every stage's must have
     // the same number of rows (the user guide says so).
     if (i == 0) {
-      numBatches = s[0] / rt.batchSize;
+      numBatches = s[0] / rt.globalBatch;
     } else if (s[0] != rt.inputs[0].file.shape()[0]) {
       err = in.path + " has " + std::to_string(s[0]) + " samples but " +
             rt.inputs[0].path + " has " +

@@ -16,7 +16,7 @@ std::string actionName(const gp_action &a) {
     return "U";
   if (a.kind == GP_FLUSH)
     return "S";
-  return (a.kind == GP_FORWARD   ? "F"
+  return (a.kind == GP_FORWARD  ? "F"
           : a.kind == GP_WEIGHT ? "W"
                                 : "B") +
          std::to_string(a.microbatch) +
@@ -45,11 +45,19 @@ bool checkPipelineFile(const gp_program &p, const std::string &path,
     return mismatch("it lists " + std::to_string(m.stages.size()) +
                     " stages, this executable is one of " +
                     std::to_string(p.num_stages));
-  if (m.microbatches != p.microbatches || m.batchSize != p.batch_size)
+  // --data-parallel D: the file's batch is the global one, D times the
+  // replica's the executable runs.
+  const int64_t replicas = p.data_parallel > 1 ? p.data_parallel : 1;
+  if (m.dataParallel != replicas)
+    return mismatch("--data-parallel " + std::to_string(m.dataParallel) +
+                    ", this executable is one of " + std::to_string(replicas) +
+                    " replicas");
+  if (m.microbatches != p.microbatches ||
+      m.batchSize != p.batch_size * replicas)
     return mismatch("batch " + std::to_string(m.batchSize) + " in " +
                     std::to_string(m.microbatches) +
                     " micro-batches, this executable runs batch " +
-                    std::to_string(p.batch_size) + " in " +
+                    std::to_string(p.batch_size * replicas) + " in " +
                     std::to_string(p.microbatches));
   const manifest::Stage &me = m.stages[static_cast<size_t>(p.stage)];
   if (me.rank != p.stage)

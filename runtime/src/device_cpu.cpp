@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <sys/resource.h>
 
 namespace gpipe {
@@ -103,6 +104,65 @@ void deviceShutdown() {
 
 extern "C" void gp_report_loss(gp_step_ctx *ctx, const float *loss) {
   ctx->loss += static_cast<double>(*loss);
+}
+
+namespace {
+/// GPIPE_DP_OVERLAP=0: each gp_reduce_start completes its average at once
+/// (for measuring what the overlap saves); default: started, and moved on
+/// while the update computes.
+bool dpOverlap() {
+  static const bool on = [] {
+    const char *v = std::getenv("GPIPE_DP_OVERLAP");
+    return !(v && std::string(v) == "0");
+  }();
+  return on;
+}
+
+float *gradients(gp_step_ctx *ctx, int64_t offset, int64_t bytes,
+                 const char *fn) {
+  if (offset < 0 || bytes < 0 || bytes % 4 != 0)
+    gpipe::fatal(ctx, 1,
+                 std::string("invalid program: ") + fn + " of " +
+                     std::to_string(bytes) + " bytes at " +
+                     std::to_string(offset));
+  return reinterpret_cast<float *>(ctx->arena + offset);
+}
+
+/// Traced (and counted in the report's transfer wait) as one event each.
+void traceAllReduce(gp_step_ctx *ctx, int64_t bytes, int64_t t0, int64_t cpu0) {
+  gpipe::timingTransfer(gpipe::TimedKind::AllReduce, ctx, -1, bytes, t0,
+                        gpipe::timingNowNs(),
+                        cpu0 < 0 ? -1 : gpipe::timingCpuNs() - cpu0);
+}
+} // namespace
+
+extern "C" void gp_reduce_gradients(gp_step_ctx *ctx, int64_t offset,
+                                    int64_t bytes) {
+  std::string err;
+  float *g = gradients(ctx, offset, bytes, "gp_reduce_gradients");
+  int64_t t0 = gpipe::timingNowNs(), cpu0 = gpipe::timingCpuNs();
+  if (!gpipe::transportAverageReplicas(g, bytes / 4, err))
+    gpipe::fatal(ctx, 1, err);
+  traceAllReduce(ctx, bytes, t0, cpu0);
+}
+
+extern "C" void gp_reduce_start(gp_step_ctx *ctx, int64_t offset,
+                                int64_t bytes) {
+  std::string err;
+  float *g = gradients(ctx, offset, bytes, "gp_reduce_start");
+  int64_t t0 = gpipe::timingNowNs(), cpu0 = gpipe::timingCpuNs();
+  if (!gpipe::transportAverageStart(g, bytes / 4, err) ||
+      (!dpOverlap() && !gpipe::transportAverageWait(err)))
+    gpipe::fatal(ctx, 1, err);
+  traceAllReduce(ctx, bytes, t0, cpu0);
+}
+
+extern "C" void gp_reduce_wait(gp_step_ctx *ctx) {
+  std::string err;
+  int64_t t0 = gpipe::timingNowNs(), cpu0 = gpipe::timingCpuNs();
+  if (!gpipe::transportAverageWait(err))
+    gpipe::fatal(ctx, 1, err);
+  traceAllReduce(ctx, 0, t0, cpu0);
 }
 
 extern "C" void gp_send(gp_step_ctx *ctx, int32_t peer, int32_t tag,

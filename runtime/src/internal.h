@@ -54,17 +54,22 @@ struct EpochOrder {
 struct Runtime {
   const gp_program *program = nullptr;
   int32_t stage = 0;
-  int64_t batchSize = 0; // B
+  int64_t batchSize = 0; // B: this replica's rows of a step
   int64_t microRows = 0; // B / M
+  // --data-parallel D: a step's mini-batch is D * B rows (globalBatch), of
+  // which replica r reads [r * B, (r + 1) * B) (replicaOffset); one
+  // pipeline: B and 0.
+  int64_t globalBatch = 0;
+  int64_t replicaOffset = 0;
   // Step s reads positions [miniFirst, miniFirst + B) of its epoch's order:
-  // miniFirst = ((s - 1) mod numBatches) * B.
+  // miniFirst = ((s - 1) mod numBatches) * globalBatch + replicaOffset.
   int64_t miniFirst = 0;
-  int64_t miniStep = 0;          // the step whose mini-batch is current
-  int64_t nextMiniStep = -1;     // the next step to run (-1: none)
-  int64_t numBatches = 0;        // samples / B (0: the stage reads no data)
-  bool shuffle = false;          // --shuffle
-  uint64_t seed = 0;             // --seed
-  EpochOrder order;              // the current step's epoch
+  int64_t miniStep = 0;      // the step whose mini-batch is current
+  int64_t nextMiniStep = -1; // the next step to run (-1: none)
+  int64_t numBatches = 0; // samples / globalBatch (0: the stage reads no data)
+  bool shuffle = false;   // --shuffle
+  uint64_t seed = 0;      // --seed
+  EpochOrder order;       // the current step's epoch
   std::vector<InputData> inputs; // parallel to program->inputs
 };
 
@@ -178,7 +183,8 @@ enum class TimedKind {
   StepEnd,
   Eval,
   Weight,
-  Flush // a flush action: waits until the stage's sends are received
+  Flush,    // a flush action: waits until the stage's sends are received
+  AllReduce // --data-parallel: the update's average of the replicas' gradients
 };
 
 /// CLOCK_MONOTONIC in nanoseconds.
@@ -340,6 +346,25 @@ struct LinkStaging {
 /// call it. On failure sets `err`.
 bool transportMeasureLinks(const gp_program &p, const LinkStaging &staging,
                            std::vector<LinkSample> &out, std::string &err);
+/// --data-parallel D > 1, after transportInit: rank r is stage r % K of
+/// replica r / K; the pipeline's transfers and exchanges stay within its
+/// replica, and the stage's D replicas form the group the averages below
+/// run in. Nothing with D = 1. On failure sets `err`.
+bool transportSetReplicas(int stages, int replicas, std::string &err);
+/// This rank's replica (0 without --data-parallel).
+int transportReplica();
+/// Every replica of this stage calls it with the same `n`: `data` becomes
+/// the mean of their copies, summed in replica order (the same bits on
+/// every replica and every run). On failure sets `err`.
+bool transportAverageReplicas(float *data, int64_t n, std::string &err);
+/// The same in two halves: start averaging `data` (nonblocking; moved on by
+/// transportProgress, which gp_gemm calls), and wait until everything
+/// started is averaged, in the order started. `data` must stay untouched
+/// in between.
+bool transportAverageStart(float *data, int64_t n, std::string &err);
+bool transportAverageWait(std::string &err);
+/// The same for one number (the loss).
+bool transportAverageReplicas(double &value, std::string &err);
 /// MPI_Finalize (after delivering buffered sends).
 void transportFinalize();
 /// MPI_Abort(MPI_COMM_WORLD, code) when other ranks exist, else MPI_Finalize

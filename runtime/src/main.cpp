@@ -389,6 +389,10 @@ private:
   int32_t stage_;
   int32_t lossStage_ = -1; // the stage with has_loss, -1 if none
   bool logger_ = false;    // prints the steps: the loss stage, else stage 0
+  // --data-parallel: the pipeline's replicas (1: one pipeline); replica 0
+  // alone logs, evaluates and writes weights and checkpoints.
+  int64_t replicas_ = program_->data_parallel > 1 ? program_->data_parallel : 1;
+  bool writer_ = transportReplica() == 0;
   unsigned char *arena_ = nullptr; // owned by the device
   Runtime rt_;
   int64_t samples_ = -1;       // rows of the data files (any stage's)
@@ -650,6 +654,13 @@ int StageRun::writeParams() {
 }
 
 int StageRun::runUpdate(gp_step_ctx &ctx) {
+  // --data-parallel: the step's loss is the replicas' mean (what is logged,
+  // and what --on-nan decides on: the same on every replica).
+  if (replicas_ > 1 && program_->has_loss) {
+    std::string err;
+    if (!transportAverageReplicas(ctx.loss, err))
+      return error(err);
+  }
   bool skip = false;
   if (opt_.onNan == "skip") {
     int64_t bad = program_->has_loss && !std::isfinite(ctx.loss) ? 1 : 0;
@@ -717,12 +728,13 @@ int StageRun::openEvalData() {
   evalInputs_ = std::move(training);
   if (!ok)
     return error("--eval-data: " + err);
-  if (program_->num_stages > 1) {
-    int64_t samples = -1;
+  int64_t samples = evalInputs_.empty() ? -1 : evalInputs_[0].file.shape()[0];
+  if (program_->num_stages > 1)
     if (int rc = sameSamplesAsOtherStages(evalInputs_, samples))
       return rc;
-    evalBatches_ = samples / program_->batch_size;
-  }
+  // A replica's batch at a time (with --data-parallel, replica 0 alone
+  // evaluates).
+  evalBatches_ = samples / program_->batch_size;
   return 0;
 }
 
@@ -890,7 +902,7 @@ int StageRun::saveCheckpoint(int64_t step) {
   m.microbatches = program_->microbatches;
   m.optimizer = optimizerKind_;
   m.data.samples = samples_;
-  m.data.batchSize = program_->batch_size;
+  m.data.batchSize = program_->batch_size * replicas_; // the global batch
   m.data.shuffle = opt_.shuffle;
   m.data.seed = opt_.seed;
   if (!ck::commit(dir, tmp, m, opt_.keep, err))
@@ -908,11 +920,11 @@ int StageRun::loadCheckpoint() {
   auto mismatch = [&](const std::string &what) {
     return error("--resume-from " + path + ": " + what);
   };
-  if (m.data.batchSize != program_->batch_size)
+  if (m.data.batchSize != program_->batch_size * replicas_)
     return mismatch("the checkpoint was trained with mini-batches of " +
                     std::to_string(m.data.batchSize) +
                     " samples, this pipeline takes " +
-                    std::to_string(program_->batch_size));
+                    std::to_string(program_->batch_size * replicas_));
   if (m.data.shuffle != opt_.shuffle ||
       (opt_.shuffle && m.data.seed != opt_.seed))
     return mismatch(std::string("the checkpoint's data order was ") +
@@ -999,7 +1011,7 @@ int StageRun::runSteps() {
   } else {
     lossStage_ = program_->has_loss ? 0 : -1;
   }
-  logger_ = stage_ == (lossStage_ >= 0 ? lossStage_ : 0);
+  logger_ = writer_ && stage_ == (lossStage_ >= 0 ? lossStage_ : 0);
   if (opt_.onNan == "skip" && program_->target != GP_TARGET_CPU)
     return error("--on-nan skip needs the CPU target: a CUDA stage knows the "
                  "step's loss only after its update is queued");
@@ -1040,6 +1052,8 @@ int StageRun::runSteps() {
   rt_.program = program_;
   rt_.stage = stage_;
   rt_.batchSize = program_->batch_size;
+  rt_.globalBatch = program_->batch_size * replicas_;
+  rt_.replicaOffset = program_->batch_size * transportReplica();
   rt_.microRows = program_->batch_size / program_->microbatches;
   int64_t numBatches = 0;
   if (!openInputs(rt_, opt_.data, numBatches, err))
@@ -1194,13 +1208,13 @@ int StageRun::runSteps() {
     auto due = [&](int64_t every) {
       return (every > 0 && s % every == 0) || s == opt_.steps;
     };
-    if (evalBatches_ > 0 && due(opt_.evalEvery)) {
+    if (evalBatches_ > 0 && writer_ && due(opt_.evalEvery)) {
       profileCount(false);
       if (int rc = evaluate(s, ctx, log))
         return rc;
       profileCount(!opt_.profile.empty());
     }
-    if (!opt_.checkpointDir.empty() && due(opt_.checkpointEvery))
+    if (!opt_.checkpointDir.empty() && writer_ && due(opt_.checkpointEvery))
       if (int rc = saveCheckpoint(s))
         return rc;
   }
@@ -1235,7 +1249,7 @@ int StageRun::runSteps() {
       !timingWriteReport(opt_.report, deviceMemoryInUse(), err))
     return error(err);
 
-  if (opt_.weightsOut.empty())
+  if (opt_.weightsOut.empty() || !writer_)
     return 0;
   // Every stage finished its steps (none stopped at a bad loss) before any
   // writes its weights: no partial set of trained weights.
@@ -1296,7 +1310,8 @@ extern "C" int gp_main(int argc, char **argv, const gp_program *program) {
                           " of " + std::to_string(program->num_stages));
     return finish(1);
   }
-  if (program->num_stages > 1) {
+  const int replicas = program->data_parallel > 1 ? program->data_parallel : 1;
+  if (program->num_stages > 1 || replicas > 1) {
     // Joined before anything can fail, so that every error can tear the
     // other stages down instead of leaving them blocked in a receive.
     int rank = 0, size = 0;
@@ -1308,7 +1323,21 @@ extern "C" int gp_main(int argc, char **argv, const gp_program *program) {
       return finish(1);
     }
     statusInstallHandlers(); // after MPI_Init: replaces Open MPI's handlers
-    if (size != program->num_stages || rank != stage) {
+    if (replicas > 1 && (size != program->num_stages * replicas ||
+                         rank % program->num_stages != stage)) {
+      printError(stage,
+                 "stage " + std::to_string(stage) +
+                     " executable was launched as rank " +
+                     std::to_string(rank) + " of " + std::to_string(size) +
+                     " ranks (--data-parallel " + std::to_string(replicas) +
+                     " x " + std::to_string(program->num_stages) +
+                     " stages run as " +
+                     std::to_string(replicas * program->num_stages) +
+                     " ranks, rank r being stage r % K of replica r / K: "
+                     "launch them with gpipe-run)");
+      return finish(1);
+    }
+    if (replicas == 1 && (size != program->num_stages || rank != stage)) {
       std::string k = std::to_string(program->num_stages);
       printError(stage,
                  "stage " + std::to_string(stage) +
@@ -1323,6 +1352,10 @@ extern "C" int gp_main(int argc, char **argv, const gp_program *program) {
                                       "compiled together?)"));
       return finish(1);
     }
+    if (!transportSetReplicas(program->num_stages, replicas, err)) {
+      printError(stage, err);
+      return finish(1);
+    }
   } else {
     statusInstallHandlers();
   }
@@ -1331,7 +1364,7 @@ extern "C" int gp_main(int argc, char **argv, const gp_program *program) {
     printError(stage, usageErr);
     return finish(2);
   }
-  if (program->num_stages > 1) {
+  if (program->num_stages > 1 || replicas > 1) {
     std::string err;
     if (!transportConfigureWaits(opt.threads, err)) {
       printError(stage, err);

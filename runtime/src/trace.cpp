@@ -55,6 +55,8 @@ const char *kindName(TimedKind k) {
     return "weight";
   case TimedKind::Flush:
     return "send flush";
+  case TimedKind::AllReduce:
+    return "gradient all-reduce";
   }
   return "?";
 }
@@ -166,19 +168,21 @@ bool timingWriteTrace(const std::string &path, std::string &err) {
         "\"tid\":0,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"step\":%lld",
         kindName(e.kind),
         e.kind == TimedKind::Send || e.kind == TimedKind::Recv ||
-                e.kind == TimedKind::Flush
+                e.kind == TimedKind::Flush || e.kind == TimedKind::AllReduce
             ? "transfer"
             : "action",
         pid, static_cast<double>(e.t0) / 1e3,
         static_cast<double>(e.t1 - e.t0) / 1e3, static_cast<long long>(e.step));
     if (e.kind != TimedKind::Update && e.kind != TimedKind::StepEnd &&
-        e.kind != TimedKind::Flush)
+        e.kind != TimedKind::Flush && e.kind != TimedKind::AllReduce)
       std::fprintf(f, ",\"microbatch\":%d", e.microbatch);
     if (e.chunk > 0)
       std::fprintf(f, ",\"chunk\":%d", e.chunk);
     if (e.peer >= 0)
       std::fprintf(f, ",\"peer\":%d,\"bytes\":%lld", e.peer,
                    static_cast<long long>(e.bytes));
+    else if (e.kind == TimedKind::AllReduce)
+      std::fprintf(f, ",\"bytes\":%lld", static_cast<long long>(e.bytes));
     if (e.cpu >= 0)
       std::fprintf(f, ",\"cpu_us\":%.3f", static_cast<double>(e.cpu) / 1e3);
     std::fputs("}}\n", f);
@@ -205,8 +209,7 @@ void timingNoteStartRss() {
   FILE *f = std::fopen("/proc/self/statm", "r");
   long long size = 0, resident = 0;
   if (f && std::fscanf(f, "%lld %lld", &size, &resident) == 2)
-    gStartRssBytes =
-        resident * static_cast<long long>(::sysconf(_SC_PAGESIZE));
+    gStartRssBytes = resident * static_cast<long long>(::sysconf(_SC_PAGESIZE));
   if (f)
     std::fclose(f);
 }

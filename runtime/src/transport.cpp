@@ -1,4 +1,5 @@
-// The transport between stages: MPI point-to-point on MPI_COMM_WORLD, one
+// The transport between stages: MPI point-to-point on MPI_COMM_WORLD (with
+// --data-parallel, on the replica's share of it), one
 // rank per stage. The only source that includes <mpi.h>.
 #include "internal.h"
 
@@ -10,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <deque>
 #include <map>
 #include <pthread.h>
 #include <sched.h>
@@ -20,7 +22,18 @@ namespace gpipe {
 namespace {
 
 bool gInitialized = false;
-int gWorldSize = 1;
+/// The ranks of this stage's pipeline (MPI_COMM_WORLD unless there are
+/// several replicas): every transfer and exchange of the pipeline is on it.
+MPI_Comm gPipe = MPI_COMM_WORLD;
+int gWorldSize = 1; // the pipeline's ranks (its stages)
+/// --data-parallel: this stage's D replicas (rank r is replica r), in which
+/// the gradients are averaged; this rank's replica.
+MPI_Comm gReplicas = MPI_COMM_SELF;
+/// A copy of it for the averages' all-gathers, which start as their
+/// reduce-scatters finish: each communicator sees its collectives in the
+/// same order on every replica (MPI's rule), whatever the timing.
+MPI_Comm gReplicasGather = MPI_COMM_SELF;
+int gReplicaCount = 1, gReplica = 0;
 int gTagUb = 32767; // the MPI standard's guaranteed minimum
 
 /// Messages larger than this are sent as several (MPI counts are int).
@@ -224,6 +237,183 @@ bool transportInit(int *argc, char ***argv, int &rank, int &size,
   return true;
 }
 
+bool transportSetReplicas(int stages, int replicas, std::string &err) {
+  if (replicas <= 1)
+    return true;
+  // World rank r = replica * K + stage (docs/multi-host.md's rank layout).
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int rc = MPI_Comm_split(MPI_COMM_WORLD, rank / stages, rank % stages, &gPipe);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Comm_split(MPI_COMM_WORLD, rank % stages, rank / stages,
+                        &gReplicas);
+  if (rc != MPI_SUCCESS) {
+    err = "splitting the " + std::to_string(replicas) +
+          " replicas' ranks failed: " + mpiError(rc);
+    return false;
+  }
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Comm_dup(gReplicas, &gReplicasGather);
+  if (rc != MPI_SUCCESS) {
+    err = "splitting the " + std::to_string(replicas) +
+          " replicas' ranks failed: " + mpiError(rc);
+    return false;
+  }
+  MPI_Comm_set_errhandler(gPipe, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(gReplicas, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(gReplicasGather, MPI_ERRORS_RETURN);
+  MPI_Comm_size(gPipe, &gWorldSize);
+  MPI_Comm_rank(gReplicas, &gReplica);
+  MPI_Comm_size(gReplicas, &gReplicaCount);
+  return true;
+}
+
+int transportReplica() { return gReplica; }
+
+namespace {
+/// A piece of the gradients being averaged across the replicas: a
+/// reduce-scatter (MPI_Ialltoallv: replica j receives every replica's copy
+/// of piece j's part j), the sum of those copies in replica order 0..D-1
+/// scaled by 1/D (a fixed order: the same bits on every replica and run),
+/// then an all-gather (MPI_Iallgatherv) of the sums back into `data`.
+struct ReplicaBucket {
+  float *data = nullptr;
+  std::vector<int> counts, displs, recvCounts, recvDispls;
+  std::vector<float> all, mine;
+  MPI_Request req = MPI_REQUEST_NULL;
+  bool gathering = false; // phase 2 posted
+};
+// Started, not yet waited for, in order (a deque: MPI keeps pointers into
+// them until each completes).
+std::deque<ReplicaBucket> gBuckets;
+std::atomic<int> gPendingBuckets{0};
+std::string gBucketError;
+
+/// Phase 1 done: sums this replica's part and posts the all-gather.
+int gatherBucket(ReplicaBucket &b) {
+  const int d = gReplicaCount;
+  const int own = b.counts[static_cast<size_t>(gReplica)];
+  b.mine.assign(b.all.begin(), b.all.begin() + own);
+  for (int j = 1; j < d; ++j)
+    for (int i = 0; i < own; ++i)
+      b.mine[static_cast<size_t>(i)] +=
+          b.all[static_cast<size_t>(j) * static_cast<size_t>(own) +
+                static_cast<size_t>(i)];
+  const float scale = 1.0f / static_cast<float>(d);
+  for (float &v : b.mine)
+    v *= scale;
+  b.gathering = true;
+  return MPI_Iallgatherv(b.mine.data(), own, MPI_FLOAT, b.data, b.counts.data(),
+                         b.displs.data(), MPI_FLOAT, gReplicasGather, &b.req);
+}
+
+/// Moves the started buckets on (MPI_Test; a finished reduce-scatter posts
+/// its all-gather, in bucket order: a bucket's all-gather waits for the
+/// earlier buckets'). The first error is kept for transportAverageWait.
+void progressBuckets() {
+  bool inOrder = true; // every earlier bucket's all-gather is posted
+  for (ReplicaBucket &b : gBuckets) {
+    int rc = MPI_SUCCESS, done = 1;
+    if (b.req != MPI_REQUEST_NULL)
+      rc = MPI_Test(&b.req, &done, MPI_STATUS_IGNORE);
+    if (rc == MPI_SUCCESS && done && !b.gathering && inOrder)
+      rc = gatherBucket(b);
+    if (rc != MPI_SUCCESS) {
+      if (gBucketError.empty())
+        gBucketError = mpiError(rc);
+      b.req = MPI_REQUEST_NULL;
+      b.gathering = true; // not tried again; the wait reports it
+    }
+    inOrder = inOrder && b.gathering;
+  }
+}
+} // namespace
+
+bool transportAverageStart(float *data, int64_t n, std::string &err) {
+  const int d = gReplicaCount;
+  if (d <= 1 || n <= 0)
+    return true;
+  // MPI counts are int: pieces of at most kMaxPiece floats per replica.
+  const int64_t kMaxPiece = int64_t(1) << 28;
+  const int64_t step = kMaxPiece * d;
+  for (int64_t base = 0; base < n; base += step) {
+    const int64_t len = std::min(step, n - base);
+    gBuckets.emplace_back();
+    ReplicaBucket &b = gBuckets.back();
+    b.data = data + base;
+    b.counts.resize(static_cast<size_t>(d));
+    b.displs.resize(static_cast<size_t>(d));
+    for (int j = 0; j < d; ++j) {
+      int64_t lo = len * j / d, hi = len * (j + 1) / d;
+      b.counts[static_cast<size_t>(j)] = static_cast<int>(hi - lo);
+      b.displs[static_cast<size_t>(j)] = static_cast<int>(lo);
+    }
+    const int own = b.counts[static_cast<size_t>(gReplica)];
+    // Every replica's copy of this replica's part, replica by replica.
+    b.all.resize(static_cast<size_t>(own) * static_cast<size_t>(d));
+    b.recvCounts.assign(static_cast<size_t>(d), own);
+    b.recvDispls.resize(static_cast<size_t>(d));
+    for (int j = 0; j < d; ++j)
+      b.recvDispls[static_cast<size_t>(j)] = j * own;
+    int rc = MPI_Ialltoallv(b.data, b.counts.data(), b.displs.data(), MPI_FLOAT,
+                            b.all.data(), b.recvCounts.data(),
+                            b.recvDispls.data(), MPI_FLOAT, gReplicas, &b.req);
+    if (rc != MPI_SUCCESS) {
+      err = "averaging the gradients across the " + std::to_string(d) +
+            " replicas failed: " + mpiError(rc);
+      return false;
+    }
+  }
+  gPendingBuckets.store(static_cast<int>(gBuckets.size()),
+                        std::memory_order_relaxed);
+  return true;
+}
+
+bool transportAverageWait(std::string &err) {
+  for (ReplicaBucket &b : gBuckets) {
+    int rc = MPI_SUCCESS;
+    if (b.req != MPI_REQUEST_NULL)
+      rc = waitFor(b.req);
+    if (rc == MPI_SUCCESS && !b.gathering) {
+      rc = gatherBucket(b);
+      if (rc == MPI_SUCCESS)
+        rc = waitFor(b.req);
+    }
+    if (rc != MPI_SUCCESS && gBucketError.empty())
+      gBucketError = mpiError(rc);
+  }
+  gBuckets.clear();
+  gPendingBuckets.store(0, std::memory_order_relaxed);
+  if (!gBucketError.empty()) {
+    err = "averaging the gradients across the " +
+          std::to_string(gReplicaCount) + " replicas failed: " + gBucketError;
+    gBucketError.clear();
+    return false;
+  }
+  return true;
+}
+
+bool transportAverageReplicas(float *data, int64_t n, std::string &err) {
+  return transportAverageStart(data, n, err) && transportAverageWait(err);
+}
+
+bool transportAverageReplicas(double &value, std::string &err) {
+  if (gReplicaCount <= 1)
+    return true;
+  std::vector<double> all(static_cast<size_t>(gReplicaCount));
+  int rc = MPI_Allgather(&value, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE,
+                         gReplicas);
+  if (rc != MPI_SUCCESS) {
+    err = "averaging the loss across the replicas failed: " + mpiError(rc);
+    return false;
+  }
+  double sum = 0;
+  for (double v : all)
+    sum += v;
+  value = sum / gReplicaCount;
+  return true;
+}
+
 bool transportActive() { return gInitialized; }
 
 int transportLocalRank() {
@@ -256,8 +446,7 @@ bool transportConfigureWaits(int64_t threadsPerStage, std::string &err) {
 
 bool transportSendBytes(int32_t peer, int32_t tag, const void *buf,
                         int64_t bytes, std::string &err) {
-  int rc = MPI_Send(buf, static_cast<int>(bytes), MPI_BYTE, peer, tag,
-                    MPI_COMM_WORLD);
+  int rc = MPI_Send(buf, static_cast<int>(bytes), MPI_BYTE, peer, tag, gPipe);
   if (rc != MPI_SUCCESS)
     err = "sending set-up data to stage " + std::to_string(peer) +
           " failed: " + mpiError(rc);
@@ -267,8 +456,8 @@ bool transportSendBytes(int32_t peer, int32_t tag, const void *buf,
 bool transportRecvBytes(int32_t peer, int32_t tag, void *buf, int64_t bytes,
                         std::string &err) {
   MPI_Status st;
-  int rc = MPI_Recv(buf, static_cast<int>(bytes), MPI_BYTE, peer, tag,
-                    MPI_COMM_WORLD, &st);
+  int rc =
+      MPI_Recv(buf, static_cast<int>(bytes), MPI_BYTE, peer, tag, gPipe, &st);
   if (rc != MPI_SUCCESS)
     err = "receiving set-up data from stage " + std::to_string(peer) +
           " failed: " + mpiError(rc);
@@ -278,8 +467,8 @@ bool transportRecvBytes(int32_t peer, int32_t tag, void *buf, int64_t bytes,
 bool transportAllGather(const int64_t *mine, int n, std::vector<int64_t> &all,
                         std::string &err) {
   all.assign(static_cast<size_t>(n) * static_cast<size_t>(gWorldSize), 0);
-  int rc = MPI_Allgather(mine, n, MPI_INT64_T, all.data(), n, MPI_INT64_T,
-                         MPI_COMM_WORLD);
+  int rc =
+      MPI_Allgather(mine, n, MPI_INT64_T, all.data(), n, MPI_INT64_T, gPipe);
   if (rc != MPI_SUCCESS) {
     err = "exchanging the pipeline configuration with the other stages "
           "failed: " +
@@ -328,6 +517,9 @@ bool transportUseBufferedSends(const gp_program &p, std::string &err) {
 void transportProgress() {
   // MPI is initialised FUNNELED: only the thread that called MPI_Init may
   // call it (gp_gemm also runs on OpenMP's threads).
+  if (gPendingBuckets.load(std::memory_order_relaxed) > 0 &&
+      pthread_equal(pthread_self(), gMainThread))
+    progressBuckets();
   if (gProgressCalls.load(std::memory_order_relaxed) <= 0 ||
       !pthread_equal(pthread_self(), gMainThread))
     return;
@@ -336,16 +528,14 @@ void transportProgress() {
   // a few per call finish a message of a few fragments in one go.
   for (int k = 0; k < kProgressPolls; ++k) {
     int flag = 0;
-    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag,
-               MPI_STATUS_IGNORE);
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, gPipe, &flag, MPI_STATUS_IGNORE);
   }
 }
 
 bool transportMessageWaiting(int32_t peer, int32_t tag) {
   int flag = 0;
   // An error is reported by the receive that follows.
-  if (MPI_Iprobe(peer, tag, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE) !=
-      MPI_SUCCESS)
+  if (MPI_Iprobe(peer, tag, gPipe, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS)
     return true;
   return flag != 0;
 }
@@ -417,11 +607,11 @@ bool transportMeasureLinks(const gp_program &p, const LinkStaging &staging,
         auto send = [&] {
           if (staging.toHost)
             staging.toHost(buf, bytes);
-          return MPI_Send(buf, n, MPI_BYTE, peer, kTag, MPI_COMM_WORLD);
+          return MPI_Send(buf, n, MPI_BYTE, peer, kTag, gPipe);
         };
         auto recv = [&] {
-          int r = MPI_Recv(buf, n, MPI_BYTE, peer, kTag, MPI_COMM_WORLD,
-                           MPI_STATUS_IGNORE);
+          int r =
+              MPI_Recv(buf, n, MPI_BYTE, peer, kTag, gPipe, MPI_STATUS_IGNORE);
           if (r == MPI_SUCCESS && staging.fromHost)
             staging.fromHost(buf, bytes);
           return r;
@@ -489,12 +679,12 @@ void mpiSend(gp_step_ctx *ctx, int32_t peer, int32_t tag, const void *buf,
     int rc;
     if (gBuffered || gWait.block) {
       rc = (gBuffered ? MPI_Bsend : MPI_Send)(chunk, n, MPI_BYTE, peer, tag,
-                                              MPI_COMM_WORLD);
+                                              gPipe);
       if (gBuffered)
         gProgressCalls.store(kProgressCalls, std::memory_order_relaxed);
     } else {
       MPI_Request req;
-      rc = MPI_Isend(chunk, n, MPI_BYTE, peer, tag, MPI_COMM_WORLD, &req);
+      rc = MPI_Isend(chunk, n, MPI_BYTE, peer, tag, gPipe, &req);
       if (rc == MPI_SUCCESS)
         rc = waitFor(req);
     }
@@ -532,12 +722,11 @@ void mpiRecv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
     MPI_Status st;
     int rc;
     if (gWait.block) {
-      rc = MPI_Probe(peer, tag, MPI_COMM_WORLD, &st);
+      rc = MPI_Probe(peer, tag, gPipe, &st);
     } else {
       Backoff backoff;
       int found = 0;
-      while ((rc = MPI_Iprobe(peer, tag, MPI_COMM_WORLD, &found, &st)) ==
-                 MPI_SUCCESS &&
+      while ((rc = MPI_Iprobe(peer, tag, gPipe, &found, &st)) == MPI_SUCCESS &&
              !found)
         backoff.pause();
     }
@@ -551,10 +740,10 @@ void mpiRecv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
       mismatch(off + count);
     void *chunk = p ? p + off : nullptr;
     if (gWait.block) {
-      rc = MPI_Recv(chunk, want, MPI_BYTE, peer, tag, MPI_COMM_WORLD, &st);
+      rc = MPI_Recv(chunk, want, MPI_BYTE, peer, tag, gPipe, &st);
     } else {
       MPI_Request req;
-      rc = MPI_Irecv(chunk, want, MPI_BYTE, peer, tag, MPI_COMM_WORLD, &req);
+      rc = MPI_Irecv(chunk, want, MPI_BYTE, peer, tag, gPipe, &req);
       if (rc == MPI_SUCCESS)
         rc = waitFor(req, &st);
     }

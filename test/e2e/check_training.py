@@ -184,6 +184,10 @@ def parse_args(argv):
     ap.add_argument("--partition", default=None, metavar="NODES",
                     help="gpipe-compile --partition (split points by hand); the GPipe "
                          "reference of a schedule keeps them (with one chunk per stage)")
+    ap.add_argument("--data-parallel", dest="data_parallel", type=int, default=None,
+                    help="gpipe-compile --data-parallel D (D replicas, --batch-size the "
+                         "global batch); the reference program (--compare-single) is the "
+                         "same pipeline with one replica")
     ap.add_argument("--virtual-stages", type=int, default=None,
                     help="gpipe-compile --virtual-stages (model chunks per stage, "
                          "--schedule interleaved)")
@@ -266,7 +270,8 @@ def parse_args(argv):
         ap.error("--batch-size %d is not divisible by --microbatches %d"
                  % (a.batch_size, a.microbatches))
     if a.compare_single is None:
-        a.compare_single = (a.stages or 1) > 1 or (a.microbatches or 1) > 1
+        a.compare_single = ((a.stages or 1) > 1 or (a.microbatches or 1) > 1
+                            or (a.data_parallel or 1) > 1)
     a.expect_ops_d = {}
     for item in (a.expect_ops.split(",") if a.expect_ops else []):
         op, _, n = item.partition("=")
@@ -345,6 +350,8 @@ def pipeline_flags(a):
         f += ["--partition", a.partition]
     if a.batchnorm is not None:
         f += ["--batchnorm", a.batchnorm]
+    if a.data_parallel is not None:
+        f += ["--data-parallel", str(a.data_parallel)]
     return f
 
 
@@ -714,6 +721,11 @@ def reference_flags(a):
     pipeline compiled for the CPU."""
     if a.target == "cuda":
         return pipeline_flags(a) + target_flags(a, "cpu")
+    if (a.data_parallel or 1) > 1:
+        # The same pipeline as one replica, at the same global batch.
+        g = argparse.Namespace(**vars(a))
+        g.data_parallel = None
+        return pipeline_flags(g) + target_flags(a, "cpu")
     if a.schedule not in (None, "gpipe"):
         # The same K stages and M micro-batches under GPipe (one chunk each).
         g = argparse.Namespace(**vars(a))
@@ -1137,6 +1149,7 @@ def run_check(a):
     """Run the whole check; return 0/1, or raise CheckFailed on a fatal error."""
     global REF
     REF = ("CPU-target program" if a.target == "cuda" else
+           "1-replica program" if (a.data_parallel or 1) > 1 else
            "GPipe program" if a.schedule not in (None, "gpipe") else "1-stage program")
     import onnx
     failures = []
@@ -1180,6 +1193,8 @@ def run_check(a):
         cfg += " partition=%s" % a.partition
     if a.batchnorm is not None:
         cfg += " batchnorm=%s" % a.batchnorm
+    if a.data_parallel is not None:
+        cfg += " data-parallel=%d" % a.data_parallel
     if a.batchnorm_model:
         cfg += " stat_tol=%g" % a.stat_tol
     if a.compare_single:
@@ -1210,6 +1225,13 @@ def run_check(a):
     failures += check_pipeline_json(out_dir, a.stages, a.microbatches, want_remat)
     if a.expect_segments:
         failures += check_segments(out_dir, int(a.memory_per_stage))
+    if (a.data_parallel or 1) > 1:
+        with open(os.path.join(out_dir, "pipeline.json")) as f:
+            pj = json.load(f)
+        if pj.get("data_parallel") != a.data_parallel or pj.get("batch_size") != a.batch_size:
+            failures.append("pipeline.json: data_parallel %r, batch_size %r; expected %d, %d"
+                            % (pj.get("data_parallel"), pj.get("batch_size"),
+                               a.data_parallel, a.batch_size))
     failures += check_forward_ops(out_dir, a.expect_ops_d)
     failures += check_per_step(out_dir, a.expect_per_step, a.microbatches or 1)
 
@@ -1219,7 +1241,8 @@ def run_check(a):
         log("%s (reference):" % REF)
         s_out, s_losses, _, s_run_out, s_trained_path = reference_run(
             a, compile_bin, run_bin, model_path, data_dir, wd)
-        if a.target == "cuda" or a.schedule not in (None, "gpipe"):
+        if (a.target == "cuda" or a.schedule not in (None, "gpipe")
+                or (a.data_parallel or 1) > 1):
             failures += ["%s: " % REF + f for f in
                          check_pipeline_json(s_out, a.stages, a.microbatches, a.remat)]
         else:

@@ -4,7 +4,8 @@
 # inside it), and Open MPI told to reach it (plm_rsh_agent with this test's
 # key and port, btl tcp,self and the interfaces of the veth subnet). A
 # 2-stage MLP trained by `gpipe-run --hostfile` with stage 1 on the second
-# host must give the weights of the one-host run bit for bit. Without the
+# host, and a 2-replica one (--data-parallel 2) with replica 1 there, must
+# each give the weights of its one-host run bit for bit. Without the
 # agent, gpipe-run must say in one line which host Open MPI could not reach;
 # a stage killed on the second host must be named with that host within 10 s.
 #
@@ -69,6 +70,9 @@ echo "second host: $remote at 10.77.0.2 (ssh port 2222)"
 
 "$BIN/gpipe-compile" "$EX/mlp.onnx" -o "$W/out" --stages 2 --microbatches 4 > /dev/null 2> "$W/compile.log"
 "$BIN/gpipe-run" "$W/out" --data "$EX/data" --steps 50 --weights-out "$W/one" -q
+# Data parallel: two replicas of one stage (ranks 0 and 1), on one host here.
+"$BIN/gpipe-compile" "$EX/mlp.onnx" -o "$W/dp" --stages 1 --microbatches 4 --data-parallel 2 > /dev/null 2>> "$W/compile.log"
+"$BIN/gpipe-run" "$W/dp" --data "$EX/data" --steps 50 --weights-out "$W/dp-one" -q
 printf '10.77.0.1 slots=1\n10.77.0.2 slots=1\n' > "$W/hosts"
 export OMPI_MCA_plm_rsh_agent="$AGENT"
 export OMPI_MCA_btl=tcp,self
@@ -88,6 +92,16 @@ echo "two-host run: stage 1 mapped to 10.77.0.2; Open MPI logged in there $((aft
 
 same_weights "$W/one" "$W/two" "between one host and two"
 echo "K = 2 across two hosts: $weight_files weight files equal to the one-host run bit for bit (50 steps)"
+
+# D = 2 across the hosts: replica 1 on the second host, the gradients averaged
+# over TCP; the same bits as on one host (the sum's order is fixed).
+"$BIN/gpipe-run" "$W/dp" --data "$EX/data" --steps 50 --weights-out "$W/dp-two" \
+  --hostfile "$W/hosts" -q --mpirun-arg=--display-map > "$W/dp-two.out" 2> "$W/dp-two.err" ||
+  fail "the two-host data-parallel run failed: $(tail -5 "$W/dp-two.err")"
+grep -A1 "Data for node: 10.77.0.2" "$W/dp-two.out" | grep -q "Process rank: 1 " ||
+  fail "replica 1 was not mapped to the second host: $(cat "$W/dp-two.out" "$W/dp-two.err" | head -40)"
+same_weights "$W/dp-one" "$W/dp-two" "between D = 2 on one host and across two"
+echo "D = 2 across two hosts: $weight_files weight files equal to the one-host run bit for bit (50 steps)"
 
 # Without the agent, Open MPI's ssh reaches port 22, where nothing listens:
 # gpipe-run says in one line which host it could not reach and what to check.

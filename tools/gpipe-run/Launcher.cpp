@@ -503,7 +503,11 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
                   "(was the pipeline compiled with --emit exe?)");
     exes.push_back(exe);
   }
-  const bool useMpi = numStages > 1 || !o.hostfile.empty();
+  // --data-parallel D: D x K ranks, rank r = stage r % K of replica r / K.
+  const size_t replicas =
+      m.dataParallel > 1 ? static_cast<size_t>(m.dataParallel) : 1;
+  const size_t numRanks = numStages * replicas;
+  const bool useMpi = numRanks > 1 || !o.hostfile.empty();
 
   std::string mpirun;
   if (useMpi) {
@@ -518,8 +522,11 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
       mpirun = *found;
     } else {
       return fail("cannot find '" + name + "' in PATH: " +
-                  (numStages > 1
-                       ? "a " + std::to_string(numStages) + "-stage pipeline"
+                  (numRanks > 1
+                       ? "a " + std::to_string(numStages) + "-stage pipeline" +
+                             (replicas > 1 ? " x " + std::to_string(replicas) +
+                                                 " replicas"
+                                           : std::string())
                        : std::string("--hostfile")) +
                   " runs under Open MPI's mpirun (apt-get install "
                   "openmpi-bin, or set GPIPE_MPIRUN)");
@@ -530,20 +537,21 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
   std::string statusDir = makeStatusDir(o.out, !o.hostfile.empty(), err);
   if (statusDir.empty())
     return fail(err);
-  auto statusPath = [&](size_t s) {
-    return statusDir + "/stage" + std::to_string(s) + ".status";
+  // Each rank's files: stageS.*, or stageS.rR.* with several replicas.
+  auto rankFile = [&](size_t r, const char *ext) {
+    return statusDir + "/stage" + std::to_string(r % numStages) +
+           (replicas > 1 ? ".r" + std::to_string(r / numStages) : "") + ext;
   };
-  // Each stage's end-of-run numbers, and its events with --trace.
+  auto statusPath = [&](size_t r) { return rankFile(r, ".status"); };
+  // Each rank's end-of-run numbers, and its events with --trace (replica
+  // 0's are shown and merged).
   std::vector<std::string> reportFiles, traceFiles, profileFiles;
-  for (size_t s = 0; s < numStages; ++s) {
-    reportFiles.push_back(statusDir + "/stage" + std::to_string(s) + ".report");
-    traceFiles.push_back(statusDir + "/stage" + std::to_string(s) + ".trace");
-    profileFiles.push_back(statusDir + "/stage" + std::to_string(s) +
-                           ".profile");
+  for (size_t r = 0; r < numRanks; ++r) {
+    reportFiles.push_back(rankFile(r, ".report"));
+    traceFiles.push_back(rankFile(r, ".trace"));
+    profileFiles.push_back(rankFile(r, ".profile"));
   }
-  auto heartbeatPath = [&](size_t s) {
-    return statusDir + "/stage" + std::to_string(s) + ".hb";
-  };
+  auto heartbeatPath = [&](size_t r) { return rankFile(r, ".hb"); };
   struct RemoveDir {
     std::string dir;
     ~RemoveDir() { llvm::sys::fs::remove_directories(dir); }
@@ -551,7 +559,8 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
 
   // Every stage gets the same flags: each reads the inputs, weights and
   // parameters it owns; only the loss stage prints and writes the log.
-  auto stageArgs = [&](size_t s) {
+  auto stageArgs = [&](size_t r) {
+    const size_t s = r % numStages;
     std::vector<std::string> a = {exes[s],
                                   "--weights-in",
                                   o.out + "/" + m.stages[s].weights,
@@ -562,11 +571,11 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
                                   "--threads",
                                   std::to_string(o.threads),
                                   "--status-file",
-                                  statusPath(s),
+                                  statusPath(r),
                                   "--report",
-                                  reportFiles[s],
+                                  reportFiles[r],
                                   "--heartbeat",
-                                  heartbeatPath(s),
+                                  heartbeatPath(r),
                                   "--on-nan",
                                   o.onNan};
     if (!o.data.empty())
@@ -597,9 +606,9 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
         a.insert(a.end(), {"--eval-every", std::to_string(o.evalEvery)});
     }
     if (!o.trace.empty())
-      a.insert(a.end(), {"--trace", traceFiles[s]});
+      a.insert(a.end(), {"--trace", traceFiles[r]});
     if (!o.profile.empty())
-      a.insert(a.end(), {"--profile", profileFiles[s]});
+      a.insert(a.end(), {"--profile", profileFiles[r]});
     if (o.quiet)
       a.push_back("--quiet");
     return a;
@@ -649,11 +658,11 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
       if (llvm::sys::Process::GetEnv(var))
         cmd.insert(cmd.end(), {"-x", var});
     cmd.insert(cmd.end(), o.mpirunArgs.begin(), o.mpirunArgs.end());
-    for (size_t s = 0; s < numStages; ++s) {
-      if (s > 0)
+    for (size_t r = 0; r < numRanks; ++r) {
+      if (r > 0)
         cmd.push_back(":");
       cmd.insert(cmd.end(), {"-np", "1"});
-      std::vector<std::string> a = stageArgs(s);
+      std::vector<std::string> a = stageArgs(r);
       cmd.insert(cmd.end(), a.begin(), a.end());
     }
   }
@@ -665,9 +674,9 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
   }
 
   std::vector<std::string> heartbeats, statuses;
-  for (size_t s = 0; s < numStages; ++s) {
-    heartbeats.push_back(heartbeatPath(s));
-    statuses.push_back(statusPath(s));
+  for (size_t r = 0; r < numRanks; ++r) {
+    heartbeats.push_back(heartbeatPath(r));
+    statuses.push_back(statusPath(r));
   }
   Watchdog watchdog(heartbeats, statuses, o.timeout);
   // The loss stage's step lines go through gpipe-run when it shows them
@@ -702,10 +711,14 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
   // Blame: a crashed stage, else a stage that failed (its own error line is
   // printed above), else whatever mpirun / the stage process reported.
   std::vector<StageStatus> status;
-  for (size_t s = 0; s < numStages; ++s)
-    status.push_back(readStatus(statusPath(s)));
-  auto stageName = [&](size_t s) {
-    return "stage " + std::to_string(s) + " (" + exes[s] + ")";
+  for (size_t r = 0; r < numRanks; ++r)
+    status.push_back(readStatus(statusPath(r)));
+  auto stageName = [&](size_t r) {
+    const size_t s = r % numStages;
+    return "stage " + std::to_string(s) +
+           (replicas > 1 ? " of replica " + std::to_string(r / numStages)
+                         : std::string()) +
+           " (" + exes[s] + ")";
   };
   // "; host H, pid P" when the stage's heartbeat said.
   auto where = [&](size_t s) {
@@ -713,7 +726,7 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
     return w.empty() ? w : "; " + w;
   };
   bool blamed = false;
-  for (size_t s = 0; s < numStages; ++s)
+  for (size_t s = 0; s < numRanks; ++s)
     if (status[s].present && status[s].signaled) {
       fail(stageName(s) + " crashed: " + signalName(status[s].value) +
            where(s));
@@ -721,7 +734,7 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
     }
   if (blamed)
     return 1;
-  for (size_t s = 0; s < numStages; ++s)
+  for (size_t s = 0; s < numRanks; ++s)
     if (status[s].present && status[s].value != 0) {
       fail(stageName(s) + " exited with code " +
            std::to_string(status[s].value));
@@ -734,7 +747,7 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
   int rank = -1, sig = 0;
   std::string host;
   if (useMpi && filter.noticedSignal(rank, host, sig) && rank >= 0 &&
-      static_cast<size_t>(rank) < numStages && !status[rank].present) {
+      static_cast<size_t>(rank) < numRanks && !status[rank].present) {
     std::string w = watchdog.where(rank);
     return fail(stageName(rank) + " was killed by " + signalName(sig) +
                 (w.empty() ? "; host " + host : "; " + w));
@@ -767,7 +780,7 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
                         : fail(stageName(0) + " exited with code " +
                                std::to_string(r.code));
     std::string silent;
-    for (size_t s = 0; s < numStages; ++s)
+    for (size_t s = 0; s < numRanks; ++s)
       if (!status[s].present)
         silent += (silent.empty() ? "" : ", ") + stageName(s);
     std::string how = r.signaled ? "was killed by " + signalName(r.code)
@@ -787,6 +800,10 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
     return fail(mpirun + " " + how + "; no status from " + silent +
                 " (see mpirun's messages above)");
   }
+  // Replica 0's ranks (the first K) speak for the pipeline.
+  reportFiles.resize(numStages);
+  traceFiles.resize(numStages);
+  profileFiles.resize(numStages);
   if (!o.quiet)
     printStageReport(m, reportFiles, std::cerr);
   if (!o.trace.empty() && !mergeTraces(traceFiles, o.trace, err))

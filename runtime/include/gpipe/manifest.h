@@ -121,6 +121,9 @@ struct Manifest {
   bool profile = false; // --profile: the stages have timers
   std::string schedule; // the schedule's name
   int64_t virtualStages = 1; // model chunks per stage (--virtual-stages)
+  // --data-parallel: replicas of the pipeline; batch_size is the global
+  // mini-batch, microbatch_size a replica's micro-batch (B / (D * M)).
+  int64_t dataParallel = 1;
   std::string loss;     // the graph output trained
   int64_t lossStage = -1;
   Optimizer optimizer;

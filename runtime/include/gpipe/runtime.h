@@ -166,6 +166,10 @@ struct gp_program {
   // gp_profile_add with its index); 0 and null in other builds.
   int32_t num_profile_units;
   const struct gp_profile_unit *profile_units;
+  // gpipe-compile --data-parallel D: the program is one replica's stage (of
+  // D replicas of the pipeline; batch_size is a replica's share, B/D); 0 or
+  // 1: one pipeline.
+  int32_t data_parallel;
 };
 
 /// gpipe-compile --profile (CPU target): one op of a timed unit, as the
@@ -234,6 +238,18 @@ void gp_recv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
 /// Adds the scalar loss at `loss` (arena) to the step's loss (ctx->loss once
 /// the step's work is done): the loss stage calls it once per micro-batch.
 void gp_report_loss(gp_step_ctx *ctx, const float *loss);
+/// gpipe-compile --data-parallel D > 1: the update's first call, once the
+/// step's gradients are summed: the arena's gradient accumulators [offset,
+/// offset + bytes) become the mean of the stage's D replicas' (summed in
+/// replica order: the same bits on every replica and every run).
+void gp_reduce_gradients(gp_step_ctx *ctx, int64_t offset, int64_t bytes);
+/// The same in two halves, so that the averaging overlaps the update's
+/// weight-gradient GEMMs: gp_reduce_start starts averaging [offset, offset
+/// + bytes) (the update starts each gradient once it is final and writes
+/// none of them again before gp_reduce_wait), gp_reduce_wait waits for all
+/// that were started. The same bits as gp_reduce_gradients.
+void gp_reduce_start(gp_step_ctx *ctx, int64_t offset, int64_t bytes);
+void gp_reduce_wait(gp_step_ctx *ctx);
 
 /// Checks micro-batch `microbatch` of graph input `input` (int64 labels, in
 /// the data file) as gp_check_labels does, reading the file itself: for

@@ -1188,6 +1188,19 @@ extern "C" void gp_cuda_check_launch(const char *kernel, const char *node) {
                             gpipe::cuda::cudaMessage(err));
 }
 
+// gpipe-compile refuses --data-parallel with --target cuda.
+extern "C" void gp_reduce_gradients(gp_step_ctx *ctx, int64_t, int64_t) {
+  fatal(ctx, 1,
+        "invalid program: --data-parallel is not supported by the CUDA "
+        "runtime yet");
+}
+extern "C" void gp_reduce_start(gp_step_ctx *ctx, int64_t o, int64_t b) {
+  gp_reduce_gradients(ctx, o, b);
+}
+extern "C" void gp_reduce_wait(gp_step_ctx *ctx) {
+  gp_reduce_gradients(ctx, 0, 0);
+}
+
 extern "C" void gp_report_loss(gp_step_ctx *ctx, const float *loss) {
   int64_t m = ctx->microbatch;
   if (m < 0 || m >= gpipe::cuda::gMicrobatches)
