@@ -8,13 +8,14 @@ cross-entropy, SGD lr 0.01) at --batch-size B (default 256), --stages K (default
   d1_t1: one replica, 1 thread (one core: the single device)
   d1_tD: one replica, D threads (the same cores as D replicas)
   dD_t1: D replicas of the pipeline, 1 thread each, B/D rows each
+  dD_t1_no_overlap: the same with GPIPE_DP_OVERLAP=0 (each gradient's average waited for
+    when it starts, instead of moving while the update's weight-gradient GEMMs run)
 
 Rounds alternate the configurations (the order reversed every other round); step time is the
 median of the loss stage's --log-json ms after the warm-up (replica 0's loss stage: it
 includes the wait for the gradients' average). All must give the same loss curve (within
-1e-5 relative). The D-replica run also writes a --trace: the "gradient all-reduce" events of
-replica 0's stages give the all-reduce time per step (the update waits for all of it: there
-is no overlap with the pipeline's drain yet).
+1e-5 relative). The D-replica program also runs once more each way with --trace: the
+"gradient all-reduce" events of replica 0's stages give the exposed all-reduce time per step.
 
 Usage:
   /usr/bin/python3 bench/bench_dp.py --bin build/bin [--data-parallel 2] [--stages 1]
@@ -35,13 +36,11 @@ sys.path.insert(0, os.path.join(REPO, "test", "e2e"))
 sys.path.insert(0, HERE)
 sys.dont_write_bytecode = True
 
-import numpy as np  # noqa: E402
 
-from bench_remat import compile_  # noqa: E402
-from bench_step import cpu_model  # noqa: E402
+from bench_remat import compile_, setup_mlp_deep  # noqa: E402
 
 
-def run(a, out, threads, log, trace=None):
+def run(a, out, threads, log, trace=None, overlap=True):
     if os.path.exists(log):
         os.remove(log)
     cmd = [os.path.join(a.bin, "gpipe-run"), out, "--data", os.path.join(a.workdir, "data"),
@@ -49,23 +48,26 @@ def run(a, out, threads, log, trace=None):
            "-q"]
     if trace:
         cmd += ["--trace", trace]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = dict(os.environ, GPIPE_DP_OVERLAP="1" if overlap else "0")
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   env=env)
     rows = [json.loads(x) for x in open(log) if x.strip()]
     rows = [r for r in rows if "loss" in r and "step" in r]
     return statistics.median(r["ms"] for r in rows[a.warmup:]), [r["loss"] for r in rows]
 
 
 def allreduce_ms(trace, steps):
-    """Per stage of replica 0: the gradient all-reduce's milliseconds per step."""
+    """Per stage of replica 0: the gradient all-reduce's milliseconds per step (the last
+    `steps` steps)."""
+    with open(trace) as f:
+        events = json.load(f)["traceEvents"]
     per = {}
-    for line in open(trace):
-        line = line.strip().rstrip(",")
-        if not line.startswith("{"):
-            continue
-        e = json.loads(line)
+    for e in events:
         if e.get("name") == "gradient all-reduce":
-            per.setdefault(e["pid"], []).append(e["dur"] / 1e3)
-    return {s: sum(v[-steps:]) / steps for s, v in sorted(per.items())}
+            per.setdefault(e["pid"], {}).setdefault(e["args"]["step"], 0.0)
+            per[e["pid"]][e["args"]["step"]] += e["dur"] / 1e3
+    return {s: sum(sorted(v.items())[-steps:][i][1] for i in range(min(steps, len(v)))) /
+            min(steps, len(v)) for s, v in sorted(per.items())}
 
 
 def main():
@@ -80,49 +82,43 @@ def main():
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--workdir", default="/tmp/gpipe_bench_dp")
     a = ap.parse_args()
-    import models  # noqa: E402
-    import torch  # noqa: E402
-
-    os.makedirs(os.path.join(a.workdir, "data"), exist_ok=True)
-    print("# Data parallel x pipeline (bench/bench_dp.py)\n")
-    print("machine: %s, %d CPUs" % (cpu_model(), os.cpu_count()))
-    print("command: %s\n" % " ".join(sys.argv))
-    x, y = models.make_data("mlp_deep", a.batch_size * 4, seed=0)
-    np.save(os.path.join(a.workdir, "data", "x.npy"), x)
-    np.save(os.path.join(a.workdir, "data", "y.npy"), y)
-    model = os.path.join(a.workdir, "model.onnx")
-    torch.manual_seed(models.DEFAULT_SEED)
-    models.export(models.MlpDeep(), x[:a.batch_size], y[:a.batch_size], model)
+    model = setup_mlp_deep(a, "Data parallel x pipeline (bench/bench_dp.py)", 4)
 
     one, many = os.path.join(a.workdir, "out_d1"), os.path.join(a.workdir, "out_d%d" % a.d)
     compile_(a, model, one, ["--remat", "none"])
     compile_(a, model, many, ["--remat", "none", "--data-parallel", str(a.d)])
-    configs = [("d1_t1", one, 1), ("d1_t%d" % a.d, one, a.d), ("d%d_t1" % a.d, many, 1)]
-    ms = {c: [] for c, _, _ in configs}
+    configs = [("d1_t1", one, 1, True), ("d1_t%d" % a.d, one, a.d, True),
+               ("d%d_t1" % a.d, many, 1, True), ("d%d_t1_no_overlap" % a.d, many, 1, False)]
+    ms = {c[0]: [] for c in configs}
     curves = {}
     for r in range(a.repeat):
-        for c, out, t in (configs if r % 2 == 0 else configs[::-1]):
-            m, losses = run(a, out, t, os.path.join(a.workdir, "log_%s.jsonl" % c))
+        for c, out, t, overlap in (configs if r % 2 == 0 else configs[::-1]):
+            m, losses = run(a, out, t, os.path.join(a.workdir, "log_%s.jsonl" % c),
+                            overlap=overlap)
             ms[c].append(m)
             curves.setdefault(c, losses)
             print("round %d %s: %.3f ms/step" % (r, c, m), flush=True)
-    trace = os.path.join(a.workdir, "trace.json")
-    run(a, many, 1, os.path.join(a.workdir, "log_trace.jsonl"), trace)
-    ar = allreduce_ms(trace, a.steps)
+    ar = {}
+    for overlap in (True, False):
+        trace = os.path.join(a.workdir, "trace_%d.json" % overlap)
+        run(a, many, 1, os.path.join(a.workdir, "log_trace.jsonl"), trace, overlap)
+        ar[overlap] = allreduce_ms(trace, a.steps)
 
     base = curves["d1_t1"]
     print("\n| config | replicas | threads per rank | ms/step (median of %d rounds) | "
           "throughput vs d1_t1 (median of per-round ratios) | rounds (ms) | max loss diff vs "
           "d1_t1 |" % a.repeat)
     print("|---|---|---|---|---|---|---|")
-    for c, out, t in configs:
+    for c, out, t, _ in configs:
         ratios = [b / m for b, m in zip(ms["d1_t1"], ms[c])]
         diff = max(abs(p - q) / max(1.0, abs(q)) for p, q in zip(curves[c], base))
         print("| %s | %d | %d | %.3f | %.3fx | %s | %.2g |"
               % (c, a.d if out == many else 1, t, statistics.median(ms[c]),
                  statistics.median(ratios), ", ".join("%.2f" % v for v in ms[c]), diff))
-    print("\ngradient all-reduce per step (replica 0, traced run, no overlap): " +
-          ", ".join("stage %d %.3f ms" % (s, v) for s, v in ar.items()))
+    for overlap in (True, False):
+        print("\nexposed gradient all-reduce per step (replica 0's trace: the update's time "
+              "in gp_reduce_start/wait), %s: " % ("overlapped" if overlap else "no overlap") +
+              ", ".join("stage %d %.3f ms" % (s, v) for s, v in ar[overlap].items()))
     bad = [c for c in curves if max(abs(p - q) / max(1.0, abs(q))
                                     for p, q in zip(curves[c], base)) > 1e-5]
     if bad:

@@ -48,6 +48,25 @@ def compile_(a, model, out, flags):
     return json.load(open(os.path.join(out, "pipeline.json")))
 
 
+def setup_mlp_deep(a, title, batches):
+    """Prints the header; writes `batches` mini-batches of mlp_deep's data under
+    a.workdir/data and its export (batch a.batch_size); returns the model's path."""
+    import models  # noqa: E402
+    import torch  # noqa: E402
+
+    os.makedirs(os.path.join(a.workdir, "data"), exist_ok=True)
+    print("# %s\n" % title)
+    print("machine: %s, %d CPUs" % (cpu_model(), os.cpu_count()))
+    print("command: %s\n" % " ".join(sys.argv))
+    x, y = models.make_data("mlp_deep", a.batch_size * batches, seed=0)
+    np.save(os.path.join(a.workdir, "data", "x.npy"), x)
+    np.save(os.path.join(a.workdir, "data", "y.npy"), y)
+    model = os.path.join(a.workdir, "model.onnx")
+    torch.manual_seed(models.DEFAULT_SEED)
+    models.export(models.MlpDeep(), x[:a.batch_size], y[:a.batch_size], model)
+    return model
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bin", required=True)
@@ -60,19 +79,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--workdir", default="/tmp/gpipe_bench_remat")
     a = ap.parse_args()
-    import models  # noqa: E402
-    import torch  # noqa: E402
-
-    os.makedirs(os.path.join(a.workdir, "data"), exist_ok=True)
-    print("# Remat under a budget (bench/bench_remat.py)\n")
-    print("machine: %s, %d CPUs" % (cpu_model(), os.cpu_count()))
-    print("command: %s\n" % " ".join(sys.argv))
-    x, y = models.make_data("mlp_deep", a.batch_size * 2, seed=0)
-    np.save(os.path.join(a.workdir, "data", "x.npy"), x)
-    np.save(os.path.join(a.workdir, "data", "y.npy"), y)
-    model = os.path.join(a.workdir, "model.onnx")
-    torch.manual_seed(models.DEFAULT_SEED)
-    models.export(models.MlpDeep(), x[:a.batch_size], y[:a.batch_size], model)
+    model = setup_mlp_deep(a, "Remat under a budget (bench/bench_remat.py)", 2)
 
     plans = {}
     plans["none"] = compile_(a, model, os.path.join(a.workdir, "out_none"), ["--remat", "none"])
