@@ -112,9 +112,7 @@ LogicalResult validate(const CompileOptions &o) {
   if (o.dataParallel < 1)
     return fail("--data-parallel must be >= 1, got " +
                 llvm::Twine(o.dataParallel));
-  if (o.dataParallel > 1 && o.target != "cpu")
-    return fail("--data-parallel runs on the CPU target only for now "
-                "(the CUDA target has no gradient all-reduce yet)");
+
   if (o.memoryPerStage > 0 && o.virtualStages > 1)
     return fail("--memory-per-stage needs one model chunk per stage "
                 "(--virtual-stages 1) for now");

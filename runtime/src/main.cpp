@@ -655,8 +655,10 @@ int StageRun::writeParams() {
 
 int StageRun::runUpdate(gp_step_ctx &ctx) {
   // --data-parallel: the step's loss is the replicas' mean (what is logged,
-  // and what --on-nan decides on: the same on every replica).
-  if (replicas_ > 1 && program_->has_loss) {
+  // and what --on-nan decides on: the same on every replica). CUDA knows it
+  // only at the step's end (averaged there).
+  if (replicas_ > 1 && program_->has_loss &&
+      program_->target == GP_TARGET_CPU) {
     std::string err;
     if (!transportAverageReplicas(ctx.loss, err))
       return error(err);
@@ -1197,6 +1199,10 @@ int StageRun::runSteps() {
     auto t1 = std::chrono::steady_clock::now();
     double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
     totalMs += ms;
+    if (replicas_ > 1 && program_->has_loss &&
+        program_->target != GP_TARGET_CPU &&
+        !transportAverageReplicas(ctx.loss, err))
+      return error(err);
     const double loss = program_->has_loss ? ctx.loss : NAN;
     if (logger_)
       if (int rc = logLoss(s, "loss", "", loss, ms, log))

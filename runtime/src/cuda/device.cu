@@ -1188,17 +1188,72 @@ extern "C" void gp_cuda_check_launch(const char *kernel, const char *node) {
                             gpipe::cuda::cudaMessage(err));
 }
 
-// gpipe-compile refuses --data-parallel with --target cuda.
-extern "C" void gp_reduce_gradients(gp_step_ctx *ctx, int64_t, int64_t) {
-  fatal(ctx, 1,
-        "invalid program: --data-parallel is not supported by the CUDA "
-        "runtime yet");
+namespace {
+/// --data-parallel on CUDA, host-staged: each started range is copied into
+/// a pinned buffer of its own on the compute stream (after the kernels that
+/// computed it); the wait synchronises the stream, averages the ranges over
+/// MPI in the order started (transportAverageReplicas: the CPU target's
+/// reduce-scatter, sum in replica order, all-gather) and copies them back
+/// on the stream, before the update's kernels. The buffers are kept from
+/// step to step.
+struct StagedAverage {
+  int64_t offset = 0, bytes = 0;
+  float *host = nullptr;
+  int64_t capacity = 0;
+};
+std::vector<StagedAverage> gAverages;
+size_t gAveragesUsed = 0;
+
+void traceAverage(gp_step_ctx *ctx, int64_t bytes, int64_t t0) {
+  gpipe::timingTransfer(gpipe::TimedKind::AllReduce, ctx, -1, bytes, t0,
+                        gpipe::timingNowNs());
 }
-extern "C" void gp_reduce_start(gp_step_ctx *ctx, int64_t o, int64_t b) {
-  gp_reduce_gradients(ctx, o, b);
+} // namespace
+
+extern "C" void gp_reduce_start(gp_step_ctx *ctx, int64_t offset,
+                                int64_t bytes) {
+  if (offset < 0 || bytes < 0 || bytes % 4 != 0)
+    fatal(ctx, 1,
+          "invalid program: gp_reduce_start of " + std::to_string(bytes) +
+              " bytes at " + std::to_string(offset));
+  int64_t t0 = gpipe::timingNowNs();
+  if (gAveragesUsed == gAverages.size())
+    gAverages.emplace_back();
+  StagedAverage &a = gAverages[gAveragesUsed++];
+  if (a.capacity < bytes) {
+    if (a.host)
+      GP_CUDA_CHECK(cudaFreeHost(a.host));
+    GP_CUDA_CHECK(cudaMallocHost(&a.host, static_cast<size_t>(bytes)));
+    a.capacity = bytes;
+  }
+  a.offset = offset;
+  a.bytes = bytes;
+  GP_CUDA_CHECK(cudaMemcpyAsync(a.host, ctx->arena + offset,
+                                static_cast<size_t>(bytes),
+                                cudaMemcpyDeviceToHost, gState.compute));
+  traceAverage(ctx, bytes, t0);
 }
+
 extern "C" void gp_reduce_wait(gp_step_ctx *ctx) {
-  gp_reduce_gradients(ctx, 0, 0);
+  int64_t t0 = gpipe::timingNowNs();
+  GP_CUDA_CHECK(cudaStreamSynchronize(gState.compute));
+  std::string err;
+  for (size_t k = 0; k < gAveragesUsed; ++k) {
+    StagedAverage &a = gAverages[k];
+    if (!gpipe::transportAverageReplicas(a.host, a.bytes / 4, err))
+      fatal(ctx, 1, err);
+    GP_CUDA_CHECK(cudaMemcpyAsync(ctx->arena + a.offset, a.host,
+                                  static_cast<size_t>(a.bytes),
+                                  cudaMemcpyHostToDevice, gState.compute));
+  }
+  gAveragesUsed = 0;
+  traceAverage(ctx, 0, t0);
+}
+
+extern "C" void gp_reduce_gradients(gp_step_ctx *ctx, int64_t offset,
+                                    int64_t bytes) {
+  gp_reduce_start(ctx, offset, bytes);
+  gp_reduce_wait(ctx);
 }
 
 extern "C" void gp_report_loss(gp_step_ctx *ctx, const float *loss) {

@@ -358,10 +358,8 @@ def main():
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
     every = all_cases(os.path.join(REPO, "test", "e2e", "cases.txt"))
-    # --data-parallel runs on the CPU target only (no CUDA program to pack).
     cases = [(name, args) for name, args in every
-             if priority.get(name, 2) in tiers and re.search(a.cases, name)
-             and "--data-parallel" not in args]
+             if priority.get(name, 2) in tiers and re.search(a.cases, name)]
     unknown = set(priority) - {n for n, _ in every}
     if unknown:
         raise SystemExit("pack: priority.txt names cases cases.txt lacks: %s"

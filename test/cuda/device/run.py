@@ -463,8 +463,10 @@ def run_case(notes, name, ctx):
         raise Fail("case.json: no steps")
     min_diff = meta.get("min_torch_diff")
     notes.append("%s, %s" % (meta.get("precision", "fp32"), describe_tol(tol)))
-    notes.append("K=%d" % len(stages))
-    if len(stages) > 1 and ctx.get("no_mpi"):
+    # --data-parallel D: D x K ranks, rank r = stage r % K of replica r / K.
+    replicas = int(read_json(os.path.join(d, "cuda", "pipeline.json")).get("data_parallel", 1))
+    notes.append("K=%d" % len(stages) + (" D=%d" % replicas if replicas > 1 else ""))
+    if len(stages) * replicas > 1 and ctx.get("no_mpi"):
         raise NotRun(ctx["no_mpi"])
     exp_path = os.path.join(d, "expected.npz")
     if not os.path.isfile(exp_path):
@@ -489,6 +491,7 @@ def run_case(notes, name, ctx):
         if meta.get("shuffle") is not None:
             cmd += ["--shuffle", "--seed", str(int(meta["shuffle"]))]
         cmds.append(cmd)
+    cmds = cmds * replicas
     rc, secs = launch(cmds, ctx["env"], a.timeout, os.path.join(d, "run.log"), ctx["mpirun"])
     if rc != 0:
         raise Fail("%s:\n%s" % (outcome(rc, secs), tail(os.path.join(d, "run.log"))))
