@@ -243,6 +243,10 @@ def Remat : Pass<"gpipe-remat", "mlir::ModuleOp"> {
     ListOption<"stashBytes", "stash-bytes", "int64_t",
                "mode=segments: per piece, the stash bytes per micro-batch it "
                "may keep (-1: all)">,
+    Option<"costs", "costs", "std::string", "\"\"",
+           "mode=segments: a measured cost table (gpipe-run --profile); "
+           "recomputation is ranked by the table's forward seconds of each "
+           "op instead of the analytic model's">,
   ];
   let dependentDialects = ["gpipe::pipeline::PipeDialect"];
 }

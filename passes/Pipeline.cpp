@@ -43,6 +43,7 @@ void gpipe::buildCompilePipeline(OpPassManager &pm,
   rm.mode = o.remat;
   rm.stages.assign(o.rematStages.begin(), o.rematStages.end());
   rm.stashBytes.assign(o.rematStashBytes.begin(), o.rematStashBytes.end());
+  rm.costs = o.costs;
   pm.addPass(createRemat(rm));
   ScheduleOptions sched;
   sched.schedule = o.schedule;

@@ -2,6 +2,7 @@
 // boundary inputs (GPipe's rematerialization), or (mode=segments) recomputes
 // only the values a per-stage stash budget cannot keep.
 #include "dialects/nn/CostModel.h"
+#include "passes/CostTable.h"
 #include "passes/Passes.h"
 #include "passes/Utils.h"
 
@@ -48,8 +49,11 @@ struct RematSlice {
   Operation *bad = nullptr;
 };
 
+/// Seconds to recompute one op (the analytic model's, or a cost table's).
+using SecondsOf = llvm::function_ref<double(Operation *)>;
+
 RematSlice sliceFor(ArrayRef<Value> stash, ArrayRef<bool> keep,
-                    const llvm::SetVector<Value> &inputs) {
+                    const llvm::SetVector<Value> &inputs, SecondsOf secondsOf) {
   RematSlice r;
   llvm::SetVector<Value> boundary(inputs.begin(), inputs.end());
   llvm::SetVector<Value> kept, used;
@@ -76,7 +80,7 @@ RematSlice sliceFor(ArrayRef<Value> stash, ArrayRef<bool> keep,
       return r;
     }
     r.slice.insert(def);
-    r.seconds += nn::analyticSeconds(def);
+    r.seconds += secondsOf(def);
     work.append(def->operand_begin(), def->operand_end());
   }
   for (Value v : kept)
@@ -96,9 +100,9 @@ RematSlice sliceFor(ArrayRef<Value> stash, ArrayRef<bool> keep,
 /// forward recomputed) when that never fits.
 SmallVector<bool> chooseKept(ArrayRef<Value> stash,
                              const llvm::SetVector<Value> &inputs,
-                             int64_t budget) {
+                             int64_t budget, SecondsOf secondsOf) {
   SmallVector<bool> keep(stash.size(), true);
-  RematSlice cur = sliceFor(stash, keep, inputs);
+  RematSlice cur = sliceFor(stash, keep, inputs, secondsOf);
   while (cur.bytes > budget && !cur.bad) {
     int best = -1;
     double bestRatio = -1;
@@ -107,7 +111,7 @@ SmallVector<bool> chooseKept(ArrayRef<Value> stash,
       if (!keep[i] || inputs.contains(stash[i]))
         continue;
       keep[i] = false;
-      RematSlice t = sliceFor(stash, keep, inputs);
+      RematSlice t = sliceFor(stash, keep, inputs, secondsOf);
       keep[i] = true;
       if (t.bad || t.bytes >= cur.bytes)
         continue;
@@ -141,7 +145,9 @@ LogicalResult rematerialize(func::FuncOp forward, func::FuncOp backward,
   SmallVector<bool> keepAll(oldStash.size(), false);
   if (!keep.empty())
     keepAll.assign(keep.begin(), keep.end());
-  RematSlice r = sliceFor(oldStash, keepAll, inputs);
+  // (Only the slice matters here, not its cost.)
+  RematSlice r =
+      sliceFor(oldStash, keepAll, inputs, [](Operation *) { return 0.0; });
   if (r.bad)
     return r.bad->emitError("cannot rematerialize '")
            << r.bad->getName() << "': it is not a pure nn op";
@@ -233,6 +239,27 @@ void RematPass::runOnOperation() {
           << k << "), got " << stashBytes.size();
       return signalPassFailure();
     }
+    // costs=: each op's measured forward seconds per step (the table's
+    // node, else the mean of its signature, else the analytic estimate on
+    // the table's scale); else the analytic model.
+    std::optional<CostTable> table;
+    const int64_t m =
+        std::max<int64_t>(1, pipeline::getNumMicrobatches(module));
+    if (!costs.empty()) {
+      std::string err;
+      table = loadCostTable(costs, err);
+      if (!table) {
+        module.emitError("cost table: ") << err;
+        return signalPassFailure();
+      }
+    }
+    auto secondsOf = [&](Operation *op) {
+      if (!table)
+        return nn::analyticSeconds(op);
+      if (std::optional<NodeCost> c = table->lookup(op, m))
+        return c->forward;
+      return nn::analyticSeconds(op) * double(m) * table->scale;
+    };
     bool any = false;
     for (int64_t s = 0; s < k; ++s) {
       if (stashBytes[s] < 0)
@@ -245,7 +272,7 @@ void RematPass::runOnOperation() {
       Block &fwd = forward.getBody().front();
       SmallVector<Value> stash(fwd.getTerminator()->getOperands());
       SmallVector<bool> keep =
-          chooseKept(stash, boundaryInputs(fwd), stashBytes[s]);
+          chooseKept(stash, boundaryInputs(fwd), stashBytes[s], secondsOf);
       if (llvm::all_of(keep, [](bool b) { return b; }))
         continue; // fits as it is
       any = true;
@@ -258,8 +285,8 @@ void RematPass::runOnOperation() {
   }
   for (int64_t s : stages)
     if (s < 0 || s >= k) {
-      module.emitError("remat stage ") << s << " is out of range: the model has "
-                                       << k << " piece(s)";
+      module.emitError("remat stage ")
+          << s << " is out of range: the model has " << k << " piece(s)";
       return signalPassFailure();
     }
   for (int64_t s = 0; s < k; ++s) {
