@@ -248,6 +248,14 @@ struct StageState {
   // Every gradient accumulator lies in [accumulatorBegin, accumulatorEnd)
   // (plan-memory places them together), empty when there is none.
   int64_t accumulatorBegin = INT64_MAX, accumulatorEnd = 0;
+  // --shard-optimizer: the replicas (1: not sharded), the state slots of
+  // this replica's share (the schedule's pipe.state), and the parameters the
+  // update gathers (gp_shard_param entries: {parameter offset, first float in
+  // the accumulators, floats}).
+  int64_t shard = 1;
+  SmallVector<int64_t> shardState;
+  std::string shardTable;
+  int64_t shardEntries = 0;
   /// A weight gradient dW = G^T X whose GEMM waits for the update
   /// (gpipe-split-weight-grad): each micro-batch's backward copies G and X
   /// into row blocks of `gOffset` and `xOffset`, and the update runs one
@@ -400,6 +408,11 @@ private:
                      int64_t count, int64_t elemBytes);
   /// Slot `k` of an update's optimizer state.
   std::string statePtr(Operation *op, int k);
+  /// --shard-optimizer: the code that computes this replica's share of an
+  /// update's parameter (i0, i1 and the state index s; records it in the
+  /// gather table), and a state slot's pointer at s.
+  std::string shardSlice(Operation *op, Value param, Value grad);
+  std::string shardStatePtr(int k);
   std::string ptr(Value v, bool isConst = true);
   LogicalResult formUnits();
   /// A pointer a loop or kernel reads or writes, named `name` inside it.
@@ -1447,8 +1460,44 @@ std::string FuncEmitter::statePtr(Operation *op, int k) {
   return "((float *)(A + " + std::to_string(stage.optimizerState[op][k]) + "))";
 }
 
+std::string FuncEmitter::shardSlice(Operation *op, Value param, Value grad) {
+  // This replica's share of the parameter: elements [i0, i1), whose state
+  // starts at element s of the share's slots.
+  const int64_t n = tensorType(param).getNumElements();
+  const int64_t elem =
+      (pipeline::getBuffer(grad).getOffset() - stage.accumulatorBegin) / 4;
+  const int64_t total = (stage.accumulatorEnd - stage.accumulatorBegin) / 4;
+  stage.shardTable +=
+      "  {" + std::to_string(pipeline::getBuffer(param).getOffset()) + "LL, " +
+      std::to_string(elem) + "LL, " + std::to_string(n) + "LL},\n";
+  ++stage.shardEntries;
+  return "  { // this replica's share (--shard-optimizer)\n"
+         "  int64_t i0 = 0, i1 = 0;\n"
+         "  const int64_t s = gp_shard_slice(ctx, " +
+         std::to_string(total) + "LL, " + std::to_string(elem) + "LL, " +
+         std::to_string(n) + "LL, &i0, &i1);\n  (void)s;\n  if (i1 > i0)\n";
+}
+
+std::string FuncEmitter::shardStatePtr(int k) {
+  return "((float *)(A + " + std::to_string(stage.shardState[k]) + ") + s)";
+}
+
 LogicalResult FuncEmitter::emit(pipeline::SGDUpdateOp o) {
   bool momentum = o.getMomentum().convertToDouble() > 0;
+  if (stage.shard > 1) {
+    if (momentum && stage.shardState.empty())
+      return o.emitError("--shard-optimizer: the pipe.schedule has no "
+                         "pipe.state (run gpipe-plan-memory with "
+                         "shard-optimizer)");
+    os << shardSlice(o, o.getParam(), o.getGrad()) << "  gp_sgd_update("
+       << ptr(o.getParam(), false) << " + i0, " << ptr(o.getGrad()) << " + i0, "
+       << (momentum ? shardStatePtr(0) : "nullptr") << ", i1 - i0, "
+       << floatLit(o.getLr().convertToDouble()) << ", "
+       << floatLit(o.getMomentum().convertToDouble()) << ", "
+       << floatLit(o.getWeightDecay().convertToDouble()) << ", "
+       << o.getNesterov() << ", ctx->step);\n  }\n";
+    return success();
+  }
   os << "  gp_sgd_update(" << ptr(o.getParam(), false) << ", "
      << ptr(o.getGrad()) << ", " << (momentum ? statePtr(o, 0) : "nullptr")
      << ", " << tensorType(o.getParam()).getNumElements() << ", "
@@ -1461,6 +1510,22 @@ LogicalResult FuncEmitter::emit(pipeline::SGDUpdateOp o) {
 }
 
 LogicalResult FuncEmitter::emit(pipeline::AdamUpdateOp o) {
+  if (stage.shard > 1) {
+    if (stage.shardState.size() < 2)
+      return o.emitError("--shard-optimizer: the pipe.schedule has no "
+                         "pipe.state (run gpipe-plan-memory with "
+                         "shard-optimizer)");
+    os << shardSlice(o, o.getParam(), o.getGrad()) << "  gp_adam_update("
+       << ptr(o.getParam(), false) << " + i0, " << ptr(o.getGrad()) << " + i0, "
+       << shardStatePtr(0) << ", " << shardStatePtr(1) << ", i1 - i0, "
+       << floatLit(o.getLr().convertToDouble()) << ", "
+       << floatLit(o.getBeta1().convertToDouble()) << ", "
+       << floatLit(o.getBeta2().convertToDouble()) << ", "
+       << floatLit(o.getEps().convertToDouble()) << ", "
+       << floatLit(o.getWeightDecay().convertToDouble()) << ", "
+       << o.getDecoupled() << ", ctx->step);\n  }\n";
+    return success();
+  }
   os << "  gp_adam_update(" << ptr(o.getParam(), false) << ", "
      << ptr(o.getGrad()) << ", " << statePtr(o, 0) << ", " << statePtr(o, 1)
      << ", " << tensorType(o.getParam()).getNumElements() << ", "
@@ -1914,6 +1979,28 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
     }
   st.clearedBegin = plan.getClearedBegin();
   st.clearedEnd = plan.getClearedEnd();
+  if (options.shardOptimizer && options.dataParallel > 1) {
+    st.shard = options.dataParallel;
+    for (pipeline::BufferAttr b : pipeline::getState(schedule))
+      st.shardState.push_back(b.getOffset());
+    // Each replica updates its share of every accumulator in place: an
+    // update that also moves gradients (a weight tied across stages or
+    // chunks) is not supported yet.
+    for (auto &fns : chunkFns) {
+      WalkResult tied = fns[2].walk([&](Operation *op) {
+        if (isa<nn::ParamOp, nn::ConstantOp, pipeline::AccumulatedGradOp,
+                pipeline::SGDUpdateOp, pipeline::AdamUpdateOp, func::ReturnOp,
+                func::FuncOp>(op))
+          return WalkResult::advance();
+        op->emitError("--shard-optimizer: stage ")
+            << stageIndex << "'s update runs '" << op->getName()
+            << "' (a weight tied across stages or chunks): not supported yet";
+        return WalkResult::interrupt();
+      });
+      if (tied.wasInterrupted())
+        return failure();
+    }
+  }
   st.scratchBytes = plan.getScratch();
   st.stashBase = plan.getStashBase();
   st.stashBytes = plan.getStashSlot();
@@ -2123,6 +2210,13 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
        << stashPtr << "  (void)A;\n  (void)S;\n"
        << bodies[c][1] << "}\n\n";
   }
+  const bool sharded = st.shard > 1 && st.accumulatorEnd > st.accumulatorBegin;
+  if (sharded)
+    ss << "// --shard-optimizer: the parameters the update gathers from the\n"
+       << "// replicas' shares: {offset, first float in the accumulators, "
+          "floats}.\n"
+       << "static const gp_shard_param kShardParams[] = {\n"
+       << st.shardTable << "};\n\n";
   ss << "// The optimizer update, once per mini-batch; then the gradient\n"
      << "// accumulators start again from zero.\n"
      << "static void update(gp_step_ctx *ctx) {\n"
@@ -2170,8 +2264,8 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
     return st.timed({gemm}, s);
   };
   // --data-parallel: the replicas average each gradient once it is final.
-  const bool average =
-      options.dataParallel > 1 && st.accumulatorEnd > st.accumulatorBegin;
+  const bool average = options.dataParallel > 1 && !sharded &&
+                       st.accumulatorEnd > st.accumulatorBegin;
   if (average)
     result.allReduceBytes = st.accumulatorEnd - st.accumulatorBegin;
   auto startAverage = [&](int64_t offset, int64_t bytes) {
@@ -2220,12 +2314,28 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
        << "  gp_reduce_gradients(ctx, " << st.accumulatorBegin << "LL, "
        << st.accumulatorEnd - st.accumulatorBegin << "LL);\n";
   }
+  // --shard-optimizer: this replica's share of the gradients, averaged
+  // (reduce-scatter); each update below changes its share of a parameter;
+  // then the parameters are gathered from all shares.
+  const std::string accRange =
+      std::to_string(st.accumulatorBegin) + "LL, " +
+      std::to_string(st.accumulatorEnd - st.accumulatorBegin) + "LL";
+  if (sharded) {
+    result.allReduceBytes = st.accumulatorEnd - st.accumulatorBegin;
+    ss << "  // this replica's share of the " << options.dataParallel
+       << " replicas' gradients, averaged (--shard-optimizer)\n"
+       << "  gp_shard_reduce(ctx, " << accRange << ");\n";
+  }
   // Every chunk's update, the last chunk first (gpipe-check-schedule checks
   // the transfers in that order).
   for (int64_t c = numChunks - 1; c >= 0; --c)
     ss << (numChunks == 1
                ? bodies[c][2]
                : "  { // update" + ofChunk(c) + "\n" + bodies[c][2] + "  }\n");
+  if (sharded)
+    ss << "  // every replica's share of the parameters (--shard-optimizer)\n"
+       << "  gp_shard_gather(ctx, " << accRange << ", kShardParams, "
+       << st.shardEntries << ");\n";
   ss << clearAccumulators << "}\n\n";
   if (st.weightActions) {
     for (int64_t c = 0; c < numChunks; ++c) {
@@ -2289,7 +2399,8 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
              ? std::string(", 0, nullptr")
              : ", " + std::to_string(st.profileUnits.size()) +
                    ", kProfileUnits")
-     << ", " << options.dataParallel << "};\n\n"
+     << ", " << options.dataParallel << ", " << (st.shard > 1 ? st.shard : 0)
+     << "};\n\n"
      << "int main(int argc, char **argv) { return gp_main(argc, argv, "
         "&kProgram); }\n";
   return std::move(result);

@@ -67,6 +67,9 @@ struct EmitOptions {
   // --data-parallel: replicas of the pipeline; > 1: the update averages the
   // gradient accumulators across them (gp_reduce_gradients) first.
   int64_t dataParallel = 1;
+  // --shard-optimizer: each replica updates its 1/D share of the gradient
+  // accumulators' elements (pipe.shard_state), then gathers the parameters.
+  bool shardOptimizer = false;
   // --costs: the measured cost table the stage's step time is predicted
   // from (EmittedStage::predictedSeconds), or null.
   const struct CostTable *costs = nullptr;

@@ -48,6 +48,11 @@ public:
     for (func::FuncOp fn : fns)
       if (failed(collectLongLived(fn)))
         return failure();
+    // --shard-optimizer: the state slots of the replica's share.
+    for (auto [k, b] : llvm::enumerate(pipeline::getState(schedule)))
+      if (failed(object("optimizer state share #" + std::to_string(k), b,
+                        schedule)))
+        return failure();
     if (failed(checkLongLived()))
       return failure();
     for (auto &c : chunks)
@@ -162,8 +167,8 @@ private:
           ok = object("the hand-off of tag " + std::to_string(tag), h, op);
           if (succeeded(ok) && h.getBytes() < need)
             ok = op->emitError("stage ")
-                 << stage << ": the hand-off of tag " << tag << " at "
-                 << str(h) << " is smaller than its " << need << " bytes";
+                 << stage << ": the hand-off of tag " << tag << " at " << str(h)
+                 << " is smaller than its " << need << " bytes";
         }
       return failed(ok) ? WalkResult::interrupt() : WalkResult::advance();
     });

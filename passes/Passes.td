@@ -356,6 +356,10 @@ def PlanMemory : Pass<"gpipe-plan-memory", "mlir::ModuleOp"> {
     Option<"target", "target", "std::string", "\"cpu\"", "cpu or cuda">,
     Option<"precision", "precision", "std::string", "\"fp32\"",
            "fp32 or bf16">,
+    Option<"shardOptimizer", "shard-optimizer", "int64_t", "1",
+           "D > 1 (ZeRO-1): no per-parameter optimizer state; after the "
+           "gradient accumulators, one region per state slot of a 1/D share "
+           "of them (pipe.state on the pipe.schedule)">,
   ];
   let dependentDialects = ["gpipe::pipeline::PipeDialect"];
 }

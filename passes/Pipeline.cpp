@@ -66,6 +66,7 @@ void gpipe::buildLoweringPipeline(OpPassManager &pm,
   PlanMemoryOptions plan;
   plan.target = options.target;
   plan.precision = options.precision;
+  plan.shardOptimizer = options.shardOptimizer;
   pm.addPass(createPlanMemory(plan));
   pm.addPass(createCheckMemory());
 }

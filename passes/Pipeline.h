@@ -93,6 +93,11 @@ struct LoweringOptions : mlir::PassPipelineOptions<LoweringOptions> {
       *this, "precision",
       llvm::cl::desc("fp32 or bf16 (bf16 parameter copies, scratch)"),
       llvm::cl::init("fp32")};
+  Option<int64_t> shardOptimizer{
+      *this, "shard-optimizer",
+      llvm::cl::desc("the replicas the optimizer state is split across "
+                     "(--shard-optimizer; 1: not split)"),
+      llvm::cl::init(1)};
 };
 
 /// Adds the lowering below the pipeline IR, what code generation needs

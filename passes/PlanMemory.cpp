@@ -113,9 +113,11 @@ class StagePlanner {
 public:
   /// `stageOf`: the stage holding each virtual stage (a transfer's peer).
   StagePlanner(StageFuncs f, int64_t align, bool cuda, bool bf16,
-               int64_t microbatches, ArrayRef<int64_t> stageOf)
-      : f(f), ctx(f.schedule.getContext()), align(align), cuda(cuda), bf16(bf16),
-        microbatches(microbatches), stageOf(stageOf) {}
+               int64_t microbatches, ArrayRef<int64_t> stageOf,
+               int64_t shard = 1)
+      : f(f), ctx(f.schedule.getContext()), align(align), cuda(cuda),
+        bf16(bf16), microbatches(microbatches), stageOf(stageOf), shard(shard) {
+  }
   LogicalResult run(StringRef target, StringRef precision);
 
 private:
@@ -142,6 +144,8 @@ private:
   bool cuda, bf16;
   int64_t microbatches;
   ArrayRef<int64_t> stageOf;
+  // --shard-optimizer: the replicas the optimizer state is split across.
+  int64_t shard = 1;
   int64_t cursor = 0;
   llvm::StringMap<BufferAttr> params, shadows, accumulators;
   int64_t parameterBytes = 0, optimizerBytes = 0, gradientBytes = 0,
@@ -173,40 +177,45 @@ void StagePlanner::planLongLived() {
       parameterBytes += b.getBytes();
       pipeline::setBuffer(r.getValue(), b);
     });
-  // Optimizer state: SGD with momentum one buffer, Adam two.
+  // Optimizer state: SGD with momentum one buffer, Adam two (split across
+  // the replicas with --shard-optimizer: after the accumulators, below).
+  int64_t stateSlots = 0;
   for (func::FuncOp update : f.update)
-  update.walk([&](Operation *op) {
-    int buffers = 0;
-    Value param;
-    if (auto sgd = dyn_cast<pipeline::SGDUpdateOp>(op)) {
-      buffers = sgd.getMomentum().convertToDouble() > 0 ? 1 : 0;
-      param = sgd.getParam();
-    } else if (auto adam = dyn_cast<pipeline::AdamUpdateOp>(op)) {
-      buffers = 2;
-      param = adam.getParam();
-    } else {
-      return;
-    }
-    SmallVector<BufferAttr> state;
-    for (int k = 0; k < buffers; ++k) {
-      state.push_back(permanent(bytesOf(param)));
-      optimizerBytes += state.back().getBytes();
-    }
-    if (buffers)
-      pipeline::setState(op, state);
-  });
+    update.walk([&](Operation *op) {
+      int buffers = 0;
+      Value param;
+      if (auto sgd = dyn_cast<pipeline::SGDUpdateOp>(op)) {
+        buffers = sgd.getMomentum().convertToDouble() > 0 ? 1 : 0;
+        param = sgd.getParam();
+      } else if (auto adam = dyn_cast<pipeline::AdamUpdateOp>(op)) {
+        buffers = 2;
+        param = adam.getParam();
+      } else {
+        return;
+      }
+      stateSlots = std::max<int64_t>(stateSlots, buffers);
+      if (shard > 1)
+        return;
+      SmallVector<BufferAttr> state;
+      for (int k = 0; k < buffers; ++k) {
+        state.push_back(permanent(bytesOf(param)));
+        optimizerBytes += state.back().getBytes();
+      }
+      if (buffers)
+        pipeline::setState(op, state);
+    });
   // Deferred running statistics: each micro-batch's mean and variance, kept
   // until the step's last micro-batch combines them (counted with the
   // parameters, the model state they update).
   for (func::FuncOp forward : f.forward)
-  forward.walk([&](nn::UpdateRunningStatsOp update) {
-    int64_t m = update.getMicrobatches();
-    if (m <= 1)
-      return;
-    BufferAttr b = permanent(2 * m * bytesOf(update.getMean()));
-    parameterBytes += b.getBytes();
-    pipeline::setState(update, {b});
-  });
+    forward.walk([&](nn::UpdateRunningStatsOp update) {
+      int64_t m = update.getMicrobatches();
+      if (m <= 1)
+        return;
+      BufferAttr b = permanent(2 * m * bytesOf(update.getMean()));
+      parameterBytes += b.getBytes();
+      pipeline::setState(update, {b});
+    });
   // Accumulators: first those a GEMM overwrites (gpipe-accumulate-in-place's
   // `overwrite`), then those the update clears. One per parameter and chunk:
   // the chunk that uses a weight tied to another chunk of the stage sums its
@@ -241,6 +250,19 @@ void StagePlanner::planLongLived() {
     });
   clearedEnd = cursor;
   gradientBytes = cursor - accumulatorBegin;
+  // --shard-optimizer: replica r updates the r-th of D equal shares of the
+  // accumulators' floats (the runtime's split: [n*r/D, n*(r+1)/D)), so each
+  // state slot needs room for the largest share.
+  if (shard > 1 && stateSlots > 0) {
+    const int64_t floats = (clearedEnd - accumulatorBegin) / 4;
+    const int64_t share = (floats + shard - 1) / shard * 4;
+    SmallVector<BufferAttr> slots;
+    for (int64_t k = 0; k < stateSlots; ++k) {
+      slots.push_back(permanent(share));
+      optimizerBytes += slots.back().getBytes();
+    }
+    pipeline::setState(f.schedule, slots);
+  }
   for (func::FuncOp fn : f.all())
     fn.walk([&](Operation *op) {
       if (auto a = dyn_cast<pipeline::AccumulateGradOp>(op))
@@ -252,15 +274,15 @@ void StagePlanner::planLongLived() {
   // Deferred weight-gradient GEMMs (gpipe-split-weight-grad): G and X of
   // every micro-batch, in row blocks.
   for (func::FuncOp backward : f.backward)
-  backward.walk([&](pipeline::AccumulateGradOp acc) {
-    if (!acc.getDeferred())
-      return;
-    auto gemm = acc.getGrad().getDefiningOp<nn::GemmOp>();
-    BufferAttr g = permanent(microbatches * bytesOf(gemm.getA()));
-    BufferAttr x = permanent(microbatches * bytesOf(gemm.getB()));
-    gradientBytes += g.getBytes() + x.getBytes();
-    pipeline::setDeferredOperands(acc, {g, x});
-  });
+    backward.walk([&](pipeline::AccumulateGradOp acc) {
+      if (!acc.getDeferred())
+        return;
+      auto gemm = acc.getGrad().getDefiningOp<nn::GemmOp>();
+      BufferAttr g = permanent(microbatches * bytesOf(gemm.getA()));
+      BufferAttr x = permanent(microbatches * bytesOf(gemm.getB()));
+      gradientBytes += g.getBytes() + x.getBytes();
+      pipeline::setDeferredOperands(acc, {g, x});
+    });
   // CUDA: kernels read constants from the arena (init uploads them).
   if (cuda)
     for (func::FuncOp fn : f.all())
@@ -310,18 +332,18 @@ void StagePlanner::planLongLived() {
             std::max(scratchBytes, bf16Bytes(g.getA()) + bf16Bytes(g.getB()));
       });
     for (func::FuncOp backward : f.backward)
-    backward.walk([&](pipeline::AccumulateGradOp acc) {
-      if (!acc.getDeferred())
-        return;
-      auto gemm = acc.getGrad().getDefiningOp<nn::GemmOp>();
-      auto rowBlocks = [&](Value v) {
-        return aligned(microbatches *
-                       cast<RankedTensorType>(v.getType()).getNumElements() *
-                       2);
-      };
-      scratchBytes = std::max(scratchBytes,
-                              rowBlocks(gemm.getA()) + rowBlocks(gemm.getB()));
-    });
+      backward.walk([&](pipeline::AccumulateGradOp acc) {
+        if (!acc.getDeferred())
+          return;
+        auto gemm = acc.getGrad().getDefiningOp<nn::GemmOp>();
+        auto rowBlocks = [&](Value v) {
+          return aligned(microbatches *
+                         cast<RankedTensorType>(v.getType()).getNumElements() *
+                         2);
+        };
+        scratchBytes = std::max(scratchBytes, rowBlocks(gemm.getA()) +
+                                                  rowBlocks(gemm.getB()));
+      });
   }
 }
 
@@ -341,8 +363,8 @@ LogicalResult StagePlanner::planHandoffs() {
         return;
       bool once = send.getPerStep() ||
                   pipeline::getPhase(fn) == pipeline::Phase::Update;
-      BufferAttr b =
-          permanent((once ? 1 : microbatches) * aligned(bytesOf(send.getValue())));
+      BufferAttr b = permanent((once ? 1 : microbatches) *
+                               aligned(bytesOf(send.getValue())));
       byTag[send.getTag()] = b;
       pipeline::setHandoff(send, b);
     });
@@ -561,7 +583,8 @@ struct PlanMemoryPass : gpipe::impl::PlanMemoryBase<PlanMemoryPass> {
         if (remat.wasInterrupted())
           return signalPassFailure();
       }
-      StagePlanner planner(f, align, cuda, precision == "bf16", m, stageOf);
+      StagePlanner planner(f, align, cuda, precision == "bf16", m, stageOf,
+                           shardOptimizer);
       if (failed(planner.run(target, precision)))
         return signalPassFailure();
     }

@@ -108,10 +108,15 @@ int main(int argc, char **argv) {
       "bfpp; 2 for zbv; 1 for the other schedules)")(
       "data-parallel",
       po::value(&o.dataParallel)->default_value(1)->value_name("D"),
-      "D replicas of the K-stage pipeline (D*K processes, CPU target): "
-      "--batch-size stays the global mini-batch, each replica trains on "
-      "B/D of its rows in M micro-batches, and each stage's gradients are "
-      "averaged across its D replicas before the update")(
+      "D replicas of the K-stage pipeline (D*K processes): --batch-size "
+      "stays the global mini-batch, each replica trains on B/D of its rows "
+      "in M micro-batches, and each stage's gradients are averaged across "
+      "its D replicas before the update")(
+      "shard-optimizer", po::bool_switch(&o.shardOptimizer),
+      "with --data-parallel D (ZeRO-1): each stage's optimizer state split "
+      "across its D replicas (a 1/D share each): the gradients are "
+      "reduce-scattered, each replica updates its share of the parameters, "
+      "and the parameters are all-gathered (CPU target, fp32)")(
       "partition", po::value(&partition)->value_name("NODES"),
       "split points by hand, comma-separated: the ONNX node (e.g. "
       "/fc2/Gemm) or module path (e.g. fc2, blocks.3: its first node) each "

@@ -112,6 +112,12 @@ LogicalResult validate(const CompileOptions &o) {
   if (o.dataParallel < 1)
     return fail("--data-parallel must be >= 1, got " +
                 llvm::Twine(o.dataParallel));
+  if (o.shardOptimizer && o.dataParallel < 2)
+    return fail("--shard-optimizer splits the optimizer state across the "
+                "replicas: it needs --data-parallel D >= 2");
+  if (o.shardOptimizer && (o.target != "cpu" || o.precision != "fp32"))
+    return fail("--shard-optimizer runs on the CPU target in fp32 only for "
+                "now");
 
   if (o.memoryPerStage > 0 && o.virtualStages > 1)
     return fail("--memory-per-stage needs one model chunk per stage "
@@ -367,6 +373,7 @@ int gpipe::compile(const CompileOptions &options) {
     LoweringOptions lo;
     lo.target = o.target;
     lo.precision = o.precision;
+    lo.shardOptimizer = o.shardOptimizer ? o.dataParallel : 1;
     buildLoweringPipeline(lower, lo);
     if (failed(lower.run(module)))
       return cleanupAndFail();
@@ -382,6 +389,7 @@ int gpipe::compile(const CompileOptions &options) {
     eo.allowTf32 = o.allowTf32;
     eo.profile = o.profile;
     eo.dataParallel = o.dataParallel;
+    eo.shardOptimizer = o.shardOptimizer;
     eo.costs = costs ? &*costs : nullptr;
     FailureOr<EmittedStage> stage =
         emitStageCpp(module, s, names.back(), takenFiles, buildId, eo);

@@ -43,6 +43,9 @@ struct CompileOptions {
   /// --data-parallel D: D replicas of the pipeline, each training on B/D
   /// of every mini-batch, their gradients averaged before each update.
   int64_t dataParallel = 1;
+  /// --shard-optimizer (ZeRO-1): the optimizer state split across the
+  /// replicas.
+  bool shardOptimizer = false;
   /// --partition: the split points by hand (node names or module paths),
   /// K*V-1 of them; empty: the cost-balanced partition.
   std::vector<std::string> partition;

@@ -76,6 +76,7 @@ makeManifest(const CompileOptions &o, const ImportedModel &model,
   m.microbatches = o.microbatches;
   m.microbatchSize = model.batchSize / o.microbatches;
   m.dataParallel = o.dataParallel;
+  m.shardOptimizer = o.shardOptimizer;
   m.remat = remat;
   m.rematStages = o.rematStages;
   m.rematStashBytes = o.rematStashBytes;

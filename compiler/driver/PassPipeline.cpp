@@ -37,8 +37,8 @@ void gpipe::driver::setPipelineOptions(CompilePipelineOptions &p,
       ctx.loadDialect<pipeline::PipeDialect>();
       for (auto &actions :
            s->generate(&ctx, o.stages, o.microbatches, o.virtualStages))
-        p.inFlight.push_back(std::max<int64_t>(
-            1, pipeline::ScheduleOp::maxInFlight(actions)));
+        p.inFlight.push_back(
+            std::max<int64_t>(1, pipeline::ScheduleOp::maxInFlight(actions)));
     }
   p.batchnorm = o.batchnorm;
 }

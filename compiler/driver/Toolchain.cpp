@@ -277,12 +277,13 @@ LogicalResult buildExecutables(const CompileOptions &o, const std::string &dir,
     return fail("cannot find sh, needed to run the compiler launcher");
   std::vector<Command> compiles, links;
   for (const std::string &name : names) {
-    std::vector<std::string> args = {*shell, "-c", "cd \"$0\" && exec \"$@\"",
-                                     dir, launcher, *found, "-c"};
+    std::vector<std::string> args = {
+        *shell, "-c", "cd \"$0\" && exec \"$@\"", dir, launcher, *found, "-c"};
     for (std::string &a : compileFlags(name + ext))
       args.push_back(std::move(a));
     args.insert(args.end(), {"-o", name + ".o"});
-    compiles.push_back({name, std::move(args), dir + "/" + name + ".build.log"});
+    compiles.push_back(
+        {name, std::move(args), dir + "/" + name + ".build.log"});
     std::vector<std::string> link = {*found, dir + "/" + name + ".o"};
     if (cuda) // the same device code generation flags as the compile
       link.insert(link.end(), gencode.begin(), gencode.end());

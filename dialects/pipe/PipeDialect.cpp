@@ -282,10 +282,11 @@ LogicalResult PipeDialect::verifyOperationAttribute(Operation *op,
     return arenaBuffer(value) ? success() : expected("an arena #pipe.buffer");
   }
   if (name == getStateAttrHelper().getName()) {
-    if (failed(
-            onOp(isa<SGDUpdateOp, AdamUpdateOp, nn::UpdateRunningStatsOp>(op),
-                 "a pipe.sgd_update, pipe.adam_update or "
-                 "nn.update_running_stats")))
+    if (failed(onOp(isa<SGDUpdateOp, AdamUpdateOp, nn::UpdateRunningStatsOp,
+                        ScheduleOp>(op),
+                    "a pipe.sgd_update, pipe.adam_update, "
+                    "nn.update_running_stats or (a replica's share of the "
+                    "optimizer state) pipe.schedule")))
       return failure();
     return arenaBuffers(0) ? success()
                            : expected("an array of arena #pipe.buffer");

@@ -55,7 +55,8 @@ def Pipe_Dialect : Dialect {
     "::mlir::Attribute":$shadow,
     // The accumulator of a pipe.accumulate_grad's parameter (a BufferAttr).
     "::mlir::Attribute":$accumulator,
-    // An optimizer update's state buffers (BufferAttrs).
+    // An optimizer update's state buffers (BufferAttrs); on a pipe.schedule,
+    // the state slots of the replica's share (--shard-optimizer).
     "::mlir::ArrayAttr":$state,
     // A deferred weight-gradient GEMM's operands for all micro-batches, on
     // its pipe.accumulate_grad (two BufferAttrs: G, then X).

@@ -52,6 +52,10 @@ bool checkPipelineFile(const gp_program &p, const std::string &path,
     return mismatch("--data-parallel " + std::to_string(m.dataParallel) +
                     ", this executable is one of " + std::to_string(replicas) +
                     " replicas");
+  if (m.shardOptimizer != (p.shard_optimizer > 1))
+    return mismatch(
+        std::string("--shard-optimizer ") + (m.shardOptimizer ? "on" : "off") +
+        ", this executable's is " + (p.shard_optimizer > 1 ? "on" : "off"));
   if (m.microbatches != p.microbatches ||
       m.batchSize != p.batch_size * replicas)
     return mismatch("batch " + std::to_string(m.batchSize) + " in " +

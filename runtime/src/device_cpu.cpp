@@ -157,6 +157,51 @@ extern "C" void gp_reduce_start(gp_step_ctx *ctx, int64_t offset,
   traceAllReduce(ctx, bytes, t0, cpu0);
 }
 
+extern "C" int64_t gp_shard_slice(gp_step_ctx *, int64_t total, int64_t elem,
+                                  int64_t n, int64_t *i0, int64_t *i1) {
+  int64_t lo = 0, hi = 0;
+  gpipe::transportShare(total, lo, hi);
+  const int64_t a = std::max(elem, lo), b = std::min(elem + n, hi);
+  *i0 = a - elem;
+  *i1 = std::max(a, b) - elem;
+  return a - lo;
+}
+
+extern "C" void gp_shard_reduce(gp_step_ctx *ctx, int64_t offset,
+                                int64_t bytes) {
+  std::string err;
+  float *g = gradients(ctx, offset, bytes, "gp_shard_reduce");
+  int64_t t0 = gpipe::timingNowNs(), cpu0 = gpipe::timingCpuNs();
+  if (!gpipe::transportShardReduce(g, bytes / 4, err))
+    gpipe::fatal(ctx, 1, err);
+  traceAllReduce(ctx, bytes, t0, cpu0);
+}
+
+extern "C" void gp_shard_gather(gp_step_ctx *ctx, int64_t offset, int64_t bytes,
+                                const gp_shard_param *params, int32_t count) {
+  std::string err;
+  float *buf = gradients(ctx, offset, bytes, "gp_shard_gather");
+  const int64_t total = bytes / 4;
+  int64_t t0 = gpipe::timingNowNs(), cpu0 = gpipe::timingCpuNs();
+  // This replica's share of each parameter into the buffer, every share
+  // gathered, every parameter back out.
+  for (int32_t k = 0; k < count; ++k) {
+    const gp_shard_param &p = params[k];
+    int64_t i0 = 0, i1 = 0;
+    gp_shard_slice(ctx, total, p.elem, p.n, &i0, &i1);
+    if (i1 > i0)
+      std::memcpy(buf + p.elem + i0,
+                  reinterpret_cast<float *>(ctx->arena + p.offset) + i0,
+                  static_cast<size_t>(i1 - i0) * sizeof(float));
+  }
+  if (!gpipe::transportShardGather(buf, total, err))
+    gpipe::fatal(ctx, 1, err);
+  for (int32_t k = 0; k < count; ++k)
+    std::memcpy(ctx->arena + params[k].offset, buf + params[k].elem,
+                static_cast<size_t>(params[k].n) * sizeof(float));
+  traceAllReduce(ctx, bytes, t0, cpu0);
+}
+
 extern "C" void gp_reduce_wait(gp_step_ctx *ctx) {
   std::string err;
   int64_t t0 = gpipe::timingNowNs(), cpu0 = gpipe::timingCpuNs();

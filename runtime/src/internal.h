@@ -363,6 +363,15 @@ bool transportAverageReplicas(float *data, int64_t n, std::string &err);
 /// in between.
 bool transportAverageStart(float *data, int64_t n, std::string &err);
 bool transportAverageWait(std::string &err);
+/// --shard-optimizer: this replica's share [lo, hi) of n floats (n * r / D
+/// to n * (r + 1) / D).
+void transportShare(int64_t n, int64_t &lo, int64_t &hi);
+/// Every replica calls it with the same n: this replica's share of `data`
+/// becomes the mean of the replicas' (summed in replica order, as
+/// transportAverageReplicas); the rest is left as it was.
+bool transportShardReduce(float *data, int64_t n, std::string &err);
+/// Every replica's share of `data` copied into every replica's (in place).
+bool transportShardGather(float *data, int64_t n, std::string &err);
 /// The same for one number (the loss).
 bool transportAverageReplicas(double &value, std::string &err);
 /// MPI_Finalize (after delivering buffered sends).

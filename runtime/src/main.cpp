@@ -1014,6 +1014,15 @@ int StageRun::runSteps() {
     lossStage_ = program_->has_loss ? 0 : -1;
   }
   logger_ = writer_ && stage_ == (lossStage_ >= 0 ? lossStage_ : 0);
+  if (program_->shard_optimizer > 1 &&
+      (!opt_.checkpointDir.empty() || !opt_.resumeFrom.empty()))
+    return error(std::string(opt_.checkpointDir.empty() ? "--resume-from"
+                                                        : "--checkpoint-dir") +
+                 ": this program splits its optimizer state across its " +
+                 std::to_string(program_->shard_optimizer) +
+                 " replicas (gpipe-compile --shard-optimizer), which "
+                 "checkpoints do not gather yet: compile without it to "
+                 "checkpoint");
   if (opt_.onNan == "skip" && program_->target != GP_TARGET_CPU)
     return error("--on-nan skip needs the CPU target: a CUDA stage knows the "
                  "step's loss only after its update is queued");

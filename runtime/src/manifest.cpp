@@ -155,6 +155,7 @@ void fieldsOf(M &m, F &&f, const Manifest &) {
   f("schedule", m.schedule, Presence::Always);
   f("virtual_stages", m.virtualStages, writtenIf(m.virtualStages > 1));
   f("data_parallel", m.dataParallel, writtenIf(m.dataParallel > 1));
+  f("shard_optimizer", m.shardOptimizer, writtenIf(m.shardOptimizer));
   f("loss", m.loss, Presence::Always);
   f("loss_stage", m.lossStage, Presence::Always);
   f("optimizer", m.optimizer, Presence::Always);

@@ -1,18 +1,18 @@
 // NumPy .npy format (v1.0/2.0/3.0) reading via mmap and atomic v1.0 writing.
 #include "npy.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
-#include <limits>
-#include <algorithm>
 #include <functional>
-#include <vector>
+#include <limits>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <utility>
+#include <vector>
 
 namespace gpipe {
 
@@ -412,8 +412,8 @@ bool npyWriteF32(const std::string &path, const float *data,
 }
 
 bool npyWriteF32FromFile(const std::string &path, const int64_t *shape,
-                         size_t rank, const std::string &source,
-                         int64_t offset, std::string &err) {
+                         size_t rank, const std::string &source, int64_t offset,
+                         std::string &err) {
   int fd = ::open(source.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     err = "cannot open " + source + ": " + std::strerror(errno);

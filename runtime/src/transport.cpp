@@ -406,6 +406,85 @@ bool transportAverageReplicas(float *data, int64_t n, std::string &err) {
   return transportAverageStart(data, n, err) && transportAverageWait(err);
 }
 
+void transportShare(int64_t n, int64_t &lo, int64_t &hi) {
+  lo = n * gReplica / gReplicaCount;
+  hi = n * (gReplica + 1) / gReplicaCount;
+}
+
+namespace {
+/// The shares of n floats as MPI counts and displacements (one piece: the
+/// planner sized the state for it), or an error when they do not fit int.
+bool shareCounts(int64_t n, std::vector<int> &counts, std::vector<int> &displs,
+                 std::string &err) {
+  const int d = gReplicaCount;
+  if (n / d + 1 > INT_MAX || n > int64_t(INT_MAX)) {
+    err = "--shard-optimizer: " + std::to_string(n) +
+          " gradient floats in one stage are more than MPI's counts hold";
+    return false;
+  }
+  counts.resize(static_cast<size_t>(d));
+  displs.resize(static_cast<size_t>(d));
+  for (int j = 0; j < d; ++j) {
+    displs[static_cast<size_t>(j)] = static_cast<int>(n * j / d);
+    counts[static_cast<size_t>(j)] =
+        static_cast<int>(n * (j + 1) / d - n * j / d);
+  }
+  return true;
+}
+} // namespace
+
+bool transportShardReduce(float *data, int64_t n, std::string &err) {
+  const int d = gReplicaCount;
+  std::vector<int> counts, displs;
+  if (d <= 1 || n <= 0)
+    return true;
+  if (!shareCounts(n, counts, displs, err))
+    return false;
+  const int own = counts[static_cast<size_t>(gReplica)];
+  // Every replica's copy of this replica's share, replica by replica, then
+  // their sum in replica order, scaled: as gatherBucket's.
+  static std::vector<float> all;
+  all.resize(static_cast<size_t>(own) * static_cast<size_t>(d));
+  std::vector<int> recvCounts(static_cast<size_t>(d), own),
+      recvDispls(static_cast<size_t>(d));
+  for (int j = 0; j < d; ++j)
+    recvDispls[static_cast<size_t>(j)] = j * own;
+  int rc =
+      MPI_Alltoallv(data, counts.data(), displs.data(), MPI_FLOAT, all.data(),
+                    recvCounts.data(), recvDispls.data(), MPI_FLOAT, gReplicas);
+  if (rc != MPI_SUCCESS) {
+    err = "averaging the gradients across the " + std::to_string(d) +
+          " replicas failed: " + mpiError(rc);
+    return false;
+  }
+  float *mine = data + displs[static_cast<size_t>(gReplica)];
+  const float scale = 1.0f / static_cast<float>(d);
+  for (int i = 0; i < own; ++i) {
+    float v = all[static_cast<size_t>(i)];
+    for (int j = 1; j < d; ++j)
+      v += all[static_cast<size_t>(j) * static_cast<size_t>(own) +
+               static_cast<size_t>(i)];
+    mine[i] = v * scale;
+  }
+  return true;
+}
+
+bool transportShardGather(float *data, int64_t n, std::string &err) {
+  std::vector<int> counts, displs;
+  if (gReplicaCount <= 1 || n <= 0)
+    return true;
+  if (!shareCounts(n, counts, displs, err))
+    return false;
+  int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data,
+                          counts.data(), displs.data(), MPI_FLOAT, gReplicas);
+  if (rc != MPI_SUCCESS) {
+    err = "gathering the parameters from the " + std::to_string(gReplicaCount) +
+          " replicas failed: " + mpiError(rc);
+    return false;
+  }
+  return true;
+}
+
 bool transportAverageReplicas(double &value, std::string &err) {
   if (gReplicaCount <= 1)
     return true;

@@ -188,6 +188,10 @@ def parse_args(argv):
                     help="gpipe-compile --data-parallel D (D replicas, --batch-size the "
                          "global batch); the reference program (--compare-single) is the "
                          "same pipeline with one replica")
+    ap.add_argument("--shard-optimizer", dest="shard_optimizer", action="store_true",
+                    help="gpipe-compile --shard-optimizer (with --data-parallel): every "
+                         "stage's optimizer_state_bytes in pipeline.json must be at most "
+                         "half the reference program's, rounded up to the arena's alignment")
     ap.add_argument("--virtual-stages", type=int, default=None,
                     help="gpipe-compile --virtual-stages (model chunks per stage, "
                          "--schedule interleaved)")
@@ -352,6 +356,8 @@ def pipeline_flags(a):
         f += ["--batchnorm", a.batchnorm]
     if a.data_parallel is not None:
         f += ["--data-parallel", str(a.data_parallel)]
+    if a.shard_optimizer:
+        f += ["--shard-optimizer"]
     return f
 
 
@@ -641,6 +647,28 @@ def check_pipeline_json(out_dir, stages, microbatches, remat):
     return fails
 
 
+def check_sharded_state(out_dir, ref_dir, replicas):
+    """--shard-optimizer: the stages' optimizer_state_bytes (pipeline.json), summed, are at
+    most the reference's / replicas plus the 64-byte alignment of each state slot (the
+    reference's partition may cut elsewhere: its micro-batches are D times larger, so the
+    stages are compared together), and the reference has state to split."""
+    try:
+        got = json.load(open(os.path.join(out_dir, "pipeline.json")))["stages"]
+        ref = json.load(open(os.path.join(ref_dir, "pipeline.json")))["stages"]
+        gb = sum(st["memory"]["optimizer_state_bytes"] for st in got)
+        rb = sum(st["memory"]["optimizer_state_bytes"] for st in ref)
+    except (OSError, ValueError, KeyError) as e:
+        return ["--shard-optimizer: cannot read the pipeline.json files: %s" % e]
+    if rb <= 0:
+        return ["--shard-optimizer: the reference has no optimizer state to split"]
+    if gb > rb // replicas + 128 * len(got):
+        return ["--shard-optimizer: the stages hold %d bytes of optimizer state per rank, "
+                "more than 1/%d of the reference's %d" % (gb, replicas, rb)]
+    log("optimizer state per rank: %d bytes over %d stage(s) (one replica: %d)"
+        % (gb, len(got), rb))
+    return []
+
+
 def read_lines(path):
     """The lines of the text file `path`, or None if it cannot be read."""
     try:
@@ -724,7 +752,7 @@ def reference_flags(a):
     if (a.data_parallel or 1) > 1:
         # The same pipeline as one replica, at the same global batch.
         g = argparse.Namespace(**vars(a))
-        g.data_parallel = None
+        g.data_parallel, g.shard_optimizer = None, False
         return pipeline_flags(g) + target_flags(a, "cpu")
     if a.schedule not in (None, "gpipe"):
         # The same K stages and M micro-batches under GPipe (one chunk each).
@@ -1195,6 +1223,8 @@ def run_check(a):
         cfg += " batchnorm=%s" % a.batchnorm
     if a.data_parallel is not None:
         cfg += " data-parallel=%d" % a.data_parallel
+    if a.shard_optimizer:
+        cfg += " shard-optimizer"
     if a.batchnorm_model:
         cfg += " stat_tol=%g" % a.stat_tol
     if a.compare_single:
@@ -1252,6 +1282,8 @@ def run_check(a):
             check_stdout_steps(s_run_out, s_losses, a.tol)
         except CheckFailed as e:
             failures.append("1-stage reference: " + str(e))
+        if a.shard_optimizer:
+            failures += check_sharded_state(out_dir, s_out, a.data_parallel or 1)
         try:
             single = modelspec.load_initializers(onnx.load(s_trained_path))
         except Exception as e:  # noqa: BLE001

@@ -124,6 +124,7 @@ struct Manifest {
   // --data-parallel: replicas of the pipeline; batch_size is the global
   // mini-batch, microbatch_size a replica's micro-batch (B / (D * M)).
   int64_t dataParallel = 1;
+  bool shardOptimizer = false; // --shard-optimizer (ZeRO-1)
   std::string loss;     // the graph output trained
   int64_t lossStage = -1;
   Optimizer optimizer;

@@ -170,6 +170,10 @@ struct gp_program {
   // D replicas of the pipeline; batch_size is a replica's share, B/D); 0 or
   // 1: one pipeline.
   int32_t data_parallel;
+  // gpipe-compile --shard-optimizer (ZeRO-1): the replicas the optimizer
+  // state is split across (each holds the state of its share of the
+  // gradient accumulators' floats); 0: not split.
+  int32_t shard_optimizer;
 };
 
 /// gpipe-compile --profile (CPU target): one op of a timed unit, as the
@@ -250,6 +254,30 @@ void gp_reduce_gradients(gp_step_ctx *ctx, int64_t offset, int64_t bytes);
 /// that were started. The same bits as gp_reduce_gradients.
 void gp_reduce_start(gp_step_ctx *ctx, int64_t offset, int64_t bytes);
 void gp_reduce_wait(gp_step_ctx *ctx);
+
+/// --shard-optimizer: a parameter the update gathers, by where its gradient
+/// accumulator lies among the accumulators' floats.
+typedef struct gp_shard_param {
+  int64_t offset; // the parameter in the arena
+  int64_t elem;   // its accumulator's first float, from the first one's
+  int64_t n;      // floats
+} gp_shard_param;
+/// Of `total` accumulator floats, replica r's share is [total * r / D,
+/// total * (r + 1) / D). For the parameter whose accumulator is floats
+/// [elem, elem + n): sets [i0, i1) to the elements in the share (i0 == i1:
+/// none) and returns the first one's index in the share (its state).
+int64_t gp_shard_slice(gp_step_ctx *ctx, int64_t total, int64_t elem,
+                       int64_t n, int64_t *i0, int64_t *i1);
+/// The update's first call: this replica's share of the accumulators
+/// [offset, offset + bytes) becomes the replicas' mean (the same sum in
+/// replica order as gp_reduce_gradients); the rest is left as it was.
+void gp_shard_reduce(gp_step_ctx *ctx, int64_t offset, int64_t bytes);
+/// The update's last call before the accumulators are cleared: every
+/// replica's share of the `count` parameters (each replica changed its
+/// share) gathered into every replica's copy, through the accumulators
+/// [offset, offset + bytes) as the buffer.
+void gp_shard_gather(gp_step_ctx *ctx, int64_t offset, int64_t bytes,
+                     const gp_shard_param *params, int32_t count);
 
 /// Checks micro-batch `microbatch` of graph input `input` (int64 labels, in
 /// the data file) as gp_check_labels does, reading the file itself: for

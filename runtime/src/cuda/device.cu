@@ -1256,6 +1256,22 @@ extern "C" void gp_reduce_gradients(gp_step_ctx *ctx, int64_t offset,
   gp_reduce_wait(ctx);
 }
 
+// gpipe-compile refuses --shard-optimizer with --target cuda.
+extern "C" int64_t gp_shard_slice(gp_step_ctx *ctx, int64_t, int64_t, int64_t,
+                                  int64_t *, int64_t *) {
+  fatal(ctx, 1,
+        "invalid program: --shard-optimizer is not supported by the CUDA "
+        "runtime yet");
+  return 0;
+}
+extern "C" void gp_shard_reduce(gp_step_ctx *ctx, int64_t, int64_t) {
+  gp_shard_slice(ctx, 0, 0, 0, nullptr, nullptr);
+}
+extern "C" void gp_shard_gather(gp_step_ctx *ctx, int64_t, int64_t,
+                                const gp_shard_param *, int32_t) {
+  gp_shard_slice(ctx, 0, 0, 0, nullptr, nullptr);
+}
+
 extern "C" void gp_report_loss(gp_step_ctx *ctx, const float *loss) {
   int64_t m = ctx->microbatch;
   if (m < 0 || m >= gpipe::cuda::gMicrobatches)
