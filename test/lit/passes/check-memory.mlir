@@ -21,6 +21,11 @@
 // RUN: gpipe-opt %s --gpipe-plan-memory | sed 's/pipe.state = \[#pipe.buffer<arena, offset = 64/pipe.state = [#pipe.buffer<arena, offset = 0/' | not gpipe-opt --gpipe-check-memory 2>&1 | FileCheck %s --check-prefix=LONG
 // LONG: error: stage 0: parameter 'w' at #pipe.buffer<arena, offset = 0, bytes = 64> overlaps optimizer state #0 of 'w' at #pipe.buffer<arena, offset = 0, bytes = 64>
 //
+// --shard-optimizer: the replica's share of the momentum (on the schedule)
+// on top of the accumulator.
+// RUN: gpipe-opt %s --gpipe-plan-memory=shard-optimizer=2 | sed 's/pipe.state = \[#pipe.buffer<arena, offset = 128/pipe.state = [#pipe.buffer<arena, offset = 64/' | not gpipe-opt --gpipe-check-memory 2>&1 | FileCheck %s --check-prefix=SHARE
+// SHARE: error: stage 0: the accumulator of 'w' at #pipe.buffer<arena, offset = 64, bytes = 64> overlaps optimizer state share #0 at #pipe.buffer<arena, offset = 64, bytes = 64>
+//
 // The backward reads a stashed value from where the forward did not keep it.
 // RUN: gpipe-opt %s --gpipe-plan-memory | sed 's/%arg1: tensor<2x3xf32> {pipe.buffer = #pipe.buffer<stash, offset = 64/%arg1: tensor<2x3xf32> {pipe.buffer = #pipe.buffer<stash, offset = 0/' | not gpipe-opt --gpipe-check-memory 2>&1 | FileCheck %s --check-prefix=STASH
 // STASH: error: stage 0: stashed value #1 is kept at #pipe.buffer<stash, offset = 64, bytes = 64> but read at #pipe.buffer<stash, offset = 0, bytes = 64> (a slot has 128 bytes)

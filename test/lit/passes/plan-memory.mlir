@@ -6,6 +6,14 @@
 // RUN: gpipe-opt %s --split-input-file --gpipe-bf16-shadows --gpipe-plan-memory="target=cuda precision=bf16" | FileCheck %s --check-prefix=BF16
 // RUN: not gpipe-opt %s --split-input-file --gpipe-plan-memory=target=tpu 2>&1 | FileCheck %s --check-prefix=BADTARGET
 // RUN: not gpipe-opt %s --split-input-file --gpipe-plan-memory=precision=fp8 2>&1 | FileCheck %s --check-prefix=BADPRECISION
+// shard-optimizer=2 (ZeRO-1): the update has no state of its own; the
+// schedule holds the momentum of one replica's share of the accumulator's
+// 9 floats (5, aligned to 64 bytes) after the accumulator, which
+// gpipe-check-memory accepts.
+// RUN: gpipe-opt %s --split-input-file --gpipe-plan-memory=shard-optimizer=2 --gpipe-check-memory | FileCheck %s --check-prefix=SHARD
+// SHARD: pipe.sgd_update
+// SHARD-NOT: pipe.state
+// SHARD: pipe.schedule stage 0 {{.*}}optimizer = 64, gradients = 64, {{.*}}cleared_begin = 64, cleared_end = 128, {{.*}}, pipe.state = [#pipe.buffer<arena, offset = 128, bytes = 64>]}
 // BADTARGET: error: gpipe-plan-memory: target must be cpu or cuda, got 'tpu'
 // BADPRECISION: error: gpipe-plan-memory: precision must be fp32 or bf16, got 'fp8'
 
