@@ -241,6 +241,7 @@ struct StageState {
     std::string param;
     const char *slot;
     int64_t offset;
+    int64_t elem = -1; // --shard-optimizer: gp_state_desc::elem
   };
   std::vector<StateDesc> stateDescs;
   // The update clears the accumulators in [clearedBegin, clearedEnd).
@@ -1983,6 +1984,27 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
     st.shard = options.dataParallel;
     for (pipeline::BufferAttr b : pipeline::getState(schedule))
       st.shardState.push_back(b.getOffset());
+    // Checkpoints save each parameter's state by name: gathered from the
+    // replicas' shares (gp_state_desc::elem).
+    for (auto &fns : chunkFns)
+      fns[2].walk([&](Operation *op) {
+        if (!isa<pipeline::SGDUpdateOp, pipeline::AdamUpdateOp>(op))
+          return;
+        auto param = op->getOperand(0).getDefiningOp<nn::ParamOp>();
+        pipeline::BufferAttr grad = pipeline::getBuffer(op->getOperand(1));
+        if (!param || !grad)
+          return;
+        static const char *const sgdSlots[] = {"momentum_buffer"};
+        static const char *const adamSlots[] = {"exp_avg", "exp_avg_sq"};
+        auto sgd = dyn_cast<pipeline::SGDUpdateOp>(op);
+        const int64_t slots =
+            sgd ? (sgd.getMomentum().convertToDouble() > 0 ? 1 : 0) : 2;
+        for (int64_t k = 0;
+             k < slots && k < static_cast<int64_t>(st.shardState.size()); ++k)
+          st.stateDescs.push_back(
+              {param.getName().str(), (sgd ? sgdSlots : adamSlots)[k],
+               st.shardState[k], (grad.getOffset() - st.accumulatorBegin) / 4});
+      });
     // Each replica updates its share of every accumulator in place: an
     // update that also moves gradients (a weight tied across stages or
     // chunks) is not supported yet.
@@ -2140,8 +2162,8 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   ds << "static const gp_state_desc kStates[] = {\n";
   for (const StageState::StateDesc &sd : st.stateDescs)
     ds << "  {\"" << llvm::StringRef(sd.param) << "\", \"" << sd.slot << "\", "
-       << sd.offset << "LL},\n";
-  ds << "  {nullptr, nullptr, 0}\n};\n";
+       << sd.offset << "LL, " << sd.elem << "LL},\n";
+  ds << "  {nullptr, nullptr, 0, 0}\n};\n";
   ds << "static const gp_action kActions[] = {\n";
   for (pipeline::ActionAttr a : actions) {
     using pipeline::Phase;
@@ -2400,7 +2422,9 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
              : ", " + std::to_string(st.profileUnits.size()) +
                    ", kProfileUnits")
      << ", " << options.dataParallel << ", " << (st.shard > 1 ? st.shard : 0)
-     << "};\n\n"
+     << ", "
+     << (st.shard > 1 ? (st.accumulatorEnd - st.accumulatorBegin) / 4 : 0)
+     << "LL};\n\n"
      << "int main(int argc, char **argv) { return gp_main(argc, argv, "
         "&kProgram); }\n";
   return std::move(result);

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -380,6 +381,10 @@ private:
                         std::vector<float> &host, std::string &err);
   int loadCheckpoint();
   int saveCheckpoint(int64_t step);
+  /// --shard-optimizer: each state slot's floats from every replica's share
+  /// (by the slot's arena offset); collective over the stage's replicas;
+  /// nothing otherwise.
+  int gatherStateShares(std::map<int64_t, std::vector<float>> &shared);
   int writeParams();
   /// Multi-stage: waits until every stage reached this point.
   int barrier();
@@ -835,12 +840,39 @@ bool killInCheckpoint(int64_t step, int32_t stage) {
 
 } // namespace
 
+int StageRun::gatherStateShares(std::map<int64_t, std::vector<float>> &shared) {
+  if (program_->shard_optimizer <= 1)
+    return 0;
+  int64_t lo = 0, hi = 0;
+  transportShare(program_->shard_floats, lo, hi);
+  std::string err;
+  for (int32_t i = 0; i < program_->num_states; ++i) {
+    const gp_state_desc &sd = program_->states[i];
+    if (sd.elem < 0 || shared.count(sd.offset))
+      continue;
+    std::vector<float> &all = shared[sd.offset];
+    all.assign(static_cast<size_t>(program_->shard_floats), 0.0f);
+    std::memcpy(all.data() + lo, arena_ + sd.offset,
+                static_cast<size_t>(hi - lo) * sizeof(float));
+    if (!transportShardGather(all.data(), program_->shard_floats, err))
+      return error("checkpoint: " + err);
+  }
+  return 0;
+}
+
 int StageRun::saveCheckpoint(int64_t step) {
   namespace ck = checkpoint;
   heartbeatPhase("writing a checkpoint");
   const std::string &dir = opt_.checkpointDir;
   const std::string tmp = ck::directoryFor(dir, step) + ".tmp";
   std::string err;
+  // --shard-optimizer: every replica's share of each state slot gathered
+  // (every replica takes part; replica 0 writes them by name).
+  std::map<int64_t, std::vector<float>> shared;
+  if (int rc = gatherStateShares(shared))
+    return rc;
+  if (!writer_)
+    return 0;
   // Stage 0 prepares the directory (removing what a save that died left),
   // the others wait for it.
   if (stage_ == 0) {
@@ -860,14 +892,16 @@ int StageRun::saveCheckpoint(int64_t step) {
   std::vector<ck::Tensor> tensors;
   std::vector<float> host;
   auto save = [&](const gp_tensor_desc &d, const std::string &slot,
-                  int64_t offset) {
+                  int64_t offset, int64_t elem = -1) {
     ck::Tensor t;
     t.name = d.name;
     t.slot = slot;
     t.file = sub + "/" +
              (slot.empty() ? std::string(d.file) : stateFileName(d.file, slot));
     t.shape.assign(d.shape, d.shape + d.rank);
-    const float *values = hostView(offset, numElements(d), host, err);
+    const float *values = elem >= 0
+                              ? shared[offset].data() + elem
+                              : hostView(offset, numElements(d), host, err);
     if (!values || !npyWriteF32(tmp + "/" + t.file, values, d.shape,
                                 static_cast<size_t>(d.rank), err))
       return false;
@@ -887,7 +921,7 @@ int StageRun::saveCheckpoint(int64_t step) {
       return error(std::string("invalid program: optimizer state of unknown "
                                "parameter '") +
                    sd.param + "'");
-    if (!save(*d, sd.slot, sd.offset))
+    if (!save(*d, sd.slot, sd.offset, sd.elem))
       return error("checkpoint of step " + std::to_string(step) + ": " + err);
   }
   if (!ck::writeStageIndex(tmp, stage_, tensors, err))
@@ -940,7 +974,11 @@ int StageRun::loadCheckpoint() {
         return &t;
     return nullptr;
   };
-  auto load = [&](const gp_tensor_desc &d, const char *slot, int64_t offset) {
+  // --shard-optimizer: each state slot's floats, every parameter's at its
+  // place (elem), of which this replica keeps its share.
+  std::map<int64_t, std::vector<float>> shared;
+  auto load = [&](const gp_tensor_desc &d, const char *slot, int64_t offset,
+                  int64_t elem = -1) {
     const ck::Tensor *t = find(d.name, slot);
     std::string what = std::string("parameter '") + d.name + "'" +
                        (*slot ? std::string(" (optimizer state ") + slot + ")"
@@ -964,6 +1002,20 @@ int StageRun::loadCheckpoint() {
       return mismatch(file + " has shape " + shapeToString(f.shape()) +
                       ", its manifest says " + shapeToString(shape)),
              1;
+    if (elem >= 0) {
+      std::vector<float> &all = shared[offset];
+      all.resize(static_cast<size_t>(program_->shard_floats));
+      if (elem + numElements(d) > program_->shard_floats ||
+          f.dataBytes() != numElements(d) * 4)
+        return error("loading " + file + ": invalid program: state of " +
+                     std::to_string(numElements(d)) + " floats at " +
+                     std::to_string(elem) + " of " +
+                     std::to_string(program_->shard_floats)),
+               1;
+      std::memcpy(all.data() + elem, f.data(),
+                  static_cast<size_t>(f.dataBytes()));
+      return 0;
+    }
     if (!uploadReleasing(arena_ + offset, f, err))
       return error("loading " + file + ": " + err), 1;
     return 0;
@@ -979,9 +1031,16 @@ int StageRun::loadCheckpoint() {
       return error(std::string("invalid program: optimizer state of unknown "
                                "parameter '") +
                    sd.param + "'");
-    if (load(*d, sd.slot, sd.offset))
+    if (load(*d, sd.slot, sd.offset, sd.elem))
       return 1;
     used.insert({sd.param, sd.slot});
+  }
+  // This replica's share of each sharded slot.
+  for (auto &[offset, all] : shared) {
+    int64_t lo = 0, hi = 0;
+    transportShare(program_->shard_floats, lo, hi);
+    if (!deviceUpload(arena_ + offset, all.data() + lo, (hi - lo) * 4, err))
+      return error("--resume-from: " + err);
   }
   // State this pipeline's optimizer would drop silently is an error.
   for (int32_t i = 0; i < program_->num_params; ++i)
@@ -1014,15 +1073,6 @@ int StageRun::runSteps() {
     lossStage_ = program_->has_loss ? 0 : -1;
   }
   logger_ = writer_ && stage_ == (lossStage_ >= 0 ? lossStage_ : 0);
-  if (program_->shard_optimizer > 1 &&
-      (!opt_.checkpointDir.empty() || !opt_.resumeFrom.empty()))
-    return error(std::string(opt_.checkpointDir.empty() ? "--resume-from"
-                                                        : "--checkpoint-dir") +
-                 ": this program splits its optimizer state across its " +
-                 std::to_string(program_->shard_optimizer) +
-                 " replicas (gpipe-compile --shard-optimizer), which "
-                 "checkpoints do not gather yet: compile without it to "
-                 "checkpoint");
   if (opt_.onNan == "skip" && program_->target != GP_TARGET_CPU)
     return error("--on-nan skip needs the CPU target: a CUDA stage knows the "
                  "step's loss only after its update is queued");
@@ -1229,7 +1279,8 @@ int StageRun::runSteps() {
         return rc;
       profileCount(!opt_.profile.empty());
     }
-    if (!opt_.checkpointDir.empty() && writer_ && due(opt_.checkpointEvery))
+    if (!opt_.checkpointDir.empty() &&
+        (writer_ || program_->shard_optimizer > 1) && due(opt_.checkpointEvery))
       if (int rc = saveCheckpoint(s))
         return rc;
   }

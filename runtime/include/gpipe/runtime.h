@@ -110,6 +110,11 @@ struct gp_state_desc {
   const char *param; // the parameter's ONNX name, as in gp_program::params
   const char *slot;
   int64_t offset; // byte offset in the arena (float32, the param's shape)
+  // -1; with --shard-optimizer, the parameter's first float among the
+  // gradient accumulators: `offset` is then the slot's region, which holds
+  // this replica's share of the accumulators' floats (the parameter's
+  // elements in the share at their place in it).
+  int64_t elem;
 };
 
 /// The stage program. gp_main runs `actions` in order once per optimizer
@@ -174,6 +179,9 @@ struct gp_program {
   // state is split across (each holds the state of its share of the
   // gradient accumulators' floats); 0: not split.
   int32_t shard_optimizer;
+  // --shard-optimizer: the gradient accumulators' floats, which the replicas
+  // share ([n * r / D, n * (r + 1) / D) each); 0 otherwise.
+  int64_t shard_floats;
 };
 
 /// gpipe-compile --profile (CPU target): one op of a timed unit, as the

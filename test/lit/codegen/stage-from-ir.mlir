@@ -69,7 +69,7 @@
 // S0-NEXT: // pipe.sgd_update
 // S0-NEXT: gp_sgd_update(((float *)(A + 0)), ((const float *)(A + 64)), nullptr, 9, 0.1f, 0.0f, 0.0f, 0, ctx->step);
 // S0-NEXT: std::memset(A + 64, 0, 64);
-// S0: static const gp_program kProgram = {"stage0", 0, 2, 2, 4LL, 1, kInputs, 1, kParams, 448LL, 5, kActions, forward, backward, update, 0, "", 2, kTransfers, GP_TARGET_CPU, 0LL, nullptr, 0, 0, kStates, nullptr, 1, nullptr, 0, nullptr, 1, 0};
+// S0: static const gp_program kProgram = {"stage0", 0, 2, 2, 4LL, 1, kInputs, 1, kParams, 448LL, 5, kActions, forward, backward, update, 0, "", 2, kTransfers, GP_TARGET_CPU, 0LL, nullptr, 0, 0, kStates, nullptr, 1, nullptr, 0, nullptr, 1, 0, 0LL};
 
 // S1-LABEL: static void forward(
 // S1: unsigned char *S = A + 0LL + mb * 128LL;
