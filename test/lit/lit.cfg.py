@@ -9,7 +9,8 @@ config.suffixes = [".mlir", ".onnxtext", ".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.gpipe_obj_root, "test", "lit")
 config.excludes = ["Inputs", "lit.cfg.py", "lit.site.cfg.py", "save-onnx.test.py",
-                   "remat-memory.test.py", "trace.test.py"]
+                   "remat-memory.test.py", "trace.test.py",
+                   "data-parallel.test.py"]
 
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)

@@ -673,12 +673,16 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
     std::cerr << "\n";
   }
 
-  std::vector<std::string> heartbeats, statuses;
+  std::vector<std::string> heartbeats, statuses, names;
   for (size_t r = 0; r < numRanks; ++r) {
     heartbeats.push_back(heartbeatPath(r));
     statuses.push_back(statusPath(r));
+    names.push_back("stage " + std::to_string(r % numStages) +
+                    (replicas > 1
+                         ? " of replica " + std::to_string(r / numStages)
+                         : std::string()));
   }
-  Watchdog watchdog(heartbeats, statuses, o.timeout);
+  Watchdog watchdog(heartbeats, statuses, o.timeout, names);
   // The loss stage's step lines go through gpipe-run when it shows them
   // (a progress line on a terminal, every --log-every-th otherwise), and
   // then its stderr too: a stderr line first shows the step lines already

@@ -38,9 +38,11 @@ bool exists(const std::string &path) {
 } // namespace
 
 Watchdog::Watchdog(std::vector<std::string> heartbeats,
-                   std::vector<std::string> statuses, double timeoutSeconds)
+                   std::vector<std::string> statuses, double timeoutSeconds,
+                   std::vector<std::string> names)
     : heartbeats_(std::move(heartbeats)), statuses_(std::move(statuses)),
-      timeout_(timeoutSeconds), stages_(heartbeats_.size()) {
+      names_(std::move(names)), timeout_(timeoutSeconds),
+      stages_(heartbeats_.size()) {
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) == 0)
     myHost_ = host;
@@ -86,8 +88,8 @@ std::string Watchdog::where(size_t s) {
 
 std::string Watchdog::describe(size_t s) const {
   const Stage &st = stages_[s];
-  std::string d = "stage " + std::to_string(s) + " (host " + st.host +
-                  ", pid " + st.pid + "): " + st.doing;
+  std::string d =
+      name(s) + " (host " + st.host + ", pid " + st.pid + "): " + st.doing;
   std::istringstream w(st.wait);
   std::string dir;
   int peer = -1;
@@ -112,7 +114,7 @@ std::string Watchdog::judge(Clock::time_point now) {
       allSeen = false;
       double waited = seconds(now - start_);
       if (waited > std::max(timeout_, kStartSeconds))
-        return "stage " + std::to_string(s) +
+        return name(s) +
                " did not start: no heartbeat "
                "after " +
                fmt(waited) + " s";
@@ -126,9 +128,8 @@ std::string Watchdog::judge(Clock::time_point now) {
   }
   auto stopped = [&] {
     const Stage &st = stages_[stalest];
-    return "stage " + std::to_string(stalest) + " (host " + st.host + ", pid " +
-           st.pid + ") stopped responding: no heartbeat for more than " +
-           fmt(timeout_) +
+    return name(stalest) + " (host " + st.host + ", pid " + st.pid +
+           ") stopped responding: no heartbeat for more than " + fmt(timeout_) +
            " s (a stopped or frozen process; last seen: " + st.doing + ")";
   };
   if (stalest < stages_.size() && stalestAge > timeout_)
@@ -186,8 +187,7 @@ void Watchdog::killLocalStages(std::vector<std::string> *killed) {
   for (size_t s = 0; s < stages_.size(); ++s) {
     pid_t pid = 0;
     if (isOurStage(s, pid) && ::kill(pid, SIGKILL) == 0 && killed)
-      killed->push_back("stage " + std::to_string(s) + " (pid " +
-                        std::to_string(pid) + ")");
+      killed->push_back(name(s) + " (pid " + std::to_string(pid) + ")");
   }
 }
 

@@ -15,8 +15,11 @@ class Watchdog {
 public:
   /// Stage s writes heartbeats[s] and, when it ends, statuses[s]. With
   /// `timeoutSeconds` 0 the watchdog only records who the stages are.
+  /// `names`: what to call each process in messages (default "stage s";
+  /// with --data-parallel, "stage S of replica R").
   Watchdog(std::vector<std::string> heartbeats,
-           std::vector<std::string> statuses, double timeoutSeconds);
+           std::vector<std::string> statuses, double timeoutSeconds,
+           std::vector<std::string> names = {});
 
   /// Called about every 100 ms while `child` (mpirun, or the one stage)
   /// runs. Reads the heartbeats; on a verdict, kills the stages on this host
@@ -43,7 +46,11 @@ private:
   bool isOurStage(size_t s, pid_t &pid) const;
   void killLocalStages(std::vector<std::string> *killed);
 
-  std::vector<std::string> heartbeats_, statuses_;
+  std::string name(size_t s) const {
+    return s < names_.size() ? names_[s] : "stage " + std::to_string(s);
+  }
+
+  std::vector<std::string> heartbeats_, statuses_, names_;
   double timeout_;
   std::vector<Stage> stages_;
   std::string myHost_, verdict_;
