@@ -103,6 +103,9 @@ struct EmittedStage {
   // Set by the driver (driver::predictedPeakBytes): the process's predicted
   // peak resident memory on the CPU target; 0 when not predicted.
   int64_t predictedPeakBytes = 0;
+  // CUDA with a cost table measured on CUDA: the stage's predicted GPU
+  // memory (the arena and the runtime's own, the table's runtime_bytes).
+  int64_t predictedDeviceBytes = 0;
   // --data-parallel: the gradient bytes each update averages across the
   // replicas (gp_reduce_gradients); 0 with one replica.
   int64_t allReduceBytes = 0;

@@ -257,6 +257,8 @@ std::optional<gpipe::CostTable> gpipe::loadCostTable(llvm::StringRef path,
       stageOf[*stage] = {*steps, p};
       const int64_t runtime = o->getInteger("runtime_bytes").value_or(0);
       table.runtimeBytes = std::max<int64_t>(table.runtimeBytes, runtime);
+      const bool cudaHeader = o->getString("target").value_or("") == "cuda";
+      table.cuda = headers.empty() ? cudaHeader : table.cuda && cudaHeader;
       // Where the stage sat (tables written before "stages" was in the
       // header: the highest stage of its build, below).
       headers.push_back({o->getString("build_id").value_or("").str(), *stage,

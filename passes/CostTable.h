@@ -68,6 +68,9 @@ struct CostTable {
   /// The profiled programs' largest resident memory besides their arena
   /// (0: not in the table).
   int64_t runtimeBytes = 0;
+  /// Whether the profiled programs ran on CUDA (every header's target
+  /// "cuda"): their runtime_bytes are then GPU memory.
+  bool cuda = false;
   /// The same by where the stage sat in its profiled pipeline: alone (one
   /// stage), first, last, or between (0: no such stage in the table). The
   /// first stage reads the graph inputs, the last the labels and computes

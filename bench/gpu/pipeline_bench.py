@@ -21,7 +21,8 @@ A config is kK_mM[_SCHEDULE][_prof] (1 stage has no schedule; SCHEDULE gpipe, 1f
 interleaved, ZB-V and breadth-first schedules with 2 chunks per stage, --virtual-stages 2; _prof: compiled with
 --profile, each stage run with --profile FILE, its cost table kept as OUT/costs_CONFIG.jsonl (the stages' tables
 of the last round, joined in stage order), its whole loss curve compared with the config without _prof, which
-it must equal bit for bit: the timers only record events). run writes the MLP's
+it must equal bit for bit: the timers only record events; every stage also writes --report, the last round's
+kept as OUT/report_CONFIG_stageS.json; pack --costs TABLE compiles with a cost table). run writes the MLP's
 weights (device_bench.py's, torch's seeded init) and data, runs every config in
 each round (the order reversed every other round), each for warmup + steps steps
 (`--log-json`: the loss stage's per-step ms, warmup dropped, median), and writes
@@ -85,6 +86,7 @@ def pack(a):
                            "--virtual-stages", str(chunks),
                            "--remat", "none"]
                           + (["--profile"] if profiled(c)[0] else [])
+                          + (["--costs", os.path.abspath(a.costs)] if a.costs else [])
                           + (["--target", "cuda", "--cuda-arch", a.cuda_arch]
                              + device_bench.PRECISION_FLAGS[a.precision]
                              if a.target == "cuda" else ["--target", "cpu"]))
@@ -169,6 +171,7 @@ def run(a):
                  "--pipeline", os.path.join(progs, c, "pipeline.json"),
                  "--comm-timeout", "30"]
                 + (["--profile", profile_file(c, r, s)] if profiled(c)[0] else [])
+                + ["--report", os.path.join(out, "report_%s_stage%d.json" % (c, s))]
                 for s, st in enumerate(pj["stages"])]
     if a.dry_run:
         for c in configs:
@@ -277,6 +280,9 @@ def main():
     p.add_argument("--precision", choices=sorted(device_bench.PRECISION_FLAGS), default="tf32")
     p.add_argument("--cuda-arch", default="90")
     p.add_argument("--configs", default=DEFAULT_CONFIGS)
+    p.add_argument("--costs", default=None,
+                   help="a cost table for every compile (gpipe-compile --costs): with a CUDA "
+                        "table, pipeline.json predicts each stage's GPU memory")
     p.add_argument("--target", choices=["cuda", "cpu"], default="cuda",
                    help="cpu: the same programs for the CPU target, to check the plumbing here")
     r = sub.add_parser("run")

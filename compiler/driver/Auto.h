@@ -24,7 +24,9 @@ constexpr int64_t kDefaultRuntimeBytes = 40ll << 20;
 /// The runtime's own memory per stage that plans are checked with: the
 /// cost table's largest runtime_bytes, else kDefaultRuntimeBytes.
 inline int64_t runtimeBytesOf(const CostTable &costs) {
-  return costs.runtimeBytes > 0 ? costs.runtimeBytes : kDefaultRuntimeBytes;
+  // A CUDA table's runtime_bytes are GPU memory, not a process's.
+  return costs.runtimeBytes > 0 && !costs.cuda ? costs.runtimeBytes
+                                               : kDefaultRuntimeBytes;
 }
 
 /// The runtime's own memory predicted for stage `stage` of `stages`: the
@@ -32,7 +34,7 @@ inline int64_t runtimeBytesOf(const CostTable &costs) {
 /// else kDefaultRuntimeBytes.
 inline int64_t runtimeBytesOf(const CostTable &costs, int64_t stage,
                               int64_t stages) {
-  int64_t bytes = costs.runtimeBytesFor(stage, stages);
+  int64_t bytes = costs.cuda ? 0 : costs.runtimeBytesFor(stage, stages);
   return bytes > 0 ? bytes : kDefaultRuntimeBytes;
 }
 

@@ -407,6 +407,10 @@ int gpipe::compile(const CompileOptions &options) {
       return cleanupAndFail();
     }
     // What the stage report compares the measured peak with.
+    if (eo.cuda && costs && costs->cuda &&
+        costs->runtimeBytesFor(s, o.stages) > 0)
+      stage->predictedDeviceBytes =
+          stage->memory.arenaBytes + costs->runtimeBytesFor(s, o.stages);
     stage->predictedPeakBytes = driver::predictedPeakBytes(
         *stage,
         driver::runtimeBytesOf(costs ? *costs : CostTable(), s, o.stages),

@@ -41,6 +41,7 @@ manifest::Stage stageOf(int64_t index, const EmittedStage &stage) {
     out.params.push_back({p.name, p.file, p.shape});
   out.memory = memoryOf(stage.memory);
   out.memory.predictedPeakBytes = stage.predictedPeakBytes;
+  out.memory.predictedDeviceBytes = stage.predictedDeviceBytes;
   for (const EmittedTransfer &t : stage.transfers)
     out.boundaries.push_back(
         {t.isSend ? "send" : "recv", t.phase, t.peer, t.tag, t.type, t.bytes});

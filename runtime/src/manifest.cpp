@@ -89,6 +89,8 @@ void fieldsOf(M &m, F &&f, const Manifest &top) {
   f("send_staging_bytes", m.sendStagingBytes, writtenIf(cuda));
   f("predicted_peak_bytes", m.predictedPeakBytes,
     writtenIf(m.predictedPeakBytes > 0));
+  f("predicted_device_bytes", m.predictedDeviceBytes,
+    writtenIf(m.predictedDeviceBytes > 0));
 }
 
 template <class B, class F, IfIs<B, Boundary> = 0>

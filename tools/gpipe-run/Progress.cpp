@@ -276,18 +276,24 @@ void printStageReport(const manifest::Manifest &m,
         stepMs > 0 ? 100.0 * waitMs / stepMs : 0.0,
         mib(num("max_rss_bytes")).c_str(), peakText.c_str(),
         mib(predicted).c_str(), startText.c_str(), restText.c_str());
+    // CUDA: the GPU's memory in use at the end (every process's), and the
+    // compiler's prediction from a CUDA cost table.
     if (cuda && n > 0 && static_cast<size_t>(n) < sizeof row)
-      std::snprintf(row + n, sizeof row - static_cast<size_t>(n), "  %12s",
-                    num("device_memory_bytes") >= 0
-                        ? mib(num("device_memory_bytes")).c_str()
-                        : "-");
+      std::snprintf(
+          row + n, sizeof row - static_cast<size_t>(n), "  %12s  %17s",
+          num("device_memory_bytes") >= 0
+              ? mib(num("device_memory_bytes")).c_str()
+              : "-",
+          mem.predictedDeviceBytes > 0
+              ? mib(static_cast<double>(mem.predictedDeviceBytes)).c_str()
+              : "-");
     rows.push_back(row);
   }
   os << "gpipe-run: stage report, steps " << first << ".." << last
      << " (ms summed over the steps; wait = blocked in transfers)\n"
      << "  stage     step ms  compute ms     wait ms  wait %  peak RSS MiB  "
         "predicted peak MiB  arena MiB  start MiB  rest MiB"
-     << (cuda ? "  GPU used MiB" : "") << "\n";
+     << (cuda ? "  GPU used MiB  predicted GPU MiB" : "") << "\n";
   for (const std::string &r : rows)
     os << r << "\n";
   os.flush();

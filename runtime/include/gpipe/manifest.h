@@ -60,6 +60,7 @@ struct Memory {
   // CPU: the arena, the runtime's own memory (a cost table's runtime_bytes,
   // else 40 MiB) and MPI's send buffer; 0 when not predicted (CUDA).
   int64_t predictedPeakBytes = 0;
+  int64_t predictedDeviceBytes = 0; // CUDA, from a CUDA cost table
 };
 
 /// One tensor crossing a stage's boundary, per micro-batch (in the update:
