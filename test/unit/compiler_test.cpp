@@ -13,9 +13,12 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/SmallString.h"
+#include "llvm/Support/FileSystem.h"
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <functional>
 #include <random>
 
@@ -219,10 +222,11 @@ TEST(Schedules, EveryScheduleIsCompleteBoundedAndRuns) {
             }
             const int64_t bound =
                 sched.name == "gpipe" ? m
-                : bfpp        ? m * v
-                : interleaved ? std::min((k - 1 - s) * 2 + (v - 1) * k + 1, m * v)
-                : zbv         ? std::min(2 * k, 2 * m)
-                              : std::min(k - s, m);
+                : bfpp                ? m * v
+                : interleaved
+                    ? std::min((k - 1 - s) * 2 + (v - 1) * k + 1, m * v)
+                : zbv ? std::min(2 * k, 2 * m)
+                      : std::min(k - s, m);
             EXPECT_LE(peak, bound) << "stage " << s;
           }
           EXPECT_EQ(anyWeight, weights);
@@ -291,7 +295,7 @@ TEST(Partition, CutsEqualBruteForce) {
         double bestBrute = -1;
         std::vector<size_t> starts(k);
         std::function<void(int64_t, size_t)> walk = [&](int64_t g,
-                                                         size_t from) {
+                                                        size_t from) {
           if (g == k) {
             double worst = 0;
             for (int64_t j = 0; j < k; ++j) {
@@ -387,4 +391,36 @@ TEST(CostTable, RuntimeBytesByPlace) {
   EXPECT_EQ(t.runtimeBytesFor(1, 4), 40);
   t.runtimeMiddle = 35;
   EXPECT_EQ(t.runtimeBytesFor(2, 4), 35);
+}
+
+// A table is a CUDA one when every header says target "cuda" (its
+// runtime_bytes are then GPU memory, which only CUDA predictions use).
+TEST(CostTable, CudaOnlyWhenEveryHeaderIs) {
+  auto load = [](const std::vector<std::string> &targets) {
+    llvm::SmallString<128> path;
+    EXPECT_FALSE(llvm::sys::fs::createTemporaryFile("costs", "jsonl", path));
+    {
+      std::ofstream f(path.c_str());
+      for (size_t s = 0; s < targets.size(); ++s)
+        f << "{\"gpipe_profile\":1,\"stage\":" << s
+          << ",\"stages\":" << targets.size() << ",\"target\":\"" << targets[s]
+          << "\",\"microbatches\":2,\"batch_size\":8,\"steps\":2,"
+             "\"runtime_bytes\":1000}\n"
+          << "{\"stage\":" << s
+          << ",\"unit\":0,\"function\":\"forward\",\"chunk\":0,"
+             "\"calls\":2,\"seconds\":0.001,\"ops\":[{\"node\":\"n\","
+             "\"op\":\"nn.tanh\",\"signature\":\"nn.tanh(tensor<4x4xf32>) -> "
+             "tensor<4x4xf32>\",\"estimate\":1e-08}]}\n";
+    }
+    std::string err;
+    std::optional<gpipe::CostTable> t = gpipe::loadCostTable(path, err);
+    llvm::sys::fs::remove(path);
+    EXPECT_TRUE(t.has_value()) << err;
+    return t ? t->cuda : false;
+  };
+  EXPECT_TRUE(load({"cuda"}));
+  EXPECT_TRUE(load({"cuda", "cuda"}));
+  EXPECT_FALSE(load({"cpu"}));
+  EXPECT_FALSE(load({"cuda", "cpu"}));
+  EXPECT_FALSE(load({"cpu", "cuda"}));
 }
