@@ -56,6 +56,14 @@ std::string gpipe::weightFileName(const std::string &name,
 
 namespace {
 
+/// The name a checkpoint gives optimizer state slot `k` of an update (torch's
+/// keys): SGD's momentum_buffer, Adam's exp_avg and exp_avg_sq.
+const char *stateSlotName(Operation *op, int64_t k) {
+  static const char *const sgdSlots[] = {"momentum_buffer"};
+  static const char *const adamSlots[] = {"exp_avg", "exp_avg_sq"};
+  return (isa<pipeline::SGDUpdateOp>(op) ? sgdSlots : adamSlots)[k];
+}
+
 // Loops with at least this many elements are split over the stage's threads
 // (OpenMP); smaller ones cost more to wake a team for than they save.
 constexpr int64_t kParallelMin = 1 << 15;
@@ -255,6 +263,10 @@ struct StageState {
   // the accumulators, floats}).
   int64_t shard = 1;
   SmallVector<int64_t> shardState;
+  /// The first float of `grad`'s accumulator among the accumulators.
+  int64_t accumulatorElem(Value grad) const {
+    return (pipeline::getBuffer(grad).getOffset() - accumulatorBegin) / 4;
+  }
   std::string shardTable;
   int64_t shardEntries = 0;
   /// A weight gradient dW = G^T X whose GEMM waits for the update
@@ -409,11 +421,17 @@ private:
                      int64_t count, int64_t elemBytes);
   /// Slot `k` of an update's optimizer state.
   std::string statePtr(Operation *op, int k);
-  /// --shard-optimizer: the code that computes this replica's share of an
-  /// update's parameter (i0, i1 and the state index s; records it in the
-  /// gather table), and a state slot's pointer at s.
-  std::string shardSlice(Operation *op, Value param, Value grad);
-  std::string shardStatePtr(int k);
+  /// An optimizer update's arguments: the parameter, its gradient, its
+  /// `slots` state buffers and the element count; with --shard-optimizer,
+  /// those of this replica's share (elements [i0, i1), state from element s
+  /// of the share's slots), computed by `prefix` (which opens a block that
+  /// `suffix` closes) and recorded in the gather table.
+  struct UpdateArgs {
+    std::string prefix, suffix, param, grad, count;
+    SmallVector<std::string, 2> state;
+  };
+  FailureOr<UpdateArgs> updateArgs(Operation *op, Value param, Value grad,
+                                   int slots);
   std::string ptr(Value v, bool isConst = true);
   LogicalResult formUnits();
   /// A pointer a loop or kernel reads or writes, named `name` inside it.
@@ -1461,82 +1479,77 @@ std::string FuncEmitter::statePtr(Operation *op, int k) {
   return "((float *)(A + " + std::to_string(stage.optimizerState[op][k]) + "))";
 }
 
-std::string FuncEmitter::shardSlice(Operation *op, Value param, Value grad) {
+FailureOr<FuncEmitter::UpdateArgs>
+FuncEmitter::updateArgs(Operation *op, Value param, Value grad, int slots) {
+  UpdateArgs a;
+  a.param = ptr(param, false);
+  a.grad = ptr(grad);
+  a.count = std::to_string(tensorType(param).getNumElements());
+  if (stage.shard <= 1) {
+    for (int k = 0; k < slots; ++k)
+      a.state.push_back(statePtr(op, k));
+    return a;
+  }
+  if (static_cast<int>(stage.shardState.size()) < slots)
+    return op->emitError("--shard-optimizer: the pipe.schedule has no "
+                         "pipe.state (run gpipe-plan-memory with "
+                         "shard-optimizer)");
   // This replica's share of the parameter: elements [i0, i1), whose state
   // starts at element s of the share's slots.
-  const int64_t n = tensorType(param).getNumElements();
-  const int64_t elem =
-      (pipeline::getBuffer(grad).getOffset() - stage.accumulatorBegin) / 4;
+  const int64_t elem = stage.accumulatorElem(grad);
   const int64_t total = (stage.accumulatorEnd - stage.accumulatorBegin) / 4;
   stage.shardTable +=
       "  {" + std::to_string(pipeline::getBuffer(param).getOffset()) + "LL, " +
-      std::to_string(elem) + "LL, " + std::to_string(n) + "LL},\n";
+      std::to_string(elem) + "LL, " + a.count + "LL},\n";
   ++stage.shardEntries;
-  return "  { // this replica's share (--shard-optimizer)\n"
-         "  int64_t i0 = 0, i1 = 0;\n"
-         "  const int64_t s = gp_shard_slice(ctx, " +
-         std::to_string(total) + "LL, " + std::to_string(elem) + "LL, " +
-         std::to_string(n) + "LL, &i0, &i1);\n  (void)s;\n  if (i1 > i0)\n";
-}
-
-std::string FuncEmitter::shardStatePtr(int k) {
-  return "((float *)(A + " + std::to_string(stage.shardState[k]) + ") + s)";
+  a.prefix = "  { // this replica's share (--shard-optimizer)\n"
+             "  int64_t i0 = 0, i1 = 0;\n"
+             "  const int64_t s = gp_shard_slice(ctx, " +
+             std::to_string(total) + "LL, " + std::to_string(elem) + "LL, " +
+             a.count + "LL, &i0, &i1);\n  (void)s;\n  if (i1 > i0)\n";
+  a.suffix = "  }\n";
+  a.param += " + i0";
+  a.grad += " + i0";
+  a.count = "i1 - i0";
+  for (int k = 0; k < slots; ++k)
+    a.state.push_back("((float *)(A + " + std::to_string(stage.shardState[k]) +
+                      ") + s)");
+  return a;
 }
 
 LogicalResult FuncEmitter::emit(pipeline::SGDUpdateOp o) {
   bool momentum = o.getMomentum().convertToDouble() > 0;
-  if (stage.shard > 1) {
-    if (momentum && stage.shardState.empty())
-      return o.emitError("--shard-optimizer: the pipe.schedule has no "
-                         "pipe.state (run gpipe-plan-memory with "
-                         "shard-optimizer)");
-    os << shardSlice(o, o.getParam(), o.getGrad()) << "  gp_sgd_update("
-       << ptr(o.getParam(), false) << " + i0, " << ptr(o.getGrad()) << " + i0, "
-       << (momentum ? shardStatePtr(0) : "nullptr") << ", i1 - i0, "
-       << floatLit(o.getLr().convertToDouble()) << ", "
-       << floatLit(o.getMomentum().convertToDouble()) << ", "
-       << floatLit(o.getWeightDecay().convertToDouble()) << ", "
-       << o.getNesterov() << ", ctx->step);\n  }\n";
-    return success();
-  }
-  os << "  gp_sgd_update(" << ptr(o.getParam(), false) << ", "
-     << ptr(o.getGrad()) << ", " << (momentum ? statePtr(o, 0) : "nullptr")
-     << ", " << tensorType(o.getParam()).getNumElements() << ", "
+  FailureOr<UpdateArgs> a =
+      updateArgs(o, o.getParam(), o.getGrad(), momentum ? 1 : 0);
+  if (failed(a))
+    return failure();
+  os << a->prefix << "  gp_sgd_update(" << a->param << ", " << a->grad << ", "
+     << (momentum ? a->state[0] : "nullptr") << ", " << a->count << ", "
      << floatLit(o.getLr().convertToDouble()) << ", "
      << floatLit(o.getMomentum().convertToDouble()) << ", "
      << floatLit(o.getWeightDecay().convertToDouble()) << ", "
-     << o.getNesterov() << ", ctx->step);\n";
-  emitShadowUpdate(o.getParam());
+     << o.getNesterov() << ", ctx->step);\n"
+     << a->suffix;
+  if (stage.shard <= 1)
+    emitShadowUpdate(o.getParam());
   return success();
 }
 
 LogicalResult FuncEmitter::emit(pipeline::AdamUpdateOp o) {
-  if (stage.shard > 1) {
-    if (stage.shardState.size() < 2)
-      return o.emitError("--shard-optimizer: the pipe.schedule has no "
-                         "pipe.state (run gpipe-plan-memory with "
-                         "shard-optimizer)");
-    os << shardSlice(o, o.getParam(), o.getGrad()) << "  gp_adam_update("
-       << ptr(o.getParam(), false) << " + i0, " << ptr(o.getGrad()) << " + i0, "
-       << shardStatePtr(0) << ", " << shardStatePtr(1) << ", i1 - i0, "
-       << floatLit(o.getLr().convertToDouble()) << ", "
-       << floatLit(o.getBeta1().convertToDouble()) << ", "
-       << floatLit(o.getBeta2().convertToDouble()) << ", "
-       << floatLit(o.getEps().convertToDouble()) << ", "
-       << floatLit(o.getWeightDecay().convertToDouble()) << ", "
-       << o.getDecoupled() << ", ctx->step);\n  }\n";
-    return success();
-  }
-  os << "  gp_adam_update(" << ptr(o.getParam(), false) << ", "
-     << ptr(o.getGrad()) << ", " << statePtr(o, 0) << ", " << statePtr(o, 1)
-     << ", " << tensorType(o.getParam()).getNumElements() << ", "
+  FailureOr<UpdateArgs> a = updateArgs(o, o.getParam(), o.getGrad(), 2);
+  if (failed(a))
+    return failure();
+  os << a->prefix << "  gp_adam_update(" << a->param << ", " << a->grad << ", "
+     << a->state[0] << ", " << a->state[1] << ", " << a->count << ", "
      << floatLit(o.getLr().convertToDouble()) << ", "
      << floatLit(o.getBeta1().convertToDouble()) << ", "
      << floatLit(o.getBeta2().convertToDouble()) << ", "
      << floatLit(o.getEps().convertToDouble()) << ", "
      << floatLit(o.getWeightDecay().convertToDouble()) << ", "
-     << o.getDecoupled() << ", ctx->step);\n";
-  emitShadowUpdate(o.getParam());
+     << o.getDecoupled() << ", ctx->step);\n"
+     << a->suffix;
+  if (stage.shard <= 1)
+    emitShadowUpdate(o.getParam());
   return success();
 }
 
@@ -1966,12 +1979,9 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
           if (!param)
             return op->emitError("the updated value is not an nn.param"),
                    WalkResult::interrupt();
-          static const char *const sgdSlots[] = {"momentum_buffer"};
-          static const char *const adamSlots[] = {"exp_avg", "exp_avg_sq"};
-          const char *const *slots =
-              isa<pipeline::SGDUpdateOp>(op) ? sgdSlots : adamSlots;
           for (auto [k, offset] : llvm::enumerate(st.optimizerState[op]))
-            st.stateDescs.push_back({param.getName().str(), slots[k], offset});
+            st.stateDescs.push_back(
+                {param.getName().str(), stateSlotName(op, k), offset});
         }
         return WalkResult::advance();
       });
@@ -1991,19 +2001,16 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
         if (!isa<pipeline::SGDUpdateOp, pipeline::AdamUpdateOp>(op))
           return;
         auto param = op->getOperand(0).getDefiningOp<nn::ParamOp>();
-        pipeline::BufferAttr grad = pipeline::getBuffer(op->getOperand(1));
-        if (!param || !grad)
+        if (!param || !pipeline::getBuffer(op->getOperand(1)))
           return;
-        static const char *const sgdSlots[] = {"momentum_buffer"};
-        static const char *const adamSlots[] = {"exp_avg", "exp_avg_sq"};
         auto sgd = dyn_cast<pipeline::SGDUpdateOp>(op);
         const int64_t slots =
             sgd ? (sgd.getMomentum().convertToDouble() > 0 ? 1 : 0) : 2;
         for (int64_t k = 0;
              k < slots && k < static_cast<int64_t>(st.shardState.size()); ++k)
-          st.stateDescs.push_back(
-              {param.getName().str(), (sgd ? sgdSlots : adamSlots)[k],
-               st.shardState[k], (grad.getOffset() - st.accumulatorBegin) / 4});
+          st.stateDescs.push_back({param.getName().str(), stateSlotName(op, k),
+                                   st.shardState[k],
+                                   st.accumulatorElem(op->getOperand(1))});
       });
     // Each replica updates its share of every accumulator in place: an
     // update that also moves gradients (a weight tied across stages or

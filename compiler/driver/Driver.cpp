@@ -185,19 +185,29 @@ int gpipe::compile(const CompileOptions &options) {
   io.lossName = o.lossName;
   io.freeze = o.freeze;
   io.seed = o.seed;
+  // --data-parallel D: the stage programs are a replica's, B/D rows a step:
+  // imported at B/D when --batch-size gives B, else imported again at it
+  // once the model's batch is known.
+  auto notDividing = [&](int64_t global) {
+    if (o.dataParallel <= 1 || global % o.dataParallel == 0)
+      return false;
+    errorLine() << "--data-parallel " << o.dataParallel
+                << " does not divide the mini-batch size " << global
+                << " (--batch-size, or the model's batch)\n";
+    return true;
+  };
+  if (o.batchSize) {
+    if (notDividing(*o.batchSize))
+      return 2;
+    io.batchSize = *o.batchSize / o.dataParallel;
+  }
   FailureOr<ImportedModel> model = importOnnxModel(ctx, o.modelPath, io);
   if (failed(model))
     return 1;
-  // --data-parallel D: the stage programs are a replica's, B/D rows a step.
-  if (o.dataParallel > 1) {
-    const int64_t global = model->batchSize;
-    if (global % o.dataParallel != 0) {
-      errorLine() << "--data-parallel " << o.dataParallel
-                  << " does not divide the mini-batch size " << global
-                  << " (--batch-size, or the model's batch)\n";
+  if (o.dataParallel > 1 && !o.batchSize) {
+    if (notDividing(model->batchSize))
       return 2;
-    }
-    io.batchSize = global / o.dataParallel;
+    io.batchSize = model->batchSize / o.dataParallel;
     model = importOnnxModel(ctx, o.modelPath, io);
     if (failed(model))
       return 1;

@@ -271,6 +271,20 @@ bool transportSetReplicas(int stages, int replicas, std::string &err) {
 int transportReplica() { return gReplica; }
 
 namespace {
+/// The replicas' shares of n floats as MPI counts and displacements: replica
+/// j's is [n * j / D, n * (j + 1) / D) (transportShare). n must fit int.
+void splitShares(int64_t n, std::vector<int> &counts,
+                 std::vector<int> &displs) {
+  const int d = gReplicaCount;
+  counts.resize(static_cast<size_t>(d));
+  displs.resize(static_cast<size_t>(d));
+  for (int j = 0; j < d; ++j) {
+    displs[static_cast<size_t>(j)] = static_cast<int>(n * j / d);
+    counts[static_cast<size_t>(j)] =
+        static_cast<int>(n * (j + 1) / d - n * j / d);
+  }
+}
+
 /// A piece of the gradients being averaged across the replicas: a
 /// reduce-scatter (MPI_Ialltoallv: replica j receives every replica's copy
 /// of piece j's part j), the sum of those copies in replica order 0..D-1
@@ -291,19 +305,44 @@ size_t gBucketsUsed = 0;
 std::atomic<int> gPendingBuckets{0};
 std::string gBucketError;
 
-/// Phase 1 done: sums this replica's part and posts the all-gather.
-int gatherBucket(ReplicaBucket &b) {
+/// Phase 1 of bucket `b` over `data`'s n floats: every replica's copy of
+/// this replica's share into b.all, replica by replica (MPI's error code).
+int startScatter(ReplicaBucket &b, float *data, int64_t n) {
+  const int d = gReplicaCount;
+  b.data = data;
+  b.gathering = false;
+  splitShares(n, b.counts, b.displs);
+  const int own = b.counts[static_cast<size_t>(gReplica)];
+  b.all.resize(static_cast<size_t>(own) * static_cast<size_t>(d));
+  b.recvCounts.assign(static_cast<size_t>(d), own);
+  b.recvDispls.resize(static_cast<size_t>(d));
+  for (int j = 0; j < d; ++j)
+    b.recvDispls[static_cast<size_t>(j)] = j * own;
+  return MPI_Ialltoallv(b.data, b.counts.data(), b.displs.data(), MPI_FLOAT,
+                        b.all.data(), b.recvCounts.data(), b.recvDispls.data(),
+                        MPI_FLOAT, gReplicas, &b.req);
+}
+
+/// Phase 1 done: the replicas' copies of this replica's share summed in
+/// replica order and scaled by 1/D, into `out` (its share's floats).
+void sumShare(const ReplicaBucket &b, float *out) {
   const int d = gReplicaCount;
   const int own = b.counts[static_cast<size_t>(gReplica)];
-  b.mine.assign(b.all.begin(), b.all.begin() + own);
-  for (int j = 1; j < d; ++j)
-    for (int i = 0; i < own; ++i)
-      b.mine[static_cast<size_t>(i)] +=
-          b.all[static_cast<size_t>(j) * static_cast<size_t>(own) +
-                static_cast<size_t>(i)];
   const float scale = 1.0f / static_cast<float>(d);
-  for (float &v : b.mine)
-    v *= scale;
+  for (int i = 0; i < own; ++i) {
+    float v = b.all[static_cast<size_t>(i)];
+    for (int j = 1; j < d; ++j)
+      v += b.all[static_cast<size_t>(j) * static_cast<size_t>(own) +
+                 static_cast<size_t>(i)];
+    out[i] = v * scale;
+  }
+}
+
+/// Phase 1 done: sums this replica's part and posts the all-gather.
+int gatherBucket(ReplicaBucket &b) {
+  const int own = b.counts[static_cast<size_t>(gReplica)];
+  b.mine.resize(static_cast<size_t>(own));
+  sumShare(b, b.mine.data());
   b.gathering = true;
   return MPI_Iallgatherv(b.mine.data(), own, MPI_FLOAT, b.data, b.counts.data(),
                          b.displs.data(), MPI_FLOAT, gReplicasGather, &b.req);
@@ -330,6 +369,16 @@ void progressBuckets() {
     inOrder = inOrder && b.gathering;
   }
 }
+
+/// --shard-optimizer's n floats must fit MPI's int counts (one piece: the
+/// planner sized the state for it).
+bool shareFitsInt(int64_t n, std::string &err) {
+  if (n <= int64_t(INT_MAX))
+    return true;
+  err = "--shard-optimizer: " + std::to_string(n) +
+        " gradient floats in one stage are more than MPI's counts hold";
+  return false;
+}
 } // namespace
 
 bool transportAverageStart(float *data, int64_t n, std::string &err) {
@@ -340,30 +389,11 @@ bool transportAverageStart(float *data, int64_t n, std::string &err) {
   const int64_t kMaxPiece = int64_t(1) << 28;
   const int64_t step = kMaxPiece * d;
   for (int64_t base = 0; base < n; base += step) {
-    const int64_t len = std::min(step, n - base);
     if (gBucketsUsed == gBuckets.size())
       gBuckets.emplace_back();
-    ReplicaBucket &b = gBuckets[gBucketsUsed++];
-    b.data = data + base;
-    b.gathering = false;
-    b.counts.resize(static_cast<size_t>(d));
-    b.displs.resize(static_cast<size_t>(d));
-    for (int j = 0; j < d; ++j) {
-      int64_t lo = len * j / d, hi = len * (j + 1) / d;
-      b.counts[static_cast<size_t>(j)] = static_cast<int>(hi - lo);
-      b.displs[static_cast<size_t>(j)] = static_cast<int>(lo);
-    }
-    const int own = b.counts[static_cast<size_t>(gReplica)];
-    // Every replica's copy of this replica's part, replica by replica.
-    b.all.resize(static_cast<size_t>(own) * static_cast<size_t>(d));
-    b.recvCounts.assign(static_cast<size_t>(d), own);
-    b.recvDispls.resize(static_cast<size_t>(d));
-    for (int j = 0; j < d; ++j)
-      b.recvDispls[static_cast<size_t>(j)] = j * own;
-    int rc = MPI_Ialltoallv(b.data, b.counts.data(), b.displs.data(), MPI_FLOAT,
-                            b.all.data(), b.recvCounts.data(),
-                            b.recvDispls.data(), MPI_FLOAT, gReplicas, &b.req);
-    if (rc != MPI_SUCCESS) {
+    if (int rc = startScatter(gBuckets[gBucketsUsed++], data + base,
+                              std::min(step, n - base));
+        rc != MPI_SUCCESS) {
       err = "averaging the gradients across the " + std::to_string(d) +
             " replicas failed: " + mpiError(rc);
       return false;
@@ -411,70 +441,33 @@ void transportShare(int64_t n, int64_t &lo, int64_t &hi) {
   hi = n * (gReplica + 1) / gReplicaCount;
 }
 
-namespace {
-/// The shares of n floats as MPI counts and displacements (one piece: the
-/// planner sized the state for it), or an error when they do not fit int.
-bool shareCounts(int64_t n, std::vector<int> &counts, std::vector<int> &displs,
-                 std::string &err) {
-  const int d = gReplicaCount;
-  if (n / d + 1 > INT_MAX || n > int64_t(INT_MAX)) {
-    err = "--shard-optimizer: " + std::to_string(n) +
-          " gradient floats in one stage are more than MPI's counts hold";
-    return false;
-  }
-  counts.resize(static_cast<size_t>(d));
-  displs.resize(static_cast<size_t>(d));
-  for (int j = 0; j < d; ++j) {
-    displs[static_cast<size_t>(j)] = static_cast<int>(n * j / d);
-    counts[static_cast<size_t>(j)] =
-        static_cast<int>(n * (j + 1) / d - n * j / d);
-  }
-  return true;
-}
-} // namespace
-
 bool transportShardReduce(float *data, int64_t n, std::string &err) {
-  const int d = gReplicaCount;
-  std::vector<int> counts, displs;
-  if (d <= 1 || n <= 0)
+  if (gReplicaCount <= 1 || n <= 0)
     return true;
-  if (!shareCounts(n, counts, displs, err))
+  if (!shareFitsInt(n, err))
     return false;
-  const int own = counts[static_cast<size_t>(gReplica)];
-  // Every replica's copy of this replica's share, replica by replica, then
-  // their sum in replica order, scaled: as gatherBucket's.
-  static std::vector<float> all;
-  all.resize(static_cast<size_t>(own) * static_cast<size_t>(d));
-  std::vector<int> recvCounts(static_cast<size_t>(d), own),
-      recvDispls(static_cast<size_t>(d));
-  for (int j = 0; j < d; ++j)
-    recvDispls[static_cast<size_t>(j)] = j * own;
-  int rc =
-      MPI_Alltoallv(data, counts.data(), displs.data(), MPI_FLOAT, all.data(),
-                    recvCounts.data(), recvDispls.data(), MPI_FLOAT, gReplicas);
+  // A bucket's reduce-scatter and sum (the same bits as an average's), the
+  // sum written over this replica's share in place; its own bucket, kept.
+  static ReplicaBucket b;
+  int rc = startScatter(b, data, n);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Wait(&b.req, MPI_STATUS_IGNORE);
   if (rc != MPI_SUCCESS) {
-    err = "averaging the gradients across the " + std::to_string(d) +
-          " replicas failed: " + mpiError(rc);
+    err = "averaging the gradients across the " +
+          std::to_string(gReplicaCount) + " replicas failed: " + mpiError(rc);
     return false;
   }
-  float *mine = data + displs[static_cast<size_t>(gReplica)];
-  const float scale = 1.0f / static_cast<float>(d);
-  for (int i = 0; i < own; ++i) {
-    float v = all[static_cast<size_t>(i)];
-    for (int j = 1; j < d; ++j)
-      v += all[static_cast<size_t>(j) * static_cast<size_t>(own) +
-               static_cast<size_t>(i)];
-    mine[i] = v * scale;
-  }
+  sumShare(b, data + b.displs[static_cast<size_t>(gReplica)]);
   return true;
 }
 
 bool transportShardGather(float *data, int64_t n, std::string &err) {
-  std::vector<int> counts, displs;
   if (gReplicaCount <= 1 || n <= 0)
     return true;
-  if (!shareCounts(n, counts, displs, err))
+  if (!shareFitsInt(n, err))
     return false;
+  static std::vector<int> counts, displs;
+  splitShares(n, counts, displs);
   int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data,
                           counts.data(), displs.data(), MPI_FLOAT, gReplicas);
   if (rc != MPI_SUCCESS) {
