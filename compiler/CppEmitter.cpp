@@ -1910,6 +1910,17 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   st.microbatches = pipeline::getNumMicrobatches(module);
   result.bufferedSends =
       pipeline::getSends(module) == pipeline::Sends::Buffered;
+  // The ops whose runtime kernels call oneDNN or OpenBLAS (gp_gemm,
+  // gp_batch_gemm, attention, the convolutions).
+  for (func::FuncOp f : allFns)
+    if (f && f.walk([](Operation *op) {
+                return isa<nn::GemmOp, nn::BatchMatMulOp, nn::AttentionOp,
+                           nn::AttentionGradOp, nn::ConvOp, nn::ConvInputGradOp,
+                           nn::ConvWeightGradOp>(op)
+                           ? WalkResult::interrupt()
+                           : WalkResult::advance();
+              }).wasInterrupted())
+      result.callsMathLibrary = true;
   Block &fwd = chunkFns[0][0].getBody().front();
   int64_t batch = 0;
   if (fwd.getNumArguments() && tensorType(fwd.getArgument(0)).getRank())

@@ -82,6 +82,9 @@ struct EmittedStage {
   std::vector<EmittedTransfer> transfers;
   std::vector<std::string> schedule; // "F0", ..., "U"
   bool bufferedSends = false;        // the schedule needs buffered sends
+  // It computes a GEMM, attention or a convolution: its process holds the
+  // math libraries' memory (code, JIT kernels, scratch).
+  bool callsMathLibrary = false;
   bool hasLoss = false;
   MemoryPlan memory;
   int64_t forwardFlops = 0, backwardFlops = 0, updateFlops = 0; // per action

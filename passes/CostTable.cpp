@@ -144,19 +144,36 @@ gpipe::CostTable::lookupName(llvm::StringRef name) const {
   return std::nullopt;
 }
 
-int64_t gpipe::CostTable::runtimeBytesFor(int64_t stage, int64_t stages) const {
-  if (stages <= 1)
-    return runtimeAlone > 0 ? runtimeAlone : runtimeBytes;
-  if (runtimeFirst <= 0 && runtimeLast <= 0 && runtimeMiddle <= 0)
-    return runtimeBytes; // 1-stage profiles only
-  int64_t place = stage == 0            ? runtimeFirst
-                  : stage == stages - 1 ? runtimeLast
-                                        : runtimeMiddle;
-  if (place <= 0 && stage > 0 && stage < stages - 1)
-    place = runtimeFirst > 0 && runtimeLast > 0
-                ? std::min(runtimeFirst, runtimeLast)
-                : std::max(runtimeFirst, runtimeLast);
-  return place > 0 ? place : runtimeBytes;
+int64_t gpipe::CostTable::runtimeBytesFor(int64_t stage, int64_t stages,
+                                          const StageTraits *traits) const {
+  // The profiled place that stands for this stage: its bytes and split.
+  auto chosen = [&]() -> std::pair<int64_t, const RuntimeSplit *> {
+    if (stages <= 1)
+      return runtimeAlone > 0 ? std::make_pair(runtimeAlone, &splitAlone)
+                              : std::make_pair(runtimeBytes, nullptr);
+    if (runtimeFirst <= 0 && runtimeLast <= 0 && runtimeMiddle <= 0)
+      return {runtimeBytes, nullptr}; // 1-stage profiles only
+    if (stage == 0 && runtimeFirst > 0)
+      return {runtimeFirst, &splitFirst};
+    if (stage == stages - 1 && runtimeLast > 0)
+      return {runtimeLast, &splitLast};
+    if (stage > 0 && stage < stages - 1) {
+      if (runtimeMiddle > 0)
+        return {runtimeMiddle, &splitMiddle};
+      if (runtimeFirst > 0 && (runtimeLast <= 0 || runtimeFirst < runtimeLast))
+        return {runtimeFirst, &splitFirst};
+      if (runtimeLast > 0)
+        return {runtimeLast, &splitLast};
+    }
+    return {runtimeBytes, nullptr};
+  }();
+  const RuntimeSplit *split = chosen.second;
+  if (!traits || !split || !split->known())
+    return chosen.first;
+  int64_t steady = split->steady;
+  if (!traits->callsMathLibrary)
+    steady -= std::min(split->library, steady);
+  return split->start + std::max(traits->loadBytes, steady);
 }
 
 std::optional<std::pair<double, double>> gpipe::CostTable::linkModel() const {
@@ -206,6 +223,7 @@ std::optional<gpipe::CostTable> gpipe::loadCostTable(llvm::StringRef path,
   struct Header {
     std::string build;
     int64_t stage = 0, stages = 0, runtime = 0;
+    CostTable::RuntimeSplit split;
   };
   std::vector<Header> headers;
   // Per stage: the counted steps and the profile of its last header.
@@ -261,8 +279,17 @@ std::optional<gpipe::CostTable> gpipe::loadCostTable(llvm::StringRef path,
       table.cuda = headers.empty() ? cudaHeader : table.cuda && cudaHeader;
       // Where the stage sat (tables written before "stages" was in the
       // header: the highest stage of its build, below).
+      CostTable::RuntimeSplit split;
+      if (!cudaHeader) {
+        split.start = o->getInteger("start_bytes").value_or(-1);
+        split.load = o->getInteger("load_bytes").value_or(0);
+        split.library = o->getInteger("library_bytes").value_or(0);
+        split.steady = o->getInteger("steady_bytes").value_or(-1);
+        if (split.load < 0 || split.library < 0)
+          return bad("negative load_bytes or library_bytes");
+      }
       headers.push_back({o->getString("build_id").value_or("").str(), *stage,
-                         o->getInteger("stages").value_or(0), runtime});
+                         o->getInteger("stages").value_or(0), runtime, split});
       continue;
     }
     if (o->get("link")) {
@@ -344,6 +371,7 @@ std::optional<gpipe::CostTable> gpipe::loadCostTable(llvm::StringRef path,
     return bad("no timed units");
   if (measured > 0 && estimated > 0)
     table.scale = measured / estimated;
+  std::map<const CostTable::RuntimeSplit *, bool> splitSeen;
   for (const Header &h : headers) {
     int64_t stages = h.stages;
     if (stages <= 0)
@@ -355,6 +383,26 @@ std::optional<gpipe::CostTable> gpipe::loadCostTable(llvm::StringRef path,
                     : h.stage == stages - 1 ? table.runtimeLast
                                             : table.runtimeMiddle;
     slot = std::max(slot, h.runtime);
+    // The split of a place: each part the largest of its headers; unknown
+    // when any of them lacks it (a table joined from older runtimes).
+    CostTable::RuntimeSplit &split = stages <= 1    ? table.splitAlone
+                                     : h.stage == 0 ? table.splitFirst
+                                     : h.stage == stages - 1
+                                         ? table.splitLast
+                                         : table.splitMiddle;
+    auto &seen = splitSeen[&split];
+    if (!h.split.known() || (seen && !split.known())) {
+      split = CostTable::RuntimeSplit();
+      seen = true;
+      continue;
+    }
+    if (!seen)
+      split = h.split;
+    split.start = std::max(split.start, h.split.start);
+    split.load = std::max(split.load, h.split.load);
+    split.library = std::max(split.library, h.split.library);
+    split.steady = std::max(split.steady, h.split.steady);
+    seen = true;
   }
   for (const CostProfile &p : table.profiles)
     for (auto &entry : p.nodes) {

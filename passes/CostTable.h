@@ -77,11 +77,35 @@ struct CostTable {
   /// the loss; stages of a pipeline carry MPI, a lone stage does not.
   int64_t runtimeAlone = 0, runtimeFirst = 0, runtimeLast = 0,
           runtimeMiddle = 0;
+  /// A profiled stage's runtime memory by part (CPU headers with
+  /// start_bytes, load_bytes, library_bytes, steady_bytes; per place, each
+  /// the largest of the place's headers): the process before its arena, the
+  /// largest piece of a weight file mapped while loading, what the math
+  /// libraries made resident, and all besides the arena and `start` after
+  /// the steps (including `library`).
+  struct RuntimeSplit {
+    int64_t start = -1, load = 0, library = 0, steady = -1;
+    bool known() const { return start >= 0 && steady >= 0; }
+  };
+  RuntimeSplit splitAlone, splitFirst, splitLast, splitMiddle;
+  /// What the stage being predicted brings to its runtime memory: the
+  /// largest piece of a weight file it maps while loading (its largest
+  /// parameter's bytes, at most manifest::kWeightLoadPieceBytes), and
+  /// whether it calls the math libraries (a GEMM, attention, a
+  /// convolution).
+  struct StageTraits {
+    int64_t loadBytes = 0;
+    bool callsMathLibrary = true;
+  };
   /// The runtime memory predicted for stage `stage` of `stages`: the
   /// table's stages in the same place (a middle stage without any: the
   /// smaller of first and last; a pipeline stage from 1-stage profiles
-  /// only: theirs), else runtimeBytes (0: none in the table).
-  int64_t runtimeBytesFor(int64_t stage, int64_t stages) const;
+  /// only: theirs), else runtimeBytes (0: none in the table). With `traits`
+  /// and that place's split known: start + max(the stage's load piece,
+  /// steady less library unless the stage calls the math libraries) — the
+  /// load's piece is dropped before the steps begin.
+  int64_t runtimeBytesFor(int64_t stage, int64_t stages,
+                          const StageTraits *traits = nullptr) const;
   /// Measured transfers between two stages (a multi-stage profile's "link"
   /// lines): bytes, seconds one way.
   std::vector<std::pair<int64_t, double>> links;

@@ -158,7 +158,7 @@ void plan(ModuleOp imported, const CompileOptions &c, const CostTable &costs,
          costs.transferSeconds(int64_t(double(sent[1]) / chunks))});
     cand.stageSeconds.push_back(t[0] + t[1] + t[2] + t[3]);
     cand.stagePeakBytes.push_back(predictedPeakBytes(
-        *st, runtimeBytesOf(costs, s, c.stages), c.microbatches, c.stages,
+        *st, runtimeBytesOf(costs, s, c.stages, *st), c.microbatches, c.stages,
         /*cuda=*/false));
     cand.stageArenaBytes.push_back(st->memory.arenaBytes);
     cand.stageStashSlots.push_back(st->memory.stashSlots);

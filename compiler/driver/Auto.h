@@ -6,6 +6,7 @@
 
 #include "compiler/CppEmitter.h"
 #include "compiler/driver/Driver.h"
+#include "gpipe/manifest.h"
 #include "passes/CostTable.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -29,12 +30,30 @@ inline int64_t runtimeBytesOf(const CostTable &costs) {
                                                : kDefaultRuntimeBytes;
 }
 
-/// The runtime's own memory predicted for stage `stage` of `stages`: the
-/// cost table's for a stage in that place (CostTable::runtimeBytesFor),
-/// else kDefaultRuntimeBytes.
+/// What `st` brings to its process's runtime memory (CostTable::StageTraits):
+/// the largest piece of a weight file it maps while loading, and whether it
+/// calls the math libraries.
+inline CostTable::StageTraits stageTraits(const EmittedStage &st) {
+  CostTable::StageTraits traits;
+  traits.callsMathLibrary = st.callsMathLibrary;
+  for (const EmittedParam &p : st.params) {
+    int64_t bytes = 4; // weight files are float32
+    for (int64_t d : p.shape)
+      bytes *= d;
+    traits.loadBytes = std::max(
+        traits.loadBytes, std::min(bytes, manifest::kWeightLoadPieceBytes));
+  }
+  return traits;
+}
+
+/// The runtime's own memory predicted for stage `stage` of `stages` (`st`):
+/// the cost table's for a stage in that place (CostTable::runtimeBytesFor,
+/// with the stage's traits), else kDefaultRuntimeBytes.
 inline int64_t runtimeBytesOf(const CostTable &costs, int64_t stage,
-                              int64_t stages) {
-  int64_t bytes = costs.cuda ? 0 : costs.runtimeBytesFor(stage, stages);
+                              int64_t stages, const EmittedStage &st) {
+  const CostTable::StageTraits traits = stageTraits(st);
+  int64_t bytes =
+      costs.cuda ? 0 : costs.runtimeBytesFor(stage, stages, &traits);
   return bytes > 0 ? bytes : kDefaultRuntimeBytes;
 }
 

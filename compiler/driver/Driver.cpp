@@ -423,7 +423,8 @@ int gpipe::compile(const CompileOptions &options) {
           stage->memory.arenaBytes + costs->runtimeBytesFor(s, o.stages);
     stage->predictedPeakBytes = driver::predictedPeakBytes(
         *stage,
-        driver::runtimeBytesOf(costs ? *costs : CostTable(), s, o.stages),
+        driver::runtimeBytesOf(costs ? *costs : CostTable(), s, o.stages,
+                               *stage),
         o.microbatches, o.stages, eo.cuda);
     forwards.emplace_back();
     for (int64_t piece : stage->virtualStages)

@@ -298,6 +298,7 @@ extern "C" {
 
 void gp_conv_fwd(const gp_conv_shape *s, const float *x, const float *w,
                  const float *bias, float *y) {
+  gpipe::LibraryTouch touch; // --profile's memory split
   ConvState &st = state();
   std::lock_guard<std::mutex> lock(st.mutex);
   ConvPrims &p = primsFor(*s);
@@ -323,6 +324,7 @@ void gp_conv_fwd(const gp_conv_shape *s, const float *x, const float *w,
 
 void gp_conv_bwd_data(const gp_conv_shape *s, const float *dy, const float *w,
                       float *dx) {
+  gpipe::LibraryTouch touch; // --profile's memory split
   ConvState &st = state();
   std::lock_guard<std::mutex> lock(st.mutex);
   ConvPrims &p = primsFor(*s);
@@ -353,6 +355,7 @@ void gp_conv_bwd_data(const gp_conv_shape *s, const float *dy, const float *w,
 
 void gp_conv_bwd_weights(const gp_conv_shape *s, const float *x,
                          const float *dy, float *dw) {
+  gpipe::LibraryTouch touch; // --profile's memory split
   ConvState &st = state();
   std::lock_guard<std::mutex> lock(st.mutex);
   if (smallMapWeightGrad(*s, st, x, dy, dw))

@@ -226,6 +226,49 @@ bool timingWriteReport(const std::string &path, int64_t deviceMemoryBytes,
 
 /// Sizes the sums for `program`'s profile units; counting off.
 void profileInit(const gp_program &program);
+/// The process's resident memory now (/proc/self/statm), or -1.
+int64_t residentBytesNow();
+/// The resident memory noted before the arena (timingNoteStartRss), or -1.
+int64_t startRssBytes();
+/// The runtime's own memory as --profile measures it on the CPU target
+/// (the cost table header's memory fields, docs/formats.md): the process
+/// before its arena (`start`), the largest piece of a weight file mapped at
+/// once while loading (`load`), what the math libraries' calls first
+/// touched in the warm-up step (`library`: code, JIT kernels, scratch),
+/// and the memory besides the arena and `start` after the steps
+/// (`steady`; it includes `library`). -1: not measured.
+struct RuntimeMemory {
+  int64_t start = -1, load = 0, library = -1, steady = -1;
+};
+/// A piece of `bytes` of a weight file mapped while loading.
+void profileNoteLoadPiece(int64_t bytes);
+/// Measures the math libraries' first touches (LibraryTouch) while on: the
+/// warm-up step of a --profile run.
+void profileMeasureLibrary(bool on);
+/// The split measured so far (`arenaBytes` subtracted from steady).
+RuntimeMemory profileRuntimeMemory(int64_t arenaBytes);
+/// Around a call into oneDNN or OpenBLAS (gp_gemm, the convolutions): while
+/// profileMeasureLibrary is on, adds what the outermost such call on the
+/// stage's thread made resident to RuntimeMemory::library.
+extern bool gMeasureLibrary;
+class LibraryTouch {
+public:
+  LibraryTouch() {
+    if (gMeasureLibrary)
+      begin();
+  }
+  ~LibraryTouch() {
+    if (before_ >= 0)
+      end();
+  }
+  LibraryTouch(const LibraryTouch &) = delete;
+  LibraryTouch &operator=(const LibraryTouch &) = delete;
+
+private:
+  void begin();
+  void end();
+  int64_t before_ = -1;
+};
 /// Turns counting on or off (off during evaluation and the warm-up step).
 void profileCount(bool on);
 /// Forgets the sums so far (after the warm-up step).
@@ -247,7 +290,8 @@ struct LinkSample {
 /// transfer (`links`). On failure sets `err`.
 bool profileWrite(const std::string &path, const gp_program &program,
                   int64_t threads, const std::vector<LinkSample> &links,
-                  int64_t runtimeBytes, std::string &err);
+                  int64_t runtimeBytes, const RuntimeMemory &memory,
+                  std::string &err);
 
 //===----------------------------------------------------------------------===//
 // Heartbeat file (heartbeat.cpp), for gpipe-run's watchdog: pid, host, a

@@ -453,6 +453,7 @@ void gp_gemm(int transA, int transB, int64_t M, int64_t N, int64_t K,
   // Buffered sends move while the stage computes: before and after each
   // product (gpipe::transportProgress).
   gpipe::transportProgress();
+  gpipe::LibraryTouch touch; // --profile's memory split
   struct ProgressAfter {
     ~ProgressAfter() { gpipe::transportProgress(); }
   } progressAfter;
@@ -509,6 +510,7 @@ void gp_gemm_ex(int transA, int transB, int64_t M, int64_t N, int64_t K,
                 int64_t ldb, float beta, float *C, int64_t ldc,
                 const float *bias, int32_t relu, int32_t math, const void *A16,
                 const void *B16) {
+  gpipe::LibraryTouch touch; // --profile's memory split (with its widening)
   if (math != GP_MATH_F32 && math != GP_MATH_TF32 && math != GP_MATH_BF16) {
     std::fprintf(stderr, "gpipe: error: internal: gp_gemm_ex math mode %d\n",
                  static_cast<int>(math));

@@ -588,9 +588,10 @@ bool StageRun::uploadReleasing(unsigned char *dst, const NpyFile &f,
   // 16 MiB at a time, each piece's mapped pages dropped once copied: the
   // file is never resident whole beside the arena (the largest parameter
   // would otherwise add its size to the stage's peak memory).
-  constexpr int64_t kPiece = 16 << 20;
+  constexpr int64_t kPiece = manifest::kWeightLoadPieceBytes;
   for (int64_t at = 0; at < f.dataBytes(); at += kPiece) {
     int64_t n = std::min(kPiece, f.dataBytes() - at);
+    profileNoteLoadPiece(n);
     if (!deviceUpload(dst + at, f.data() + at, n, err))
       return false;
     f.release(at, at + n);
@@ -1170,6 +1171,9 @@ int StageRun::runSteps() {
   // the arena, the math libraries' set-up) are dropped when more follow.
   profileInit(*program_);
   profileCount(!opt_.profile.empty());
+  // --profile: what the math libraries' calls make resident, in the first
+  // step (their set-up, JIT kernels, scratch).
+  profileMeasureLibrary(!opt_.profile.empty());
   for (int64_t s = firstStep_; s <= opt_.steps; ++s) {
     // Stages without data files (middle stages) still count steps; their
     // first_sample is relative to an unknown mini-batch and unused.
@@ -1253,6 +1257,7 @@ int StageRun::runSteps() {
     timingAction(TimedKind::StepEnd, s, -1, stepEndNs, stepDoneNs);
     timingStep(s, stepStartNs, stepDoneNs);
     profileStepDone();
+    profileMeasureLibrary(false);
     if (s == firstStep_ && s < opt_.steps)
       profileRestart();
     auto t1 = std::chrono::steady_clock::now();
@@ -1300,15 +1305,17 @@ int StageRun::runSteps() {
   if (!opt_.trace.empty() && !timingWriteTrace(opt_.trace, err))
     return error(err);
   if (!opt_.profile.empty()) {
-    // The links between the stages and the runtime's own memory, measured
-    // after the steps.
+    // The runtime's own memory after the steps (before the link
+    // measurement's buffers), then the links between the stages.
     std::vector<LinkSample> links;
     int64_t runtimeBytes = -1;
+    if (!deviceRuntimeBytes(*program_, runtimeBytes, err))
+      return error(err);
+    const RuntimeMemory memory = profileRuntimeMemory(program_->arena_bytes);
     if (program_->num_stages > 1 && !deviceMeasureLinks(*program_, links, err))
       return error(err);
-    if (!deviceRuntimeBytes(*program_, runtimeBytes, err) ||
-        !profileWrite(opt_.profile, *program_, opt_.threads, links,
-                      runtimeBytes, err))
+    if (!profileWrite(opt_.profile, *program_, opt_.threads, links,
+                      runtimeBytes, memory, err))
       return error(err);
   }
   if (!opt_.report.empty() &&

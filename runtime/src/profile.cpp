@@ -10,7 +10,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fcntl.h>
+#include <thread>
 #include <time.h>
+#include <unistd.h>
 #include <vector>
 
 namespace gpipe {
@@ -28,7 +31,76 @@ struct Profile {
   int64_t steps = 0; // steps whose units are in the sums
 } gProfile;
 
+// The runtime memory split (RuntimeMemory), measured on the stage's thread.
+struct MemorySplit {
+  int64_t loadPiece = 0;
+  int64_t library = 0;
+  bool libraryMeasured = false;
+  int depth = 0; // LibraryTouch calls open on the stage's thread
+  std::thread::id stageThread;
+} gMemory;
+
 } // namespace
+
+bool gMeasureLibrary = false;
+
+int64_t residentBytesNow() {
+  // /proc/self/statm: size resident shared ... in pages. read(2), not stdio:
+  // LibraryTouch calls this around the warm-up step's GEMMs.
+  int fd = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  char buf[128];
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0)
+    return -1;
+  buf[n] = '\0';
+  long long size = 0, resident = 0;
+  if (std::sscanf(buf, "%lld %lld", &size, &resident) != 2)
+    return -1;
+  return resident * static_cast<int64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+void profileNoteLoadPiece(int64_t bytes) {
+  gMemory.loadPiece = std::max(gMemory.loadPiece, bytes);
+}
+
+void profileMeasureLibrary(bool on) {
+  gMeasureLibrary = on;
+  if (on) {
+    gMemory.libraryMeasured = true;
+    gMemory.stageThread = std::this_thread::get_id();
+  }
+}
+
+void LibraryTouch::begin() {
+  // The outermost call on the stage's thread (attention calls gp_gemm; an
+  // OpenMP team's other threads are inside the stage thread's window).
+  if (std::this_thread::get_id() != gMemory.stageThread || gMemory.depth++ > 0)
+    return;
+  before_ = residentBytesNow();
+  if (before_ < 0)
+    --gMemory.depth;
+}
+
+void LibraryTouch::end() {
+  --gMemory.depth;
+  int64_t after = residentBytesNow();
+  if (after > before_)
+    gMemory.library += after - before_;
+}
+
+RuntimeMemory profileRuntimeMemory(int64_t arenaBytes) {
+  RuntimeMemory m;
+  m.start = startRssBytes();
+  m.load = gMemory.loadPiece;
+  m.library = gMemory.libraryMeasured ? gMemory.library : -1;
+  const int64_t now = residentBytesNow();
+  if (m.start >= 0 && now >= 0)
+    m.steady = std::max<int64_t>(0, now - m.start - arenaBytes);
+  return m;
+}
 
 void profileInit(const gp_program &program) {
   gProfile.sums.assign(
@@ -61,7 +133,8 @@ void profileStepDone() {
 
 bool profileWrite(const std::string &path, const gp_program &program,
                   int64_t threads, const std::vector<LinkSample> &links,
-                  int64_t runtimeBytes, std::string &err) {
+                  int64_t runtimeBytes, const RuntimeMemory &memory,
+                  std::string &err) {
   std::FILE *f = std::fopen(path.c_str(), "w");
   if (!f) {
     err = "cannot write profile file " + path + ": " + std::strerror(errno);
@@ -86,6 +159,15 @@ bool profileWrite(const std::string &path, const gp_program &program,
                  {"steps", gProfile.steps},
                  {"arena_bytes", program.arena_bytes},
                  {"runtime_bytes", runtimeBytes}};
+  // The CPU runtime's memory by part (the compiler predicts other stages'
+  // from it); CUDA's runtime_bytes are GPU memory, these would be the host's.
+  if (program.target == GP_TARGET_CPU && memory.start >= 0 &&
+      memory.steady >= 0 && memory.library >= 0) {
+    header["start_bytes"] = memory.start;
+    header["load_bytes"] = memory.load;
+    header["library_bytes"] = std::min(memory.library, memory.steady);
+    header["steady_bytes"] = memory.steady;
+  }
   writeLine(header);
   for (int32_t u = 0; u < program.num_profile_units; ++u) {
     const gp_profile_unit &unit = program.profile_units[u];

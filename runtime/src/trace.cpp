@@ -204,15 +204,9 @@ bool timingWriteTrace(const std::string &path, std::string &err) {
   return ok;
 }
 
-void timingNoteStartRss() {
-  // /proc/self/statm: size resident shared ... in pages.
-  FILE *f = std::fopen("/proc/self/statm", "r");
-  long long size = 0, resident = 0;
-  if (f && std::fscanf(f, "%lld %lld", &size, &resident) == 2)
-    gStartRssBytes = resident * static_cast<long long>(::sysconf(_SC_PAGESIZE));
-  if (f)
-    std::fclose(f);
-}
+void timingNoteStartRss() { gStartRssBytes = residentBytesNow(); }
+
+int64_t startRssBytes() { return gStartRssBytes; }
 
 bool timingWriteReport(const std::string &path, int64_t deviceMemoryBytes,
                        std::string &err) {

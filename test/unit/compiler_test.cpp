@@ -393,30 +393,102 @@ TEST(CostTable, RuntimeBytesByPlace) {
   EXPECT_EQ(t.runtimeBytesFor(2, 4), 35);
 }
 
+namespace {
+// A cost table of one header per entry (its stage, its pipeline's stages,
+// the build, the target, more header fields) and one timed unit each,
+// loaded as gpipe-compile --costs would.
+struct TableHeader {
+  int stage = 0, stages = 1;
+  std::string build = "b", target = "cpu", extra;
+};
+gpipe::CostTable loadTable(const std::vector<TableHeader> &headers) {
+  llvm::SmallString<128> path;
+  EXPECT_FALSE(llvm::sys::fs::createTemporaryFile("costs", "jsonl", path));
+  {
+    std::ofstream f(path.c_str());
+    for (const TableHeader &h : headers)
+      f << "{\"gpipe_profile\":1,\"stage\":" << h.stage
+        << ",\"stages\":" << h.stages << ",\"build_id\":\"" << h.build
+        << "\",\"target\":\"" << h.target
+        << "\",\"microbatches\":2,\"batch_size\":8,\"steps\":2,"
+           "\"runtime_bytes\":1000"
+        << h.extra << "}\n"
+        << "{\"stage\":" << h.stage
+        << ",\"unit\":0,\"function\":\"forward\",\"chunk\":0,"
+           "\"calls\":2,\"seconds\":0.001,\"ops\":[{\"node\":\"n\","
+           "\"op\":\"nn.tanh\",\"signature\":\"nn.tanh(tensor<4x4xf32>) -> "
+           "tensor<4x4xf32>\",\"estimate\":1e-08}]}\n";
+  }
+  std::string err;
+  std::optional<gpipe::CostTable> t = gpipe::loadCostTable(path, err);
+  llvm::sys::fs::remove(path);
+  EXPECT_TRUE(t.has_value()) << err;
+  return t.value_or(gpipe::CostTable());
+}
+} // namespace
+
+// With the place's runtime memory by part and the stage's traits: start
+// plus the larger of the stage's own load piece and the steady rest, less
+// the math libraries' part for a stage that calls none of them.
+TEST(CostTable, RuntimeBytesFromTheSplit) {
+  gpipe::CostTable t;
+  t.runtimeFirst = 36;
+  t.runtimeLast = 27;
+  t.splitFirst = {/*start=*/20, /*load=*/16, /*library=*/6, /*steady=*/7};
+  t.splitLast = {/*start=*/20, /*load=*/0, /*library=*/6, /*steady=*/7};
+  gpipe::CostTable::StageTraits big{/*loadBytes=*/16, true},
+      small{/*loadBytes=*/1, true}, noLibrary{/*loadBytes=*/0, false};
+  EXPECT_EQ(t.runtimeBytesFor(0, 4), 36); // no traits: the place's bytes
+  EXPECT_EQ(t.runtimeBytesFor(0, 4, &big), 36);
+  EXPECT_EQ(t.runtimeBytesFor(0, 4, &small), 27);
+  EXPECT_EQ(t.runtimeBytesFor(3, 4, &noLibrary), 21);
+  EXPECT_EQ(t.runtimeBytesFor(3, 4, &big), 36);
+  // A middle stage takes the smaller place (last here), split and all.
+  EXPECT_EQ(t.runtimeBytesFor(1, 4, &small), 27);
+  EXPECT_EQ(t.runtimeBytesFor(2, 4, &noLibrary), 21);
+  // A place without its split (an older runtime's table): its bytes.
+  t.splitLast = gpipe::CostTable::RuntimeSplit();
+  EXPECT_EQ(t.runtimeBytesFor(3, 4, &noLibrary), 27);
+}
+
+// A table's headers give each place its split, part by part the largest;
+// a place where one header lacks it has none.
+TEST(CostTable, RuntimeSplitFromHeaders) {
+  const char *first = ",\"start_bytes\":20,\"load_bytes\":16,"
+                      "\"library_bytes\":6,\"steady_bytes\":7";
+  const char *last = ",\"start_bytes\":21,\"load_bytes\":0,"
+                     "\"library_bytes\":5,\"steady_bytes\":9";
+  gpipe::CostTable t =
+      loadTable({{0, 2, "b", "cpu", first}, {1, 2, "b", "cpu", last}});
+  EXPECT_EQ(t.splitFirst.start, 20);
+  EXPECT_EQ(t.splitFirst.load, 16);
+  EXPECT_EQ(t.splitLast.library, 5);
+  EXPECT_EQ(t.splitLast.steady, 9);
+  gpipe::CostTable::StageTraits none{0, false};
+  EXPECT_EQ(t.runtimeBytesFor(1, 2, &none), 25);
+  // Two builds' last stages: each part the larger; the first stages' split
+  // is unknown when one of them lacks it.
+  const char *last2 = ",\"start_bytes\":19,\"load_bytes\":3,"
+                      "\"library_bytes\":8,\"steady_bytes\":8";
+  t = loadTable({{0, 2, "b", "cpu", first},
+                 {1, 2, "b", "cpu", last},
+                 {0, 2, "c", "cpu", ""},
+                 {1, 2, "c", "cpu", last2}});
+  EXPECT_FALSE(t.splitFirst.known());
+  EXPECT_EQ(t.splitLast.start, 21);
+  EXPECT_EQ(t.splitLast.load, 3);
+  EXPECT_EQ(t.splitLast.library, 8);
+  EXPECT_EQ(t.splitLast.steady, 9);
+}
+
 // A table is a CUDA one when every header says target "cuda" (its
 // runtime_bytes are then GPU memory, which only CUDA predictions use).
 TEST(CostTable, CudaOnlyWhenEveryHeaderIs) {
   auto load = [](const std::vector<std::string> &targets) {
-    llvm::SmallString<128> path;
-    EXPECT_FALSE(llvm::sys::fs::createTemporaryFile("costs", "jsonl", path));
-    {
-      std::ofstream f(path.c_str());
-      for (size_t s = 0; s < targets.size(); ++s)
-        f << "{\"gpipe_profile\":1,\"stage\":" << s
-          << ",\"stages\":" << targets.size() << ",\"target\":\"" << targets[s]
-          << "\",\"microbatches\":2,\"batch_size\":8,\"steps\":2,"
-             "\"runtime_bytes\":1000}\n"
-          << "{\"stage\":" << s
-          << ",\"unit\":0,\"function\":\"forward\",\"chunk\":0,"
-             "\"calls\":2,\"seconds\":0.001,\"ops\":[{\"node\":\"n\","
-             "\"op\":\"nn.tanh\",\"signature\":\"nn.tanh(tensor<4x4xf32>) -> "
-             "tensor<4x4xf32>\",\"estimate\":1e-08}]}\n";
-    }
-    std::string err;
-    std::optional<gpipe::CostTable> t = gpipe::loadCostTable(path, err);
-    llvm::sys::fs::remove(path);
-    EXPECT_TRUE(t.has_value()) << err;
-    return t ? t->cuda : false;
+    std::vector<TableHeader> headers;
+    for (size_t s = 0; s < targets.size(); ++s)
+      headers.push_back({int(s), int(targets.size()), "b", targets[s], ""});
+    return loadTable(headers).cuda;
   };
   EXPECT_TRUE(load({"cuda"}));
   EXPECT_TRUE(load({"cuda", "cuda"}));

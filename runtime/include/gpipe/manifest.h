@@ -16,6 +16,11 @@ namespace manifest {
 inline constexpr const char *kFormat = "gpipe-pipeline";
 inline constexpr int64_t kVersion = 2;
 
+/// A stage program maps a weight file this many bytes at a time while it
+/// loads it (each piece's pages dropped once copied into the arena): the
+/// compiler's memory prediction adds the largest such piece of a stage.
+inline constexpr int64_t kWeightLoadPieceBytes = int64_t(16) << 20;
+
 /// The optimizer the update functions run (--optimizer and its flags).
 struct Optimizer {
   std::string kind = "sgd"; // sgd | adam | adamw

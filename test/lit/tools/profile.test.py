@@ -6,6 +6,15 @@ import json
 import os
 import sys
 
+
+def nbytes(shape):
+    """A float32 weight file's data bytes."""
+    n = 4
+    for d in shape:
+        n *= d
+    return n
+
+
 costs, prof_pj, costed_pj, prof_w, plain_w, steps = sys.argv[1:7]
 steps = int(steps)
 lines = [json.loads(l) for l in open(costs) if l.strip()]
@@ -44,7 +53,27 @@ for st in desc["stages"]:
     assert all(l["seconds"] > 0 and l["repeats"] >= 4 for l in links), links
     print("stage %d: links measured to peers %s at %d sizes" % (
         s, sorted({p for p, _ in got}), len({b for _, b in got})))
+    # The runtime memory by part: the process before its arena, the largest
+    # weight-file piece mapped while loading (its largest parameter here),
+    # what the GEMMs first touched, and the steady rest that includes it;
+    # runtime_bytes (the peak less the arena) covers start and the larger
+    # of load and steady, and no link buffer (measured before the links).
+    h = head[0]
+    largest = max(nbytes(p["shape"]) for p in st["params"])
+    assert h["start_bytes"] > 0 and h["load_bytes"] == min(largest, 16 << 20), (h, largest)
+    assert 0 < h["library_bytes"] <= h["steady_bytes"], h
+    assert h["runtime_bytes"] >= h["start_bytes"] + max(h["load_bytes"], h["steady_bytes"]) - (1 << 20), h
+    print("stage %d: runtime memory by part: start, load (its largest parameter), library within steady" % s)
 costed = json.load(open(costed_pj))
+lines_by_stage = {l["stage"]: l for l in lines if "gpipe_profile" in l}
+for st in costed["stages"]:
+    # The same table's place (first, last) predicts the stage: start plus
+    # the larger of its own largest parameter's piece and the steady rest
+    # (these stages call GEMMs: the library's part stays).
+    h = lines_by_stage[st["index"]]
+    largest = max(nbytes(p["shape"]) for p in st["params"])
+    want = st["memory"]["arena_bytes"] + h["start_bytes"] + max(min(largest, 16 << 20), h["steady_bytes"])
+    assert st["memory"]["predicted_peak_bytes"] == want, (st["memory"], want)
 for st in costed["stages"]:
     t = st["predicted_seconds_per_step"]
     assert len(t) == 4 and all(x > 0 for x in t[:3]) and t[3] >= 0, t
