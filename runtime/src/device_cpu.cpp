@@ -13,6 +13,7 @@
 namespace gpipe {
 namespace {
 unsigned char *gArena = nullptr;
+bool gSharedArena = false; // transportSharedArena's
 int64_t gThreads = 1;
 } // namespace
 
@@ -57,6 +58,14 @@ std::string deviceDescription() {
 }
 
 unsigned char *deviceAllocArena(int64_t bytes, std::string &err) {
+  // Replicas on one node: in memory they share, averaged in place.
+  if (unsigned char *shared = transportSharedArena(bytes, err)) {
+    std::memset(shared, 0, static_cast<size_t>(bytes));
+    gSharedArena = true;
+    return shared;
+  }
+  if (!err.empty())
+    return nullptr;
   // aligned_alloc needs a multiple of the alignment.
   size_t size = (static_cast<size_t>(bytes) + 255) / 256 * 256;
   if (size == 0)
@@ -96,8 +105,12 @@ void deviceProfileSpan(int32_t unit, int64_t mark) {
 }
 
 void deviceShutdown() {
-  std::free(gArena);
+  if (gSharedArena)
+    transportFreeSharedArena();
+  else
+    std::free(gArena);
   gArena = nullptr;
+  gSharedArena = false;
 }
 
 } // namespace gpipe

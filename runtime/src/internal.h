@@ -401,6 +401,14 @@ int transportReplica();
 /// the mean of their copies, summed in replica order (the same bits on
 /// every replica and every run). On failure sets `err`.
 bool transportAverageReplicas(float *data, int64_t n, std::string &err);
+/// --data-parallel on the CPU with every replica of this stage on this node:
+/// the arena of `bytes`, zeroed, in a window of memory shared with them
+/// (MPI_Win_allocate_shared), which the averages then read from directly.
+/// nullptr otherwise (one replica, replicas on other nodes,
+/// GPIPE_DP_SHARED=0), or on failure with `err` set.
+unsigned char *transportSharedArena(int64_t bytes, std::string &err);
+/// Frees that window (every replica together, before MPI_Finalize).
+void transportFreeSharedArena();
 /// The same in two halves: start averaging `data` (nonblocking; moved on by
 /// transportProgress, which gp_gemm calls), and wait until everything
 /// started is averaged, in the order started. `data` must stay untouched

@@ -339,7 +339,7 @@ public:
     // (finish): tearing down now could wait forever on transfers a peer
     // never completes, and pending CUDA host functions still point at this
     // run's state.
-    if (rc != 0 && program_->num_stages > 1)
+    if (rc != 0 && (program_->num_stages > 1 || replicas_ > 1))
       return rc;
     deviceShutdown();
     return rc;

@@ -10,6 +10,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <deque>
 #include <map>
@@ -381,10 +382,182 @@ bool shareFitsInt(int64_t n, std::string &err) {
 }
 } // namespace
 
+namespace {
+/// Replicas on one node average through shared memory (transportSharedArena):
+/// every replica's arena is an MPI-3 shared window segment, mapped by all,
+/// so each replica sums its share of every gradient straight from the
+/// others' arenas and copies theirs in, with no messages or staging copies.
+struct SharedArenas {
+  MPI_Win win = MPI_WIN_NULL;
+  std::vector<unsigned char *> base; // every replica's arena, by replica
+  int64_t bytes = 0;                 // each arena's size
+  // Started averages (offset in the arena, floats), done at the wait.
+  std::vector<std::pair<int64_t, int64_t>> pending;
+} gShared;
+
+/// Between the phases of a shared average: every replica's writes so far
+/// visible to every replica (MPI-3's unified model: sync, barrier, sync).
+int sharedFence() {
+  MPI_Win_sync(gShared.win);
+  int rc = MPI_Barrier(gReplicas);
+  MPI_Win_sync(gShared.win);
+  return rc;
+}
+
+/// `body` (reading other replicas' arenas) after every replica's writes so
+/// far, and before any replica writes again (MPI's error code).
+template <typename F> int betweenFences(F body) {
+  int rc = sharedFence();
+  body();
+  int after = sharedFence();
+  return rc != MPI_SUCCESS ? rc : after;
+}
+
+/// This replica's share [n * r / D, n * (r + 1) / D) of the n floats at
+/// `offset` in every replica's arena, summed over the replicas in replica
+/// order and scaled by 1/D (sumShare's operations: the same bits), in place
+/// in its own arena.
+void sharedSumShare(int64_t offset, int64_t n) {
+  const int d = gReplicaCount, me = gReplica;
+  const float scale = 1.0f / static_cast<float>(d);
+  const int64_t lo = n * me / d, hi = n * (me + 1) / d;
+  auto at = [&](int j) {
+    return reinterpret_cast<float *>(gShared.base[static_cast<size_t>(j)] +
+                                     offset);
+  };
+  constexpr int64_t kBlock = 1024;
+  float sum[kBlock];
+  for (int64_t b = lo; b < hi; b += kBlock) {
+    const int64_t len = std::min(kBlock, hi - b);
+    const float *p0 = at(0) + b;
+    for (int64_t i = 0; i < len; ++i)
+      sum[i] = p0[i];
+    for (int j = 1; j < d; ++j) {
+      const float *pj = at(j) + b;
+      for (int64_t i = 0; i < len; ++i)
+        sum[i] += pj[i];
+    }
+    float *out = at(me) + b;
+    for (int64_t i = 0; i < len; ++i)
+      out[i] = sum[i] * scale;
+  }
+}
+
+/// Every other replica's share of the n floats at `offset` copied from its
+/// arena into this replica's.
+void sharedCopyShares(int64_t offset, int64_t n) {
+  const int d = gReplicaCount;
+  for (int j = 0; j < d; ++j) {
+    if (j == gReplica)
+      continue;
+    const int64_t lo = n * j / d, hi = n * (j + 1) / d;
+    std::memcpy(gShared.base[static_cast<size_t>(gReplica)] + offset + lo * 4,
+                gShared.base[static_cast<size_t>(j)] + offset + lo * 4,
+                static_cast<size_t>(hi - lo) * 4);
+  }
+}
+
+/// The shared average of the pending pieces: each replica sums its share of
+/// every piece, then copies the others' sums, then waits until every
+/// replica has copied (the update then clears the gradients that others
+/// were reading).
+int sharedAverage() {
+  int rc = betweenFences([] {
+    for (auto [offset, n] : gShared.pending)
+      sharedSumShare(offset, n);
+  });
+  for (auto [offset, n] : gShared.pending)
+    sharedCopyShares(offset, n);
+  if (int after = sharedFence(); rc == MPI_SUCCESS)
+    rc = after;
+  gShared.pending.clear();
+  return rc;
+}
+
+/// The offset of `data` in this replica's shared arena.
+int64_t sharedOffset(const float *data) {
+  return reinterpret_cast<const unsigned char *>(data) -
+         gShared.base[static_cast<size_t>(gReplica)];
+}
+
+/// Whether the n floats at `data` lie in this replica's shared arena (the
+/// gradients and parameters do; a checkpoint's gathered state does not, and
+/// takes MPI's path).
+bool inSharedArena(const float *data, int64_t n) {
+  if (gShared.win == MPI_WIN_NULL)
+    return false;
+  const unsigned char *p = reinterpret_cast<const unsigned char *>(data),
+                      *base = gShared.base[static_cast<size_t>(gReplica)];
+  return p >= base && p + n * 4 <= base + gShared.bytes;
+}
+} // namespace
+
+unsigned char *transportSharedArena(int64_t bytes, std::string &err) {
+  if (gReplicaCount <= 1 || gShared.win != MPI_WIN_NULL)
+    return nullptr;
+  if (const char *v = std::getenv("GPIPE_DP_SHARED");
+      v && std::string(v) == "0")
+    return nullptr;
+  // Only when every replica of this stage is on this node.
+  MPI_Comm node = MPI_COMM_NULL;
+  int nodeSize = 0, all = 0;
+  if (MPI_Comm_split_type(gReplicas, MPI_COMM_TYPE_SHARED, gReplica,
+                          MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+    MPI_Comm_size(node, &nodeSize);
+    MPI_Comm_free(&node);
+  }
+  // Every replica decides alike (one may share a node with fewer peers).
+  int here = nodeSize == gReplicaCount ? 1 : 0;
+  if (MPI_Allreduce(&here, &all, 1, MPI_INT, MPI_MIN, gReplicas) !=
+          MPI_SUCCESS ||
+      !all)
+    return nullptr;
+  MPI_Info info;
+  MPI_Info_create(&info);
+  // Each replica's segment page-aligned on its own (not one contiguous run).
+  MPI_Info_set(info, "alloc_shared_noncontig", "true");
+  void *mine = nullptr;
+  const MPI_Aint size = static_cast<MPI_Aint>(std::max<int64_t>(bytes, 256));
+  int rc =
+      MPI_Win_allocate_shared(size, 1, info, gReplicas, &mine, &gShared.win);
+  MPI_Info_free(&info);
+  if (rc != MPI_SUCCESS) {
+    err = "allocating the " + std::to_string(bytes) +
+          "-byte arena in memory shared with the stage's replicas failed: " +
+          mpiError(rc);
+    gShared.win = MPI_WIN_NULL;
+    return nullptr;
+  }
+  gShared.bytes = bytes;
+  gShared.base.assign(static_cast<size_t>(gReplicaCount), nullptr);
+  for (int j = 0; j < gReplicaCount; ++j) {
+    MPI_Aint sz = 0;
+    int unit = 0;
+    void *ptr = nullptr;
+    MPI_Win_shared_query(gShared.win, j, &sz, &unit, &ptr);
+    gShared.base[static_cast<size_t>(j)] = static_cast<unsigned char *>(ptr);
+  }
+  MPI_Win_lock_all(MPI_MODE_NOCHECK, gShared.win);
+  return static_cast<unsigned char *>(mine);
+}
+
+void transportFreeSharedArena() {
+  if (gShared.win == MPI_WIN_NULL)
+    return;
+  MPI_Win_unlock_all(gShared.win);
+  MPI_Win_free(&gShared.win);
+  gShared = SharedArenas();
+}
+
 bool transportAverageStart(float *data, int64_t n, std::string &err) {
   const int d = gReplicaCount;
   if (d <= 1 || n <= 0)
     return true;
+  if (inSharedArena(data, n)) {
+    // Done at the wait, every started piece at once.
+    gShared.pending.push_back({sharedOffset(data), n});
+    return true;
+  }
   // MPI counts are int: pieces of at most kMaxPiece floats per replica.
   const int64_t kMaxPiece = int64_t(1) << 28;
   const int64_t step = kMaxPiece * d;
@@ -405,6 +578,10 @@ bool transportAverageStart(float *data, int64_t n, std::string &err) {
 }
 
 bool transportAverageWait(std::string &err) {
+  // The pieces in the shared arenas, then MPI's buckets (the others).
+  if (!gShared.pending.empty())
+    if (int rc = sharedAverage(); rc != MPI_SUCCESS && gBucketError.empty())
+      gBucketError = mpiError(rc);
   // MPI_Wait, not waitFor's backoff: a nonblocking collective moves only
   // inside MPI calls, a piece per call, and sleeping between them made a
   // 32 MiB average take 30 ms instead of a few.
@@ -444,6 +621,17 @@ void transportShare(int64_t n, int64_t &lo, int64_t &hi) {
 bool transportShardReduce(float *data, int64_t n, std::string &err) {
   if (gReplicaCount <= 1 || n <= 0)
     return true;
+  if (inSharedArena(data, n)) {
+    // Summed from the replicas' arenas; nobody clears a gradient before
+    // every replica has summed its share.
+    if (int rc = betweenFences([&] { sharedSumShare(sharedOffset(data), n); });
+        rc != MPI_SUCCESS) {
+      err = "averaging the gradients across the " +
+            std::to_string(gReplicaCount) + " replicas failed: " + mpiError(rc);
+      return false;
+    }
+    return true;
+  }
   if (!shareFitsInt(n, err))
     return false;
   // A bucket's reduce-scatter and sum (the same bits as an average's), the
@@ -464,6 +652,16 @@ bool transportShardReduce(float *data, int64_t n, std::string &err) {
 bool transportShardGather(float *data, int64_t n, std::string &err) {
   if (gReplicaCount <= 1 || n <= 0)
     return true;
+  if (inSharedArena(data, n)) {
+    if (int rc =
+            betweenFences([&] { sharedCopyShares(sharedOffset(data), n); });
+        rc != MPI_SUCCESS) {
+      err = "gathering the parameters from the " +
+            std::to_string(gReplicaCount) + " replicas failed: " + mpiError(rc);
+      return false;
+    }
+    return true;
+  }
   if (!shareFitsInt(n, err))
     return false;
   static std::vector<int> counts, displs;
@@ -737,7 +935,7 @@ void transportAbort(int code) {
   // MPI_Abort does not flush stdio.
   std::fflush(stdout);
   std::fflush(stderr);
-  if (gInitialized && gWorldSize > 1) {
+  if (gInitialized && (gWorldSize > 1 || gReplicaCount > 1)) {
     MPI_Abort(MPI_COMM_WORLD, code);
     ::_exit(code); // not reached
   }
