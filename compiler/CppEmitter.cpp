@@ -1911,16 +1911,24 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
   result.bufferedSends =
       pipeline::getSends(module) == pipeline::Sends::Buffered;
   // The ops whose runtime kernels call oneDNN or OpenBLAS (gp_gemm,
-  // gp_batch_gemm, attention, the convolutions).
+  // gp_batch_gemm, attention, the convolutions); with a cost table, their
+  // memory: the largest the table measured for one of these ops (by
+  // signature).
   for (func::FuncOp f : allFns)
-    if (f && f.walk([](Operation *op) {
-                return isa<nn::GemmOp, nn::BatchMatMulOp, nn::AttentionOp,
-                           nn::AttentionGradOp, nn::ConvOp, nn::ConvInputGradOp,
-                           nn::ConvWeightGradOp>(op)
-                           ? WalkResult::interrupt()
-                           : WalkResult::advance();
-              }).wasInterrupted())
-      result.callsMathLibrary = true;
+    if (f)
+      f.walk([&](Operation *op) {
+        if (!isa<nn::GemmOp, nn::BatchMatMulOp, nn::AttentionOp,
+                 nn::AttentionGradOp, nn::ConvOp, nn::ConvInputGradOp,
+                 nn::ConvWeightGradOp>(op))
+          return;
+        result.callsMathLibrary = true;
+        if (!options.costs)
+          return;
+        auto it = options.costs->libraryBySignature.find(opSignature(op));
+        if (it != options.costs->libraryBySignature.end())
+          result.predictedLibraryBytes =
+              std::max(result.predictedLibraryBytes, it->second);
+      });
   Block &fwd = chunkFns[0][0].getBody().front();
   int64_t batch = 0;
   if (fwd.getNumArguments() && tensorType(fwd.getArgument(0)).getRank())

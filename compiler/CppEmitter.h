@@ -85,6 +85,9 @@ struct EmittedStage {
   // It computes a GEMM, attention or a convolution: its process holds the
   // math libraries' memory (code, JIT kernels, scratch).
   bool callsMathLibrary = false;
+  // With EmitOptions::costs: the math libraries' memory predicted from the
+  // table by the stage's ops (CostTable::libraryBySignature), or -1.
+  int64_t predictedLibraryBytes = -1;
   bool hasLoss = false;
   MemoryPlan memory;
   int64_t forwardFlops = 0, backwardFlops = 0, updateFlops = 0; // per action

@@ -171,8 +171,10 @@ int64_t gpipe::CostTable::runtimeBytesFor(int64_t stage, int64_t stages,
   if (!traits || !split || !split->known())
     return chosen.first;
   int64_t steady = split->steady;
-  if (!traits->callsMathLibrary)
+  if (!traits->callsMathLibrary || traits->libraryBytes >= 0)
     steady -= std::min(split->library, steady);
+  if (traits->callsMathLibrary && traits->libraryBytes >= 0)
+    steady += traits->libraryBytes;
   return split->start + std::max(traits->loadBytes, steady);
 }
 
@@ -316,6 +318,13 @@ std::optional<gpipe::CostTable> gpipe::loadCostTable(llvm::StringRef path,
         *function != "weight" && *function != "update")
       return bad("unknown function '" + function->str() + "'");
     ++units;
+    if (std::optional<int64_t> library = o->getInteger("library_bytes"))
+      for (const llvm::json::Value &v : *ops)
+        if (const llvm::json::Object *op = v.getAsObject())
+          if (std::optional<llvm::StringRef> sig = op->getString("signature")) {
+            int64_t &bytes = table.libraryBySignature[*sig];
+            bytes = std::max(bytes, *library);
+          }
     CostProfile &profile = table.profiles[of->second.second];
     const double steps = double(of->second.first);
     const double perStep = *seconds / steps;

@@ -88,6 +88,13 @@ struct CostTable {
     bool known() const { return start >= 0 && steady >= 0; }
   };
   RuntimeSplit splitAlone, splitFirst, splitLast, splitMiddle;
+  /// Per op signature, from the units that called the math libraries (their
+  /// library_bytes): what those libraries held in that profiled process
+  /// once a unit with the op had run, the largest over the table. The
+  /// libraries' memory (oneDNN's primitives, the convolutions' scratch,
+  /// which grows to the largest operand) is then predicted for a stage as
+  /// the largest over its ops.
+  llvm::StringMap<int64_t> libraryBySignature;
   /// What the stage being predicted brings to its runtime memory: the
   /// largest piece of a weight file it maps while loading (its largest
   /// parameter's bytes, at most manifest::kWeightLoadPieceBytes), and
@@ -96,13 +103,17 @@ struct CostTable {
   struct StageTraits {
     int64_t loadBytes = 0;
     bool callsMathLibrary = true;
+    /// The math libraries' memory by the stage's ops (libraryBySignature),
+    /// or -1: the place's library_bytes.
+    int64_t libraryBytes = -1;
   };
   /// The runtime memory predicted for stage `stage` of `stages`: the
   /// table's stages in the same place (a middle stage without any: the
   /// smaller of first and last; a pipeline stage from 1-stage profiles
   /// only: theirs), else runtimeBytes (0: none in the table). With `traits`
   /// and that place's split known: start + max(the stage's load piece,
-  /// steady less library unless the stage calls the math libraries) — the
+  /// steady less library, plus the stage's own library memory when it calls
+  /// the math libraries: traits->libraryBytes, else the place's) — the
   /// load's piece is dropped before the steps begin.
   int64_t runtimeBytesFor(int64_t stage, int64_t stages,
                           const StageTraits *traits = nullptr) const;

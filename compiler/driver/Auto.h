@@ -36,6 +36,7 @@ inline int64_t runtimeBytesOf(const CostTable &costs) {
 inline CostTable::StageTraits stageTraits(const EmittedStage &st) {
   CostTable::StageTraits traits;
   traits.callsMathLibrary = st.callsMathLibrary;
+  traits.libraryBytes = st.predictedLibraryBytes;
   for (const EmittedParam &p : st.params) {
     int64_t bytes = 4; // weight files are float32
     for (int64_t d : p.shape)

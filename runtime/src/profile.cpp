@@ -38,6 +38,10 @@ struct MemorySplit {
   bool libraryMeasured = false;
   int depth = 0; // LibraryTouch calls open on the stage's thread
   std::thread::id stageThread;
+  // Per unit: `library` after the unit's library calls in the warm-up step
+  // (-1: it made none), for the compiler's estimate by op shape.
+  std::vector<int64_t> unitLibrary;
+  int64_t callsSinceUnit = 0; // library calls since the last unit ended
 } gMemory;
 
 } // namespace
@@ -86,6 +90,7 @@ void LibraryTouch::begin() {
 
 void LibraryTouch::end() {
   --gMemory.depth;
+  ++gMemory.callsSinceUnit;
   int64_t after = residentBytesNow();
   if (after > before_)
     gMemory.library += after - before_;
@@ -121,6 +126,13 @@ void profileAddNs(int32_t unit, int64_t ns) {
   if (!gProfile.counting || unit < 0 ||
       static_cast<size_t>(unit) >= gProfile.sums.size())
     return;
+  if (gMeasureLibrary && gMemory.callsSinceUnit > 0) {
+    if (gMemory.unitLibrary.size() != gProfile.sums.size())
+      gMemory.unitLibrary.assign(gProfile.sums.size(), -1);
+    int64_t &u = gMemory.unitLibrary[static_cast<size_t>(unit)];
+    u = std::max(u, gMemory.library);
+  }
+  gMemory.callsSinceUnit = 0;
   UnitSum &s = gProfile.sums[static_cast<size_t>(unit)];
   s.ns += ns;
   ++s.calls;
@@ -187,6 +199,13 @@ bool profileWrite(const std::string &path, const gp_program &program,
                  {"calls", s.calls},
                  {"seconds", double(s.ns) * 1e-9},
                  {"ops", std::move(ops)}};
+    // A unit that called the math libraries (CPU, with the header's split):
+    // what they held once it had run in the warm-up step, counted from the
+    // stage's first call (the header's library_bytes when it was the last).
+    if (header.contains("library_bytes") &&
+        static_cast<size_t>(u) < gMemory.unitLibrary.size() &&
+        gMemory.unitLibrary[static_cast<size_t>(u)] >= 0)
+      line["library_bytes"] = gMemory.unitLibrary[static_cast<size_t>(u)];
     writeLine(line);
   }
   for (const LinkSample &l : links)

@@ -446,6 +446,10 @@ TEST(CostTable, RuntimeBytesFromTheSplit) {
   // A middle stage takes the smaller place (last here), split and all.
   EXPECT_EQ(t.runtimeBytesFor(1, 4, &small), 27);
   EXPECT_EQ(t.runtimeBytesFor(2, 4, &noLibrary), 21);
+  // The stage's own library memory (by its ops' signatures) replaces the
+  // place's: 20 + (7 - 6 + 9).
+  gpipe::CostTable::StageTraits byOps{/*loadBytes=*/1, true, /*library=*/9};
+  EXPECT_EQ(t.runtimeBytesFor(3, 4, &byOps), 30);
   // A place without its split (an older runtime's table): its bytes.
   t.splitLast = gpipe::CostTable::RuntimeSplit();
   EXPECT_EQ(t.runtimeBytesFor(3, 4, &noLibrary), 27);
@@ -479,6 +483,37 @@ TEST(CostTable, RuntimeSplitFromHeaders) {
   EXPECT_EQ(t.splitLast.load, 3);
   EXPECT_EQ(t.splitLast.library, 8);
   EXPECT_EQ(t.splitLast.steady, 9);
+}
+
+// Units that called the math libraries give their ops' signatures what the
+// libraries held after them, the largest over the table.
+TEST(CostTable, LibraryBytesBySignature) {
+  llvm::SmallString<128> path;
+  ASSERT_FALSE(llvm::sys::fs::createTemporaryFile("lib", "jsonl", path));
+  {
+    std::ofstream f(path.c_str());
+    auto unit = [&](int stage, int u, const char *sig, const char *lib) {
+      f << "{\"stage\":" << stage << ",\"unit\":" << u
+        << ",\"function\":\"forward\",\"chunk\":0,\"calls\":2,"
+           "\"seconds\":0.001,\"ops\":[{\"node\":\"n"
+        << u << "\",\"op\":\"nn.gemm\",\"signature\":\"" << sig
+        << "\",\"estimate\":1e-08}]" << lib << "}\n";
+    };
+    for (int s = 0; s < 2; ++s) {
+      f << "{\"gpipe_profile\":1,\"stage\":" << s
+        << ",\"stages\":2,\"build_id\":\"b\",\"target\":\"cpu\","
+           "\"microbatches\":2,\"batch_size\":8,\"steps\":2,"
+           "\"runtime_bytes\":50}\n";
+      unit(s, 0, "g(a)", s ? ",\"library_bytes\":7" : ",\"library_bytes\":3");
+      unit(s, 1, "g(b)", ""); // no library call in the warm-up step
+    }
+  }
+  std::string err;
+  std::optional<gpipe::CostTable> t = gpipe::loadCostTable(path, err);
+  llvm::sys::fs::remove(path);
+  ASSERT_TRUE(t.has_value()) << err;
+  EXPECT_EQ(t->libraryBySignature.lookup("g(a)"), 7);
+  EXPECT_FALSE(t->libraryBySignature.count("g(b)"));
 }
 
 // A table is a CUDA one when every header says target "cuda" (its
