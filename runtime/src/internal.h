@@ -402,10 +402,12 @@ int transportReplica();
 /// every replica and every run). On failure sets `err`.
 bool transportAverageReplicas(float *data, int64_t n, std::string &err);
 /// --data-parallel on the CPU with every replica of this stage on this node:
-/// the arena of `bytes`, zeroed, in a window of memory shared with them
+/// the arena of `bytes` in a window of memory shared with them
 /// (MPI_Win_allocate_shared), which the averages then read from directly.
-/// nullptr otherwise (one replica, replicas on other nodes,
-/// GPIPE_DP_SHARED=0), or on failure with `err` set.
+/// nullptr otherwise (one replica, replicas on other nodes, too little room
+/// in the window's backing file system, GPIPE_DP_SHARED=0, or a failed
+/// allocation): the caller allocates its own, averaged with MPI's
+/// collectives. `err` is not set.
 unsigned char *transportSharedArena(int64_t bytes, std::string &err);
 /// Frees that window (every replica together, before MPI_Finalize).
 void transportFreeSharedArena();

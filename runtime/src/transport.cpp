@@ -17,6 +17,8 @@
 #include <pthread.h>
 #include <sched.h>
 #include <set>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 namespace gpipe {
@@ -506,8 +508,24 @@ unsigned char *transportSharedArena(int64_t bytes, std::string &err) {
     MPI_Comm_size(node, &nodeSize);
     MPI_Comm_free(&node);
   }
+  // Open MPI backs the window with a file in /dev/shm (or its session
+  // directory): a file system too small for it (a container's 64 MiB
+  // /dev/shm) would end the stage with SIGBUS when the arena is touched.
+  // Room for this stage's replicas twice over (other stages' windows take
+  // their share too), else MPI's collectives.
+  const char *dir = std::getenv("OMPI_MCA_shmem_mmap_backing_file_base_dir");
+  struct stat st;
+  if (!dir)
+    dir = ::stat("/dev/shm", &st) == 0 ? "/dev/shm"
+          : std::getenv("TMPDIR")      ? std::getenv("TMPDIR")
+                                       : "/tmp";
+  struct statvfs fs;
+  const bool room =
+      ::statvfs(dir, &fs) == 0 &&
+      static_cast<double>(fs.f_bavail) * static_cast<double>(fs.f_frsize) >=
+          2.0 * gReplicaCount * static_cast<double>(bytes) + (64 << 20);
   // Every replica decides alike (one may share a node with fewer peers).
-  int here = nodeSize == gReplicaCount ? 1 : 0;
+  int here = nodeSize == gReplicaCount && room ? 1 : 0;
   if (MPI_Allreduce(&here, &all, 1, MPI_INT, MPI_MIN, gReplicas) !=
           MPI_SUCCESS ||
       !all)
@@ -521,10 +539,13 @@ unsigned char *transportSharedArena(int64_t bytes, std::string &err) {
   int rc =
       MPI_Win_allocate_shared(size, 1, info, gReplicas, &mine, &gShared.win);
   MPI_Info_free(&info);
-  if (rc != MPI_SUCCESS) {
-    err = "allocating the " + std::to_string(bytes) +
-          "-byte arena in memory shared with the stage's replicas failed: " +
-          mpiError(rc);
+  // Every replica's window, or none (then MPI's collectives).
+  int ok = rc == MPI_SUCCESS ? 1 : 0, allOk = 0;
+  if (MPI_Allreduce(&ok, &allOk, 1, MPI_INT, MPI_MIN, gReplicas) !=
+          MPI_SUCCESS ||
+      !allOk) {
+    if (rc == MPI_SUCCESS)
+      MPI_Win_free(&gShared.win);
     gShared.win = MPI_WIN_NULL;
     return nullptr;
   }
