@@ -60,13 +60,11 @@ std::string deviceDescription() {
 
 unsigned char *deviceAllocArena(int64_t bytes, std::string &err) {
   // Replicas on one node: in memory they share, averaged in place.
-  if (unsigned char *shared = transportSharedArena(bytes, err)) {
+  if (unsigned char *shared = transportSharedArena(bytes)) {
     std::memset(shared, 0, static_cast<size_t>(bytes));
     gSharedArena = true;
     return shared;
   }
-  if (!err.empty())
-    return nullptr;
   // aligned_alloc needs a multiple of the alignment.
   size_t size = (static_cast<size_t>(bytes) + 255) / 256 * 256;
   if (size == 0)

@@ -407,8 +407,8 @@ bool transportAverageReplicas(float *data, int64_t n, std::string &err);
 /// nullptr otherwise (one replica, replicas on other nodes, too little room
 /// in the window's backing file system, GPIPE_DP_SHARED=0, or a failed
 /// allocation): the caller allocates its own, averaged with MPI's
-/// collectives. `err` is not set.
-unsigned char *transportSharedArena(int64_t bytes, std::string &err);
+/// collectives.
+unsigned char *transportSharedArena(int64_t bytes);
 /// Frees that window (every replica together, before MPI_Finalize).
 void transportFreeSharedArena();
 /// The same in two halves: start averaging `data` (nonblocking; moved on by

@@ -494,7 +494,7 @@ bool inSharedArena(const float *data, int64_t n) {
 }
 } // namespace
 
-unsigned char *transportSharedArena(int64_t bytes, std::string &err) {
+unsigned char *transportSharedArena(int64_t bytes) {
   if (gReplicaCount <= 1 || gShared.win != MPI_WIN_NULL)
     return nullptr;
   if (const char *v = std::getenv("GPIPE_DP_SHARED");
