@@ -1924,10 +1924,14 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
         result.callsMathLibrary = true;
         if (!options.costs)
           return;
-        auto it = options.costs->libraryBySignature.find(opSignature(op));
-        if (it != options.costs->libraryBySignature.end())
-          result.predictedLibraryBytes =
-              std::max(result.predictedLibraryBytes, it->second);
+        const std::string sig = opSignature(op);
+        for (llvm::StringRef key :
+             {llvm::StringRef(sig), libraryOperandsKey(sig)}) {
+          auto it = options.costs->libraryBySignature.find(key);
+          if (it != options.costs->libraryBySignature.end())
+            result.predictedLibraryBytes =
+                std::max(result.predictedLibraryBytes, it->second);
+        }
       });
   Block &fwd = chunkFns[0][0].getBody().front();
   int64_t batch = 0;

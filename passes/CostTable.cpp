@@ -30,6 +30,12 @@ std::string gpipe::opSignature(Operation *op) {
   return s;
 }
 
+llvm::StringRef gpipe::libraryOperandsKey(llvm::StringRef signature) {
+  size_t arrow = signature.rfind(" -> ");
+  return arrow == llvm::StringRef::npos ? signature
+                                        : signature.take_front(arrow);
+}
+
 std::string gpipe::deferredCopySignature(Operation *gemm) {
   return "operands of " + opSignature(gemm);
 }
@@ -322,8 +328,10 @@ std::optional<gpipe::CostTable> gpipe::loadCostTable(llvm::StringRef path,
       for (const llvm::json::Value &v : *ops)
         if (const llvm::json::Object *op = v.getAsObject())
           if (std::optional<llvm::StringRef> sig = op->getString("signature")) {
-            int64_t &bytes = table.libraryBySignature[*sig];
-            bytes = std::max(bytes, *library);
+            for (llvm::StringRef key : {*sig, libraryOperandsKey(*sig)}) {
+              int64_t &bytes = table.libraryBySignature[key];
+              bytes = std::max(bytes, *library);
+            }
           }
     CostProfile &profile = table.profiles[of->second.second];
     const double steps = double(of->second.first);

@@ -168,6 +168,12 @@ std::optional<CostTable> loadCostTable(llvm::StringRef path, std::string &err);
 
 /// "nn.gemm(tensor<32x64xf32>, tensor<64x64xf32>) -> tensor<32x64xf32>".
 std::string opSignature(mlir::Operation *op);
+/// A signature without its results ("nn.gemm(tensor<32x64xf32>, ...)"):
+/// CostTable::libraryBySignature also keys the math libraries' memory by
+/// it, since what oneDNN holds for an op follows its operands (a 1 x 1 and a
+/// 3 x 3 convolution's weight gradients of the same input and output
+/// gradient share it).
+llvm::StringRef libraryOperandsKey(llvm::StringRef signature);
 /// What a cost table calls the backward's copies of a deferred weight-gradient
 /// GEMM's operands (gpipe-split-weight-grad): "operands of " + the signature.
 std::string deferredCopySignature(mlir::Operation *gemm);

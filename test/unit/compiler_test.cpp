@@ -506,6 +506,7 @@ TEST(CostTable, LibraryBytesBySignature) {
            "\"runtime_bytes\":50}\n";
       unit(s, 0, "g(a)", s ? ",\"library_bytes\":7" : ",\"library_bytes\":3");
       unit(s, 1, "g(b)", ""); // no library call in the warm-up step
+      unit(s, 2, "w(x, y) -> r1", ",\"library_bytes\":5");
     }
   }
   std::string err;
@@ -514,6 +515,13 @@ TEST(CostTable, LibraryBytesBySignature) {
   ASSERT_TRUE(t.has_value()) << err;
   EXPECT_EQ(t->libraryBySignature.lookup("g(a)"), 7);
   EXPECT_FALSE(t->libraryBySignature.count("g(b)"));
+  // Also by the operands alone: an op of other results but the same
+  // operands (a 1 x 1 and a 3 x 3 weight gradient of one input) shares it.
+  EXPECT_EQ(t->libraryBySignature.lookup("w(x, y) -> r1"), 5);
+  EXPECT_EQ(
+      t->libraryBySignature.lookup(gpipe::libraryOperandsKey("w(x, y) -> r2")),
+      5);
+  EXPECT_EQ(gpipe::libraryOperandsKey("w(x, y) -> r2"), "w(x, y)");
 }
 
 // A table is a CUDA one when every header says target "cuda" (its
