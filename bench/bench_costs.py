@@ -22,7 +22,8 @@ predicted_seconds_per_step, summed) and the measured one and their error; per pa
 
 Usage:
   /usr/bin/python3 bench/bench_costs.py --bin build/bin [--models mlp_uneven,gpt_vocab,...]
-      [--microbatches 4] [--remat none] [--profile-steps 6] [--steps 8] [--warmup 2]
+      [--microbatches 4] [--remat none] [--profile-steps 6] [--profile-repeat 1]
+      [--steps 8] [--warmup 2]
       [--repeat 2] [--workdir DIR] [--out FILE]
 """
 
@@ -172,9 +173,16 @@ def bench_model(a, name, out_lines):
     env = env_for(1)
     run([gc, onnx_path, "-o", os.path.join(wd, "prof"), "--stages",
                   str(a.profile_stages), "--profile"] + common, log=log)
+    # --profile-repeat N: N profile runs in one table (the table averages a
+    # unit's runs: one slow stretch of a shared machine weighs 1/N).
     costs = os.path.join(wd, "costs.jsonl")
-    run([gr, os.path.join(wd, "prof"), "--data", ddir, "--steps", str(a.profile_steps),
-         "--threads", "1", "--profile", costs, "-q"], env=env, log=log)
+    with open(costs, "w") as joined:
+        for r in range(a.profile_repeat):
+            one = os.path.join(wd, "costs_%d.jsonl" % r)
+            run([gr, os.path.join(wd, "prof"), "--data", ddir, "--steps",
+                 str(a.profile_steps), "--threads", "1", "--profile", one, "-q"],
+                env=env, log=log)
+            joined.write(open(one).read())
     k = str(a.stages)
     progs = {"flop": os.path.join(wd, "k%s_flop" % k),
              "costs": os.path.join(wd, "k%s_costs" % k)}
@@ -258,6 +266,8 @@ def main():
     ap.add_argument("--microbatches", type=int, default=4)
     ap.add_argument("--remat", default="none")
     ap.add_argument("--profile-steps", type=int, default=6)
+    ap.add_argument("--profile-repeat", type=int, default=1,
+                    help="profile runs joined into the cost table")
     ap.add_argument("--profile-stages", type=int, default=1,
                     help="stages of the profiled program (2: its FLOP partition, each stage "
                          "timed while the other computes too)")
