@@ -9,6 +9,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <array>
 #include <cmath>
 #include <map>
 
@@ -388,38 +389,38 @@ std::optional<gpipe::CostTable> gpipe::loadCostTable(llvm::StringRef path,
     return bad("no timed units");
   if (measured > 0 && estimated > 0)
     table.scale = measured / estimated;
-  std::map<const CostTable::RuntimeSplit *, bool> splitSeen;
+  // Per place (alone, first, last, between): its runtime bytes and split,
+  // each part the largest of its headers; a place's split is unknown when
+  // any of them lacks it (a table joined from older runtimes).
+  int64_t *bytesOf[] = {&table.runtimeAlone, &table.runtimeFirst,
+                        &table.runtimeLast, &table.runtimeMiddle};
+  CostTable::RuntimeSplit *splitOf[] = {&table.splitAlone, &table.splitFirst,
+                                        &table.splitLast, &table.splitMiddle};
+  std::array<bool, 4> seen{}, lacking{};
   for (const Header &h : headers) {
     int64_t stages = h.stages;
     if (stages <= 0)
       for (const Header &o : headers)
         if (o.build == h.build)
           stages = std::max(stages, o.stage + 1);
-    int64_t &slot = stages <= 1             ? table.runtimeAlone
-                    : h.stage == 0          ? table.runtimeFirst
-                    : h.stage == stages - 1 ? table.runtimeLast
-                                            : table.runtimeMiddle;
-    slot = std::max(slot, h.runtime);
-    // The split of a place: each part the largest of its headers; unknown
-    // when any of them lacks it (a table joined from older runtimes).
-    CostTable::RuntimeSplit &split = stages <= 1    ? table.splitAlone
-                                     : h.stage == 0 ? table.splitFirst
-                                     : h.stage == stages - 1
-                                         ? table.splitLast
-                                         : table.splitMiddle;
-    auto &seen = splitSeen[&split];
-    if (!h.split.known() || (seen && !split.known())) {
+    const int place = stages <= 1             ? 0
+                      : h.stage == 0          ? 1
+                      : h.stage == stages - 1 ? 2
+                                              : 3;
+    *bytesOf[place] = std::max(*bytesOf[place], h.runtime);
+    CostTable::RuntimeSplit &split = *splitOf[place];
+    lacking[place] = lacking[place] || !h.split.known();
+    if (lacking[place]) {
       split = CostTable::RuntimeSplit();
-      seen = true;
-      continue;
-    }
-    if (!seen)
+    } else if (!seen[place]) {
       split = h.split;
-    split.start = std::max(split.start, h.split.start);
-    split.load = std::max(split.load, h.split.load);
-    split.library = std::max(split.library, h.split.library);
-    split.steady = std::max(split.steady, h.split.steady);
-    seen = true;
+    } else {
+      split.start = std::max(split.start, h.split.start);
+      split.load = std::max(split.load, h.split.load);
+      split.library = std::max(split.library, h.split.library);
+      split.steady = std::max(split.steady, h.split.steady);
+    }
+    seen[place] = true;
   }
   for (const CostProfile &p : table.profiles)
     for (auto &entry : p.nodes) {

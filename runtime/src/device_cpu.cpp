@@ -9,7 +9,6 @@
 #include <cstring>
 #include <string>
 #include <sys/resource.h>
-#include <time.h>
 
 namespace gpipe {
 namespace {
@@ -101,11 +100,7 @@ bool deviceStepEnd(gp_step_ctx &, std::string &) { return true; }
 // stage sharing its core with others is not charged for their turns); with
 // more, wall time (the OpenMP team's work is not in this thread's).
 int64_t deviceProfileMark() {
-  if (gThreads != 1)
-    return timingNowNs();
-  struct timespec ts;
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+  return gThreads == 1 ? threadCpuNs() : timingNowNs();
 }
 
 void deviceProfileSpan(int32_t unit, int64_t mark) {
@@ -155,27 +150,36 @@ void traceAllReduce(gp_step_ctx *ctx, int64_t bytes, int64_t t0, int64_t cpu0) {
                         gpipe::timingNowNs(),
                         cpu0 < 0 ? -1 : gpipe::timingCpuNs() - cpu0);
 }
+
+/// `average` (a transport call on the gradients' floats at `offset`) for
+/// runtime entry point `fn`, traced; a failure ends the stage.
+template <typename F>
+void tracedAverage(gp_step_ctx *ctx, int64_t offset, int64_t bytes,
+                   const char *fn, F average) {
+  std::string err;
+  float *g = gradients(ctx, offset, bytes, fn);
+  int64_t t0 = gpipe::timingNowNs(), cpu0 = gpipe::timingCpuNs();
+  if (!average(g, bytes / 4, err))
+    gpipe::fatal(ctx, 1, err);
+  traceAllReduce(ctx, bytes, t0, cpu0);
+}
 } // namespace
 
 extern "C" void gp_reduce_gradients(gp_step_ctx *ctx, int64_t offset,
                                     int64_t bytes) {
-  std::string err;
-  float *g = gradients(ctx, offset, bytes, "gp_reduce_gradients");
-  int64_t t0 = gpipe::timingNowNs(), cpu0 = gpipe::timingCpuNs();
-  if (!gpipe::transportAverageReplicas(g, bytes / 4, err))
-    gpipe::fatal(ctx, 1, err);
-  traceAllReduce(ctx, bytes, t0, cpu0);
+  tracedAverage(ctx, offset, bytes, "gp_reduce_gradients",
+                [](float *g, int64_t n, std::string &err) {
+                  return gpipe::transportAverageReplicas(g, n, err);
+                });
 }
 
 extern "C" void gp_reduce_start(gp_step_ctx *ctx, int64_t offset,
                                 int64_t bytes) {
-  std::string err;
-  float *g = gradients(ctx, offset, bytes, "gp_reduce_start");
-  int64_t t0 = gpipe::timingNowNs(), cpu0 = gpipe::timingCpuNs();
-  if (!gpipe::transportAverageStart(g, bytes / 4, err) ||
-      (!dpOverlap() && !gpipe::transportAverageWait(err)))
-    gpipe::fatal(ctx, 1, err);
-  traceAllReduce(ctx, bytes, t0, cpu0);
+  tracedAverage(ctx, offset, bytes, "gp_reduce_start",
+                [](float *g, int64_t n, std::string &err) {
+                  return gpipe::transportAverageStart(g, n, err) &&
+                         (dpOverlap() || gpipe::transportAverageWait(err));
+                });
 }
 
 extern "C" int64_t gp_shard_slice(gp_step_ctx *, int64_t total, int64_t elem,
@@ -190,12 +194,8 @@ extern "C" int64_t gp_shard_slice(gp_step_ctx *, int64_t total, int64_t elem,
 
 extern "C" void gp_shard_reduce(gp_step_ctx *ctx, int64_t offset,
                                 int64_t bytes) {
-  std::string err;
-  float *g = gradients(ctx, offset, bytes, "gp_shard_reduce");
-  int64_t t0 = gpipe::timingNowNs(), cpu0 = gpipe::timingCpuNs();
-  if (!gpipe::transportShardReduce(g, bytes / 4, err))
-    gpipe::fatal(ctx, 1, err);
-  traceAllReduce(ctx, bytes, t0, cpu0);
+  tracedAverage(ctx, offset, bytes, "gp_shard_reduce",
+                gpipe::transportShardReduce);
 }
 
 extern "C" void gp_shard_gather(gp_step_ctx *ctx, int64_t offset, int64_t bytes,

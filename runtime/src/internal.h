@@ -193,6 +193,8 @@ int64_t timingNowNs();
 /// (CLOCK_THREAD_CPUTIME_ID: what it computed, not the time other processes
 /// had its core); -1 without --trace (not sampled).
 int64_t timingCpuNs();
+/// The calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID), in ns.
+int64_t threadCpuNs();
 /// Starts the sums; with `trace`, reserves room for `steps` *
 /// `eventsPerStep` events (capped; later ones are counted as dropped).
 void timingInit(int32_t stage, bool trace, int64_t steps,

@@ -110,6 +110,7 @@ RuntimeMemory profileRuntimeMemory(int64_t arenaBytes) {
 void profileInit(const gp_program &program) {
   gProfile.sums.assign(
       static_cast<size_t>(std::max(0, program.num_profile_units)), UnitSum());
+  gMemory.unitLibrary.assign(gProfile.sums.size(), -1);
   gProfile.counting = false;
   gProfile.steps = 0;
 }
@@ -127,8 +128,6 @@ void profileAddNs(int32_t unit, int64_t ns) {
       static_cast<size_t>(unit) >= gProfile.sums.size())
     return;
   if (gMeasureLibrary && gMemory.callsSinceUnit > 0) {
-    if (gMemory.unitLibrary.size() != gProfile.sums.size())
-      gMemory.unitLibrary.assign(gProfile.sums.size(), -1);
     int64_t &u = gMemory.unitLibrary[static_cast<size_t>(unit)];
     u = std::max(u, gMemory.library);
   }
@@ -203,7 +202,6 @@ bool profileWrite(const std::string &path, const gp_program &program,
     // what they held once it had run in the warm-up step, counted from the
     // stage's first call (the header's library_bytes when it was the last).
     if (header.contains("library_bytes") &&
-        static_cast<size_t>(u) < gMemory.unitLibrary.size() &&
         gMemory.unitLibrary[static_cast<size_t>(u)] >= 0)
       line["library_bytes"] = gMemory.unitLibrary[static_cast<size_t>(u)];
     writeLine(line);

@@ -79,13 +79,13 @@ int64_t timingNowNs() {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
-int64_t timingCpuNs() {
-  if (!gTiming.trace)
-    return -1;
+int64_t threadCpuNs() {
   struct timespec ts;
   ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
+
+int64_t timingCpuNs() { return gTiming.trace ? threadCpuNs() : -1; }
 
 void timingInit(int32_t stage, bool trace, int64_t steps,
                 int64_t eventsPerStep) {

@@ -492,6 +492,14 @@ bool inSharedArena(const float *data, int64_t n) {
                       *base = gShared.base[static_cast<size_t>(gReplica)];
   return p >= base && p + n * 4 <= base + gShared.bytes;
 }
+
+/// The error of an average (or gather) across the stage's replicas.
+std::string replicasFailed(const char *what, const std::string &why) {
+  return std::string(what) + " the " + std::to_string(gReplicaCount) +
+         " replicas failed: " + why;
+}
+constexpr const char *kAveraging = "averaging the gradients across";
+constexpr const char *kGathering = "gathering the parameters from";
 } // namespace
 
 unsigned char *transportSharedArena(int64_t bytes) {
@@ -588,8 +596,7 @@ bool transportAverageStart(float *data, int64_t n, std::string &err) {
     if (int rc = startScatter(gBuckets[gBucketsUsed++], data + base,
                               std::min(step, n - base));
         rc != MPI_SUCCESS) {
-      err = "averaging the gradients across the " + std::to_string(d) +
-            " replicas failed: " + mpiError(rc);
+      err = replicasFailed(kAveraging, mpiError(rc));
       return false;
     }
   }
@@ -622,8 +629,7 @@ bool transportAverageWait(std::string &err) {
   gBucketsUsed = 0;
   gPendingBuckets.store(0, std::memory_order_relaxed);
   if (!gBucketError.empty()) {
-    err = "averaging the gradients across the " +
-          std::to_string(gReplicaCount) + " replicas failed: " + gBucketError;
+    err = replicasFailed(kAveraging, gBucketError);
     gBucketError.clear();
     return false;
   }
@@ -642,56 +648,46 @@ void transportShare(int64_t n, int64_t &lo, int64_t &hi) {
 bool transportShardReduce(float *data, int64_t n, std::string &err) {
   if (gReplicaCount <= 1 || n <= 0)
     return true;
+  int rc = MPI_SUCCESS;
   if (inSharedArena(data, n)) {
     // Summed from the replicas' arenas; nobody clears a gradient before
     // every replica has summed its share.
-    if (int rc = betweenFences([&] { sharedSumShare(sharedOffset(data), n); });
-        rc != MPI_SUCCESS) {
-      err = "averaging the gradients across the " +
-            std::to_string(gReplicaCount) + " replicas failed: " + mpiError(rc);
+    rc = betweenFences([&] { sharedSumShare(sharedOffset(data), n); });
+  } else {
+    if (!shareFitsInt(n, err))
       return false;
-    }
-    return true;
+    // A bucket's reduce-scatter and sum (the same bits as an average's), the
+    // sum written over this replica's share in place; its own bucket, kept.
+    static ReplicaBucket b;
+    rc = startScatter(b, data, n);
+    if (rc == MPI_SUCCESS)
+      rc = MPI_Wait(&b.req, MPI_STATUS_IGNORE);
+    if (rc == MPI_SUCCESS)
+      sumShare(b, data + b.displs[static_cast<size_t>(gReplica)]);
   }
-  if (!shareFitsInt(n, err))
-    return false;
-  // A bucket's reduce-scatter and sum (the same bits as an average's), the
-  // sum written over this replica's share in place; its own bucket, kept.
-  static ReplicaBucket b;
-  int rc = startScatter(b, data, n);
-  if (rc == MPI_SUCCESS)
-    rc = MPI_Wait(&b.req, MPI_STATUS_IGNORE);
   if (rc != MPI_SUCCESS) {
-    err = "averaging the gradients across the " +
-          std::to_string(gReplicaCount) + " replicas failed: " + mpiError(rc);
+    err = replicasFailed(kAveraging, mpiError(rc));
     return false;
   }
-  sumShare(b, data + b.displs[static_cast<size_t>(gReplica)]);
   return true;
 }
 
 bool transportShardGather(float *data, int64_t n, std::string &err) {
   if (gReplicaCount <= 1 || n <= 0)
     return true;
+  int rc = MPI_SUCCESS;
   if (inSharedArena(data, n)) {
-    if (int rc =
-            betweenFences([&] { sharedCopyShares(sharedOffset(data), n); });
-        rc != MPI_SUCCESS) {
-      err = "gathering the parameters from the " +
-            std::to_string(gReplicaCount) + " replicas failed: " + mpiError(rc);
+    rc = betweenFences([&] { sharedCopyShares(sharedOffset(data), n); });
+  } else {
+    if (!shareFitsInt(n, err))
       return false;
-    }
-    return true;
+    static std::vector<int> counts, displs;
+    splitShares(n, counts, displs);
+    rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts.data(),
+                        displs.data(), MPI_FLOAT, gReplicas);
   }
-  if (!shareFitsInt(n, err))
-    return false;
-  static std::vector<int> counts, displs;
-  splitShares(n, counts, displs);
-  int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data,
-                          counts.data(), displs.data(), MPI_FLOAT, gReplicas);
   if (rc != MPI_SUCCESS) {
-    err = "gathering the parameters from the " + std::to_string(gReplicaCount) +
-          " replicas failed: " + mpiError(rc);
+    err = replicasFailed(kGathering, mpiError(rc));
     return false;
   }
   return true;
