@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""GPipe vs 1F1B vs ZB-H1 vs interleaved 1F1B vs ZB-V vs BFPP: step time and peak resident memory of each
+"""GPipe vs 1F1B vs ZB-H1 vs ZB-H2 vs interleaved 1F1B vs ZB-V vs BFPP: step time and peak resident memory of each
 stage process.
 
 Model: test/e2e/models.py mlp_deep (as bench_step.py and bench_pipeline.py): 8 x (Linear
@@ -8,7 +8,7 @@ Model: test/e2e/models.py mlp_deep (as bench_step.py and bench_pipeline.py): 8 x
 (mlp_deep's stage 0 has one input-gradient GEMM less than stage 1, whose 10% more work any
 order must wait for; see bench/README.md). One export,
 compiled with the same --stages K --microbatches M --remat R, once per schedule of
---schedules (default gpipe,1f1b,zbh1,interleaved,zbv,bfpp; interleaved and bfpp with
+--schedules (default gpipe,1f1b,zbh1,zbh2,interleaved,zbv,bfpp; interleaved and bfpp with
 --virtual-stages V, default 2: the model cut into K*V pieces; zbv with 2). All must give GPipe's loss curve (1e-5
 relative).
 
@@ -23,7 +23,7 @@ Beside the measurements, the compiler's own prediction of each stage's activatio
 Usage:
   /usr/bin/python3 bench/bench_schedule.py --bin build/bin [--stages 2] [--microbatches 8]
       [--remat none] [--steps 20] [--warmup 3] [--repeat 3] [--workdir DIR]
-      [--schedules gpipe,1f1b,zbh1,interleaved,zbv,bfpp] [--virtual-stages 2] [--d-in 1024]
+      [--schedules gpipe,1f1b,zbh1,zbh2,interleaved,zbv,bfpp] [--virtual-stages 2] [--d-in 1024]
 """
 
 import argparse
@@ -46,7 +46,7 @@ import numpy as np  # noqa: E402
 
 from bench_step import cpu_model, env_for, sh  # noqa: E402
 
-SCHEDULES = ("gpipe", "1f1b", "zbh1", "interleaved", "zbv", "bfpp")
+SCHEDULES = ("gpipe", "1f1b", "zbh1", "zbh2", "interleaved", "zbv", "bfpp")
 
 
 def run_once(a, out, steps, log_json):

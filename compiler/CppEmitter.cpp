@@ -2096,14 +2096,16 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
              st.stageOf[s.getPeer()],
              static_cast<int64_t>(s.getTag()),
              bytesOf(s.getValue()),
-             typeString(s.getValue().getType())};
+             typeString(s.getValue().getType()),
+             s.getPerStep()};
       } else if (auto r = dyn_cast<pipeline::RecvOp>(op)) {
         t = {false,
              t.phase,
              st.stageOf[r.getPeer()],
              static_cast<int64_t>(r.getTag()),
              bytesOf(r.getValue()),
-             typeString(r.getValue().getType())};
+             typeString(r.getValue().getType()),
+             r.getPerStep()};
       } else {
         return;
       }
@@ -2214,8 +2216,9 @@ gpipe::emitStageCpp(ModuleOp module, int64_t stageIndex,
        << (t.phase == "backward" ? 1
            : t.phase == "update" ? 2
                                  : 0)
-       << ", " << t.peer << ", " << t.tag << ", " << t.bytes << "LL},\n";
-  ds << "  {0, 0, 0, 0, 0}\n};\n";
+       << ", " << t.peer << ", " << t.tag << ", " << t.bytes << "LL, "
+       << (t.perStep ? 1 : 0) << "},\n";
+  ds << "  {0, 0, 0, 0, 0, 0}\n};\n";
 
   auto &src = result.source;
   llvm::raw_string_ostream ss(src);

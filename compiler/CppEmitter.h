@@ -30,7 +30,8 @@ struct EmittedTransfer {
   bool isSend = false;
   std::string phase; // "forward" or "backward"
   int64_t peer = 0, tag = 0, bytes = 0;
-  std::string type; // "tensor<8x64xf32>"
+  std::string type;     // "tensor<8x64xf32>"
+  bool perStep = false; // once per step (pipe.send/recv `per_step`)
 };
 
 /// The static memory plan of a stage, all in bytes.

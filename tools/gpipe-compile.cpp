@@ -96,6 +96,8 @@ int main(int argc, char **argv) {
       "and one backward in turn; stage s stashes at most K-s micro-batches) "
       "zbh1 (ZB-H1: 1F1B's memory, each backward split into B and W, the "
       "weight-gradient GEMMs, which run where the stage would wait), "
+      "zbh2 (ZB-H2: as zbh1 with twice 1F1B's warm-up, stage s stashes at "
+      "most 2(K-s)-1 micro-batches, for a smaller bubble), "
       "interleaved (interleaved 1F1B: --virtual-stages V >= 2 chunks per "
       "stage, stage s holds pieces s, s+K, ...; M a multiple of K), zbv "
       "(ZB-V: --virtual-stages 2, stage s holds pieces s and 2K-1-s, B and W "

@@ -21,6 +21,12 @@ static const Schedule kSchedules[] = {
      "run where a stage would wait; stage s stashes at most K-s "
      "micro-batches",
      Sends::Buffered, 1, 1, nullptr, generateZBH1},
+    {"zbh2",
+     "ZB-H2 (zero bubble, twice 1F1B's memory): as zbh1, with up to 2(K-s)-1 "
+     "warm-up forwards on stage s to fill the wait before its first B and "
+     "the W's for the waits near the end; stage s stashes at most "
+     "2(K-s)-1 micro-batches",
+     Sends::Buffered, 1, 1, nullptr, generateZBH2},
     {"interleaved",
      "interleaved 1F1B (Megatron-LM): --virtual-stages V >= 2 model chunks "
      "per stage (stage s holds pieces s, s+K, ...), the bubble V times "

@@ -61,9 +61,9 @@ std::string names();
 
 // The generators (one file each).
 Table generateGPipe(mlir::MLIRContext *ctx, int64_t k, int64_t m, int64_t v);
-Table generateOneFOneB(mlir::MLIRContext *ctx, int64_t k, int64_t m,
-                       int64_t v);
+Table generateOneFOneB(mlir::MLIRContext *ctx, int64_t k, int64_t m, int64_t v);
 Table generateZBH1(mlir::MLIRContext *ctx, int64_t k, int64_t m, int64_t v);
+Table generateZBH2(mlir::MLIRContext *ctx, int64_t k, int64_t m, int64_t v);
 Table generateInterleaved(mlir::MLIRContext *ctx, int64_t k, int64_t m,
                           int64_t v);
 std::string requireInterleaved(int64_t k, int64_t m, int64_t v);

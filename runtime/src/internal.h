@@ -371,6 +371,17 @@ void transportProgress();
 /// Blocks until this stage's buffered sends have been delivered (nothing
 /// without buffered sends): before a long computation without a receive.
 void transportFlushSends();
+/// Lists, with buffered sends on the CPU (else nothing), one receive of
+/// every tensor the stage receives in each micro-batch's action of `phase`
+/// (0 forward, 1 backward; not the per-step ones): transportProgress takes
+/// each listed receive's message as soon as it finds it arrived, into a
+/// buffer of its own, and mpiRecv copies it out (or receives as usual when
+/// it has not arrived). So a stage computing between two receives still
+/// completes its senders' rendezvous. GPIPE_PREPOST=0 turns it off.
+void transportExpectReceives(const gp_program &p, int32_t phase);
+/// How many receives found their message taken ahead (the stage report's
+/// receives_ahead).
+int64_t transportReceivesTakenAhead();
 /// How a link's round trips move the tensor besides MPI (the CUDA target's
 /// host-staged transfers: the GPU to a pinned buffer before the send, back
 /// after the receive); empty on the CPU, whose tensors MPI sends as they are.

@@ -347,6 +347,37 @@ public:
 
 private:
   int runSteps();
+  /// Before action i: lists the receives of the next forward or backward
+  /// after it (across a run of W's and flushes; at the first action of such
+  /// a run, of every forward and backward up to the next W, flush or
+  /// update), so that their messages are taken while the stage computes
+  /// (transportExpectReceives). One model chunk per stage only: the
+  /// transfers table does not say which chunk receives what.
+  void expectReceivesAhead(int32_t i) {
+    const gp_action *acts = program_->actions;
+    const int32_t n = program_->num_actions;
+    if (program_->num_chunks > 1)
+      return;
+    auto inRun = [&](int32_t j) {
+      return acts[j].kind == GP_WEIGHT || acts[j].kind == GP_FLUSH;
+    };
+    auto isFB = [&](int32_t j) {
+      return acts[j].kind == GP_FORWARD || acts[j].kind == GP_BACKWARD;
+    };
+    int32_t j = i + 1, limit = -1;
+    while (j < n && inRun(j))
+      ++j;
+    if (j < n && isFB(j))
+      limit = j;
+    if (inRun(i) && (i == 0 || !inRun(i - 1)))
+      for (; j < n && isFB(j); ++j)
+        limit = j;
+    for (j = std::max(listedThrough_ + 1, i + 1); j <= limit; ++j)
+      if (isFB(j))
+        transportExpectReceives(*program_, acts[j].kind == GP_FORWARD ? 0 : 1);
+    listedThrough_ = std::max(listedThrough_, limit);
+  }
+  int32_t listedThrough_ = -1; // the last action whose receives are listed
   int error(const std::string &msg) {
     printError(stage_, msg);
     return 1;
@@ -1184,6 +1215,7 @@ int StageRun::runSteps() {
     ctx.first_sample = rt_.miniFirst;
     auto t0 = std::chrono::steady_clock::now();
     int64_t stepStartNs = timingNowNs();
+    listedThrough_ = -1;
     for (int32_t i = 0; i < program_->num_actions; ++i) {
       const gp_action &a = program_->actions[i];
       int64_t actionStartNs = timingNowNs(), actionCpu = timingCpuNs();
@@ -1192,6 +1224,7 @@ int StageRun::runSteps() {
         return actionCpu < 0 ? int64_t(-1) : timingCpuNs() - actionCpu;
       };
       heartbeatAction(s, a);
+      expectReceivesAhead(i);
       if (a.kind == GP_UPDATE) {
         ctx.first_sample = rt_.miniFirst;
         // The update computes for a long time without a receive, during

@@ -226,7 +226,7 @@ bool timingWriteReport(const std::string &path, int64_t deviceMemoryBytes,
       "\"step_ms\":%.3f,\"compute_ms\":%.3f,\"transfer_wait_ms\":%.3f,"
       "\"step_end_ms\":%.3f,\"max_rss_bytes\":%lld,\"start_rss_bytes\":%lld,"
       "\"device_memory_bytes\":%lld,\"trace_events\":%lld,"
-      "\"trace_dropped\":%lld}\n",
+      "\"trace_dropped\":%lld,\"receives_ahead\":%lld}\n",
       t.stage, static_cast<long long>(t.steps),
       static_cast<long long>(t.firstStep), static_cast<long long>(t.lastStep),
       ms(t.stepNs), ms(t.actionNs - t.transferNs), ms(t.transferNs),
@@ -234,7 +234,8 @@ bool timingWriteReport(const std::string &path, int64_t deviceMemoryBytes,
       static_cast<long long>(gStartRssBytes),
       static_cast<long long>(deviceMemoryBytes),
       static_cast<long long>(t.events.size()),
-      static_cast<long long>(t.dropped));
+      static_cast<long long>(t.dropped),
+      static_cast<long long>(transportReceivesTakenAhead()));
   bool ok = !std::ferror(f);
   ok = std::fclose(f) == 0 && ok;
   if (!ok)

@@ -62,6 +62,35 @@ constexpr int kProgressPolls = 8;
 std::atomic<int> gProgressCalls{0};
 pthread_t gMainThread;
 
+/// Receives taken ahead (transportExpectReceives). A stage that computes
+/// for a while without a receive (a run of W's, or a GEMM between two
+/// receives) leaves a large message's rendezvous half done: its sender,
+/// flushing its sends before its own W's, waits until the receiver reaches
+/// its receive. So the receives the stage's next actions make are listed
+/// ahead, per (peer, tag) in order; whenever transportProgress finds one's
+/// message arrived (MPI_Iprobe), it posts that receive into a buffer of its
+/// own and completes it while the sender is still in MPI, and mpiRecv then
+/// copies it out. MPI matches a (peer, tag)'s messages in order, so the
+/// oldest entry of a (peer, tag) is always its next message.
+struct Expected {
+  int64_t bytes = 0;
+  bool posted = false; // MPI_Irecv done (into buf)
+  int done = 0;        // ... and completed (st)
+  MPI_Request req = MPI_REQUEST_NULL;
+  MPI_Status st{};
+  std::vector<char> buf;
+};
+std::map<std::pair<int32_t, int32_t>, std::deque<Expected>> gExpected;
+/// Buffers of taken receives, for the next ones.
+std::vector<std::vector<char>> gExpectedFree;
+int gExpectedCount = 0;  // listed and not yet taken by mpiRecv (main thread)
+int64_t gTakenAhead = 0; // receives mpiRecv found taken ahead (the report)
+bool gTakeAhead = true;  // GPIPE_PREPOST=0: off
+/// How long transportProgress waits for a message it found to complete: its
+/// sender answers the rendezvous in microseconds when it is in MPI (a
+/// flush, a receive); when it computes, the receive completes later.
+constexpr int64_t kTakeSpinNs = 50 * 1000;
+
 /// How a stage waits for a transfer. Open MPI's blocking calls busy-poll (or,
 /// on a node with more ranks than cores, call sched_yield between polls), so
 /// a waiting stage keeps competing for a core, and with more stages than
@@ -728,6 +757,13 @@ bool transportConfigureWaits(int64_t threadsPerStage, std::string &err) {
     return false;
   }
   gWait.block = m == "block";
+  const char *post = std::getenv("GPIPE_PREPOST");
+  std::string pa = post ? post : "";
+  if (!pa.empty() && pa != "0" && pa != "1") {
+    err = "GPIPE_PREPOST must be 0 or 1, got '" + pa + "'";
+    return false;
+  }
+  gTakeAhead = pa != "0";
   // Ranks on this node, each running `threadsPerStage` threads.
   int rank = 0, local = 1;
   nodeRanks(rank, local);
@@ -810,14 +846,58 @@ bool transportUseBufferedSends(const gp_program &p, std::string &err) {
   return true;
 }
 
+namespace {
+
+/// Posts the oldest listed receive of each (peer, tag) whose message has
+/// arrived, and gives it kTakeSpinNs to complete; tests the posted ones.
+void takeArrivedReceives() {
+  for (auto &[key, queue] : gExpected) {
+    for (Expected &e : queue) {
+      if (e.posted) {
+        if (!e.done && MPI_Test(&e.req, &e.done, &e.st) != MPI_SUCCESS)
+          e.done = 0; // mpiRecv's wait reports it
+        continue;
+      }
+      int arrived = 0;
+      if (MPI_Iprobe(key.first, key.second, gPipe, &arrived,
+                     MPI_STATUS_IGNORE) != MPI_SUCCESS ||
+          !arrived)
+        break;
+      if (!gExpectedFree.empty()) {
+        e.buf = std::move(gExpectedFree.back());
+        gExpectedFree.pop_back();
+      }
+      e.buf.resize(static_cast<size_t>(e.bytes));
+      // On an error the entry stays unposted: mpiRecv receives as usual,
+      // and reports it.
+      if (MPI_Irecv(e.buf.data(), static_cast<int>(e.bytes), MPI_BYTE,
+                    key.first, key.second, gPipe, &e.req) != MPI_SUCCESS) {
+        e.req = MPI_REQUEST_NULL;
+        break;
+      }
+      e.posted = true;
+      const int64_t until = monotonicNs() + kTakeSpinNs;
+      while (MPI_Test(&e.req, &e.done, &e.st) == MPI_SUCCESS && !e.done &&
+             monotonicNs() < until) {
+      }
+      break;
+    }
+  }
+}
+
+} // namespace
+
 void transportProgress() {
   // MPI is initialised FUNNELED: only the thread that called MPI_Init may
   // call it (gp_gemm also runs on OpenMP's threads).
   if (gPendingBuckets.load(std::memory_order_relaxed) > 0 &&
       pthread_equal(pthread_self(), gMainThread))
     progressBuckets();
-  if (gProgressCalls.load(std::memory_order_relaxed) <= 0 ||
-      !pthread_equal(pthread_self(), gMainThread))
+  if (!pthread_equal(pthread_self(), gMainThread))
+    return;
+  if (gExpectedCount > 0)
+    takeArrivedReceives();
+  if (gProgressCalls.load(std::memory_order_relaxed) <= 0)
     return;
   gProgressCalls.fetch_sub(1, std::memory_order_relaxed);
   // Each call moves a transfer one protocol step (a fragment, a handshake):
@@ -835,6 +915,23 @@ bool transportMessageWaiting(int32_t peer, int32_t tag) {
     return true;
   return flag != 0;
 }
+
+void transportExpectReceives(const gp_program &p, int32_t phase) {
+  if (!gBuffered || !gTakeAhead || p.target != GP_TARGET_CPU)
+    return;
+  for (int32_t i = 0; i < p.num_transfers; ++i) {
+    const gp_transfer &t = p.transfers[i];
+    if (t.is_send || t.per_step || t.phase != phase || t.bytes <= 0 ||
+        t.bytes > kChunk || t.peer == p.stage)
+      continue;
+    Expected e;
+    e.bytes = t.bytes;
+    gExpected[{t.peer, t.tag}].push_back(std::move(e));
+    ++gExpectedCount;
+  }
+}
+
+int64_t transportReceivesTakenAhead() { return gTakenAhead; }
 
 void transportFlushSends() {
   if (!gBuffered)
@@ -999,6 +1096,43 @@ void mpiRecv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
   HeartbeatWait waiting(peer, /*recv=*/true);
   char *p = static_cast<char *>(buf);
   int64_t off = 0;
+  auto expected = gExpected.find({peer, tag});
+  if (expected != gExpected.end() && !expected->second.empty()) {
+    Expected e = std::move(expected->second.front());
+    expected->second.pop_front();
+    --gExpectedCount;
+    if (e.posted) { // (MPI_Test set a completed request to null)
+      int rc = MPI_SUCCESS;
+      if (!e.done)
+        rc = gWait.block ? MPI_Wait(&e.req, &e.st) : waitFor(e.req, &e.st);
+      int count = 0;
+      if (rc == MPI_SUCCESS)
+        rc = MPI_Get_count(&e.st, MPI_BYTE, &count);
+      if (rc != MPI_SUCCESS) {
+        int cls = rc;
+        MPI_Error_class(rc, &cls);
+        fatal(ctx, 1,
+              cls == MPI_ERR_TRUNCATE
+                  ? "received more than the expected " + std::to_string(bytes) +
+                        " bytes from stage " + std::to_string(peer) + " (tag " +
+                        std::to_string(tag) + ")"
+                  : "MPI_Irecv/MPI_Test of " + std::to_string(bytes) +
+                        " bytes from stage " + std::to_string(peer) + " (tag " +
+                        std::to_string(tag) + ") failed: " + mpiError(rc));
+      }
+      if (count != bytes || e.bytes != bytes)
+        fatal(ctx, 1,
+              "received " + std::to_string(count) + " bytes from stage " +
+                  std::to_string(peer) + " (tag " + std::to_string(tag) +
+                  "), expected " + std::to_string(bytes));
+      std::memcpy(p, e.buf.data(), static_cast<size_t>(bytes));
+      gExpectedFree.push_back(std::move(e.buf));
+      ++gTakenAhead;
+      return;
+    }
+    if (!e.buf.empty())
+      gExpectedFree.push_back(std::move(e.buf));
+  }
   auto mismatch = [&](int64_t got) {
     fatal(ctx, 1,
           "received " + std::to_string(got) + " bytes from stage " +

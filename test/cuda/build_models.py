@@ -7,7 +7,7 @@ stage and as 2 stages x 2 micro-batches (1 for models that cannot be split);
 resnet18 (the largest: 20 convolutions and BatchNorms, slow to compile) only as
 one stage, and with batch 8 (its 2 x 2 form adds no op that vgg_bn's does not);
 the 2-stage forms in turn with --schedule gpipe, 1f1b (whose programs ask the
-runtime for buffered sends), zbh1 (W actions: a weight function) and
+runtime for buffered sends), zbh1 (W actions: a weight function), zbh2 and
 interleaved --virtual-stages 2 (two model chunks per stage: a chunk table, and
 hand-off copies where a skip connection joins two chunks of one stage) and zbv
 --virtual-stages 2 (chunks in a V: hand-offs on the last stage, W actions per
@@ -62,10 +62,10 @@ def main():
     mine = names[shard::shards]
     print("models %d/%d: %s" % (shard, shards, " ".join(mine)), flush=True)
     for name in mine:
-        schedule = (["gpipe"], ["1f1b"], ["zbh1"],
+        schedule = (["gpipe"], ["1f1b"], ["zbh1"], ["zbh2"],
                     ["interleaved", "--virtual-stages", "2"],
                     ["zbv", "--virtual-stages", "2"],
-                    ["bfpp", "--virtual-stages", "2"])[names.index(name) % 6]
+                    ["bfpp", "--virtual-stages", "2"])[names.index(name) % 7]
         onnx_path = os.path.join(work, name + ".onnx")
         models.export_named(name, onnx_path, batch_size=8 if name in ONE_STAGE_ONLY else 16)
         for flags in (["--precision", "fp32"],

@@ -165,7 +165,8 @@ TEST(Schedules, EveryScheduleIsCompleteBoundedAndRuns) {
           const bool interleaved = sched.name == "interleaved";
           const bool zbv = sched.name == "zbv";
           const bool bfpp = sched.name == "bfpp";
-          const bool weights = sched.name == "zbh1" || zbv;
+          const bool zbh2 = sched.name == "zbh2";
+          const bool weights = sched.name == "zbh1" || zbh2 || zbv;
           const bool ok = interleaved ? v >= 2 && k >= 2 && m % k == 0
                           : zbv       ? v == 2
                           : bfpp      ? v >= 2
@@ -225,8 +226,9 @@ TEST(Schedules, EveryScheduleIsCompleteBoundedAndRuns) {
                 : bfpp                ? m * v
                 : interleaved
                     ? std::min((k - 1 - s) * 2 + (v - 1) * k + 1, m * v)
-                : zbv ? std::min(2 * k, 2 * m)
-                      : std::min(k - s, m);
+                : zbv  ? std::min(2 * k, 2 * m)
+                : zbh2 ? std::min(2 * (k - s) - 1, m)
+                       : std::min(k - s, m);
             EXPECT_LE(peak, bound) << "stage " << s;
           }
           EXPECT_EQ(anyWeight, weights);

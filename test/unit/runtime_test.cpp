@@ -1736,7 +1736,8 @@ TEST(GpMain, ReportAndTrace) {
   ASSERT_EQ(r.rc, 0) << r.err;
   std::string report = readText(dir / "report");
   long long stage = -1, steps = -1, first = -1, last = -1, rss = -1,
-            startRss = -1, device = 0, events = -1, dropped = -1;
+            startRss = -1, device = 0, events = -1, dropped = -1,
+            ahead = -1;
   double stepMs = -1, computeMs = -1, waitMs = -1, endMs = -1;
   ASSERT_EQ(std::sscanf(report.c_str(),
                         "{\"stage\":%lld,\"steps\":%lld,\"first_step\":%lld,"
@@ -1744,12 +1745,14 @@ TEST(GpMain, ReportAndTrace) {
                         "\"transfer_wait_ms\":%lf,\"step_end_ms\":%lf,"
                         "\"max_rss_bytes\":%lld,\"start_rss_bytes\":%lld,"
                         "\"device_memory_bytes\":%lld,"
-                        "\"trace_events\":%lld,\"trace_dropped\":%lld}",
+                        "\"trace_events\":%lld,\"trace_dropped\":%lld,"
+                        "\"receives_ahead\":%lld}",
                         &stage, &steps, &first, &last, &stepMs, &computeMs,
                         &waitMs, &endMs, &rss, &startRss, &device, &events,
-                        &dropped),
-            13)
+                        &dropped, &ahead),
+            14)
       << report;
+  EXPECT_EQ(ahead, 0); // one stage: no receives
   // Resident before the arena: some, and no more than the peak.
   EXPECT_GT(startRss, 1 << 20);
   EXPECT_LE(startRss, rss);

@@ -654,7 +654,8 @@ int launchStages(const manifest::Manifest &m, const LaunchOptions &o) {
     for (const char *var :
          {"GPIPE_TRANSPORT", "CUDA_VISIBLE_DEVICES", "GPIPE_MPI_WAIT",
           "GPIPE_MPI_SPIN_US", "GPIPE_MPI_MAX_SLEEP_US", "GPIPE_CPU_GEMM",
-          "GPIPE_CPU_CONV_LAYOUT", "GPIPE_DP_SHARED", "GPIPE_DP_OVERLAP"})
+          "GPIPE_CPU_CONV_LAYOUT", "GPIPE_DP_SHARED", "GPIPE_DP_OVERLAP",
+          "GPIPE_PREPOST"})
       if (llvm::sys::Process::GetEnv(var))
         cmd.insert(cmd.end(), {"-x", var});
     cmd.insert(cmd.end(), o.mpirunArgs.begin(), o.mpirunArgs.end());

@@ -100,6 +100,8 @@ struct gp_transfer {
   int32_t peer;    // the other stage
   int32_t tag;     // the boundary tensor's tag
   int64_t bytes;
+  int32_t per_step; // 1: once per step (the first forward or backward
+                    // that has it), 0: in every micro-batch's action
 };
 
 /// One optimizer state tensor of a parameter (same shape as the parameter),
@@ -274,8 +276,8 @@ typedef struct gp_shard_param {
 /// total * (r + 1) / D). For the parameter whose accumulator is floats
 /// [elem, elem + n): sets [i0, i1) to the elements in the share (i0 == i1:
 /// none) and returns the first one's index in the share (its state).
-int64_t gp_shard_slice(gp_step_ctx *ctx, int64_t total, int64_t elem,
-                       int64_t n, int64_t *i0, int64_t *i1);
+int64_t gp_shard_slice(gp_step_ctx *ctx, int64_t total, int64_t elem, int64_t n,
+                       int64_t *i0, int64_t *i1);
 /// The update's first call: this replica's share of the accumulators
 /// [offset, offset + bytes) becomes the replicas' mean (the same sum in
 /// replica order as gp_reduce_gradients); the rest is left as it was.

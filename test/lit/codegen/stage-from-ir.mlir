@@ -48,8 +48,8 @@
 // S0-NEXT: {GP_UPDATE, -1, 0},
 // S0-NEXT: };
 // S0: static const gp_transfer kTransfers[] = {
-// S0-NEXT: {1, 0, 1, 0, 24LL},
-// S0-NEXT: {0, 1, 1, 1, 24LL},
+// S0-NEXT: {1, 0, 1, 0, 24LL, 0},
+// S0-NEXT: {0, 1, 1, 1, 24LL, 0},
 // S0-LABEL: static void forward(
 // S0: unsigned char *S = A + 256LL + mb * 64LL;
 // S0: gp_load_input(ctx, 0, mb, ((float *)(S + 0)));

@@ -20,8 +20,8 @@
 // RUN: gpipe-opt %s --pass-pipeline='builtin.module(func.func(gpipe-microbatch{microbatches=2}, gpipe-partition{stages=2}, gpipe-autodiff, gpipe-optimizer), cse, gpipe-outline-stages, gpipe-schedule, gpipe-plan-memory)' | gpipe-translate --gpipe-stage-to-cpp --stage 1 | FileCheck %s --check-prefix=CPP1
 
 // CPP0:      static const gp_transfer kTransfers[] = {
-// CPP0:        {1, 0, 1, [[W:[0-9]+]], 16384LL},
-// CPP0:        {0, 2, 1, [[G:[0-9]+]], 16384LL},
+// CPP0:        {1, 0, 1, [[W:[0-9]+]], 16384LL, 1},
+// CPP0:        {0, 2, 1, [[G:[0-9]+]], 16384LL, 0},
 // CPP0-LABEL: static void forward(
 // CPP0:        if (mb == 0) gp_send(ctx, 1, [[W]], ((const float *)(A + {{[0-9]+}})), 16384);
 // CPP0-LABEL: static void backward(
@@ -30,8 +30,8 @@
 // CPP0:        gp_recv(ctx, 1, [[G]], ((float *)(A + {{[0-9]+}})), 16384);
 
 // CPP1:      static const gp_transfer kTransfers[] = {
-// CPP1:        {0, 0, 0, [[W:[0-9]+]], 16384LL},
-// CPP1:        {1, 2, 0, [[G:[0-9]+]], 16384LL},
+// CPP1:        {0, 0, 0, [[W:[0-9]+]], 16384LL, 1},
+// CPP1:        {1, 2, 0, [[G:[0-9]+]], 16384LL, 0},
 // CPP1-LABEL: static void forward(
 // CPP1:        if (mb == 0) gp_recv(ctx, 0, [[W]], ((float *)(A + {{[0-9]+}})), 16384);
 // CPP1-LABEL: static void backward(

@@ -7,7 +7,7 @@
 // RUN: not gpipe-opt %s --gpipe-schedule="schedule=gpipe virtual-stages=2" 2>&1 | FileCheck %s --check-prefix=ONECHUNK
 // RUN: not gpipe-opt %s --gpipe-schedule="schedule=interleaved virtual-stages=3" 2>&1 | FileCheck %s --check-prefix=DIVIDE
 
-// KIND: error: unknown schedule 'zb' (registered: gpipe, 1f1b, zbh1, interleaved, zbv, bfpp)
+// KIND: error: unknown schedule 'zb' (registered: gpipe, 1f1b, zbh1, zbh2, interleaved, zbv, bfpp)
 // FUNCS: error: stage 1 lacks its functions; run gpipe-outline-stages first
 // ILK: error: --schedule interleaved needs --stages >= 2 (its chunks pass micro-batches from stage to stage), got 1
 // ONECHUNK: error: --schedule gpipe runs one model chunk per stage: --virtual-stages must be 1, got 2
