@@ -19,7 +19,9 @@
 #include <set>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <tuple>
 #include <unistd.h>
+#include <utility>
 
 namespace gpipe {
 namespace {
@@ -303,17 +305,24 @@ bool transportSetReplicas(int stages, int replicas, std::string &err) {
 int transportReplica() { return gReplica; }
 
 namespace {
-/// The replicas' shares of n floats as MPI counts and displacements: replica
-/// j's is [n * j / D, n * (j + 1) / D) (transportShare). n must fit int.
+/// Replica j's share [lo, hi) of n floats: [n * j / D, n * (j + 1) / D). Every
+/// path splits this way (MPI's collectives, the shared arenas,
+/// transportShare), so replicas agree on who sums and sends what.
+std::pair<int64_t, int64_t> shareOf(int64_t n, int j) {
+  return {n * j / gReplicaCount, n * (j + 1) / gReplicaCount};
+}
+
+/// The replicas' shares of n floats as MPI counts and displacements (shareOf).
+/// n must fit int.
 void splitShares(int64_t n, std::vector<int> &counts,
                  std::vector<int> &displs) {
   const int d = gReplicaCount;
   counts.resize(static_cast<size_t>(d));
   displs.resize(static_cast<size_t>(d));
   for (int j = 0; j < d; ++j) {
-    displs[static_cast<size_t>(j)] = static_cast<int>(n * j / d);
-    counts[static_cast<size_t>(j)] =
-        static_cast<int>(n * (j + 1) / d - n * j / d);
+    auto [lo, hi] = shareOf(n, j);
+    displs[static_cast<size_t>(j)] = static_cast<int>(lo);
+    counts[static_cast<size_t>(j)] = static_cast<int>(hi - lo);
   }
 }
 
@@ -451,7 +460,7 @@ template <typename F> int betweenFences(F body) {
 void sharedSumShare(int64_t offset, int64_t n) {
   const int d = gReplicaCount, me = gReplica;
   const float scale = 1.0f / static_cast<float>(d);
-  const int64_t lo = n * me / d, hi = n * (me + 1) / d;
+  const auto [lo, hi] = shareOf(n, me);
   auto at = [&](int j) {
     return reinterpret_cast<float *>(gShared.base[static_cast<size_t>(j)] +
                                      offset);
@@ -481,7 +490,7 @@ void sharedCopyShares(int64_t offset, int64_t n) {
   for (int j = 0; j < d; ++j) {
     if (j == gReplica)
       continue;
-    const int64_t lo = n * j / d, hi = n * (j + 1) / d;
+    const auto [lo, hi] = shareOf(n, j);
     std::memcpy(gShared.base[static_cast<size_t>(gReplica)] + offset + lo * 4,
                 gShared.base[static_cast<size_t>(j)] + offset + lo * 4,
                 static_cast<size_t>(hi - lo) * 4);
@@ -670,8 +679,7 @@ bool transportAverageReplicas(float *data, int64_t n, std::string &err) {
 }
 
 void transportShare(int64_t n, int64_t &lo, int64_t &hi) {
-  lo = n * gReplica / gReplicaCount;
-  hi = n * (gReplica + 1) / gReplicaCount;
+  std::tie(lo, hi) = shareOf(n, gReplica);
 }
 
 bool transportShardReduce(float *data, int64_t n, std::string &err) {
@@ -1096,43 +1104,6 @@ void mpiRecv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
   HeartbeatWait waiting(peer, /*recv=*/true);
   char *p = static_cast<char *>(buf);
   int64_t off = 0;
-  auto expected = gExpected.find({peer, tag});
-  if (expected != gExpected.end() && !expected->second.empty()) {
-    Expected e = std::move(expected->second.front());
-    expected->second.pop_front();
-    --gExpectedCount;
-    if (e.posted) { // (MPI_Test set a completed request to null)
-      int rc = MPI_SUCCESS;
-      if (!e.done)
-        rc = gWait.block ? MPI_Wait(&e.req, &e.st) : waitFor(e.req, &e.st);
-      int count = 0;
-      if (rc == MPI_SUCCESS)
-        rc = MPI_Get_count(&e.st, MPI_BYTE, &count);
-      if (rc != MPI_SUCCESS) {
-        int cls = rc;
-        MPI_Error_class(rc, &cls);
-        fatal(ctx, 1,
-              cls == MPI_ERR_TRUNCATE
-                  ? "received more than the expected " + std::to_string(bytes) +
-                        " bytes from stage " + std::to_string(peer) + " (tag " +
-                        std::to_string(tag) + ")"
-                  : "MPI_Irecv/MPI_Test of " + std::to_string(bytes) +
-                        " bytes from stage " + std::to_string(peer) + " (tag " +
-                        std::to_string(tag) + ") failed: " + mpiError(rc));
-      }
-      if (count != bytes || e.bytes != bytes)
-        fatal(ctx, 1,
-              "received " + std::to_string(count) + " bytes from stage " +
-                  std::to_string(peer) + " (tag " + std::to_string(tag) +
-                  "), expected " + std::to_string(bytes));
-      std::memcpy(p, e.buf.data(), static_cast<size_t>(bytes));
-      gExpectedFree.push_back(std::move(e.buf));
-      ++gTakenAhead;
-      return;
-    }
-    if (!e.buf.empty())
-      gExpectedFree.push_back(std::move(e.buf));
-  }
   auto mismatch = [&](int64_t got) {
     fatal(ctx, 1,
           "received " + std::to_string(got) + " bytes from stage " +
@@ -1145,6 +1116,41 @@ void mpiRecv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
               " bytes from stage " + std::to_string(peer) + " (tag " +
               std::to_string(tag) + ") failed: " + mpiError(rc));
   };
+  // A failed receive: a message longer than `bytes` named as such.
+  auto receiveFailed = [&](const char *call, int rc) {
+    int cls = rc;
+    MPI_Error_class(rc, &cls);
+    if (cls == MPI_ERR_TRUNCATE)
+      fatal(ctx, 1,
+            "received more than the expected " + std::to_string(bytes) +
+                " bytes from stage " + std::to_string(peer) + " (tag " +
+                std::to_string(tag) + ")");
+    failed(call, rc);
+  };
+  auto expected = gExpected.find({peer, tag});
+  if (expected != gExpected.end() && !expected->second.empty()) {
+    Expected e = std::move(expected->second.front());
+    expected->second.pop_front();
+    --gExpectedCount;
+    if (e.posted) { // (MPI_Test set a completed request to null)
+      if (!e.done)
+        if (int rc =
+                gWait.block ? MPI_Wait(&e.req, &e.st) : waitFor(e.req, &e.st);
+            rc != MPI_SUCCESS)
+          receiveFailed("MPI_Irecv/MPI_Test", rc);
+      int count = 0;
+      if (int rc = MPI_Get_count(&e.st, MPI_BYTE, &count); rc != MPI_SUCCESS)
+        failed("MPI_Get_count", rc);
+      if (count != bytes || e.bytes != bytes)
+        mismatch(count);
+      std::memcpy(p, e.buf.data(), static_cast<size_t>(bytes));
+      gExpectedFree.push_back(std::move(e.buf));
+      ++gTakenAhead;
+      return;
+    }
+    if (!e.buf.empty())
+      gExpectedFree.push_back(std::move(e.buf));
+  }
   do {
     int want = static_cast<int>(std::min(bytes - off, kChunk));
     // Probe first: a message of the wrong size is reported with both sizes
@@ -1177,16 +1183,8 @@ void mpiRecv(gp_step_ctx *ctx, int32_t peer, int32_t tag, void *buf,
       if (rc == MPI_SUCCESS)
         rc = waitFor(req, &st);
     }
-    if (rc != MPI_SUCCESS) {
-      int cls = rc;
-      MPI_Error_class(rc, &cls);
-      if (cls == MPI_ERR_TRUNCATE)
-        fatal(ctx, 1,
-              "received more than the expected " + std::to_string(bytes) +
-                  " bytes from stage " + std::to_string(peer) + " (tag " +
-                  std::to_string(tag) + ")");
-      failed(gWait.block ? "MPI_Recv" : "MPI_Irecv/MPI_Test", rc);
-    }
+    if (rc != MPI_SUCCESS)
+      receiveFailed(gWait.block ? "MPI_Recv" : "MPI_Irecv/MPI_Test", rc);
     if (MPI_Get_count(&st, MPI_BYTE, &count) != MPI_SUCCESS || count != want)
       mismatch(off + count);
     off += want;
